@@ -1,0 +1,115 @@
+"""Turn pydantic validation failures into one clear, positioned error.
+
+Every input model in the package validates plain data parsed from a `Document`; this module maps
+pydantic's error location back to the key path in that document so the message reads
+`file.yaml:LINE:COL: key.path: what is wrong (what would be valid)`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from parplan_gen.errors import InputError
+from parplan_gen.source import Document, KeyPath
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(
+    model: type[M],
+    data: Any,
+    doc: Document,
+    path: KeyPath = (),
+    *,
+    error: type[InputError] = InputError,
+) -> M:
+    """Validate `data` (found at `path` in `doc`) as `model`, or raise `error` at the bad key."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, model, data, doc, path, error) from None
+
+
+def _first_error(
+    exc: ValidationError,
+    model: type[BaseModel],
+    data: Any,
+    doc: Document,
+    path: KeyPath,
+    error: type[InputError],
+) -> InputError:
+    details = exc.errors(include_url=False)
+    # Prefer the most telling complaint: an unknown key (often a typo of a missing one), then a
+    # wrong value of a key that is there (deepest first), then a missing key.
+    rank = {"extra_forbidden": 0, "missing": 2}
+    details.sort(key=lambda d: (rank.get(d["type"], 1), -len(d["loc"])))
+    detail = details[0]
+    key_path = _data_path(data, tuple(detail["loc"]))
+    message = _message(detail, model, data, key_path)
+    return error(message, doc.ref((*path, *key_path)))
+
+
+def _data_path(data: Any, loc: tuple[Any, ...]) -> KeyPath:
+    """The longest prefix of pydantic's `loc` that exists in `data` (drops union-member tags)."""
+    out: list[str | int] = []
+    node = data
+    for part in loc:
+        in_dict = isinstance(node, dict) and isinstance(part, str)
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if (in_dict and part in node) or in_list:
+            node = node[part]
+            out.append(part)
+        elif in_dict:
+            out.append(part)  # a missing or extra key: point at it by name
+            break
+    return tuple(out)
+
+
+def _message(detail: dict[str, Any], model: type[BaseModel], data: Any, key_path: KeyPath) -> str:
+    kind = detail["type"]
+    key = key_path[-1] if key_path else ""
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(model, detail["loc"][:-1])
+        hint = difflib.get_close_matches(str(key), allowed, n=1)
+        did_you_mean = f"; did you mean '{hint[0]}'?" if hint else ""
+        return f"unknown key '{key}'{did_you_mean} (allowed: {', '.join(allowed)})"
+    if kind == "missing":
+        return f"missing required key '{key}'"
+    got = detail.get("input")
+    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    return f"{detail['msg']} (got {shown})"
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the (nested) model at pydantic location `loc`, by following annotations."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or not (
+            isinstance(current, type) and issubclass(current, BaseModel)
+        ):
+            current = _inner_model(current)
+            if isinstance(part, int):
+                continue
+        if (
+            isinstance(current, type)
+            and issubclass(current, BaseModel)
+            and part in current.model_fields
+        ):
+            current = _inner_model(current.model_fields[part].annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or name for name, f in current.model_fields.items()]
+    return []
+
+
+def _inner_model(annotation: Any) -> Any:
+    """The BaseModel inside `list[X]`, `X | None`, `dict[str, X]`, or the annotation itself."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _inner_model(arg)
+        if isinstance(found, type) and issubclass(found, BaseModel):
+            return found
+    return annotation
