@@ -1,0 +1,40 @@
+"""parplan_gen: turn a model and a GPU cluster into a distributed-training plan.
+
+The public API is small; everything else is private to the package:
+
+    import parplan_gen
+    graph = parplan_gen.load_graph("examples/tiny_mlp.yaml")
+    rules = parplan_gen.load_rules()              # built-in rules, plus any overlay dirs
+    parplan_gen.analyze(graph, rules)             # opportunities, as the seed orders them
+    parplan_gen.propose(graph, rules, devices=8)  # proposals with their settings
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "analyze", "load_graph", "load_rules", "propose"]
+
+if TYPE_CHECKING:
+    from parplan_gen.engine import analyze, propose
+    from parplan_gen.graph import load_graph
+    from parplan_gen.ruleset import load_rules
+
+_LAZY = {
+    "analyze": "parplan_gen.engine",
+    "propose": "parplan_gen.engine",
+    "load_graph": "parplan_gen.graph",
+    "load_rules": "parplan_gen.ruleset",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the API lazily so that `parplan --help` stays fast."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'parplan_gen' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,148 @@
+"""The `parplan` command: a thin shell over the library.
+
+`main(argv) -> int` parses arguments, calls the library, prints, and is the one place where
+typed errors become messages and exit codes (0 ok, 1 bad input, 2 bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from parplan_gen import __version__
+from parplan_gen.errors import ParplanError, UsageError
+
+PROG = "parplan"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors that go through UsageError (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type for counts that must be >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _add_rules_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="layer a directory of rule files over the built-in rules (repeatable; "
+        "a later directory overrides by rule id)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (subcommands register themselves here)."""
+    parser = _Parser(
+        prog=PROG,
+        description="Turn a model and a GPU cluster into a distributed-training plan.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  parplan analyze examples/transformer_block.yaml",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    analyze = sub.add_parser(
+        "analyze",
+        help="parallelization opportunities per node of a model graph",
+        description="List the best parallelization opportunity of each node (and of the whole "
+        "graph), ordered by estimated speedup.",
+        epilog="example:\n  parplan analyze examples/cnn_block.yaml --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    analyze.add_argument("graph", metavar="GRAPH", help="model graph file (.yaml, .yml or .json)")
+    _add_rules_option(analyze)
+    analyze.add_argument("--json", action="store_true", help="print JSON (the seed contract)")
+    analyze.set_defaults(handler=_cmd_analyze)
+
+    propose = sub.add_parser(
+        "propose",
+        help="parallelization proposals for a model graph on N devices",
+        description="Propose data, pipeline, tensor and communication strategies, each with "
+        "the concrete settings it contributes.",
+        epilog="example:\n  parplan propose examples/transformer_block.yaml --devices 8",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    propose.add_argument("graph", metavar="GRAPH", help="model graph file (.yaml, .yml or .json)")
+    propose.add_argument(
+        "--devices", type=positive_int, required=True, metavar="N", help="number of devices"
+    )
+    _add_rules_option(propose)
+    propose.add_argument("--json", action="store_true", help="print JSON (the seed contract)")
+    propose.set_defaults(handler=_cmd_propose)
+    return parser
+
+
+def _print_json(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from parplan_gen.engine import analyze
+    from parplan_gen.graph import load_graph
+    from parplan_gen.ruleset import load_rules
+    from parplan_gen.textview import opportunities_table
+
+    rules = load_rules(args.rules)
+    graph = load_graph(args.graph)
+    found = analyze(graph, rules)
+    if args.json:
+        _print_json({"opportunities": [o.model_dump(exclude={"rule_id"}) for o in found]})
+    else:
+        sys.stdout.write(opportunities_table(graph, found))
+    return 0
+
+
+def _cmd_propose(args: argparse.Namespace) -> int:
+    from parplan_gen.engine import propose
+    from parplan_gen.graph import load_graph
+    from parplan_gen.ruleset import load_rules
+    from parplan_gen.textview import proposals_table
+
+    rules = load_rules(args.rules)
+    graph = load_graph(args.graph)
+    made = propose(graph, rules, args.devices)
+    if args.json:
+        _print_json({"proposals": [p.model_dump(exclude={"rule_id", "group"}) for p in made]})
+    else:
+        sys.stdout.write(proposals_table(graph, args.devices, made))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help()
+            return 2
+        return handler(args)
+    except ParplanError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc.render()}\n")
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""The schema of rule files (pydantic; unknown keys are refused).
+
+A rule file has up to three sections: `formulas` (named formulas), `opportunities` (node-level
+rules keyed by op, or graph-level rules) and `proposals` (graph/cluster-level rules in groups).
+Every numeric field takes a number or a formula string; `when` takes a boolean or a formula.
+Field documentation here is what `parplan rules schema` exports for editors.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Value = bool | int | float | str  # a constant, or a formula when it is a string
+NumberOrFormula = int | float | str
+BoolOrFormula = bool | str
+
+OpportunityType = Literal["DataParallel", "ModelParallel", "PipelineParallel", "TensorParallel"]
+ProposalType = Literal[
+    "DataParallel",
+    "PipelineParallel",
+    "TensorParallel",
+    "CommunicationOptimization",
+    "MemoryOptimization",
+]
+
+RULE_ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_.\-]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class OpportunityRule(_Strict):
+    """A way to parallelise one node (scope `node`) or the whole graph (scope `graph`)."""
+
+    id: str = Field(
+        pattern=RULE_ID_PATTERN, description="Unique id; a later layer overrides by id."
+    )
+    scope: Literal["node", "graph"] = Field(
+        "node", description="`node`: evaluated for every node whose op matches; `graph`: once."
+    )
+    op: str | None = Field(
+        None,
+        description="Op this rule applies to (`MatMul`, `Compute::MatMul`, ...), or `*` for any "
+        "op that no other node rule names. Required for scope `node`, absent for `graph`.",
+    )
+    node_id: str | None = Field(
+        None, description="For scope `graph`: the node_id reported (e.g. `pipeline_stages`)."
+    )
+    type: OpportunityType = Field(description="Kind of parallelism offered.")
+    when: BoolOrFormula = Field(True, description="Condition; the rule fires when it is true.")
+    min_devices: NumberOrFormula = Field(description="Devices needed (rounded down to an integer).")
+    memory_per_device: NumberOrFormula = Field(description="Bytes per device (integer).")
+    communication_overhead: NumberOrFormula = Field(description="Fraction of step time.")
+    speedup: NumberOrFormula = Field(description="Estimated speedup (x).")
+    source: str | None = Field(None, description="Where the heuristic or figure comes from.")
+
+    @model_validator(mode="after")
+    def _scope_fields(self) -> OpportunityRule:
+        if self.scope == "node" and not self.op:
+            raise ValueError("a node rule needs `op` (an op name or `*`)")
+        if self.scope == "node" and self.node_id is not None:
+            raise ValueError(
+                "`node_id` is only for scope `graph` (node rules report the node's id)"
+            )
+        if self.scope == "graph" and self.op is not None:
+            raise ValueError("a graph rule has no `op`")
+        if self.scope == "graph" and not self.node_id:
+            raise ValueError("a graph rule needs `node_id` (the id it is reported under)")
+        return self
+
+
+class ProposalRule(_Strict):
+    """A strategy proposed for the whole graph and cluster, carrying concrete settings."""
+
+    id: str = Field(
+        pattern=RULE_ID_PATTERN, description="Unique id; a later layer overrides by id."
+    )
+    group: str = Field(
+        pattern=r"^[a-z][a-z0-9_]*$",
+        description="Group (data, pipeline, tensor, communication, memory, ...); groups run in "
+        "the order they first appear, rules within a group in file order.",
+    )
+    type: ProposalType = Field(description="Kind of proposal.")
+    when: BoolOrFormula = Field(True, description="Condition; the proposal is made when true.")
+    speedup: NumberOrFormula = Field(description="Estimated speedup (x).")
+    description: str = Field(
+        description="Text shown to users; `{formula}` or `{formula:.1f}` placeholders may read "
+        "`speedup` and `settings.<key>` as well as graph.* and cluster.*."
+    )
+    settings: dict[str, Value] = Field(
+        default_factory=dict,
+        description="Concrete configuration this proposal contributes, key -> number, boolean or "
+        "formula (a literal text value is a quoted string inside the formula: \"'Ring'\").",
+    )
+    source: str | None = Field(None, description="Where the heuristic or figure comes from.")
+
+
+class RuleFile(_Strict):
+    """One rule file."""
+
+    formulas: dict[str, Value] = Field(
+        default_factory=dict, description="Named formulas, usable by name in any formula."
+    )
+    opportunities: list[OpportunityRule] = Field(default_factory=list)
+    proposals: list[ProposalRule] = Field(default_factory=list)
