@@ -7,9 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, chain_graph
 
 from parplan_gen import __version__
+
+from conftest import REPO, chain_graph
 
 
 def test_version(cli, capsys):

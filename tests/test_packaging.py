@@ -11,6 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import chain_graph
 
 from parplan_gen.errors import RuleError
 from parplan_gen.ruleset import load_rules
+
+from conftest import chain_graph
 
 GENERIC_SMALL = """
 opportunities:

@@ -10,14 +10,15 @@ from __future__ import annotations
 import math
 
 import pytest
-import seed_oracle
-from conftest import chain_graph
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from parplan_gen.graph import Node, build_graph
 
 from parplan_gen.engine import analyze, propose
+from parplan_gen.graph import Node, build_graph
 from parplan_gen.ruleset import load_rules
+
+import seed_oracle
+from conftest import chain_graph
 
 GiB = 1073741824
 MiB = 1048576
