@@ -1,7 +1,9 @@
 """The schema of rule files (pydantic; unknown keys are refused).
 
-A rule file has up to three sections: `formulas` (named formulas), `opportunities` (node-level
-rules keyed by op, or graph-level rules) and `proposals` (graph/cluster-level rules in groups).
+A rule file has these sections, all optional: `formulas` (named formulas), `opportunities`
+(node-level rules keyed by op, or graph-level rules), `proposals` (graph/cluster-level rules in
+groups), `constraints` (conditions every plan must meet), `estimate` (which formula gives each
+figure of the cost model) and `disable` (rule ids of earlier layers to switch off).
 Every numeric field takes a number or a formula string; `when` takes a boolean or a formula.
 Field documentation here is what `parplan rules schema` exports for editors.
 """
@@ -98,6 +100,45 @@ class ProposalRule(_Strict):
     source: str | None = Field(None, description="Where the heuristic or figure comes from.")
 
 
+class ConstraintRule(_Strict):
+    """A condition every plan must meet; a plan that breaks it is rejected with its reason."""
+
+    id: str = Field(
+        pattern=RULE_ID_PATTERN, description="Unique id; a later layer overrides by id."
+    )
+    when: BoolOrFormula = Field(True, description="The constraint applies only when this holds.")
+    require: BoolOrFormula = Field(description="Must be true for the plan to be kept.")
+    reason: str = Field(
+        description="Why a plan is rejected (the key rejections are counted under); "
+        "`{formula}` placeholders may read model.*, cluster.*, train.* and plan.*."
+    )
+    severity: Literal["invalid", "reject"] = Field(
+        "reject",
+        description="`invalid`: such a layout cannot run at all (`estimate` refuses it); "
+        "`reject`: it could run but the planner must not choose it (e.g. it does not fit).",
+    )
+    source: str | None = Field(None, description="Where the constraint comes from.")
+
+
+class EstimateSection(_Strict):
+    """Which formula gives each figure of an estimate (a later layer may replace any one)."""
+
+    memory: dict[str, NumberOrFormula] = Field(
+        default_factory=dict,
+        description="Bytes per GPU on the most loaded GPU: params, grads, optimizer, "
+        "activations, other, reserve.",
+    )
+    time: dict[str, NumberOrFormula] = Field(
+        default_factory=dict,
+        description="Seconds per step: compute_s, tp_comm_s, cp_comm_s, pp_comm_s, dp_comm_s, "
+        "ep_comm_s, optimizer_s, bubble_s, step_s.",
+    )
+    throughput: dict[str, NumberOrFormula] = Field(
+        default_factory=dict,
+        description="tokens_per_s, model_tflops_per_gpu, hardware_tflops_per_gpu, mfu.",
+    )
+
+
 class RuleFile(_Strict):
     """One rule file."""
 
@@ -106,3 +147,10 @@ class RuleFile(_Strict):
     )
     opportunities: list[OpportunityRule] = Field(default_factory=list)
     proposals: list[ProposalRule] = Field(default_factory=list)
+    constraints: list[ConstraintRule] = Field(default_factory=list)
+    estimate: EstimateSection | None = Field(
+        None, description="The cost model: which formula gives each figure of an estimate."
+    )
+    disable: list[str] = Field(
+        default_factory=list, description="Rule ids of earlier layers to switch off."
+    )

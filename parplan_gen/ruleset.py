@@ -18,7 +18,7 @@ from parplan_gen.errors import RuleError, SourceRef
 from parplan_gen.formulas import Formula, FormulaLibrary, TextTemplate
 from parplan_gen.graph import canonical_op
 from parplan_gen.resources import builtin_rules_dir
-from parplan_gen.rules_schema import OpportunityRule, ProposalRule, RuleFile
+from parplan_gen.rules_schema import ConstraintRule, OpportunityRule, ProposalRule, RuleFile
 from parplan_gen.source import Document, load_document
 from parplan_gen.validation import validate
 
@@ -61,6 +61,27 @@ class CompiledProposal:
 
 
 @dataclass(frozen=True)
+class CompiledConstraint:
+    """A constraint rule with its condition, requirement and reason compiled."""
+
+    rule: ConstraintRule
+    origin: RuleOrigin
+    when: Formula
+    require: Formula
+    reason: TextTemplate
+
+
+@dataclass(frozen=True)
+class EstimateFormula:
+    """One figure of the cost model (e.g. memory.params) and the formula that gives it."""
+
+    section: str  # "memory" | "time" | "throughput"
+    key: str
+    formula: Formula
+    origin: RuleOrigin
+
+
+@dataclass(frozen=True)
 class Override:
     """A rule or named formula of one layer replaced by a later layer."""
 
@@ -78,6 +99,8 @@ class RuleSet:
     proposals: tuple[CompiledProposal, ...]
     layers: tuple[str, ...]
     overrides: tuple[Override, ...] = field(default=())
+    constraints: tuple[CompiledConstraint, ...] = field(default=())
+    estimate: tuple[EstimateFormula, ...] = field(default=())
 
     @property
     def named_ops(self) -> frozenset[str]:
@@ -87,9 +110,9 @@ class RuleSet:
 
 @dataclass
 class _Entry:
-    kind: str  # "opportunity" | "proposal"
-    section: str  # "opportunities" | "proposals"
-    rule: OpportunityRule | ProposalRule
+    kind: str  # "opportunity" | "proposal" | "constraint"
+    section: str  # "opportunities" | "proposals" | "constraints"
+    rule: OpportunityRule | ProposalRule | ConstraintRule
     doc: Document
     path: tuple[str | int, ...]
     origin: RuleOrigin
@@ -100,6 +123,7 @@ class _Merged:
     rules: dict[str, _Entry] = field(default_factory=dict)
     formulas: dict[str, tuple[Any, RuleOrigin]] = field(default_factory=dict)
     overrides: list[Override] = field(default_factory=list)
+    estimate: dict[tuple[str, str], tuple[Any, RuleOrigin]] = field(default_factory=dict)
 
 
 def load_rules(extra_dirs: Sequence[str | Path] = (), *, builtin: bool = True) -> RuleSet:
@@ -144,6 +168,7 @@ def _merge_layer(merged: _Merged, layer: str, files: list[tuple[Document, RuleFi
         sections = (
             ("opportunity", "opportunities", parsed.opportunities),
             ("proposal", "proposals", parsed.proposals),
+            ("constraint", "constraints", parsed.constraints),
         )
         for kind, section, rules in sections:
             for index, rule in enumerate(rules):
@@ -160,6 +185,23 @@ def _merge_layer(merged: _Merged, layer: str, files: list[tuple[Document, RuleFi
                 if old is not None:
                     merged.overrides.append(Override(rule.id, old.origin, origin))
                 merged.rules[rule.id] = _Entry(kind, section, rule, doc, path, origin)
+        _merge_estimate(merged, layer, doc, parsed, seen_formulas)
+
+
+def _merge_estimate(
+    merged: _Merged, layer: str, doc: Document, parsed: RuleFile, seen: dict[str, RuleOrigin]
+) -> None:
+    """Estimate figures merge key by key: a later layer may replace one figure."""
+    if parsed.estimate is None:
+        return
+    for section in ("memory", "time", "throughput"):
+        for key, value in getattr(parsed.estimate, section).items():
+            origin = RuleOrigin(doc.ref(("estimate", section, key)), layer)
+            _refuse_duplicate(seen, f"estimate.{section}.{key}", origin, "estimate figure")
+            old = merged.estimate.get((section, key))
+            if old is not None:
+                merged.overrides.append(Override(f"estimate.{section}.{key}", old[1], origin))
+            merged.estimate[(section, key)] = (value, origin)
 
 
 def _refuse_duplicate(seen: dict[str, RuleOrigin], key: str, origin: RuleOrigin, what: str) -> None:
@@ -174,17 +216,42 @@ def _compile(merged: _Merged, layers: tuple[str, ...]) -> RuleSet:
     library = FormulaLibrary({n: (v, o.where) for n, (v, o) in merged.formulas.items()})
     opportunities: list[CompiledOpportunity] = []
     proposals: list[CompiledProposal] = []
+    constraints: list[CompiledConstraint] = []
     for entry in merged.rules.values():
         if entry.kind == "opportunity":
             opportunities.append(_compile_opportunity(library, entry))
-        else:
+        elif entry.kind == "proposal":
             proposals.append(_compile_proposal(library, entry))
+        else:
+            constraints.append(_compile_constraint(library, entry))
+    estimate = tuple(
+        EstimateFormula(section, key, library.compile(value, o.where, "estimate", "number"), o)
+        for (section, key), (value, o) in merged.estimate.items()
+    )
     return RuleSet(
         library,
         tuple(opportunities),
         tuple(_in_group_order(proposals)),
         layers,
         tuple(merged.overrides),
+        tuple(constraints),
+        estimate,
+    )
+
+
+def _compile_constraint(library: FormulaLibrary, entry: _Entry) -> CompiledConstraint:
+    rule = entry.rule
+    assert isinstance(rule, ConstraintRule)
+
+    def ref(key: str) -> SourceRef:
+        return entry.doc.ref((*entry.path, key))
+
+    return CompiledConstraint(
+        rule=rule,
+        origin=entry.origin,
+        when=library.compile(rule.when, ref("when"), "constraint", "bool"),
+        require=library.compile(rule.require, ref("require"), "constraint", "bool"),
+        reason=library.compile_text(rule.reason, ref("reason"), "constraint"),
     )
 
 

@@ -98,6 +98,95 @@ NAMES: tuple[Name, ...] = (
         "devices",
         "Device count given to `parplan propose --devices N`.",
     ),
+    # --- model.*: the transformer being trained (from its ModelSpec) -----------------------
+    Name("model.layers", "number", "layers", "Transformer layers (L)."),
+    Name("model.hidden", "number", "elements", "Hidden size (h)."),
+    Name("model.heads", "number", "heads", "Attention (query) heads (a)."),
+    Name("model.kv_heads", "number", "heads", "Key/value heads (GQA query groups)."),
+    Name("model.head_dim", "number", "elements", "Width of one attention head."),
+    Name("model.ffn", "number", "elements", "Inner width of the dense MLP layers."),
+    Name("model.vocab", "number", "tokens", "Vocabulary size (V)."),
+    Name("model.experts", "number", "experts", "Routed experts per MoE layer (0: dense model)."),
+    Name("model.experts_per_token", "number", "experts", "Routed experts each token visits."),
+    Name("model.moe_layers", "number", "layers", "Layers whose MLP is a mixture of experts."),
+    Name("model.moe", "bool", "-", "True for a mixture-of-experts model."),
+    Name("model.gated_mlp", "bool", "-", "True for a gated MLP (SwiGLU/GeGLU: three matrices)."),
+    Name("model.params", "number", "parameters", "All parameters, as stored."),
+    Name("model.params_embedding", "number", "parameters", "Input embedding (and position table)."),
+    Name("model.params_output", "number", "parameters", "LM head (0 when tied to the embedding)."),
+    Name("model.params_experts", "number", "parameters", "Routed-expert parameters, all layers."),
+    Name(
+        "model.flops_per_token",
+        "number",
+        "FLOP/token",
+        "Training model FLOPs per token (forward + backward, no recomputation) at train.seq_len, "
+        "Megatron-LM convention (full s^2 attention); Korthikanti et al. 2022 Eq. 7 for GPT.",
+    ),
+    Name(
+        "model.attention_flops_per_token",
+        "number",
+        "FLOP/token",
+        "Forward FLOPs per token of the attention scores and values (the s-dependent part).",
+    ),
+    Name(
+        "model.lm_head_flops_per_token",
+        "number",
+        "FLOP/token",
+        "Forward FLOPs per token of the LM head (2hV).",
+    ),
+    Name(
+        "model.act_layer_bytes",
+        "number",
+        "bytes/token",
+        "Activation bytes per token of one layer, no parallelism, no recomputation, attention "
+        "scores stored (Korthikanti et al. 2022 Eq. 1: 34h + 5as for GPT); mean over layers.",
+    ),
+    Name(
+        "model.act_scores_bytes",
+        "number",
+        "bytes/token",
+        "The attention-score part of model.act_layer_bytes (5as); flash attention and "
+        "selective recomputation do not store it.",
+    ),
+    # --- cluster.*: the GPUs and links (from the hardware catalog or a cluster file) ----------
+    Name("cluster.gpus", "number", "GPUs", "GPUs in the job (the world size)."),
+    Name("cluster.gpus_per_node", "number", "GPUs", "GPUs per node."),
+    Name("cluster.nodes", "number", "nodes", "Nodes."),
+    Name("cluster.gpu_memory", "number", "bytes", "Memory of one GPU."),
+    Name("cluster.peak_flops", "number", "FLOP/s", "Dense peak of one GPU at train.precision."),
+    Name("cluster.hbm_bandwidth", "number", "bytes/s", "Memory bandwidth of one GPU."),
+    Name(
+        "cluster.intra_bandwidth",
+        "number",
+        "bytes/s",
+        "GPU-to-GPU bandwidth in a node, per GPU, one direction.",
+    ),
+    Name("cluster.intra_latency", "number", "s", "Latency of one step over the intra-node link."),
+    Name(
+        "cluster.inter_bandwidth", "number", "bytes/s", "Network bandwidth per GPU, one direction."
+    ),
+    Name("cluster.inter_latency", "number", "s", "Latency of one step over the network."),
+    Name("cluster.nvswitch", "bool", "-", "The node has an NVSwitch (all-to-all NVLink)."),
+    # --- train.*: what was asked for ----------------------------------------------------------
+    Name("train.global_batch", "number", "sequences", "Sequences per optimizer step."),
+    Name("train.seq_len", "number", "tokens", "Tokens per sequence."),
+    Name("train.precision", "str", "-", "Matmul precision: 'bf16', 'fp16' or 'fp8'."),
+    Name(
+        "train.flash_attention", "bool", "-", "Attention scores are not stored (flash attention)."
+    ),
+    # --- plan.*: the layout being estimated ---------------------------------------------------
+    Name("plan.dp", "number", "ranks", "Data-parallel size."),
+    Name("plan.tp", "number", "ranks", "Tensor-parallel size."),
+    Name("plan.pp", "number", "ranks", "Pipeline-parallel size."),
+    Name("plan.cp", "number", "ranks", "Context-parallel size."),
+    Name("plan.ep", "number", "ranks", "Expert-parallel size (carved out of dp)."),
+    Name("plan.vpp", "number", "chunks", "Model chunks per pipeline rank (1: not interleaved)."),
+    Name("plan.mbs", "number", "sequences", "Micro-batch size."),
+    Name("plan.grad_accum", "number", "micro-batches", "Micro-batches per step per pipeline (m)."),
+    Name("plan.zero_stage", "number", "-", "DeepSpeed ZeRO stage, 0 to 3."),
+    Name("plan.distributed_optimizer", "bool", "-", "Megatron's distributed optimizer is used."),
+    Name("plan.sequence_parallel", "bool", "-", "Megatron sequence parallelism is on."),
+    Name("plan.recompute", "str", "-", "Activation recomputation: 'none', 'selective' or 'full'."),
     Name("speedup", "number", "x", "In a proposal description: the proposal's evaluated speedup."),
     Name(
         "settings.<key>",
@@ -146,6 +235,8 @@ CONTEXTS: dict[str, frozenset[str]] = {
     "graph": frozenset({"graph"}),  # graph-level opportunity rules
     "proposal": frozenset({"graph", "cluster"}),  # proposal rules
     "proposal_description": frozenset({"graph", "cluster", "speedup", "settings"}),
+    "estimate": frozenset({"model", "cluster", "train", "plan"}),  # cost model formulas
+    "constraint": frozenset({"model", "cluster", "train", "plan"}),  # planner constraints
 }
 
 FUNCTION_BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
