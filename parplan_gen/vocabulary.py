@@ -187,6 +187,16 @@ NAMES: tuple[Name, ...] = (
     Name("plan.distributed_optimizer", "bool", "-", "Megatron's distributed optimizer is used."),
     Name("plan.sequence_parallel", "bool", "-", "Megatron sequence parallelism is on."),
     Name("plan.recompute", "str", "-", "Activation recomputation: 'none', 'selective' or 'full'."),
+    # --- estimate.*: figures of this plan's estimate (constraints only) ------------------------
+    Name(
+        "estimate.<figure>",
+        "number",
+        "bytes, s or as named",
+        "A figure of the plan's estimate, named `<section>_<key>`: memory_params, memory_grads, "
+        "memory_optimizer, memory_activations, memory_other, memory_total (bytes per GPU), "
+        "time_step_s, time_compute_s, ... (seconds), throughput_mfu, ... A constraint that reads "
+        "one is checked after the cost model runs.",
+    ),
     Name("speedup", "number", "x", "In a proposal description: the proposal's evaluated speedup."),
     Name(
         "settings.<key>",
@@ -236,7 +246,7 @@ CONTEXTS: dict[str, frozenset[str]] = {
     "proposal": frozenset({"graph", "cluster"}),  # proposal rules
     "proposal_description": frozenset({"graph", "cluster", "speedup", "settings"}),
     "estimate": frozenset({"model", "cluster", "train", "plan"}),  # cost model formulas
-    "constraint": frozenset({"model", "cluster", "train", "plan"}),  # planner constraints
+    "constraint": frozenset({"model", "cluster", "train", "plan", "estimate"}),  # planner
 }
 
 FUNCTION_BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
