@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from parplan_gen import __version__
+from parplan_gen.cli_common import add_rules_option, positive_int
 from parplan_gen.errors import ParplanError, UsageError
 
 PROG = "parplan"
@@ -23,28 +24,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see '{self.prog} --help')")
-
-
-def positive_int(text: str) -> int:
-    """An argparse type for counts that must be >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _add_rules_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--rules",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="layer a directory of rule files over the built-in rules (repeatable; "
-        "a later directory overrides by rule id)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     analyze.add_argument("graph", metavar="GRAPH", help="model graph file (.yaml, .yml or .json)")
-    _add_rules_option(analyze)
+    add_rules_option(analyze)
     analyze.add_argument("--json", action="store_true", help="print JSON (the seed contract)")
     analyze.set_defaults(handler=_cmd_analyze)
 
@@ -83,9 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     propose.add_argument(
         "--devices", type=positive_int, required=True, metavar="N", help="number of devices"
     )
-    _add_rules_option(propose)
+    add_rules_option(propose)
     propose.add_argument("--json", action="store_true", help="print JSON (the seed contract)")
     propose.set_defaults(handler=_cmd_propose)
+
+    from parplan_gen.model_cli import add_model_commands
+
+    add_model_commands(sub)
     return parser
 
 

@@ -1,0 +1,88 @@
+"""Command-line pieces shared by several subcommands: cluster and layout options."""
+
+from __future__ import annotations
+
+import argparse
+
+from parplan_gen.errors import UsageError
+from parplan_gen.hardware import Cluster
+
+
+def positive_int(text: str) -> int:
+    """An argparse type for counts that must be >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type for finite quantities that must be > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return value
+
+
+def add_rules_option(parser: argparse.ArgumentParser) -> None:
+    """--rules DIR (repeatable)."""
+    parser.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="layer a directory of rule files over the built-in rules (repeatable; "
+        "a later directory overrides by rule id)",
+    )
+
+
+def add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    """--cluster FILE, or --gpus N --gpu NAME [--gpus-per-node G] [--inter-node-gbps X]."""
+    group = parser.add_argument_group("cluster (a file, or the flags)")
+    group.add_argument("--cluster", metavar="FILE", help="cluster file (docs/clusters.md)")
+    group.add_argument("--gpus", type=positive_int, metavar="N", help="number of GPUs")
+    group.add_argument("--gpu", metavar="NAME", help="GPU name from the catalog, e.g. h100")
+    group.add_argument(
+        "--gpus-per-node",
+        type=positive_int,
+        default=None,
+        metavar="G",
+        help="GPUs per node (default 8)",
+    )
+    group.add_argument(
+        "--inter-node-gbps",
+        type=positive_float,
+        default=None,
+        metavar="X",
+        help="network bandwidth per GPU, Gb/s one direction (default: the GPU's reference system)",
+    )
+
+
+def cluster_from_args(args: argparse.Namespace) -> Cluster:
+    """The Cluster the options describe; a usage error when they are incomplete or mixed."""
+    from parplan_gen.hardware import DEFAULT_GPUS_PER_NODE, cluster_from_flags, load_cluster
+
+    flags = [
+        f
+        for f in ("gpus", "gpu", "gpus_per_node", "inter_node_gbps")
+        if getattr(args, f) is not None
+    ]
+    if args.cluster:
+        if flags:
+            shown = ", ".join("--" + f.replace("_", "-") for f in flags)
+            raise UsageError(f"--cluster cannot be combined with {shown}")
+        return load_cluster(args.cluster)
+    if args.gpus is None or args.gpu is None:
+        raise UsageError("give --cluster FILE, or both --gpus N and --gpu NAME")
+    return cluster_from_flags(
+        args.gpus,
+        args.gpu,
+        gpus_per_node=args.gpus_per_node or DEFAULT_GPUS_PER_NODE,
+        inter_node_gbps=args.inter_node_gbps,
+    )

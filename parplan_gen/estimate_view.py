@@ -1,0 +1,91 @@
+"""Readable view of one estimate: memory stacked against capacity, time by part, throughput."""
+
+from __future__ import annotations
+
+from parplan_gen.estimate import MEMORY_PARTS, Estimate
+from parplan_gen.hardware import Cluster
+from parplan_gen.model_spec import ModelSpec
+
+GIB = 1024**3
+BAR = 40  # characters for the whole capacity
+TIME_LABELS = {
+    "compute_s": "compute",
+    "tp_comm_s": "tensor-parallel comm",
+    "cp_comm_s": "context-parallel comm",
+    "pp_comm_s": "pipeline p2p",
+    "dp_comm_s": "data-parallel comm (before overlap)",
+    "ep_comm_s": "expert all-to-all",
+    "bubble_s": "pipeline bubble",
+    "optimizer_s": "optimizer step",
+}
+
+
+def layout_line(estimate: Estimate) -> str:
+    """`tp=8 pp=12 dp=16 ...` for the non-default parts of a layout."""
+    p = estimate.plan
+    parts = [f"dp={p.dp}", f"tp={p.tp}", f"pp={p.pp}"]
+    parts += [f"{k}={v}" for k, v in (("cp", p.cp), ("ep", p.ep), ("vpp", p.vpp)) if v > 1]
+    parts += [f"mbs={p.mbs}", f"grad_accum={p.grad_accum}", f"recompute={p.recompute}"]
+    if p.zero_stage:
+        parts.append(f"zero={p.zero_stage}")
+    if p.distributed_optimizer:
+        parts.append("distributed_optimizer")
+    if p.sequence_parallel:
+        parts.append("sequence_parallel")
+    return " ".join(parts)
+
+
+def memory_lines(estimate: Estimate) -> list[str]:
+    """Memory per GPU by part, as GiB and a bar scaled to the capacity."""
+    m = estimate.memory
+    lines = []
+    for part in MEMORY_PARTS:
+        value = getattr(m, part)
+        bar = "#" * round(BAR * value / m.capacity) if m.capacity else ""
+        lines.append(f"  {part:<12} {value / GIB:8.2f} GiB  {bar}")
+    verdict = (
+        f"fits, {(m.capacity - m.total) / GIB:.2f} GiB free"
+        if m.fits
+        else f"DOES NOT FIT by {(m.total - m.capacity) / GIB:.2f} GiB"
+    )
+    lines.append(f"  {'total':<12} {m.total / GIB:8.2f} GiB of {m.capacity / GIB:.2f}: {verdict}")
+    return lines
+
+
+def time_lines(estimate: Estimate) -> list[str]:
+    """Time per step by part, with each part's share of the step."""
+    t = estimate.time
+    lines = []
+    for key, label in TIME_LABELS.items():
+        value = getattr(t, key)
+        share = value / t.step_s if t.step_s else 0.0
+        lines.append(f"  {label:<36} {value:10.4f} s  {share:6.1%}")
+    lines.append(f"  {'step':<36} {t.step_s:10.4f} s")
+    return lines
+
+
+def estimate_text(spec: ModelSpec, cluster: Cluster, estimate: Estimate) -> str:
+    """The whole human view of `parplan estimate`."""
+    th = estimate.throughput
+    head = (
+        f"{spec.name} ({spec.total_params() / 1e9:.2f}B params) on {cluster.num_gpus} x "
+        f"{cluster.gpu.name} ({cluster.num_nodes} node{'s' if cluster.num_nodes > 1 else ''})\n"
+        f"layout: {layout_line(estimate)}, global batch {estimate.plan.global_batch} x "
+        f"{estimate.plan.seq_len} tokens\n"
+    )
+    rates = (
+        f"  tokens/s {th.tokens_per_s:,.0f}   model TFLOP/s per GPU {th.model_tflops_per_gpu:.1f}"
+        f"   hardware TFLOP/s per GPU {th.hardware_tflops_per_gpu:.1f}   MFU {th.mfu:.1%}"
+    )
+    body = [
+        "",
+        "Memory per GPU (most loaded stage)",
+        *memory_lines(estimate),
+        "",
+        "Time per step",
+        *time_lines(estimate),
+        "",
+        "Throughput",
+        rates,
+    ]
+    return head + "\n".join(body) + "\n"

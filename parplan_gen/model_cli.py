@@ -1,0 +1,173 @@
+"""`parplan models` and `parplan estimate`: the transformer presets and the cost of one layout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from parplan_gen.cli_common import (
+    add_cluster_options,
+    add_rules_option,
+    cluster_from_args,
+    positive_int,
+)
+
+
+def add_model_commands(sub: Any) -> None:
+    """Register `models` and `estimate` on the CLI's subparsers."""
+    models = sub.add_parser(
+        "models",
+        help="list the built-in model presets with their parameter counts",
+        description="List the built-in transformer presets and native op graphs.",
+        epilog="example:\n  parplan models --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    models.add_argument("--json", action="store_true", help="print JSON")
+    models.set_defaults(handler=_cmd_models)
+
+    estimate = sub.add_parser(
+        "estimate",
+        help="memory, time and throughput of one parallel layout",
+        description="Estimate memory per GPU, time per step and throughput of one layout.",
+        epilog="example:\n  parplan estimate llama-3-8b --gpus 8 --gpu h100 --tp 2 --pp 1 "
+        "--mbs 2 --global-batch 512 --seq-len 8192 --distributed-optimizer",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    estimate.add_argument(
+        "model", metavar="MODEL", help="preset name (parplan models) or a Hugging Face config.json"
+    )
+    add_cluster_options(estimate)
+    add_layout_options(estimate)
+    add_rules_option(estimate)
+    estimate.add_argument("--json", action="store_true", help="print JSON (the plan contract)")
+    estimate.set_defaults(handler=_cmd_estimate)
+
+
+def add_layout_options(parser: argparse.ArgumentParser) -> None:
+    """--tp --pp [--dp --cp --ep --vpp] --mbs --global-batch [--seq-len] and memory options."""
+    group = parser.add_argument_group("layout")
+    group.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
+    group.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel size")
+    group.add_argument(
+        "--dp",
+        type=positive_int,
+        default=None,
+        help="data-parallel size (default: GPUs / (tp*pp*cp))",
+    )
+    group.add_argument("--cp", type=positive_int, default=1, help="context-parallel size")
+    group.add_argument("--ep", type=positive_int, default=1, help="expert-parallel size")
+    group.add_argument(
+        "--vpp",
+        type=positive_int,
+        default=1,
+        help="model chunks per pipeline rank (interleaved schedule when > 1)",
+    )
+    group.add_argument("--mbs", type=positive_int, default=1, help="micro-batch size")
+    group.add_argument(
+        "--global-batch", type=positive_int, required=True, help="sequences per optimizer step"
+    )
+    group.add_argument("--seq-len", type=positive_int, default=2048, help="tokens per sequence")
+    zero = group.add_mutually_exclusive_group()
+    zero.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage")
+    zero.add_argument(
+        "--distributed-optimizer", action="store_true", help="Megatron's distributed optimizer"
+    )
+    group.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    group.add_argument("--sequence-parallel", action="store_true")
+    group.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16")
+    group.add_argument(
+        "--no-flash-attention",
+        action="store_true",
+        help="attention scores are stored (no flash attention)",
+    )
+
+
+def layout_from_args(args: argparse.Namespace, world_size: int) -> Any:
+    """The Layout the layout options describe (LayoutError with the equation if impossible)."""
+    from parplan_gen.layout import build_layout
+
+    return build_layout(
+        world_size,
+        tp=args.tp,
+        pp=args.pp,
+        cp=args.cp,
+        dp=args.dp,
+        mbs=args.mbs,
+        global_batch=args.global_batch,
+        seq_len=args.seq_len,
+        ep=args.ep,
+        vpp=args.vpp,
+        zero_stage=args.zero,
+        distributed_optimizer=args.distributed_optimizer,
+        sequence_parallel=args.sequence_parallel,
+        recompute=args.recompute,
+        precision=args.precision,
+    )
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from parplan_gen.presets import graph_preset_names, load_preset, preset_names
+
+    rows = []
+    for name in preset_names():
+        spec = load_preset(name)
+        rows.append(
+            {
+                "name": name,
+                "model_type": spec.model_type,
+                "params": spec.total_params(),
+                "active_params": spec.active_params(),
+                "layers": spec.num_layers,
+            }
+        )
+    graphs = list(graph_preset_names())
+    if args.json:
+        sys.stdout.write(json.dumps({"transformers": rows, "graphs": graphs}, indent=2) + "\n")
+        return 0
+    from parplan_gen.textview import table
+
+    cells = [
+        [
+            r["name"],
+            r["model_type"],
+            f"{r['params'] / 1e9:,.2f}B",
+            f"{r['active_params'] / 1e9:,.2f}B",
+            str(r["layers"]),
+        ]
+        for r in rows
+    ]
+    out = table(["preset", "model_type", "params", "active", "layers"], cells, right={2, 3, 4})
+    sys.stdout.write(out + f"\nop graphs: {', '.join(graphs)}\n")
+    return 0
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    from parplan_gen.estimate import CostModel
+    from parplan_gen.estimate_view import estimate_text
+    from parplan_gen.ruleset import load_rules
+
+    rules = load_rules(args.rules)
+    spec = load_model_spec(args.model)
+    cluster = cluster_from_args(args)
+    layout = layout_from_args(args, cluster.num_gpus)
+    model = CostModel(rules)
+    result = model.estimate(spec, cluster, layout, flash_attention=not args.no_flash_attention)
+    if args.json:
+        sys.stdout.write(json.dumps(result.contract(), indent=2) + "\n")
+    else:
+        sys.stdout.write(estimate_text(spec, cluster, result))
+    return 0
+
+
+def load_model_spec(ref: str) -> Any:
+    """A transformer ModelSpec from a preset name or a Hugging Face config.json path."""
+    from pathlib import Path
+
+    from parplan_gen.hf_config import load_hf_config
+    from parplan_gen.presets import load_preset
+
+    if Path(ref).is_file():
+        return load_hf_config(ref)
+    return load_preset(ref)
