@@ -3,11 +3,15 @@
 Opportunities follow the seed's `analyze_parallelization_opportunities`: node rules for every
 node in file order (rules in rule order), then graph rules; a stable sort by speedup, highest
 first; the first (best) opportunity of each node_id kept. Proposals run group by group.
+
+`analyze` and `propose` take an optional `trace` callback that sees every rule evaluated, the
+values it read and what it produced (None: its `when` was false); `parplan rules explain` is
+built on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -110,7 +114,15 @@ def _opportunity_formulas(rule: CompiledOpportunity) -> tuple[Formula, ...]:
     )
 
 
-def analyze(graph: ModelGraph, rules: RuleSet) -> list[Opportunity]:
+# (rule, node_id, the values it could read, the opportunity or None when `when` was false)
+OpportunityTrace = Callable[[CompiledOpportunity, str, Mapping[str, Any], Opportunity | None], None]
+# (rule, the values it could read, the proposal or None when `when` was false)
+ProposalTrace = Callable[[CompiledProposal, Mapping[str, Any], Proposal | None], None]
+
+
+def analyze(
+    graph: ModelGraph, rules: RuleSet, trace: OpportunityTrace | None = None
+) -> list[Opportunity]:
     """The seed's opportunity analysis, driven by `rules`."""
     all_names = _names(f for r in rules.opportunities for f in _opportunity_formulas(r))
     base = graph_env(graph, all_names)
@@ -127,11 +139,16 @@ def analyze(graph: ModelGraph, rules: RuleSet) -> list[Opportunity]:
         env = {**base, **node_env(graph, node, index, node_names)} if node_names else base
         for prepared in matching:
             opportunity = prepared.fire(env, node.id)
+            if trace is not None:
+                trace(prepared.rule, node.id, env, opportunity)
             if opportunity is not None:
                 found.append(opportunity)
     for rule in rules.opportunities:
         if rule.op is None:
-            opportunity = _Prepared(rule, base).fire(base, rule.rule.node_id or rule.rule.id)
+            node_id = rule.rule.node_id or rule.rule.id
+            opportunity = _Prepared(rule, base).fire(base, node_id)
+            if trace is not None:
+                trace(rule, node_id, base, opportunity)
             if opportunity is not None:
                 found.append(opportunity)
     return best_per_node(found)
@@ -205,7 +222,9 @@ def cluster_env(devices: int) -> dict[str, Any]:
     return {"cluster.devices": devices}
 
 
-def propose(graph: ModelGraph, rules: RuleSet, devices: int) -> list[Proposal]:
+def propose(
+    graph: ModelGraph, rules: RuleSet, devices: int, trace: ProposalTrace | None = None
+) -> list[Proposal]:
     """The seed's proposals (data, pipeline, tensor, communication, ...), driven by `rules`."""
     names = _names(
         f for r in rules.proposals for f in (r.when, r.speedup, *r.settings.values())
@@ -214,6 +233,8 @@ def propose(graph: ModelGraph, rules: RuleSet, devices: int) -> list[Proposal]:
     made = []
     for rule in rules.proposals:
         proposal = _make(rule, env)
+        if trace is not None:
+            trace(rule, env, proposal)
         if proposal is not None:
             made.append(proposal)
     return made

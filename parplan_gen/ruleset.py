@@ -2,28 +2,35 @@
 
 Layers: the built-in `rules/` first, then each `--rules DIR` in order. Within a layer every rule
 id and named formula is defined once; a later layer replaces a rule with the same id (in the
-place the original had) or adds new ones, and may redefine a named formula. All formulas are
-compiled here, once; the engine only evaluates them.
+place the original had) or adds new ones, may redefine a named formula or one estimate figure,
+and may switch rules of earlier layers off (`disable: [ids]`). All formulas are compiled here,
+once; the engine only evaluates them.
+
+Loading stops at the first error, unless a `Collector` is given (`parplan rules check`): then
+each file, rule and formula is tried on its own and every problem goes to the collector.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from parplan_gen.errors import RuleError, SourceRef
 from parplan_gen.formulas import Formula, FormulaLibrary, TextTemplate
 from parplan_gen.graph import canonical_op
 from parplan_gen.resources import builtin_rules_dir
-from parplan_gen.rules_schema import ConstraintRule, OpportunityRule, ProposalRule, RuleFile
+from parplan_gen.rules_schema import ConstraintRule, OpportunityRule, ProposalRule, RuleFile, Value
 from parplan_gen.source import Document, load_document
 from parplan_gen.validation import validate
 
 BUILTIN_LAYER = "built-in"
 SETTING_KEY = r"^[a-z][a-z0-9_]*$"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -83,11 +90,26 @@ class EstimateFormula:
 
 @dataclass(frozen=True)
 class Override:
-    """A rule or named formula of one layer replaced by a later layer."""
+    """A rule or named formula of one layer replaced (or, `disabled`, switched off) by a later
+    layer; `by` is the replacement or the `disable` entry."""
 
     id: str
     replaced: RuleOrigin
     by: RuleOrigin
+    disabled: bool = False
+
+
+class Collector(Protocol):
+    """Receives problems instead of loading stopping at the first (see `rules_check`)."""
+
+    def attempt(self, step: Callable[[], T]) -> T | None:
+        """`step()`, or None when it raised an input error (which the collector keeps)."""
+
+    def load_file(self, path: Path) -> tuple[Document, RuleFile] | None:
+        """The file with its invalid entries left out, or None when nothing of it is usable."""
+
+    def library(self, named: Mapping[str, tuple[Value, SourceRef]]) -> FormulaLibrary:
+        """A library of the valid named formulas whose compile() collects instead of raising."""
 
 
 @dataclass(frozen=True)
@@ -126,14 +148,32 @@ class _Merged:
     estimate: dict[tuple[str, str], tuple[Any, RuleOrigin]] = field(default_factory=dict)
 
 
-def load_rules(extra_dirs: Sequence[str | Path] = (), *, builtin: bool = True) -> RuleSet:
-    """Load the built-in rules (unless `builtin` is False) and layer `extra_dirs` over them."""
+def load_rules(
+    extra_dirs: Sequence[str | Path] = (),
+    *,
+    builtin: bool = True,
+    collect: Collector | None = None,
+) -> RuleSet:
+    """Load the built-in rules (unless `builtin` is False) and layer `extra_dirs` over them.
+
+    With `collect`, problems go to it and the result holds the rules that are valid."""
     layers: list[tuple[str, Path]] = [(BUILTIN_LAYER, builtin_rules_dir())] if builtin else []
     layers += [(str(d), Path(d)) for d in extra_dirs]
     merged = _Merged()
     for layer, directory in layers:
-        _merge_layer(merged, layer, [load_rule_file(p) for p in rule_files(directory)])
-    return _compile(merged, tuple(name for name, _ in layers))
+        _merge_layer(merged, layer, _load_layer(directory, collect), collect)
+    return _compile(merged, tuple(name for name, _ in layers), collect)
+
+
+def _attempt(collect: Collector | None, step: Callable[[], T]) -> T | None:
+    return step() if collect is None else collect.attempt(step)
+
+
+def _load_layer(directory: Path, collect: Collector | None) -> list[tuple[Document, RuleFile]]:
+    if collect is None:
+        return [load_rule_file(p) for p in rule_files(directory)]
+    loaded = (collect.load_file(p) for p in collect.attempt(partial(rule_files, directory)) or [])
+    return [file for file in loaded if file is not None]
 
 
 def rule_files(directory: Path) -> list[Path]:
@@ -155,16 +195,19 @@ def load_rule_file(path: Path) -> tuple[Document, RuleFile]:
     return doc, validate(RuleFile, data, doc, error=RuleError)
 
 
-def _merge_layer(merged: _Merged, layer: str, files: list[tuple[Document, RuleFile]]) -> None:
+def _merge_layer(
+    merged: _Merged,
+    layer: str,
+    files: list[tuple[Document, RuleFile]],
+    collect: Collector | None = None,
+) -> None:
     seen_rules: dict[str, RuleOrigin] = {}
     seen_formulas: dict[str, RuleOrigin] = {}
+    disables: list[tuple[str, RuleOrigin]] = []
     for doc, parsed in files:
         for name, value in parsed.formulas.items():
             origin = RuleOrigin(doc.ref(("formulas", name)), layer)
-            _refuse_duplicate(seen_formulas, name, origin, "named formula")
-            if name in merged.formulas:
-                merged.overrides.append(Override(name, merged.formulas[name][1], origin))
-            merged.formulas[name] = (value, origin)
+            _attempt(collect, partial(_merge_formula, merged, seen_formulas, name, value, origin))
         sections = (
             ("opportunity", "opportunities", parsed.opportunities),
             ("proposal", "proposals", parsed.proposals),
@@ -173,23 +216,73 @@ def _merge_layer(merged: _Merged, layer: str, files: list[tuple[Document, RuleFi
         for kind, section, rules in sections:
             for index, rule in enumerate(rules):
                 path = (section, index)
-                origin = RuleOrigin(doc.ref(path), layer)
-                _refuse_duplicate(seen_rules, rule.id, origin, "rule id")
-                old = merged.rules.get(rule.id)
-                if old is not None and old.kind != kind:
-                    raise RuleError(
-                        f"rule '{rule.id}' is under `{section}` here but under `{old.section}` at "
-                        f"{old.origin.where}; an override must keep the kind",
-                        origin.where,
-                    )
-                if old is not None:
-                    merged.overrides.append(Override(rule.id, old.origin, origin))
-                merged.rules[rule.id] = _Entry(kind, section, rule, doc, path, origin)
-        _merge_estimate(merged, layer, doc, parsed, seen_formulas)
+                entry = _Entry(kind, section, rule, doc, path, RuleOrigin(doc.ref(path), layer))
+                _attempt(collect, partial(_merge_rule, merged, seen_rules, entry))
+        _merge_estimate(merged, layer, doc, parsed, seen_formulas, collect)
+        disables += [
+            (rule_id, RuleOrigin(doc.ref(("disable", i)), layer))
+            for i, rule_id in enumerate(parsed.disable)
+        ]
+    for rule_id, origin in disables:  # after the whole layer, so file order does not matter
+        _attempt(collect, partial(_disable, merged, rule_id, origin))
+
+
+def _merge_formula(
+    merged: _Merged, seen: dict[str, RuleOrigin], name: str, value: Any, origin: RuleOrigin
+) -> None:
+    _refuse_duplicate(seen, name, origin, "named formula")
+    if name in merged.formulas:
+        merged.overrides.append(Override(name, merged.formulas[name][1], origin))
+    merged.formulas[name] = (value, origin)
+
+
+def _merge_rule(merged: _Merged, seen: dict[str, RuleOrigin], entry: _Entry) -> None:
+    rule_id, origin = entry.rule.id, entry.origin
+    _refuse_duplicate(seen, rule_id, origin, "rule id")
+    old = merged.rules.get(rule_id)
+    if old is not None and old.kind != entry.kind:
+        raise RuleError(
+            f"rule '{rule_id}' is under `{entry.section}` here but under `{old.section}` at "
+            f"{old.origin.where}; an override must keep the kind",
+            origin.where,
+        )
+    if old is not None:
+        merged.overrides.append(Override(rule_id, old.origin, origin))
+    merged.rules[rule_id] = entry
+
+
+def _disable(merged: _Merged, rule_id: str, origin: RuleOrigin) -> None:
+    """Switch off the rule `rule_id` of an earlier layer."""
+    entry = merged.rules.get(rule_id)
+    if entry is not None and entry.origin.layer == origin.layer:
+        raise RuleError(
+            f"cannot disable rule '{rule_id}': it is defined in this same layer at "
+            f"{entry.origin.where}; delete it there instead",
+            origin.where,
+        )
+    if entry is None:
+        earlier = [o for o in merged.overrides if o.disabled and o.id == rule_id]
+        if earlier:
+            reason = f"it is already disabled at {earlier[-1].by.where}"
+        elif rule_id in merged.formulas:
+            reason = "it is a named formula (redefine it instead)"
+        else:
+            hint = difflib.get_close_matches(rule_id, list(merged.rules), n=1)
+            reason = "no earlier layer defines it" + (
+                f" (did you mean '{hint[0]}'?)" if hint else ""
+            )
+        raise RuleError(f"cannot disable rule '{rule_id}': {reason}", origin.where)
+    del merged.rules[rule_id]
+    merged.overrides.append(Override(rule_id, entry.origin, origin, disabled=True))
 
 
 def _merge_estimate(
-    merged: _Merged, layer: str, doc: Document, parsed: RuleFile, seen: dict[str, RuleOrigin]
+    merged: _Merged,
+    layer: str,
+    doc: Document,
+    parsed: RuleFile,
+    seen: dict[str, RuleOrigin],
+    collect: Collector | None = None,
 ) -> None:
     """Estimate figures merge key by key: a later layer may replace one figure."""
     if parsed.estimate is None:
@@ -197,11 +290,22 @@ def _merge_estimate(
     for section in ("memory", "time", "throughput"):
         for key, value in getattr(parsed.estimate, section).items():
             origin = RuleOrigin(doc.ref(("estimate", section, key)), layer)
-            _refuse_duplicate(seen, f"estimate.{section}.{key}", origin, "estimate figure")
-            old = merged.estimate.get((section, key))
-            if old is not None:
-                merged.overrides.append(Override(f"estimate.{section}.{key}", old[1], origin))
-            merged.estimate[(section, key)] = (value, origin)
+            _attempt(collect, partial(_merge_figure, merged, seen, (section, key), value, origin))
+
+
+def _merge_figure(
+    merged: _Merged,
+    seen: dict[str, RuleOrigin],
+    figure: tuple[str, str],
+    value: Any,
+    origin: RuleOrigin,
+) -> None:
+    name = "estimate.{}.{}".format(*figure)
+    _refuse_duplicate(seen, name, origin, "estimate figure")
+    old = merged.estimate.get(figure)
+    if old is not None:
+        merged.overrides.append(Override(name, old[1], origin))
+    merged.estimate[figure] = (value, origin)
 
 
 def _refuse_duplicate(seen: dict[str, RuleOrigin], key: str, origin: RuleOrigin, what: str) -> None:
@@ -212,18 +316,22 @@ def _refuse_duplicate(seen: dict[str, RuleOrigin], key: str, origin: RuleOrigin,
     seen[key] = origin
 
 
-def _compile(merged: _Merged, layers: tuple[str, ...]) -> RuleSet:
-    library = FormulaLibrary({n: (v, o.where) for n, (v, o) in merged.formulas.items()})
+def _compile(merged: _Merged, layers: tuple[str, ...], collect: Collector | None = None) -> RuleSet:
+    named = {n: (v, o.where) for n, (v, o) in merged.formulas.items()}
+    library = FormulaLibrary(named) if collect is None else collect.library(named)
     opportunities: list[CompiledOpportunity] = []
     proposals: list[CompiledProposal] = []
     constraints: list[CompiledConstraint] = []
     for entry in merged.rules.values():
         if entry.kind == "opportunity":
-            opportunities.append(_compile_opportunity(library, entry))
+            opportunity = _attempt(collect, partial(_compile_opportunity, library, entry))
+            opportunities += [opportunity] if opportunity else []
         elif entry.kind == "proposal":
-            proposals.append(_compile_proposal(library, entry))
+            proposal = _attempt(collect, partial(_compile_proposal, library, entry))
+            proposals += [proposal] if proposal else []
         else:
-            constraints.append(_compile_constraint(library, entry))
+            constraint = _attempt(collect, partial(_compile_constraint, library, entry))
+            constraints += [constraint] if constraint else []
     estimate = tuple(
         EstimateFormula(section, key, library.compile(value, o.where, "estimate", "number"), o)
         for (section, key), (value, o) in merged.estimate.items()

@@ -41,15 +41,69 @@ def _first_error(
     path: KeyPath,
     error: type[InputError],
 ) -> InputError:
+    return all_errors(exc, model, data, doc, path, error=error)[0][1]
+
+
+def all_errors(
+    exc: ValidationError,
+    model: type[BaseModel],
+    data: Any,
+    doc: Document,
+    path: KeyPath = (),
+    *,
+    error: type[InputError] = InputError,
+) -> list[tuple[KeyPath, InputError]]:
+    """Every problem of a failed validation: one per key path (relative to `path`), most telling
+    first. `parplan rules check` reports them all; `validate` raises the first."""
     details = exc.errors(include_url=False)
     # Prefer the most telling complaint: an unknown key (often a typo of a missing one), then a
     # wrong value of a key that is there (deepest first), then a missing key.
     rank = {"extra_forbidden": 0, "missing": 2}
     details.sort(key=lambda d: (rank.get(d["type"], 1), -len(d["loc"])))
-    detail = details[0]
-    key_path = _data_path(data, tuple(detail["loc"]))
-    message = _message(detail, model, data, key_path)
-    return error(message, doc.ref((*path, *key_path)))
+    grouped: dict[KeyPath, list[dict[str, Any]]] = {}
+    for detail in details:
+        grouped.setdefault(_data_path(data, tuple(detail["loc"])), []).append(detail)
+    for key_path in _misspelled(grouped):
+        del grouped[key_path]
+    out = []
+    for key_path, group in grouped.items():
+        message = _union_message(group) or _message(group[0], model, data, key_path)
+        out.append((key_path, error(message, doc.ref((*path, *key_path)))))
+    return out
+
+
+def _misspelled(grouped: dict[KeyPath, list[dict[str, Any]]]) -> list[KeyPath]:
+    """Missing keys that an unknown key next to them is a misspelling of (reported once, as
+    the unknown key with its "did you mean")."""
+    unknown: dict[KeyPath, list[str]] = {}
+    for key_path, group in grouped.items():
+        if key_path and group[0]["type"] == "extra_forbidden":
+            unknown.setdefault(key_path[:-1], []).append(str(key_path[-1]))
+    return [
+        key_path
+        for key_path, group in grouped.items()
+        if key_path
+        and group[0]["type"] == "missing"
+        and any(
+            difflib.get_close_matches(extra, [str(key_path[-1])], n=1)
+            for extra in unknown.get(key_path[:-1], [])
+        )
+    ]
+
+
+_UNION_MEMBERS = {"bool": "true/false", "int": "a number", "float": "a number", "str": "a string"}
+
+
+def _union_message(group: list[dict[str, Any]]) -> str | None:
+    """`expected a number or a string (got list)` when every member of a union refused it."""
+    tags = [d["loc"][-1] for d in group]
+    if len(group) < 2 or not all(tag in _UNION_MEMBERS for tag in tags):
+        return None
+    wanted = list(dict.fromkeys(_UNION_MEMBERS[tag] for tag in tags))
+    text = ", ".join(wanted[:-1]) + f" or {wanted[-1]}"
+    got = group[0].get("input")
+    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    return f"expected {text} (got {shown})"
 
 
 def _data_path(data: Any, loc: tuple[Any, ...]) -> KeyPath:

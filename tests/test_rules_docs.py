@@ -1,0 +1,158 @@
+"""docs/rules.md against the code: its tables are checked against the one declaration of the
+vocabulary and the rule schema, and its tutorial runs, command by command, through the CLI."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from parplan_gen import rules_schema, vocabulary
+from parplan_gen.cli import build_parser
+
+from conftest import REPO
+
+DOC = REPO / "docs" / "rules.md"
+TEXT = DOC.read_text(encoding="utf-8")
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
+
+
+def table(marker: str) -> list[list[str]]:
+    """The rows (cells without backticks) of the table right after `<!-- marker -->`."""
+    lines = TEXT.split(f"<!-- {marker} -->\n", 1)[1].splitlines()
+    rows = []
+    for line in lines[2:]:  # the header and the |---| line
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip().replace("`", "") for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+def test_names_table_is_the_vocabulary():
+    documented = {row[0]: tuple(row[1:4]) for row in table("names")}
+    declared = {
+        n.name: (
+            n.kind,
+            n.unit,
+            ", ".join(c for c, spaces in vocabulary.CONTEXTS.items() if n.namespace in spaces),
+        )
+        for n in vocabulary.NAMES
+    }
+    assert documented == declared
+    assert all(row[4] for row in table("names")), "every name has a meaning"
+
+
+def test_functions_table_is_the_vocabulary():
+    documented = {row[0]: row[1] for row in table("functions")}
+    assert documented == {f.signature: f.returns for f in vocabulary.FUNCTIONS}
+
+
+def test_contexts_table_is_the_vocabulary():
+    documented = {
+        row[0]: {name.removesuffix(".*") for name in row[2].split(", ")}
+        for row in table("contexts")
+    }
+    assert documented == {c: set(spaces) for c, spaces in vocabulary.CONTEXTS.items()}
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        rules_schema.RuleFile,
+        rules_schema.OpportunityRule,
+        rules_schema.ProposalRule,
+        rules_schema.ConstraintRule,
+        rules_schema.EstimateSection,
+    ],
+)
+def test_every_schema_field_is_documented(model: type[BaseModel]):
+    documented = [row[0] for row in table(f"fields: {model.__name__}")]
+    assert sorted(documented) == sorted(model.model_fields)
+    assert len(documented) == len(set(documented))
+
+
+def test_every_rules_subcommand_is_documented():
+    sub = next(a for a in build_parser()._subparsers._group_actions if a.choices)
+    rules = sub.choices["rules"]
+    names = next(a for a in rules._subparsers._group_actions if a.choices).choices
+    assert names, "parplan rules has subcommands"
+    for name in names:
+        assert f"`parplan rules {name}" in TEXT
+
+
+def test_the_schema_line_for_editors_is_shown():
+    assert "# yaml-language-server: $schema=" in TEXT
+
+
+def _normal(line: str) -> str:
+    """Whitespace runs as one space and dash rules as `---`: table widths may change."""
+    return re.sub(r"-{3,}", "---", " ".join(line.split()))
+
+
+def _matches(expected: str, actual: str) -> bool:
+    """`actual` as `expected` shows it: a line `...` stands for any lines, `...` in a line for
+    any text."""
+    pattern = ""
+    for line in expected.splitlines():
+        if line.strip() == "...":
+            pattern += r"(?:[^\n]*\n)*?"
+        else:
+            pattern += re.escape(_normal(line)).replace(re.escape("..."), ".*?") + r"\n"
+    text = "".join(_normal(line) + "\n" for line in actual.splitlines())
+    return re.fullmatch(pattern, text) is not None
+
+
+def _commands(console: str) -> list[tuple[str, str]]:
+    """(command, expected output) pairs of a console block."""
+    pairs: list[tuple[str, str]] = []
+    for line in console.splitlines():
+        if line.startswith("$ "):
+            pairs.append((line[2:], ""))
+        else:
+            command, output = pairs[-1]
+            pairs[-1] = (command, output + line + "\n")
+    return pairs
+
+
+def test_the_tutorial_runs_as_written(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tutorial = TEXT[TEXT.index("## Tutorial") :]
+    ran = 0
+    for kind, body in BLOCK.findall(tutorial):
+        if kind == "yaml":
+            name = re.match(r"# file: (\S+)\n", body)
+            assert name, f"a tutorial YAML block names its file:\n{body}"
+            Path(name.group(1)).parent.mkdir(parents=True, exist_ok=True)
+            Path(name.group(1)).write_text(body, encoding="utf-8")
+        elif kind == "console":
+            for command, expected in _commands(body):
+                argv = shlex.split(command)
+                assert argv[0] == "parplan"
+                result = cli(*argv[1:])
+                assert result.err == "", command
+                errors = re.search(r": \d+ errors?(, \d+ warnings?)?$", result.out.strip())
+                assert result.code == (1 if errors else 0), command
+                assert _matches(expected, result.out), f"$ {command}\n{result.out}"
+                ran += 1
+    assert ran >= 8
+
+
+def test_the_other_yaml_examples_are_valid_overlays(cli, tmp_path):
+    reference = TEXT[: TEXT.index("## Tutorial")]
+    examples = [body for kind, body in BLOCK.findall(reference) if kind == "yaml"]
+    assert examples
+    for i, body in enumerate(examples):
+        (tmp_path / f"example{i}").mkdir()
+        (tmp_path / f"example{i}" / "rules.yaml").write_text(body, encoding="utf-8")
+        result = cli("rules", "check", tmp_path / f"example{i}")
+        assert result.code == 0, result.out
+
+
+def test_the_matcher_is_strict_where_the_docs_are_explicit():
+    assert _matches("a\n...\nc  d\n", "a\nb\nb\nc d\n")
+    assert _matches("x: ...:19\n", "x: /somewhere/file.yaml:19\n")
+    assert not _matches("a\nc\n", "a\nb\nc\n")
+    assert not _matches("a 1.5\n", "a 1.50\n")
