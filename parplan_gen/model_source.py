@@ -1,0 +1,124 @@
+"""Resolve the MODEL argument of the CLI to a `ModelGraph`, whatever form it takes.
+
+An existing file is read by its suffix:
+
+* `.onnx`: an ONNX model (`onnx_import`, needs the `onnx` extra);
+* `.yaml`, `.yml`, `.json`: a Hugging Face config when it has a top-level `model_type`
+  (expanded into its per-layer op graph by `transformer_graph`), else a native graph file.
+
+Anything else that is not a file must be a preset name (`parplan models`): a transformer preset
+is expanded like a config, a graph preset (e.g. `resnet-50`) is its native graph.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from parplan_gen.errors import InputError, SourceRef
+from parplan_gen.graph import ModelGraph, graph_from_document
+from parplan_gen.hf_config import load_hf_config
+from parplan_gen.model_spec import ModelSpec
+from parplan_gen.presets import graph_preset_names, load_graph_preset, load_preset, preset_names
+from parplan_gen.source import load_document
+from parplan_gen.transformer_graph import DEFAULT_SEQ_LEN, model_graph
+
+ONNX_SUFFIXES = (".onnx",)
+DOCUMENT_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def load_graph_for(
+    path_or_name: str, *, batch_size: int = 1, seq_len: int = DEFAULT_SEQ_LEN
+) -> ModelGraph:
+    """The op graph of a model file or preset name.
+
+    `batch_size` binds an ONNX model's dynamic batch dimension; `seq_len` is the sequence
+    length of a transformer (config or preset). Native graphs carry their own numbers.
+    """
+    path = Path(path_or_name)
+    if path.is_file():
+        return _load_file(path, batch_size=batch_size, seq_len=seq_len)
+    if path_or_name in graph_preset_names():
+        return load_graph_preset(path_or_name)
+    if path_or_name in preset_names():
+        return model_graph(load_preset(path_or_name), seq_len=seq_len)
+    raise _unknown(path_or_name)
+
+
+def load_model_spec(path_or_name: str) -> ModelSpec:
+    """The transformer ModelSpec of a preset name or a Hugging Face config.json.
+
+    `estimate`, `plan` and `check` need a transformer's shape; an op graph (native file, ONNX
+    or a graph preset such as `resnet-50`) is refused with a pointer to `analyze`/`propose`.
+    """
+    path = Path(path_or_name)
+    if path.is_file():
+        doc = load_document(path) if path.suffix.lower() in DOCUMENT_SUFFIXES else None
+        if doc is not None and isinstance(doc.data, dict) and "model_type" in doc.data:
+            return load_hf_config(path)
+        raise InputError(
+            "not a Hugging Face config.json (no top-level `model_type`): estimate, plan and "
+            "check need a transformer; op graphs go to `parplan analyze` / `propose`",
+            SourceRef(str(path)),
+        )
+    if path_or_name in preset_names():
+        return load_preset(path_or_name)
+    if path_or_name in graph_preset_names():
+        raise InputError(
+            "is an op-graph preset; estimate, plan and check need a transformer preset or a "
+            "Hugging Face config.json (`parplan models` lists them)",
+            SourceRef(path_or_name),
+        )
+    raise _unknown(path_or_name)
+
+
+def _load_file(path: Path, *, batch_size: int, seq_len: int) -> ModelGraph:
+    suffix = path.suffix.lower()
+    if suffix in ONNX_SUFFIXES:
+        from parplan_gen.onnx_import import load_onnx_graph  # needs the optional extra
+
+        return load_onnx_graph(path, batch_size=batch_size)
+    if suffix not in DOCUMENT_SUFFIXES:
+        known = ", ".join((*DOCUMENT_SUFFIXES, *ONNX_SUFFIXES))
+        raise InputError(
+            f"unknown model file type {suffix or '(none)'!r}; expected {known}",
+            SourceRef(str(path)),
+        )
+    with _gc_paused():  # as in graph.load_graph: 100k small objects would trigger the cyclic GC
+        doc = load_document(path)
+        if isinstance(doc.data, dict) and "model_type" in doc.data:
+            return model_graph(load_hf_config(path), seq_len=seq_len)
+        return graph_from_document(doc)
+
+
+def _unknown(path_or_name: str) -> InputError:
+    """"file not found" for what looks like a path, else an unknown preset name."""
+    path = Path(path_or_name)
+    if path.suffix.lower() in (*DOCUMENT_SUFFIXES, *ONNX_SUFFIXES) or len(path.parts) > 1:
+        return InputError("file not found", SourceRef(path_or_name))
+    return InputError(
+        f"not a file or known model name{_did_you_mean(path_or_name)} "
+        "(`parplan models` lists the names)",
+        SourceRef(path_or_name),
+    )
+
+
+def _did_you_mean(name: str) -> str:
+    """A close preset name, compared without case (`ResNet-50` -> `resnet-50`)."""
+    known = {n.lower(): n for n in (*graph_preset_names(), *preset_names())}
+    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
+    return f"; did you mean '{known[close[0]]}'?" if close else ""
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
