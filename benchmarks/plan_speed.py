@@ -1,0 +1,127 @@
+"""Print how long `parplan plan` takes, stage by stage and as a whole command.
+
+Run: python benchmarks/plan_speed.py [--repeat N]
+
+The target (issue "parplan plan", DESIGN speed): the whole command
+`parplan plan llama-3-405b --gpus 16384 --gpu h100 --global-batch 2048 --seq-len 8192` in
+<= 1 s wall on a 2-core machine. Stages are timed in one process (best of N, wall and CPU), the
+whole command in fresh processes (each pays the imports and the YAML loading again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+COMMAND = [
+    "plan", "llama-3-405b", "--gpus", "16384", "--gpu", "h100",
+    "--global-batch", "2048", "--seq-len", "8192",
+]  # fmt: skip
+OTHER = [  # (model, gpus, gpu, global batch, seq len)
+    ("llama-3-8b", 8, "h100", 512, 8192),
+    ("gpt3-175b", 1536, "a100-80gb", 1536, 2048),
+    ("mixtral-8x7b", 64, "h100", 256, 4096),
+    ("llama-3-405b", 8, "h100", 64, 8192),  # infeasible: closest candidate and advice
+]
+
+
+def best_of(repeat: int, fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(best wall s, best CPU s, last result) over `repeat` runs."""
+    walls, cpus, result = [], [], None
+    for _ in range(repeat):
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return min(walls), min(cpus), result
+
+
+def stages(repeat: int) -> None:
+    """Each stage of the 405B command, in this process."""
+    from parplan_gen.api import load_model_spec, proposals_for
+    from parplan_gen.hardware import cluster_from_flags
+    from parplan_gen.planner import Planner
+    from parplan_gen.ruleset import load_rules
+    from parplan_gen.search_space import Request, SearchOptions
+
+    rules = load_rules()
+    spec = load_model_spec("llama-3-405b")
+    cluster = cluster_from_flags(16384, "h100")
+    settings: dict[str, object] = {}
+    for proposal in proposals_for(spec, cluster, rules, 8192):
+        settings.update(proposal.settings)
+    request = Request(spec, cluster, 2048, 8192, options=SearchOptions.from_settings(settings))
+    planner = Planner(rules)
+    rows = [
+        ("load_rules()", lambda: load_rules()),
+        ("proposals (op graph + rules engine)", lambda: proposals_for(spec, cluster, rules, 8192)),
+        ("Planner(rules)", lambda: Planner(rules)),
+        ("search + top-5 estimates", lambda: planner.plan(request)),
+    ]
+    print(f"stages of `parplan {' '.join(COMMAND)}` (best of {repeat})")
+    for label, fn in rows:
+        wall, cpu, result = best_of(repeat, fn)
+        print(f"  {label:<38} {wall * 1e3:8.1f} ms wall {cpu * 1e3:8.1f} ms CPU")
+    result = planner.plan(request)
+    print(
+        f"  searched {result.searched:,} candidates, {result.evaluated:,} estimated, "
+        f"{sum(result.rejected.values()):,} rejected under {len(result.rejected)} reasons"
+    )
+
+
+def others(repeat: int) -> None:
+    """The search alone for other requests."""
+    from parplan_gen.api import plan
+    from parplan_gen.ruleset import load_rules
+
+    rules = load_rules()
+    print(f"\napi.plan() with the rules loaded (best of {repeat})")
+    for model, gpus, gpu, batch, seq in OTHER:
+        wall, cpu, result = best_of(
+            repeat,
+            lambda m=model, n=gpus, g=gpu, b=batch, s=seq: plan(
+                m, {"gpus": n, "gpu": g}, global_batch=b, seq_len=s, rules=rules
+            ),
+        )
+        r = result.result
+        print(
+            f"  {model:<14} {gpus:>6} x {gpu:<10} {wall * 1e3:8.1f} ms wall "
+            f"{cpu * 1e3:8.1f} ms CPU  searched {r.searched:>8,} estimated {r.evaluated:>6,}"
+            f"  {'fits' if r.feasible else 'nothing fits (advice: ' + str(len(r.advice)) + ')'}"
+        )
+
+
+def whole_command(repeat: int) -> None:
+    """The whole command in fresh processes, as a user runs it."""
+    code = "import sys; from parplan_gen.cli import main; sys.exit(main(sys.argv[1:]))"
+    walls = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", code, *COMMAND], capture_output=True, text=True, check=False
+        )
+        walls.append(time.perf_counter() - start)
+        if done.returncode:
+            print(f"\nwhole command failed ({done.returncode}): {done.stderr.strip()[:200]}")
+            return
+    print(f"\nwhole command, fresh process: best {min(walls):.2f} s, worst {max(walls):.2f} s")
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, check=False)
+    print(f"`parplan --help`: {time.perf_counter() - start:.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    stages(args.repeat)
+    others(args.repeat)
+    whole_command(args.repeat)
+
+
+if __name__ == "__main__":
+    main()

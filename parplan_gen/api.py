@@ -1,0 +1,305 @@
+"""The Python API for training repositories: plan a job, then take its DeepSpeed config or its
+Megatron-LM arguments, or write plan.json.
+
+    import parplan_gen
+    plan = parplan_gen.plan("llama-3-8b", {"gpus": 8, "gpu": "h100"},
+                            global_batch=512, seq_len=8192)
+    plan.chosen.plan.tp               # the chosen layout (a Layout)
+    ds_config = plan.deepspeed_config()   # deepspeed.initialize(config=ds_config)
+    argv = plan.megatron_args()           # pretrain_gpt.py arguments
+    plan.write("plan/")                   # plan.json
+
+This module also owns the advice for a request that nothing fits (`advise`): each piece is one
+change to the closest candidate, re-estimated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from parplan_gen.constraints import Violation, estimate_env
+from parplan_gen.engine import Proposal
+from parplan_gen.errors import InputError
+from parplan_gen.estimate import Estimate, estimate_from_figures
+from parplan_gen.hardware import Cluster
+from parplan_gen.layout import Layout
+from parplan_gen.model_spec import ModelSpec
+from parplan_gen.plan_document import PlanDocument
+from parplan_gen.planner import Advice, PlanError, Planner, PlanResult
+from parplan_gen.ruleset import RuleSet, load_rules
+from parplan_gen.search_space import Backend, Objective, Request, SearchOptions
+
+DEFAULT_SEQ_LEN = 2048  # as `--seq-len` (DESIGN.md plan contract example)
+ADVICE_GPU_TRIES = 3  # "more GPUs": multiples tried, doubling from the memory ratio up
+GIB = 1024**3
+CLUSTER_KEYS = ("gpus", "gpu", "gpus_per_node", "inter_node_gbps")
+
+
+def load_model_spec(model: ModelSpec | str | Path) -> ModelSpec:
+    """A ModelSpec, a preset name (`parplan models`) or a Hugging Face config.json path."""
+    if isinstance(model, ModelSpec):
+        return model
+    from parplan_gen.model_source import load_model_spec as resolve
+
+    return resolve(str(model))
+
+
+def load_cluster_spec(cluster: Cluster | Mapping[str, Any] | str | Path) -> Cluster:
+    """A Cluster, a cluster file, or the CLI flags as a dict: `{"gpus": 8, "gpu": "h100",
+    "gpus_per_node": 8, "inter_node_gbps": 400}` (the last two optional)."""
+    from parplan_gen.hardware import cluster_from_flags, load_cluster
+
+    if isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, str | Path):
+        return load_cluster(cluster)
+    unknown = sorted(set(cluster) - set(CLUSTER_KEYS))
+    missing = [k for k in CLUSTER_KEYS[:2] if k not in cluster]
+    if unknown or missing:
+        raise InputError(
+            f"cluster dict: unknown keys {unknown}, missing {missing} (keys: {', '.join(CLUSTER_KEYS)})"
+        )
+    return cluster_from_flags(**cluster)
+
+
+def proposals_for(
+    spec: ModelSpec, cluster: Cluster, rules: RuleSet, seq_len: int
+) -> list[Proposal]:
+    """The rules engine's proposals for the model's op graph on the cluster's GPUs."""
+    from parplan_gen.engine import propose
+    from parplan_gen.transformer_graph import model_graph
+
+    return propose(model_graph(spec, seq_len=seq_len), rules, cluster.num_gpus)
+
+
+class Plan(BaseModel):
+    """A planning result with what it was planned for; renders the chosen layout."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    result: PlanResult
+    model: ModelSpec
+    cluster: Cluster
+    proposals: list[Proposal]
+
+    @property
+    def chosen(self) -> Estimate:
+        """The chosen layout's estimate (the closest candidate when nothing fits)."""
+        return self.result.chosen
+
+    @property
+    def feasible(self) -> bool:
+        """Whether the chosen layout fits."""
+        return self.result.feasible
+
+    def document(self) -> PlanDocument:
+        """The plan.json document of this plan (what `render` turns into launch files)."""
+        from parplan_gen.plan_document import PlanDocument
+
+        return PlanDocument.from_parts(
+            model=self.model,
+            cluster=self.cluster,
+            chosen=self.result.chosen,
+            candidates=self.result.candidates,
+            rejected=self.result.rejected,
+            advice=[a.note for a in self.result.advice],
+            proposals=self.proposals,
+        )
+
+    def deepspeed_config(self) -> dict[str, Any]:
+        """The dict for `deepspeed.initialize(config=...)`: ds_config.json as rendered."""
+        from parplan_gen.render import deepspeed_config
+
+        return deepspeed_config(self.document())
+
+    def megatron_args(self) -> list[str]:
+        """The `pretrain_gpt.py` argument list of megatron_args.sh as rendered."""
+        from parplan_gen.render import megatron_args
+
+        return megatron_args(self.document())
+
+    def write(self, out_dir: str | Path, *, force: bool = False) -> list[Path]:
+        """Render every file (plan.json, ds_config.json, megatron_args.sh, nccl.env, launchers,
+        plan.md) into `out_dir`; an existing different file is refused unless `force`."""
+        from parplan_gen.render import render_plan, write_rendered
+
+        files = render_plan(self.document())
+        write_rendered(out_dir, files, force=force)
+        return [Path(out_dir) / name for name in sorted(files)]
+
+
+def plan(
+    model: ModelSpec | str | Path,
+    cluster: Cluster | Mapping[str, Any] | str | Path,
+    *,
+    global_batch: int,
+    seq_len: int = DEFAULT_SEQ_LEN,
+    precision: str = "bf16",
+    objective: Objective = "time",
+    top: int = 5,
+    flash_attention: bool = True,
+    backend: Backend = "any",
+    rules: Sequence[str | Path] | RuleSet = (),
+) -> Plan:
+    """Plan `model` on `cluster`: the fastest layout that fits (objective `time`) or the
+    smallest (`memory`), the best `top`, the rejections by reason and, when nothing fits, the
+    closest candidate with advice. `backend` limits the search to what Megatron-LM or DeepSpeed
+    runs; `rules` layers rule directories over the built-in ones (or is a loaded RuleSet)."""
+    ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
+    spec, machines = load_model_spec(model), load_cluster_spec(cluster)
+    proposals = proposals_for(spec, machines, ruleset, seq_len)
+    settings: dict[str, object] = {}
+    for proposal in proposals:
+        settings.update(proposal.settings)
+    request = Request(
+        spec, machines, global_batch, seq_len, precision, objective, top,  # type: ignore[arg-type]
+        flash_attention, SearchOptions.from_settings(settings, backend),
+    )  # fmt: skip
+    planner = Planner(ruleset)
+    result = planner.plan(request)
+    if not result.feasible:
+        result = result.model_copy(update={"advice": advise(planner, request, result)})
+    return Plan(result=result, model=spec, cluster=machines, proposals=proposals)
+
+
+def advise(planner: Planner, request: Request, result: PlanResult) -> list[Advice]:
+    """For an infeasible result: each single change to the closest candidate, re-estimated,
+    then the first multiple of the GPUs at which a plan fits."""
+    closest = result.chosen.plan
+    changes: list[tuple[str, dict[str, Any]]] = [
+        ("ZeRO-3", {"zero_stage": 3, "distributed_optimizer": False}),
+        ("full recomputation", {"recompute": "full"}),
+        ("micro-batch 1", {"mbs": 1, "grad_accum": closest.global_batch // closest.dp}),
+        ("sequence parallelism", {"sequence_parallel": True}),
+    ]
+    advice = []
+    for label, change in changes:
+        current = {k: getattr(closest, k) for k in change}
+        if current != change and not (label == "sequence parallelism" and closest.tp == 1):
+            advice.append(_try_change(planner, request, closest, label, change))
+    return [*advice, _more_gpus(planner, request, result.chosen)]
+
+
+def _try_change(
+    planner: Planner, request: Request, closest: Layout, label: str, change: dict[str, Any]
+) -> Advice:
+    try:
+        layout = Layout(**{**closest.model_dump(), **change})
+    except ValidationError as exc:
+        reason = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
+        return Advice(change=label, fits=False, memory_total=None, note=f"{label}: {reason}")
+    env = planner.cost.base_env(
+        request.spec, request.cluster, global_batch=layout.global_batch, seq_len=layout.seq_len,
+        precision=layout.precision, flash_attention=request.flash_attention,
+    )  # fmt: skip
+    env.update(planner.cost.plan_env(layout))
+    invalid = [v for v in planner.constraints.check(env, "layout") if v.severity == "invalid"]
+    if invalid:
+        note = f"{label}: not possible with this layout ({invalid[0].reason})"
+        return Advice(change=label, fits=False, memory_total=None, note=note)
+    figures = planner.cost.figures(env)
+    env.update(estimate_env(figures))
+    fits = not planner.constraints.check(env, "estimate")
+    total, capacity = figures["memory_total"], figures["memory_capacity"]
+    verdict = "fits" if fits else f"still {(total - capacity) / GIB:.1f} GiB over"
+    note = f"{label}: {total / GIB:.1f} GiB per GPU of {capacity / GIB:.1f} GiB, {verdict}"
+    return Advice(change=label, fits=fits, memory_total=round(total), note=note)
+
+
+def _more_gpus(planner: Planner, request: Request, closest: Estimate) -> Advice:
+    """Re-plan on more GPUs: the closest candidate's memory over capacity, rounded up to a
+    power of two, is the first multiple tried, then ADVICE_GPU_TRIES - 1 doublings."""
+    world = request.cluster.num_gpus
+    ratio = closest.memory.total / closest.memory.capacity
+    factor = 1 << max(1, math.ceil(ratio) - 1).bit_length()
+    for _ in range(ADVICE_GPU_TRIES):
+        data = {**request.cluster.model_dump(), "num_gpus": world * factor}
+        try:
+            bigger = Cluster.model_validate({**data, "name": f"{request.cluster.name}x{factor}"})
+            found = planner.plan(replace(request, cluster=bigger, top=1))
+        except (ValidationError, PlanError):
+            found = None
+        if found is not None and found.feasible:
+            p = found.chosen.plan
+            note = (
+                f"{world * factor} GPUs: dp={p.dp} tp={p.tp} pp={p.pp} fits with "
+                f"{found.chosen.memory.total / GIB:.1f} GiB per GPU"
+            )
+            return Advice(
+                change=f"{world * factor} GPUs", fits=True,
+                memory_total=found.chosen.memory.total, note=note,
+            )  # fmt: skip
+        factor *= 2
+    note = f"more GPUs: nothing fits even on {world * factor // 2} GPUs at this batch size"
+    return Advice(change="more GPUs", fits=False, memory_total=None, note=note)
+
+
+class CheckReport(BaseModel):
+    """`parplan check`: a layout's broken rules, its estimate, and a better plan if any."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    model: ModelSpec
+    cluster: Cluster
+    estimate: Estimate
+    violations: list[Violation]
+    better: Estimate | None  # the planner's choice when it is faster (or the layout cannot run)
+
+    @property
+    def runnable(self) -> bool:
+        """No `invalid` rule is broken."""
+        return not any(v.severity == "invalid" for v in self.violations)
+
+    def contract(self) -> dict[str, Any]:
+        """JSON: the estimate, the violations, fits / by how much, and the better plan."""
+        memory = self.estimate.memory
+        return {
+            **self.estimate.contract(),
+            "violations": [dataclasses.asdict(v) for v in self.violations],
+            "runnable": self.runnable,
+            "over_capacity_bytes": max(0, memory.total - memory.capacity),
+            "better": None if self.better is None else self.better.contract(),
+        }
+
+
+def check(
+    model: ModelSpec | str | Path,
+    cluster: Cluster | Mapping[str, Any] | str | Path,
+    layout: Layout,
+    *,
+    rules: Sequence[str | Path] = (),
+    flash_attention: bool = True,
+) -> CheckReport:
+    """Check an existing layout: every rule it breaks, its estimate (also when it cannot run),
+    and the planner's choice for the same batch when that is faster."""
+    spec, machines, ruleset = load_model_spec(model), load_cluster_spec(cluster), load_rules(rules)
+    planner = Planner(ruleset)
+    env = planner.cost.base_env(
+        spec, machines, global_batch=layout.global_batch, seq_len=layout.seq_len,
+        precision=layout.precision, flash_attention=flash_attention,
+    )  # fmt: skip
+    env.update(planner.cost.plan_env(layout))
+    figures = planner.cost.figures(env)
+    env.update(estimate_env(figures))
+    violations = planner.constraints.check(env)
+    estimate = estimate_from_figures(layout, figures)
+    try:
+        best = plan(
+            spec, machines, global_batch=layout.global_batch, seq_len=layout.seq_len,
+            precision=layout.precision, flash_attention=flash_attention, top=1, rules=ruleset,
+        )  # fmt: skip
+    except PlanError:
+        best = None
+    better = None
+    if best is not None and best.feasible:
+        ok = not violations
+        if not ok or best.chosen.time.step_s < estimate.time.step_s:
+            better = best.chosen
+    return CheckReport(
+        model=spec, cluster=machines, estimate=estimate, violations=violations, better=better
+    )

@@ -1,0 +1,392 @@
+"""`parplan plan` and `parplan check`: choose a layout, or check one a user already has.
+
+A thin shell over `api` and `planner`; heavy modules are imported inside the handlers so that
+`parplan --help` stays fast. Existing layouts are read from a DeepSpeed ds_config.json or a
+Megatron-LM argument file by `layout_files`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from parplan_gen.cli_common import (
+    add_cluster_options,
+    add_rules_option,
+    cluster_from_args,
+    positive_int,
+)
+from parplan_gen.render_cli import add_render_options, write_plan_files
+
+if TYPE_CHECKING:
+    from parplan_gen.api import Plan
+    from parplan_gen.estimate import Estimate
+    from parplan_gen.planner import PlanResult
+
+GIB = 1024**3
+DEFAULT_SEQ_LEN = 2048  # api.DEFAULT_SEQ_LEN, repeated so that --help imports nothing heavy
+PLAN_EXAMPLE = (
+    "example:\n"
+    "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --seq-len 8192\n"
+    "  parplan plan llama-3-405b --gpus 16384 --gpu h100 --global-batch 2048 --seq-len 8192 "
+    "--json\n"
+    "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --out plan/"
+)
+CHECK_EXAMPLE = (
+    "example:\n"
+    "  parplan check llama-3-70b --gpus 64 --gpu h100 --tp 8 --pp 2 --mbs 1 --global-batch 256\n"
+    "  parplan check llama-3-8b --gpus 8 --gpu h100 --from-deepspeed ds_config.json\n"
+    "  parplan check llama-3-70b --gpus 64 --gpu h100 --from-megatron train_args.sh"
+)
+
+
+def add_plan_commands(sub: Any) -> None:
+    """Register `plan` and `check` on the CLI's subparsers."""
+    plan = sub.add_parser(
+        "plan",
+        help="search every layout, keep what fits, pick the fastest, explain why",
+        description="Search every parallel layout of the model on the cluster, reject those "
+        "that break a constraint rule or do not fit, rank the rest by estimated step time "
+        "(or memory) and show the best, the runners-up and what was rejected and why. When "
+        "nothing fits, the closest candidate is shown with advice.",
+        epilog=PLAN_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_request_options(plan)
+    plan.add_argument("--objective", choices=("time", "memory"), default="time")
+    plan.add_argument("--top", type=positive_int, default=5, metavar="K", help="candidates shown")
+    plan.add_argument("--json", action="store_true", help="print JSON (the plan contract)")
+    plan.add_argument("--out", metavar="DIR", help="write plan.json and the launch files into DIR")
+    add_render_options(plan)
+    plan.set_defaults(handler=_cmd_plan)
+
+    check = sub.add_parser(
+        "check",
+        help="pre-flight check of a layout you already have",
+        description="Check a layout against the constraint rules, predict its memory against "
+        "the GPU's and its throughput, and show a better plan if the planner finds one. "
+        "Exit code 1 when the layout cannot run (an `invalid` rule), else 0.",
+        epilog=CHECK_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument("model", metavar="MODEL", help="preset name or a Hugging Face config.json")
+    add_cluster_options(check)
+    _add_layout_options(check)
+    add_rules_option(check)
+    check.add_argument("--json", action="store_true", help="print JSON")
+    check.set_defaults(handler=_cmd_check)
+
+
+def _add_request_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", help="preset name or a Hugging Face config.json")
+    add_cluster_options(parser)
+    group = parser.add_argument_group("training")
+    group.add_argument("--global-batch", type=positive_int, required=True, metavar="B")
+    group.add_argument("--seq-len", type=positive_int, default=DEFAULT_SEQ_LEN, metavar="S")
+    group.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16")
+    group.add_argument(
+        "--backend",
+        choices=("any", "megatron", "deepspeed"),
+        default="any",
+        help="search only what Megatron-LM (distributed optimizer) or DeepSpeed (ZeRO) runs",
+    )
+    group.add_argument(
+        "--no-flash-attention", action="store_true", help="attention scores are stored"
+    )
+    add_rules_option(parser)
+
+
+def _add_layout_options(parser: argparse.ArgumentParser) -> None:
+    """Layout flags; unset ones come from --from-* files, then from the defaults."""
+    group = parser.add_argument_group("layout (flags override --from-* files)")
+    for flag, what in (
+        ("--tp", "tensor-parallel size (default 1)"),
+        ("--pp", "pipeline-parallel size (default 1)"),
+        ("--dp", "data-parallel size (default: GPUs / (tp*pp*cp))"),
+        ("--cp", "context-parallel size (default 1)"),
+        ("--ep", "expert-parallel size (default 1)"),
+        ("--vpp", "model chunks per pipeline rank (default 1)"),
+        ("--mbs", "micro-batch size (default 1)"),
+        ("--global-batch", "sequences per optimizer step"),
+        ("--seq-len", f"tokens per sequence (default {DEFAULT_SEQ_LEN})"),
+    ):
+        group.add_argument(flag, type=positive_int, default=None, help=what)
+    zero = group.add_mutually_exclusive_group()
+    zero.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage")
+    zero.add_argument("--distributed-optimizer", action="store_true", default=None)
+    group.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
+    group.add_argument("--sequence-parallel", action="store_true", default=None)
+    group.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default=None)
+    group.add_argument("--no-flash-attention", action="store_true")
+    group.add_argument("--from-deepspeed", metavar="FILE", help="read a DeepSpeed ds_config.json")
+    group.add_argument("--from-megatron", metavar="FILE", help="read Megatron-LM arguments")
+
+
+# ---- plan --------------------------------------------------------------------------------------
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from parplan_gen.api import plan
+
+    result = plan(
+        args.model,
+        cluster_from_args(args),
+        global_batch=args.global_batch,
+        seq_len=args.seq_len,
+        precision=args.precision,
+        objective=args.objective,
+        top=args.top,
+        flash_attention=not args.no_flash_attention,
+        backend=args.backend,
+        rules=args.rules,
+    )
+    if args.out:
+        write_plan_files(result.document(), args.out, args, stream=sys.stderr)
+    if args.json:
+        sys.stdout.write(json.dumps(result.result.contract(), indent=2) + "\n")
+    else:
+        sys.stdout.write(plan_text(result))
+    return 0
+
+
+def plan_text(plan: Plan) -> str:
+    """The human view of `parplan plan`."""
+    from parplan_gen.estimate_view import layout_line, memory_lines, time_lines
+
+    r, spec, cluster = plan.result, plan.model, plan.cluster
+    layout = r.chosen.plan
+    lines = [
+        f"{spec.name} ({spec.total_params() / 1e9:.2f}B params) on {cluster.num_gpus} x "
+        f"{cluster.gpu.name}, global batch {layout.global_batch} x {layout.seq_len} tokens, "
+        f"objective {r.objective}",
+        "",
+        ("Chosen: " if r.feasible else "NOTHING FITS. Closest candidate: ") + layout_line(r.chosen),
+        "",
+        "Memory per GPU (most loaded stage)",
+        *memory_lines(r.chosen),
+        "",
+        "Time per step",
+        *time_lines(r.chosen),
+        "",
+        _throughput_line(r.chosen),
+        "",
+        f"Top {len(r.candidates)}" + ("" if r.feasible else " (none fits; least memory first)"),
+        _candidates_table(r),
+        *_rejected_lines(r),
+    ]
+    if r.advice:
+        lines += ["", "What would make it fit:", *(f"  - {a.note}" for a in r.advice)]
+    return "\n".join(lines) + "\n"
+
+
+def _throughput_line(estimate: Estimate) -> str:
+    th = estimate.throughput
+    return (
+        f"Throughput: {th.tokens_per_s:,.0f} tokens/s, {th.model_tflops_per_gpu:.1f} model "
+        f"TFLOP/s per GPU, MFU {th.mfu:.1%}"
+    )
+
+
+def _candidates_table(result: PlanResult) -> str:
+    from parplan_gen.estimate_view import layout_line
+    from parplan_gen.textview import table
+
+    rows = [
+        [
+            str(i),
+            f"{c.time.step_s:.3f}",
+            f"{c.throughput.mfu:.1%}",
+            f"{c.memory.total / GIB:.1f}",
+            layout_line(c),
+        ]
+        for i, c in enumerate(result.candidates, 1)
+    ]
+    return table(["#", "step s", "MFU", "GiB/GPU", "layout"], rows, right={0, 1, 2, 3})
+
+
+def _rejected_lines(result: PlanResult) -> list[str]:
+    total = sum(result.rejected.values())
+    lines = [
+        "",
+        f"Searched {result.searched:,} candidates ({result.evaluated:,} estimated by the cost "
+        f"model); rejected {total:,}, by reason:",
+    ]
+    lines += [f"  {n:>10,}  {reason}" for reason, n in result.rejected.items()]
+    return lines
+
+
+# ---- check -------------------------------------------------------------------------------------
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from parplan_gen.api import check, load_model_spec
+    from parplan_gen.layout import build_layout
+
+    spec, cluster = load_model_spec(args.model), cluster_from_args(args)
+    values = layout_values(args, spec.num_layers)
+    accum = values.pop("grad_accum", None)
+    layout = build_layout(cluster.num_gpus, **values)
+    if accum is not None and accum != layout.grad_accum:
+        from parplan_gen.errors import InputError
+
+        raise InputError(
+            f"{args.from_deepspeed}: gradient_accumulation_steps({accum}) != global batch("
+            f"{layout.global_batch}) / (mbs({layout.mbs}) * dp({layout.dp})) = {layout.grad_accum}"
+        )
+    report = check(
+        spec, cluster, layout, rules=args.rules, flash_attention=not args.no_flash_attention
+    )
+    if args.json:
+        sys.stdout.write(json.dumps(report.contract(), indent=2) + "\n")
+    else:
+        sys.stdout.write(check_text(report))
+    return 1 if any(v.severity == "invalid" for v in report.violations) else 0
+
+
+def check_text(report: Any) -> str:
+    """The human view of `parplan check`."""
+    from parplan_gen.estimate_view import estimate_text, layout_line
+
+    lines = [estimate_text(report.model, report.cluster, report.estimate).rstrip("\n"), ""]
+    if report.violations:
+        lines.append("Constraints broken:")
+        lines += [f"  - {v.describe()}" for v in report.violations]
+    else:
+        lines.append("Constraints: all met")
+    better = report.better
+    if better is None:
+        lines.append("Better plan: none found (the planner does not beat this layout)")
+    else:
+        mine, theirs = report.estimate.time.step_s, better.time.step_s
+        gain = f", {mine / theirs:.2f}x faster" if report.runnable and theirs > 0 else ""
+        lines.append(f"Better plan: {layout_line(better)} ({theirs:.3f} s per step{gain})")
+    return "\n".join(lines) + "\n"
+
+
+# ---- reading existing layouts ------------------------------------------------------------------
+
+# Megatron-LM argument -> layout field (value arguments) and switches -> (field, value).
+MEGATRON_VALUES = {
+    "--tensor-model-parallel-size": "tp",
+    "--pipeline-model-parallel-size": "pp",
+    "--context-parallel-size": "cp",
+    "--expert-model-parallel-size": "ep",
+    "--micro-batch-size": "mbs",
+    "--global-batch-size": "global_batch",
+    "--seq-length": "seq_len",
+    "--num-virtual-stages-per-pipeline-rank": "vpp",
+    "--virtual-pipeline-model-parallel-size": "vpp",
+    "--num-layers-per-virtual-pipeline-stage": "layers_per_virtual_stage",
+    "--recompute-granularity": "recompute",
+    "--fp8-format": "precision",
+}
+MEGATRON_SWITCHES = {
+    "--sequence-parallel": ("sequence_parallel", True),
+    "--use-distributed-optimizer": ("distributed_optimizer", True),
+    "--recompute-activations": ("recompute", "selective"),
+    "--bf16": ("precision", "bf16"),
+    "--fp16": ("precision", "fp16"),
+}
+LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "global_batch", "seq_len")
+
+
+def layout_values(args: argparse.Namespace, num_layers: int) -> dict[str, Any]:
+    """Layout fields: the defaults, then the --from-* files, then the explicit flags."""
+    from parplan_gen.errors import UsageError
+
+    values: dict[str, Any] = {"tp": 1, "pp": 1, "seq_len": DEFAULT_SEQ_LEN}
+    if args.from_deepspeed:
+        values.update(deepspeed_values(args.from_deepspeed))
+    if args.from_megatron:
+        values.update(megatron_values(args.from_megatron, num_layers))
+    flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}
+    flags.update(
+        {k: getattr(args, k) for k in ("recompute", "precision", "sequence_parallel")
+         if getattr(args, k) is not None}
+    )  # fmt: skip
+    if args.zero is not None:
+        flags.update(zero_stage=args.zero, distributed_optimizer=False)
+    if args.distributed_optimizer:
+        flags.update(distributed_optimizer=True, zero_stage=0)
+    values.update(flags)
+    if "global_batch" not in values:
+        raise UsageError("give --global-batch (or a file that sets it)")
+    return values
+
+
+def deepspeed_values(path: str) -> dict[str, Any]:
+    """Batch, ZeRO stage and precision of a DeepSpeed ds_config.json."""
+    from parplan_gen.source import load_document
+
+    doc = load_document(path)
+    data = doc.data if isinstance(doc.data, dict) else {}
+    out: dict[str, Any] = {}
+    for key, field in (
+        ("train_batch_size", "global_batch"),
+        ("train_micro_batch_size_per_gpu", "mbs"),
+        ("gradient_accumulation_steps", "grad_accum"),
+    ):
+        if key in data:
+            out[field] = _whole(doc, (key,), data[key])
+    zero = data.get("zero_optimization", {})
+    if isinstance(zero, dict) and "stage" in zero:
+        out["zero_stage"] = _whole(doc, ("zero_optimization", "stage"), zero["stage"])
+    for precision in ("bf16", "fp16"):
+        section = data.get(precision)
+        if isinstance(section, dict) and section.get("enabled") is True:
+            out["precision"] = precision
+    return out
+
+
+def _whole(doc: Any, path: tuple[str, ...], value: Any) -> int:
+    from parplan_gen.errors import InputError
+
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        hint = " (the HF Trainer fills 'auto'; give the value as a flag)" if value == "auto" else ""
+        raise InputError(f"expected a whole number, got {value!r}{hint}", doc.ref(path))
+    return value
+
+
+def megatron_values(path: str, num_layers: int) -> dict[str, Any]:
+    """Layout fields set by a Megatron-LM argument list or launch script (other args ignored)."""
+    import shlex
+
+    from parplan_gen.errors import InputError, SourceRef
+    from parplan_gen.source import read_text
+
+    words = shlex.split(read_text(path).replace("\\\n", " "), comments=True)
+    out: dict[str, Any] = {}
+    for i, word in enumerate(words):
+        flag, eq, inline = word.partition("=")
+        if flag in MEGATRON_SWITCHES:
+            key, value = MEGATRON_SWITCHES[flag]
+            out[key] = value
+        elif flag in MEGATRON_VALUES:
+            raw = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
+            out[MEGATRON_VALUES[flag]] = _megatron_value(flag, raw, SourceRef(path))
+    if out.get("precision") in ("e4m3", "hybrid"):
+        out["precision"] = "fp8"
+    per_chunk = out.pop("layers_per_virtual_stage", None)
+    if per_chunk is not None:
+        stages = out.get("pp", 1)
+        if num_layers % (stages * per_chunk):
+            raise InputError(
+                f"--num-layers-per-virtual-pipeline-stage {per_chunk}: {num_layers} layers do not "
+                f"divide by pp({stages}) x {per_chunk}",
+                SourceRef(path),
+            )
+        out["vpp"] = num_layers // (stages * per_chunk)
+    return out
+
+
+def _megatron_value(flag: str, raw: str, where: Any) -> Any:
+    from parplan_gen.errors import InputError
+
+    if flag in ("--recompute-granularity", "--fp8-format"):
+        return raw
+    if not raw.isdigit() or int(raw) < 1:
+        hint = " (shell variables are not expanded)" if "$" in raw else ""
+        raise InputError(f"{flag} needs a whole number >= 1, got {raw!r}{hint}", where)
+    return int(raw)

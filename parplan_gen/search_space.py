@@ -1,0 +1,171 @@
+"""The planner's candidate space: which layouts exist to be searched, and one request.
+
+This module owns what a candidate is made of and how the sizes are enumerated: every
+dp * tp * pp * cp = world size (ep, for a mixture of experts, a divisor of dp), vpp = 1 or a
+divisor (> 1) of a stage's layers, micro-batch sizes that are powers of two up to the
+per-replica batch, and the memory options: DeepSpeed ZeRO 0-3 or Megatron's distributed
+optimizer, recomputation none / selective / full, sequence parallelism when tp > 1.
+Which of these may run is for the constraint rules to say, not for this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from parplan_gen.hardware import Cluster
+from parplan_gen.layout import Layout, Precision
+from parplan_gen.model_spec import ModelSpec
+
+Objective = Literal["time", "memory"]
+# (zero_stage, distributed_optimizer): DeepSpeed ZeRO 0-3, then Megatron's distributed optimizer
+OPTIMIZERS: tuple[tuple[int, bool], ...] = (
+    (0, False),
+    (1, False),
+    (2, False),
+    (3, False),
+    (0, True),
+)
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")  # least to most recomputation
+PLAN_FIELDS = (
+    "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum",
+    "zero_stage", "distributed_optimizer", "sequence_parallel", "recompute",
+)  # fmt: skip
+
+Backend = Literal["any", "megatron", "deepspeed"]
+# Optimizer sharding each backend runs: Megatron-LM has its distributed optimizer, DeepSpeed ZeRO.
+BACKEND_OPTIMIZERS: dict[str, tuple[tuple[int, bool], ...]] = {
+    "any": OPTIMIZERS,
+    "megatron": ((0, False), (0, True)),
+    "deepspeed": tuple(o for o in OPTIMIZERS if not o[1]),
+}
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Which optional parts of the candidate space are searched."""
+
+    interleave: bool = True  # try vpp > 1
+    sequence_parallel_fixed: bool = False  # True: sequence parallelism exactly when tp > 1
+    # `deepspeed`: ZeRO only, and no context parallelism or interleaving (DeepSpeed has
+    # neither); `megatron`: the distributed optimizer instead of ZeRO.
+    backend: Backend = "any"
+
+    @property
+    def optimizers(self) -> tuple[tuple[int, bool], ...]:
+        """(zero_stage, distributed_optimizer) pairs searched."""
+        return BACKEND_OPTIMIZERS[self.backend]
+
+    @classmethod
+    def from_settings(
+        cls, settings: Mapping[str, object], backend: Backend = "any"
+    ) -> SearchOptions:
+        """Options seeded by the rules engine's proposals (their merged `settings`).
+
+        `sequence_parallel: true` (the seed's tensor proposal) fixes sequence parallelism on
+        whenever tp > 1 instead of trying both; `pipeline_schedule: 'interleaved_1f1b'` (the
+        seed's pipeline proposal) lets interleaving in, which is otherwise not searched. The
+        seed's dp, pp and micro_batches settings are a graph heuristic's small guesses; every
+        factorisation is searched instead.
+        """
+        return cls(
+            interleave=settings.get("pipeline_schedule") == "interleaved_1f1b",
+            sequence_parallel_fixed=settings.get("sequence_parallel") is True,
+            backend=backend,
+        )
+
+
+@dataclass(frozen=True)
+class Request:
+    """One planning request."""
+
+    spec: ModelSpec
+    cluster: Cluster
+    global_batch: int
+    seq_len: int
+    precision: Precision = "bf16"
+    objective: Objective = "time"
+    top: int = 5
+    flash_attention: bool = True
+    options: SearchOptions = SearchOptions()
+
+
+class MemoryOption(NamedTuple):
+    """How a candidate saves memory: optimizer sharding, sequence parallelism, recomputation."""
+
+    zero_stage: int
+    distributed_optimizer: bool
+    sequence_parallel: bool
+    recompute: str
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of n, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def structures(
+    world: int, moe: bool, options: SearchOptions
+) -> Iterator[tuple[int, int, int, int, int]]:
+    """Every (dp, tp, pp, cp, ep) with dp * tp * pp * cp = world; ep divides dp (MoE only)."""
+    for tp in divisors(world):
+        for pp in divisors(world // tp):
+            for cp in divisors(world // (tp * pp)) if options.backend != "deepspeed" else [1]:
+                dp = world // (tp * pp * cp)
+                for ep in divisors(dp) if moe else (1,):
+                    yield dp, tp, pp, cp, ep
+
+
+def vpp_options(layers: int, pp: int, options: SearchOptions) -> list[int]:
+    """1, and with interleaving every divisor > 1 of a stage's (rounded-up) layer count."""
+    interleave = options.interleave and options.backend != "deepspeed"
+    return divisors(-(-layers // pp)) if pp > 1 and interleave else [1]
+
+
+def mbs_options(global_batch: int, dp: int) -> list[int]:
+    """Powers of two up to the per-replica batch (at least 1)."""
+    limit = max(1, global_batch // dp)
+    return [1 << i for i in range(limit.bit_length())]
+
+
+def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
+    """Optimizer sharding x sequence parallelism x recomputation (innermost, least first)."""
+    sp_choices = (
+        [False] if tp == 1 else [True] if options.sequence_parallel_fixed else [False, True]
+    )
+    return [
+        MemoryOption(zero, dist, sp, recompute)
+        for zero, dist in options.optimizers
+        for sp in sp_choices
+        for recompute in RECOMPUTE
+    ]
+
+
+def stage_layers(layers: int, pp: int, vpp: int = 1) -> tuple[int, int, int]:
+    """Layers on the (first, each middle, last) pipeline stage.
+
+    An even split when pp * vpp divides the layers; otherwise every middle stage gets the
+    rounded-up share (a multiple of vpp) and the first and last share the rest, the first the
+    larger half (the last also computes the logits and the loss): the split that
+    rules/constraints/megatron.yaml (`mg_stage_layers`) checks. ValueError when impossible.
+    """
+    if layers % (pp * vpp) == 0:
+        return (layers // pp,) * 3  # type: ignore[return-value]
+    middle = vpp * -(-layers // (pp * vpp))
+    edge = layers - middle * (pp - 2)
+    last = vpp * (edge // (2 * vpp))
+    first = edge - last
+    if pp < 2 or last < vpp or first % vpp or first > middle:
+        raise ValueError(f"{layers} layers do not split over pp({pp}) x vpp({vpp}) stages")
+    return first, middle, last
+
+
+def layout_of(plan: tuple[Any, ...], request: Request) -> Layout:
+    """The Layout a plan tuple describes."""
+    values = dict(zip(PLAN_FIELDS, plan, strict=True))
+    return Layout(
+        **values, global_batch=request.global_batch, seq_len=request.seq_len,
+        precision=request.precision,
+    )  # fmt: skip

@@ -1,0 +1,240 @@
+"""Constraint rules (rules/constraints/megatron.yaml) and their evaluation (constraints.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parplan_gen.constraints import Constraints, estimate_env, phase_of, violation
+from parplan_gen.errors import FormulaError
+from parplan_gen.estimate import CostModel
+from parplan_gen.hardware import cluster_from_flags
+from parplan_gen.presets import load_preset
+from parplan_gen.ruleset import RuleSet, load_rules
+from parplan_gen.search_space import stage_layers
+
+PLAN_DEFAULTS: dict[str, Any] = {
+    "plan.dp": 8, "plan.tp": 1, "plan.pp": 1, "plan.cp": 1, "plan.ep": 1, "plan.vpp": 1,
+    "plan.mbs": 1, "plan.grad_accum": 64, "plan.zero_stage": 0,
+    "plan.distributed_optimizer": False, "plan.sequence_parallel": False, "plan.recompute": "none",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rules() -> RuleSet:
+    return load_rules()
+
+
+def env_for(
+    rules: RuleSet,
+    model: str = "llama-3-8b",
+    gpus: int = 8,
+    gpu: str = "h100",
+    *,
+    global_batch: int = 512,
+    seq_len: int = 4096,
+    precision: str = "bf16",
+    **plan: Any,
+) -> dict[str, Any]:
+    """model.*, cluster.*, train.* of a real preset and cluster, plus plan.* values."""
+    env = CostModel(rules).base_env(
+        load_preset(model),
+        cluster_from_flags(gpus, gpu),
+        global_batch=global_batch,
+        seq_len=seq_len,
+        precision=precision,
+    )
+    env.update(PLAN_DEFAULTS)
+    env.update({f"plan.{k}": v for k, v in plan.items()})
+    return env
+
+
+def broken(rules: RuleSet, env: dict[str, Any]) -> dict[str, str]:
+    """rule id -> rendered reason of every rule `env` breaks (layout phase)."""
+    return {v.rule_id: v.reason for v in Constraints(rules).check(env, "layout")}
+
+
+# Each rule: an environment that breaks it, and the exact reason it gives.
+CASES = [
+    (
+        "parallel.heads_divisible_by_tp",
+        {"tp": 3},
+        {},
+        "attention heads (32) do not divide by tp (3)",
+    ),
+    (
+        "parallel.kv_heads_divisible_by_tp",
+        {"tp": 16},
+        {"gpus": 16},
+        "key/value heads (8) do not divide by tp (16)",
+    ),
+    ("parallel.ffn_divisible_by_tp", {"tp": 3}, {}, "MLP width (14336) does not divide by tp (3)"),
+    (
+        "parallel.tp_within_node",
+        {"tp": 16},
+        {"gpus": 16},
+        "tp (16) spans more than one node (8 GPUs per node)",
+    ),
+    (
+        "parallel.sequence_parallel_needs_tp",
+        {"sequence_parallel": True},
+        {},
+        "sequence parallelism needs tp > 1",
+    ),
+    (
+        "batch.divisible",
+        {"dp": 8, "mbs": 3},
+        {},
+        "global batch (512) does not divide by mbs x dp",
+    ),
+    (
+        "batch.micro_batch_limit",
+        {"mbs": 32},
+        {},
+        "micro-batch above 16 sequences (not searched)",
+    ),
+    (
+        "pipeline.layers_split",
+        {"pp": 8, "vpp": 3},
+        {},
+        "layers (32) do not split over pp (8) x vpp (3) stages, not even with smaller first and "
+        "last stages",
+    ),
+    ("pipeline.interleave_needs_pp", {"vpp": 2}, {}, "interleaving (vpp 2) needs pp > 1"),
+    (
+        "pipeline.interleave_microbatches",
+        {"pp": 4, "vpp": 2, "grad_accum": 6},
+        {},
+        "interleaving needs the micro-batches per step to be a multiple of pp (4)",
+    ),
+    (
+        "context.seq_divisible",
+        {"cp": 3},
+        {"seq_len": 4096},
+        "sequence length (4096) is not a multiple of 2 x cp (3)",
+    ),
+    ("experts.need_moe", {"ep": 2}, {}, "expert parallelism needs a mixture-of-experts model"),
+    (
+        "experts.divisible_by_ep",
+        {"ep": 3},
+        {"model": "mixtral-8x7b"},
+        "experts (8) do not divide by ep (3)",
+    ),
+    (
+        "experts.not_fp16",
+        {"ep": 2},
+        {"model": "mixtral-8x7b", "precision": "fp16"},
+        "expert parallelism does not support fp16",
+    ),
+    (
+        "zero.no_pipeline_above_stage1",
+        {"zero_stage": 3, "pp": 2},
+        {},
+        "ZeRO-3 does not work with pipeline parallelism",
+    ),
+    (
+        "zero.no_interleaving",
+        {"zero_stage": 1, "pp": 4, "vpp": 2, "grad_accum": 8},
+        {},
+        "DeepSpeed ZeRO plans have no interleaved pipeline schedule",
+    ),
+    (
+        "zero.no_context_parallel",
+        {"zero_stage": 1, "cp": 2},
+        {},
+        "DeepSpeed ZeRO plans have no context parallelism",
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "plan", "request_", "reason"), CASES)
+def test_each_rule_gives_its_exact_reason(
+    rules: RuleSet, rule_id: str, plan: dict[str, Any], request_: dict[str, Any], reason: str
+) -> None:
+    found = broken(rules, env_for(rules, **request_, **plan))
+    assert found.get(rule_id) == reason
+
+
+def test_every_layout_rule_has_a_case_and_a_source(rules: RuleSet) -> None:
+    layout_rules = {c.rule.id for c in Constraints(rules).layout}
+    assert layout_rules == {case[0] for case in CASES}
+    assert all(c.rule.source for c in rules.constraints)
+
+
+def test_a_sound_layout_breaks_nothing(rules: RuleSet) -> None:
+    env = env_for(rules, dp=2, tp=4, sequence_parallel=True, grad_accum=256)
+    assert broken(rules, env) == {}
+
+
+def test_memory_rule_runs_after_the_cost_model(rules: RuleSet) -> None:
+    constraints = Constraints(rules)
+    memory = next(c for c in rules.constraints if c.rule.id == "memory.fits")
+    assert phase_of(memory) == "estimate"
+    assert constraints.figures == {"memory_total", "memory_capacity"}
+    env = env_for(rules)
+    env.update(estimate_env({"memory_total": 90 * 2**30, "memory_capacity": 80 * 2**30}))
+    [found] = constraints.check(env, "estimate")
+    assert (found.rule_id, found.severity) == ("memory.fits", "reject")
+    assert found.reason == "does not fit in GPU memory (80 GiB)"
+    assert found.describe() == "does not fit in GPU memory (80 GiB) [memory.fits, reject]"
+
+
+def test_llama3_405b_on_16_stages_uses_uneven_first_and_last_stages(rules: RuleSet) -> None:
+    env = env_for(rules, "llama-3-405b", 16384, global_batch=2048, pp=16, tp=8, dp=128)
+    assert "pipeline.layers_split" not in broken(rules, env)
+    assert stage_layers(126, 16) == (7, 8, 7)  # Llama 3 Sec. 3.3.2: one layer less on each end
+
+
+def test_a_later_rules_dir_overrides_a_rule_by_id(rules: RuleSet, tmp_path: Path) -> None:
+    (tmp_path / "relax.yaml").write_text(
+        "constraints:\n"
+        "  - id: parallel.tp_within_node\n"
+        "    require: 'plan.tp <= 2 * cluster.gpus_per_node'\n"
+        "    reason: 'tp ({plan.tp}) spans more than two nodes'\n"
+        "    severity: reject\n",
+        encoding="utf-8",
+    )
+    relaxed = load_rules([tmp_path])
+    env = env_for(relaxed, "llama-3-70b", 16, tp=16, dp=1)
+    assert "parallel.tp_within_node" not in broken(relaxed, env)
+    assert "parallel.tp_within_node" in broken(rules, env_for(rules, "llama-3-70b", 16, tp=16))
+
+
+def test_a_formula_that_fails_names_the_rule(rules: RuleSet) -> None:
+    rule = next(c for c in rules.constraints if c.rule.id == "batch.divisible")
+    env = env_for(rules, mbs=0)
+    with pytest.raises(FormulaError, match=r"constraint 'batch\.divisible'"):
+        violation(rule, env)
+
+
+@settings(deadline=None)
+@given(layers=st.integers(1, 200), pp=st.integers(1, 64), vpp=st.integers(1, 8))
+def test_stage_layers_agrees_with_the_layers_rule(layers: int, pp: int, vpp: int) -> None:
+    rules, base = _rules_and_env()
+    env = {**base, "plan.pp": pp, "plan.vpp": vpp, "model.layers": layers}
+    allowed = "pipeline.layers_split" not in broken(rules, env)
+    try:
+        first, middle, last = stage_layers(layers, pp, vpp)
+    except ValueError:
+        assert not allowed
+        return
+    assert allowed
+    stages = [first, *[middle] * (pp - 2), last] if pp > 1 else [first]
+    assert sum(stages) == layers
+    assert all(s > 0 and s % vpp == 0 and s <= middle for s in stages)
+
+
+_CACHE: dict[str, Any] = {}
+
+
+def _rules_and_env() -> tuple[RuleSet, dict[str, Any]]:
+    """Loaded once for the hypothesis tests (a fixture would be shared across examples too,
+    but hypothesis refuses function-scoped fixtures)."""
+    if not _CACHE:
+        rules = load_rules()
+        _CACHE.update(rules=rules, env=env_for(rules))
+    return _CACHE["rules"], _CACHE["env"]

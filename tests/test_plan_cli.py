@@ -1,0 +1,146 @@
+"""`parplan plan` and `parplan check` through the real entry point."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from conftest import Run
+
+H100_8 = ("--gpus", "8", "--gpu", "h100")
+
+
+def test_plan_json_is_the_contract(cli: Callable[..., Run]) -> None:
+    run = cli("plan", "llama-2-7b", *H100_8, "--global-batch", "64", "--seq-len", "4096", "--json")
+    assert run.code == 0, run.err
+    data = run.json()
+    assert set(data) == {"chosen", "candidates", "rejected"}
+    assert set(data["chosen"]) == {"plan", "memory", "time", "throughput"}
+    assert data["candidates"][0] == data["chosen"]
+    assert all(isinstance(n, int) and n > 0 for n in data["rejected"].values())
+    plan = data["chosen"]["plan"]
+    assert plan["dp"] * plan["tp"] * plan["pp"] * plan["cp"] == 8
+    assert plan["mbs"] * plan["grad_accum"] * plan["dp"] == 64
+
+
+def test_plan_human_view_explains_the_choice(cli: Callable[..., Run]) -> None:
+    run = cli("plan", "llama-2-7b", *H100_8, "--global-batch", "64", "--top", "3")
+    assert run.code == 0, run.err
+    for text in ("Chosen: dp=", "Memory per GPU", "Time per step", "Top 3", "Searched "):
+        assert text in run.out
+    assert "does not fit in GPU memory (80 GiB)" in run.out
+
+
+def test_an_infeasible_plan_shows_the_closest_candidate_and_advice(cli: Callable[..., Run]) -> None:
+    run = cli("plan", "llama-3-70b", *H100_8, "--global-batch", "16", "--seq-len", "8192")
+    assert run.code == 0, run.err
+    assert "NOTHING FITS. Closest candidate: " in run.out
+    assert "What would make it fit:" in run.out
+    assert " GPUs: dp=" in run.out
+
+
+def test_plan_out_writes_plan_json_and_refuses_to_overwrite(
+    cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    args = ("plan", "llama-2-7b", *H100_8, "--global-batch", "64", "--out", tmp_path)
+    assert cli(*args).code == 0
+    assert (tmp_path / "plan.json").is_file()
+    assert cli(*args).code == 0  # the same plan again: nothing to overwrite
+    other = cli("plan", "llama-2-7b", *H100_8, "--global-batch", "32", "--out", tmp_path)
+    assert other.code == 1
+    assert "will not overwrite" in other.err and "plan.json" in other.err
+    assert "pass --force to replace them" in other.err
+    forced = cli(
+        "plan", "llama-2-7b", *H100_8, "--global-batch", "32", "--out", tmp_path, "--force"
+    )
+    assert forced.code == 0
+
+
+def test_plan_needs_a_global_batch(cli: Callable[..., Run]) -> None:
+    run = cli("plan", "llama-2-7b", *H100_8)
+    assert run.code == 2
+    assert "--global-batch" in run.err
+
+
+def test_check_lists_broken_rules_and_exits_1_when_the_layout_cannot_run(
+    cli: Callable[..., Run],
+) -> None:
+    run = cli("check", "llama-3-8b", *H100_8, "--tp", "3", "--global-batch", "64", "--json")
+    assert run.code == 1  # 8 GPUs do not divide by tp 3
+    assert "tp(3)" in run.err
+    run = cli("check", "llama-3-8b", *H100_8, "--tp", "8", "--global-batch", "64", "--mbs", "32")
+    assert run.code == 0  # a reject-level rule: it could run
+    assert (
+        "  - micro-batch above 16 sequences (not searched) [batch.micro_batch_limit, reject]"
+        in run.out
+    )
+    assert "global batch (64) does not divide by mbs x dp" not in run.out
+
+
+def test_check_json_reports_fit_and_a_better_plan(cli: Callable[..., Run]) -> None:
+    run = cli("check", "llama-2-7b", *H100_8, "--tp", "8", "--global-batch", "64", "--json")
+    assert run.code == 0, run.err
+    data = run.json()
+    assert data["runnable"] is True and data["violations"] == []
+    assert data["over_capacity_bytes"] == 0
+    assert data["better"]["time"]["step_s"] < data["time"]["step_s"]
+
+
+def test_check_reads_a_deepspeed_config(
+    cli: Callable[..., Run], write: Callable[..., Path]
+) -> None:
+    config = write(
+        "ds_config.json",
+        """
+        {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
+         "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 3},
+         "bf16": {"enabled": true}}
+        """,
+    )
+    run = cli("check", "llama-2-7b", *H100_8, "--from-deepspeed", config, "--json")
+    assert run.code == 0, run.err
+    plan = run.json()["plan"]
+    assert (plan["mbs"], plan["grad_accum"], plan["zero_stage"], plan["dp"]) == (2, 4, 3, 8)
+    wrong = cli("check", "llama-2-7b", *H100_8, "--from-deepspeed", config, "--tp", "2")
+    assert wrong.code == 1
+    assert "gradient_accumulation_steps(4) != global batch(64) / (mbs(2) * dp(4)) = 8" in wrong.err
+
+
+def test_check_reads_megatron_arguments(
+    cli: Callable[..., Run], write: Callable[..., Path]
+) -> None:
+    args = write(
+        "train.sh",
+        """
+        # launch
+        torchrun pretrain_gpt.py \\
+            --tensor-model-parallel-size 8 --pipeline-model-parallel-size 2 \\
+            --num-layers-per-virtual-pipeline-stage 5 --sequence-parallel \\
+            --micro-batch-size 1 --global-batch-size=128 --seq-length 4096 \\
+            --recompute-granularity selective --use-distributed-optimizer --bf16
+        """,
+    )
+    run = cli(
+        "check", "llama-3-70b", "--gpus", "64", "--gpu", "h100", "--from-megatron", args, "--json"
+    )
+    assert run.code == 0, run.err
+    plan = run.json()["plan"]
+    assert (plan["tp"], plan["pp"], plan["vpp"], plan["dp"], plan["global_batch"]) == (
+        8,
+        2,
+        8,
+        4,
+        128,
+    )
+    assert plan["sequence_parallel"] and plan["distributed_optimizer"]
+    assert plan["recompute"] == "selective"
+
+
+def test_check_refuses_shell_variables(cli: Callable[..., Run], write: Callable[..., Path]) -> None:
+    args = write("train.sh", "--tensor-model-parallel-size $TP --global-batch-size 64\n")
+    run = cli("check", "llama-3-8b", *H100_8, "--from-megatron", args)
+    assert run.code == 1
+    assert (
+        "--tensor-model-parallel-size needs a whole number >= 1, got '$TP' "
+        "(shell variables are not expanded)" in run.err
+    )

@@ -1,0 +1,296 @@
+"""The planner: search space, pruning against brute force, ranking, infeasible requests, API."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parplan_gen.api import Plan, check, plan
+from parplan_gen.constraints import Constraints, estimate_env
+from parplan_gen.errors import InputError
+from parplan_gen.hardware import Cluster, cluster_from_flags
+from parplan_gen.layout import build_layout
+from parplan_gen.planner import DOMINATED, PlanError, Planner, ranking_key
+from parplan_gen.presets import load_preset
+from parplan_gen.ruleset import load_rules
+from parplan_gen.search_space import (
+    PLAN_FIELDS,
+    Request,
+    SearchOptions,
+    mbs_options,
+    memory_options,
+    structures,
+    vpp_options,
+)
+
+CONTRACT_PLAN_KEYS = {
+    "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "global_batch", "grad_accum", "zero_stage",
+    "distributed_optimizer", "sequence_parallel", "recompute", "seq_len",
+}  # fmt: skip
+_CACHE: dict[str, Planner] = {}
+
+
+def planner() -> Planner:
+    """One Planner for the module (hypothesis refuses function-scoped fixtures)."""
+    if not _CACHE:
+        _CACHE["planner"] = Planner(load_rules())
+    return _CACHE["planner"]
+
+
+def brute_force(p: Planner, request: Request) -> tuple[list[tuple[Any, ...]], int]:
+    """Every candidate checked against every rule with the full cost model: the keys of those
+    that pass, and how many candidates there are."""
+    constraints = Constraints(p.rules)
+    env = p.cost.base_env(
+        request.spec,
+        request.cluster,
+        global_batch=request.global_batch,
+        seq_len=request.seq_len,
+        precision=request.precision,
+    )
+    keys, total = [], 0
+    for dp, tp, pp, cp, ep in structures(
+        request.cluster.num_gpus, request.spec.is_moe, request.options
+    ):
+        for vpp in vpp_options(request.spec.num_layers, pp, request.options):
+            for mbs in mbs_options(request.global_batch, dp):
+                for mem in memory_options(tp, request.options):
+                    total += 1
+                    plan_ = (dp, tp, pp, cp, ep, vpp, mbs, request.global_batch // (mbs * dp), *mem)
+                    env.update({f"plan.{k}": v for k, v in zip(PLAN_FIELDS, plan_, strict=True)})
+                    if constraints.check(env, "layout"):
+                        continue
+                    figures = p.cost.figures(env)
+                    env.update(estimate_env(figures))
+                    if not constraints.check(env, "estimate"):
+                        keys.append(ranking_key(figures, plan_, request.objective))
+    return keys, total
+
+
+REQUESTS = st.builds(
+    Request,
+    spec=st.sampled_from(["llama-2-7b", "megatron-gpt-1.7b", "mixtral-8x7b", "gpt-neox-20b"]).map(
+        load_preset
+    ),
+    cluster=st.sampled_from([1, 2, 4, 6, 8, 16]).map(lambda n: cluster_from_flags(n, "h100")),
+    global_batch=st.sampled_from([8, 12, 32, 64]),
+    seq_len=st.sampled_from([1024, 2048, 4096]),
+    objective=st.sampled_from(["time", "memory"]),
+    options=st.builds(
+        SearchOptions, interleave=st.booleans(), sequence_parallel_fixed=st.booleans()
+    ),
+)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request=REQUESTS)
+def test_the_pruned_search_finds_what_brute_force_finds(request: Request) -> None:
+    p = planner()
+    keys, total = brute_force(p, request)
+    try:
+        result = p.plan(request)
+    except PlanError:
+        return
+    assert result.searched == total
+    # Every candidate is ranked or counted; dominated ones fit but are never faster.
+    ranked = total - sum(result.rejected.values())
+    assert ranked + result.rejected.get(DOMINATED, 0) == len(keys)
+    if keys:
+        assert result.feasible
+        best = min(keys)
+        chosen = ranking_key(_figures(result.chosen), _tuple(result.chosen), request.objective)
+        assert chosen == pytest.approx(best, rel=1e-9)  # Estimate rounds bytes to integers
+    else:
+        assert not result.feasible
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request=REQUESTS)
+def test_every_chosen_plan_is_whole_and_meets_every_rule(request: Request) -> None:
+    p = planner()
+    try:
+        result = p.plan(request)
+    except PlanError as exc:
+        assert "no layout of" in exc.message
+        return
+    layout = result.chosen.plan
+    assert layout.dp * layout.tp * layout.pp * layout.cp == request.cluster.num_gpus
+    assert layout.mbs * layout.grad_accum * layout.dp == request.global_batch
+    contract = json.loads(json.dumps(result.contract()))
+    assert set(contract) == {"chosen", "candidates", "rejected"}
+    assert set(contract["chosen"]) == {"plan", "memory", "time", "throughput"}
+    assert set(contract["chosen"]["plan"]) >= CONTRACT_PLAN_KEYS
+    env = _full_env(p, request, result.chosen)
+    violations = Constraints(p.rules).check(env)
+    if result.feasible:
+        assert violations == []
+        times = [c.time.step_s for c in result.candidates]
+        assert times == sorted(times) or request.objective == "memory"
+    else:
+        assert {v.rule_id for v in violations} == {"memory.fits"}
+
+
+def _full_env(p: Planner, request: Request, estimate: Any) -> dict[str, Any]:
+    env = p.cost.base_env(
+        request.spec, request.cluster, global_batch=request.global_batch, seq_len=request.seq_len
+    )
+    env.update(p.cost.plan_env(estimate.plan))
+    env.update(estimate_env(p.cost.figures(env)))
+    return env
+
+
+def _figures(estimate: Any) -> dict[str, float]:
+    return {"time_step_s": estimate.time.step_s, "memory_total": estimate.memory.total}
+
+
+def _tuple(estimate: Any) -> tuple[Any, ...]:
+    return tuple(getattr(estimate.plan, f) for f in PLAN_FIELDS)
+
+
+# ---- cases known by hand -------------------------------------------------------------------
+
+
+def test_a_7b_model_on_eight_80gb_gpus_needs_no_pipeline() -> None:
+    request = Request(load_preset("llama-2-7b"), cluster_from_flags(8, "a100-80gb"), 512, 4096)
+    chosen = planner().plan(request).chosen
+    assert chosen.memory.fits
+    assert chosen.plan.pp == 1
+
+
+def test_gpt3_175b_on_1536_a100s_is_not_pure_zero3_data_parallelism() -> None:
+    # Narayanan et al. 2021 Table 2: ZeRO-3 without model parallelism reached 44 TFLOP/s per
+    # GPU at 1536 GPUs, PTD-P (t=8, p=12) 141 TFLOP/s, batch 1536, sequence 2048.
+    request = Request(load_preset("gpt3-175b"), cluster_from_flags(1536, "a100-80gb"), 1536, 2048)
+    layout = planner().plan(request).chosen.plan
+    assert not (layout.tp == 1 and layout.pp == 1 and layout.zero_stage == 3)
+
+
+def test_an_infeasible_request_gets_the_closest_candidate_and_advice() -> None:
+    result = plan("llama-3-405b", {"gpus": 8, "gpu": "h100"}, global_batch=64, seq_len=8192)
+    assert not result.feasible
+    memory = [c.memory.total for c in result.result.candidates]
+    assert memory == sorted(memory)
+    assert not result.chosen.memory.fits
+    assert result.result.advice, "never an empty answer"
+    more = result.result.advice[-1]
+    assert more.fits and more.change.endswith("GPUs")
+    assert int(more.change.split()[0]) > 8
+
+
+def test_objective_memory_never_uses_more_memory_than_objective_time() -> None:
+    spec, cluster = load_preset("llama-2-7b"), cluster_from_flags(8, "h100")
+    fast = planner().plan(Request(spec, cluster, 64, 4096)).chosen
+    small = planner().plan(Request(spec, cluster, 64, 4096, objective="memory")).chosen
+    assert small.memory.total <= fast.memory.total
+    assert fast.time.step_s <= small.time.step_s
+
+
+def test_nothing_valid_is_a_plan_error_that_lists_the_reasons() -> None:
+    spec = load_preset("llama-2-7b").model_copy(update={"num_layers": 2})
+    request = Request(spec, cluster_from_flags(5, "h100"), 4, 2048)
+    with pytest.raises(PlanError, match=r"no layout of 5 GPUs can run llama-2-7b: "):
+        planner().plan(request)
+
+
+def test_rejections_are_counted_by_reason() -> None:
+    result = planner().plan(
+        Request(load_preset("llama-3-8b"), cluster_from_flags(16, "h100"), 64, 4096)
+    )
+    assert result.rejected["key/value heads (8) do not divide by tp (16)"] > 0
+    assert result.searched > sum(result.rejected.values()) >= 1
+
+
+def test_proposal_settings_seed_the_search_options() -> None:
+    seed = {"sequence_parallel": True, "pipeline_schedule": "interleaved_1f1b", "dp": 8}
+    assert SearchOptions.from_settings(seed) == SearchOptions(True, True)
+    assert SearchOptions.from_settings({}) == SearchOptions(False, False)
+
+
+@pytest.mark.parametrize("backend", ["megatron", "deepspeed"])
+def test_a_backend_limits_the_search_to_what_it_runs(backend: str) -> None:
+    options = SearchOptions(backend=backend)  # type: ignore[arg-type]
+    request = Request(
+        load_preset("llama-2-7b"), cluster_from_flags(16, "h100"), 64, 4096, options=options
+    )
+    for c in planner().plan(request).candidates:
+        if backend == "megatron":
+            assert c.plan.zero_stage == 0
+        else:
+            assert (c.plan.cp, c.plan.vpp, c.plan.distributed_optimizer) == (1, 1, False)
+
+
+# ---- the API --------------------------------------------------------------------------------
+
+
+def _plan_on(spec_name: str, gpus: int, **layout: Any) -> Plan:
+    result = plan(spec_name, {"gpus": gpus, "gpu": "h100"}, global_batch=64, seq_len=4096, top=1)
+    fixed = build_layout(gpus, global_batch=64, seq_len=4096, **layout)
+    chosen = result.chosen.model_copy(update={"plan": fixed})
+    return result.model_copy(update={"result": result.result.model_copy(update={"chosen": chosen})})
+
+
+def test_deepspeed_config_batch_sizes_multiply_out() -> None:
+    p = _plan_on("llama-2-7b", 8, mbs=2, zero_stage=3)
+    config = p.deepspeed_config()
+    # 64 sequences = 2 per GPU x 4 accumulation steps x 8 data-parallel ranks.
+    assert config["train_batch_size"] == 64
+    assert config["train_micro_batch_size_per_gpu"] == 2
+    assert config["gradient_accumulation_steps"] == 4
+    assert config["bf16"]["enabled"] is True
+    assert config["zero_optimization"]["stage"] == 3
+
+
+def test_megatron_args_for_uneven_interleaved_stages() -> None:
+    p = _plan_on(
+        "llama-3-405b", 128, tp=8, pp=16, vpp=2, mbs=1, sequence_parallel=True,
+        distributed_optimizer=True, recompute="full",
+    )  # fmt: skip
+    args = p.megatron_args()
+    # 126 layers over 16 stages x 2 chunks: middle stages 2 * ceil(126 / 32) = 8 layers, the
+    # first and last share 126 - 8 * 14 = 14 as 8 and 6 (multiples of vpp, first the larger).
+    pairs = dict(itertools.pairwise(args))
+    assert pairs["--tensor-model-parallel-size"] == "8"
+    assert pairs["--pipeline-model-parallel-size"] == "16"
+    assert pairs["--decoder-first-pipeline-num-layers"] == "8"
+    assert pairs["--decoder-last-pipeline-num-layers"] == "6"
+    assert pairs["--num-virtual-stages-per-pipeline-rank"] == "2"
+    assert "--overlap-p2p-comm" not in args  # not a Megatron-LM flag: P2P overlap is its default
+    assert {"--sequence-parallel", "--use-distributed-optimizer", "--bf16"} <= set(args)
+    assert pairs["--recompute-granularity"] == "full"
+
+
+def test_plan_write_renders_every_file(tmp_path: Path) -> None:
+    p = plan("llama-2-7b", {"gpus": 8, "gpu": "h100"}, global_batch=64, seq_len=4096)
+    paths = p.write(tmp_path)
+    assert {path.name for path in paths} >= {"plan.json", "ds_config.json", "megatron_args.sh"}
+    data = json.loads((tmp_path / "plan.json").read_text())
+    assert data["chosen"] == p.chosen.contract()
+    assert data["rejected"] == dict(sorted(p.result.rejected.items()))
+
+
+def test_check_reports_violations_and_a_better_plan() -> None:
+    cluster = cluster_from_flags(8, "h100")
+    layout = build_layout(8, tp=8, global_batch=64, seq_len=4096)  # no sequence parallelism
+    report = check("llama-2-7b", cluster, layout)
+    assert report.runnable and report.violations == []
+    assert report.better is not None
+    assert report.better.time.step_s < report.estimate.time.step_s
+    bad = check(
+        "llama-2-7b",
+        cluster,
+        build_layout(8, global_batch=64, seq_len=4096, zero_stage=3, sequence_parallel=True),
+    )
+    assert [v.rule_id for v in bad.violations] == ["parallel.sequence_parallel_needs_tp"]
+    assert not bad.runnable and bad.better is not None
+
+
+def test_cluster_dicts_are_checked() -> None:
+    with pytest.raises(InputError, match=r"unknown keys \['gpu_count'\]"):
+        plan("llama-2-7b", {"gpu_count": 8, "gpus": 8, "gpu": "h100"}, global_batch=8)
+    assert isinstance(cluster_from_flags(8, "h100"), Cluster)
