@@ -1,0 +1,188 @@
+"""plan.json: the chosen plan with everything needed to render it again.
+
+`PlanDocument` holds the model, the cluster, the chosen estimate and the runners-up, the
+rejection counts, the planner's advice, the rules' proposals (with the settings they contribute)
+and the render options. It holds no timestamps and no absolute paths, so the same plan always
+serialises to the same bytes; `parplan render plan.json --out DIR` re-renders it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from parplan_gen.engine import Proposal, SettingValue
+from parplan_gen.errors import InputError
+from parplan_gen.estimate import Estimate
+from parplan_gen.hardware import Cluster
+from parplan_gen.model_spec import ModelSpec
+from parplan_gen.source import load_document
+from parplan_gen.validation import validate
+
+FORMAT_VERSION = 1
+JSON_INDENT = 2  # plan.json is meant to be read and diffed by people
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+class PlanDocumentError(InputError):
+    """A plan.json that cannot be read back (wrong version, unknown keys, bad values)."""
+
+
+class ProposalRecord(BaseModel):
+    """One proposal of the rules engine, as plan.json keeps it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rule_id: str = Field(description="The rule that made it, e.g. `seed.communication.overlap`.")
+    group: str = Field(description="data | pipeline | tensor | communication | ...")
+    type: str = Field(description="DataParallel | ... | CommunicationOptimization")
+    description: str
+    estimated_speedup: float
+    settings: dict[str, SettingValue] = Field(description="What the proposal contributes.")
+
+    @classmethod
+    def from_proposal(cls, proposal: Proposal) -> ProposalRecord:
+        return cls.model_validate(proposal.model_dump())
+
+
+class RenderOptions(BaseModel):
+    """Which template folders render the plan (None: the latest shipped)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    megatron_version: str | None = Field(None, description="e.g. `core_r0.13`.")
+    deepspeed_version: str | None = Field(None, description="e.g. `0.16`.")
+
+
+class PlanDocument(BaseModel):
+    """The content of plan.json."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format_version: Literal[1] = Field(FORMAT_VERSION, description="Version of this layout.")
+    model: ModelSpec
+    cluster: Cluster
+    chosen: Estimate = Field(description="The chosen layout and its estimate.")
+    candidates: list[Estimate] = Field(description="The top candidates, best first.")
+    rejected: dict[str, int] = Field(description="Rejected candidates, counted by reason.")
+    advice: list[str] = Field(description="The planner's advice, in its order.")
+    proposals: list[ProposalRecord] = Field(description="The rules' proposals, in rule order.")
+    render: RenderOptions = Field(default_factory=RenderOptions)
+
+    @model_validator(mode="after")
+    def _portable(self) -> PlanDocument:
+        for where, text in _strings(self.model_dump(mode="json")):
+            if _is_absolute(text):
+                raise ValueError(f"{where}: absolute path {text!r} does not belong in plan.json")
+        world = self.cluster.num_gpus
+        for name, estimate in (("chosen", self.chosen), *_numbered(self.candidates)):
+            if estimate.plan.world_size != world:
+                raise ValueError(
+                    f"{name}: dp*tp*pp*cp = {estimate.plan.world_size} != cluster.num_gpus({world})"
+                )
+        return self
+
+    @classmethod
+    def from_parts(
+        cls,
+        *,
+        model: ModelSpec,
+        cluster: Cluster,
+        chosen: Estimate,
+        candidates: Iterable[Estimate] = (),
+        rejected: Mapping[str, int] | None = None,
+        advice: Iterable[str] = (),
+        proposals: Iterable[Proposal | ProposalRecord] = (),
+        megatron_version: str | None = None,
+        deepspeed_version: str | None = None,
+    ) -> PlanDocument:
+        """Assemble a document from the planner's result and the engine's proposals.
+
+        A model name that is a path (a config read by its absolute path) keeps only its last
+        component, so that plan.json stays portable.
+        """
+        if _is_absolute(model.name):
+            model = model.model_copy(update={"name": _last_component(model.name)})
+        records = [
+            p if isinstance(p, ProposalRecord) else ProposalRecord.from_proposal(p)
+            for p in proposals
+        ]
+        return cls(
+            model=model,
+            cluster=cluster,
+            chosen=chosen,
+            candidates=list(candidates),
+            rejected=dict(sorted((rejected or {}).items())),
+            advice=list(advice),
+            proposals=records,
+            render=RenderOptions(
+                megatron_version=megatron_version, deepspeed_version=deepspeed_version
+            ),
+        )
+
+    def with_render_options(
+        self, *, megatron_version: str | None = None, deepspeed_version: str | None = None
+    ) -> PlanDocument:
+        """A copy whose render options are replaced where a value is given."""
+        options = self.render.model_copy(
+            update={
+                k: v
+                for k, v in (
+                    ("megatron_version", megatron_version),
+                    ("deepspeed_version", deepspeed_version),
+                )
+                if v is not None
+            }
+        )
+        return self.model_copy(update={"render": options})
+
+    def to_json(self) -> str:
+        """plan.json's text: the same document always gives the same bytes."""
+        data = self.model_dump(mode="json")
+        return json.dumps(data, indent=JSON_INDENT, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def load_plan_document(path: str | Path) -> PlanDocument:
+    """Read plan.json; every mistake is a PlanDocumentError at `file:line:col`."""
+    doc = load_document(path)
+    if not isinstance(doc.data, dict):
+        got = "an empty file" if doc.data is None else type(doc.data).__name__
+        raise PlanDocumentError(f"plan.json holds one JSON object (got {got})", doc.ref())
+    version = doc.data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise PlanDocumentError(
+            f"format_version {version!r} is not supported (this parplan reads {FORMAT_VERSION})",
+            doc.ref(("format_version",)),
+        )
+    return validate(PlanDocument, doc.data, doc, error=PlanDocumentError)
+
+
+def _numbered(estimates: list[Estimate]) -> list[tuple[str, Estimate]]:
+    return [(f"candidates[{i}]", e) for i, e in enumerate(estimates)]
+
+
+def _strings(data: Any, where: str = "") -> Iterable[tuple[str, str]]:
+    """Every string value in `data` with its key path."""
+    if isinstance(data, str):
+        yield where, data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from _strings(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _strings(value, f"{where}[{index}]")
+
+
+def _is_absolute(text: str) -> bool:
+    """A POSIX absolute path, a home-relative path or a Windows drive path."""
+    return text.startswith(("/", "~/")) or bool(_WINDOWS_DRIVE.match(text))
+
+
+def _last_component(text: str) -> str:
+    path = PureWindowsPath(text) if _WINDOWS_DRIVE.match(text) else PurePosixPath(text)
+    return path.name or "model"

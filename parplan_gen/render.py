@@ -1,0 +1,374 @@
+"""Render a PlanDocument through Jinja templates into the files that launch it, and write them.
+
+Templates live in the shipped `templates/` folder (a user folder given with `--templates`
+overrides any of them, and mapping.yaml, by relative name). They run in Jinja's immutable
+sandbox with StrictUndefined: a template that names a missing value fails, and one that reaches
+for Python internals is refused. Every rendered file is parsed back (render_checks) before it
+is returned or written; writes are atomic and never overwrite a different file without `force`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+
+from parplan_gen import render_mapping
+from parplan_gen.plan_document import PlanDocument
+from parplan_gen.render_checks import RenderError, check_ds_config, check_files
+from parplan_gen.render_facts import facts
+from parplan_gen.render_mapping import (
+    MAPPING_FILE,
+    EnvDefault,
+    LoadedMapping,
+    load_mapping,
+    megatron_groups,
+    nccl_entries,
+    notes,
+)
+from parplan_gen.render_report import report_context
+from parplan_gen.resources import shipped_dir
+
+JSON_INDENT = 2
+DS_CONFIG, DS_CONFIG_TEMPLATE = "ds_config.json", "deepspeed/{deepspeed}/ds_config.json.j2"
+OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the chosen versions
+    (DS_CONFIG, DS_CONFIG_TEMPLATE),
+    ("megatron_args.sh", "megatron/{megatron}/megatron_args.sh.j2"),
+    ("nccl.env", "nccl/nccl.env.j2"),
+    ("launch_torchrun.sh", "launch/launch_torchrun.sh.j2"),
+    ("launch_slurm.sbatch", "launch/launch_slurm.sbatch.j2"),
+    ("hostfile", "launch/hostfile.j2"),
+    ("plan_memory.svg", "report/memory.svg.j2"),
+    ("plan_time.svg", "report/time.svg.j2"),
+    ("plan.md", "report/plan.md.j2"),
+)
+PLAN_JSON = "plan.json"
+NCCL_REFERENCE = Path("nccl", "nccl_env.yaml")  # shared/reference/nccl_env.yaml, shipped
+EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
+EXECUTABLE_MODE = 0o755
+FILE_MODE = 0o644
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Templates:
+    """The built-in template folder and an optional user folder that overrides it by name."""
+
+    builtin: Path
+    user: Path | None = None
+
+    @classmethod
+    def at(cls, user: str | Path | None = None) -> Templates:
+        if user is not None and not Path(user).is_dir():
+            raise RenderError(f"--templates: {user} is not a folder")
+        return cls(shipped_dir("templates"), None if user is None else Path(user))
+
+    @property
+    def folders(self) -> list[Path]:
+        return [p for p in (self.user, self.builtin) if p is not None]
+
+    def find(self, relative: str | Path) -> Path:
+        for folder in self.folders:
+            if (folder / relative).is_file():
+                return folder / relative
+        raise RenderError(f"no template {relative} in {', '.join(map(str, self.folders))}")
+
+    def versions(self, backend: str) -> list[str]:
+        names = {
+            p.name
+            for f in self.folders
+            if (f / backend).is_dir()
+            for p in (f / backend).iterdir()
+            if p.is_dir()
+        }
+        return sorted(names, key=_version_key)
+
+
+def _version_key(name: str) -> tuple[tuple[int, ...], str]:
+    return tuple(int(n) for n in re.findall(r"\d+", name)), name
+
+
+def _environment(templates: Templates) -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        loader=jinja2.FileSystemLoader([str(f) for f in templates.folders]),
+        undefined=jinja2.StrictUndefined,
+        autoescape=jinja2.select_autoescape(enabled_extensions=("svg.j2",), default=False),
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["json"] = lambda value: json.dumps(value, indent=JSON_INDENT, ensure_ascii=False)
+    env.filters["sh"] = lambda value: shlex.quote(str(value))
+    return env
+
+
+def _render(env: ImmutableSandboxedEnvironment, name: str, context: dict[str, Any]) -> str:
+    """One template, with every template failure turned into a positioned RenderError."""
+    try:
+        return env.get_template(name).render(context)
+    except jinja2.TemplateNotFound:
+        raise RenderError(f"no template {name}") from None
+    except jinja2.TemplateSyntaxError as exc:
+        where = f"{exc.filename or name}:{exc.lineno}"
+        raise RenderError(f"{where}: template syntax: {exc.message}") from None
+    except SecurityError as exc:
+        where = _template_line(exc.__traceback__, name)
+        raise RenderError(f"{where}: refused by the template sandbox: {exc}") from None
+    except jinja2.UndefinedError as exc:
+        where = _template_line(exc.__traceback__, name)
+        raise RenderError(f"{where}: undefined value: {exc.message}") from None
+    except (TypeError, ValueError, ArithmeticError, LookupError) as exc:
+        where = _template_line(exc.__traceback__, name)
+        raise RenderError(f"{where}: {type(exc).__name__}: {exc}") from None
+
+
+def _template_line(tb: TracebackType | None, name: str) -> str:
+    """`name:LINE` of the innermost traceback frame inside a template file."""
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(name):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return name if line is None else f"{name}:{line}"
+
+
+def resolve_versions(
+    doc: PlanDocument, templates: Templates, mapping: LoadedMapping
+) -> dict[str, str]:
+    """The Megatron-LM and DeepSpeed template versions: the document's choice, else the latest."""
+    chosen = {
+        "megatron": doc.render.megatron_version,
+        "deepspeed": doc.render.deepspeed_version,
+    }
+    sections = {"megatron": mapping.data.megatron, "deepspeed": mapping.data.deepspeed}
+    out = {}
+    for backend, wanted in chosen.items():
+        shipped = [v for v in templates.versions(backend) if v in sections[backend]]
+        if not shipped:
+            raise RenderError(f"no {backend} templates with a section in {MAPPING_FILE}")
+        version = wanted or shipped[-1]
+        if version not in shipped:
+            raise RenderError(
+                f"--{backend}-version {version!r} is not available (have: {', '.join(shipped)})"
+            )
+        out[backend] = version
+    return out
+
+
+def build_context(
+    doc: PlanDocument,
+    templates: Templates,
+    *,
+    hf_trainer: bool = False,
+    force_nccl_algo: bool = False,
+) -> dict[str, Any]:
+    """Everything the templates format, computed from the document and the mapping."""
+    mapping = load_mapping(templates.find(MAPPING_FILE))
+    versions = resolve_versions(doc, templates, mapping)
+    values = facts(doc, mapping.data, hf_trainer=hf_trainer)
+    megatron = _megatron_context(mapping, versions["megatron"], values)
+    deepspeed = _deepspeed_context(mapping, versions["deepspeed"], values, hf_trainer)
+    cluster = doc.cluster
+    all_notes = [f"megatron_args.sh: {n}" for n in megatron["notes"]]
+    all_notes += [f"ds_config.json: {n}" for n in deepspeed["notes"]]
+    return {
+        "versions": versions,
+        "model": doc.model.model_dump(mode="json"),
+        "plan": doc.chosen.plan.model_dump(mode="json"),
+        "cluster": {
+            "name": cluster.name,
+            "gpu": cluster.gpu.display_name,
+            "num_gpus": cluster.num_gpus,
+            "num_nodes": cluster.num_nodes,
+            "gpus_per_node": cluster.procs_per_node,
+        },
+        "deepspeed": deepspeed,
+        "megatron": megatron,
+        "nccl": {
+            "entries": nccl_entries(mapping, values, doc.proposals, force_algo=force_nccl_algo),
+        },
+        "launch": _launch(doc),
+        "report": report_context(
+            doc, mapping.data.report, mapping.data.proposal_settings, all_notes
+        ),
+    }
+
+
+def _megatron_context(
+    mapping: LoadedMapping, version: str, values: dict[str, Any]
+) -> dict[str, Any]:
+    meg = mapping.data.megatron[version]
+    return {
+        "version": version,
+        "script": meg.script,
+        "groups": megatron_groups(mapping, version, values),
+        "run_env": [_env_var(e) for e in meg.run_env],
+        "data_env": {k: _env_var(e) for k, e in meg.data_env.items()},
+        "one_cuda_connection": values["megatron.one_cuda_connection"],
+        "notes": notes(mapping, meg.notes, values, ("megatron", version, "notes")),
+    }
+
+
+def _deepspeed_context(
+    mapping: LoadedMapping, version: str, values: dict[str, Any], hf_trainer: bool
+) -> dict[str, Any]:
+    ds = mapping.data.deepspeed[version]
+    return {
+        "version": version,
+        "config": render_mapping.deepspeed_config(mapping, version, values, hf_trainer=hf_trainer),
+        "hf_trainer": hf_trainer,
+        "notes": notes(mapping, ds.notes, values, ("deepspeed", version, "notes")),
+    }
+
+
+def _env_var(entry: EnvDefault) -> dict[str, Any]:
+    """An environment variable with its shell expansion, `${NAME:-default}`."""
+    return {**entry.model_dump(), "expansion": f"${{{entry.name}:-{entry.default}}}"}
+
+
+def _launch(doc: PlanDocument) -> dict[str, Any]:
+    cluster = doc.cluster
+    per_node = cluster.procs_per_node
+    hosts = [{"name": f"node-{i}", "slots": per_node} for i in range(cluster.num_nodes)]
+    return {
+        "nnodes": cluster.num_nodes,
+        "nproc_per_node": per_node,
+        "world_size": cluster.num_gpus,
+        "multi_node": cluster.multi_node,
+        "hosts": hosts,
+        "first_host": hosts[0]["name"],
+        "last_host": hosts[-1]["name"],
+        "job_name": "parplan-" + (_SAFE_NAME.sub("-", doc.model.name).strip("-") or "plan"),
+    }
+
+
+def render_plan(
+    doc: PlanDocument,
+    *,
+    templates_dir: str | Path | None = None,
+    hf_trainer: bool = False,
+    force_nccl_algo: bool = False,
+) -> dict[str, str]:
+    """Every rendered file (name -> text), each already parsed back and checked.
+
+    plan.json records the template versions used, so rendering it again gives the same files.
+    """
+    templates = Templates.at(templates_dir)
+    context = build_context(doc, templates, hf_trainer=hf_trainer, force_nccl_algo=force_nccl_algo)
+    doc = doc.with_render_options(
+        megatron_version=context["versions"]["megatron"],
+        deepspeed_version=context["versions"]["deepspeed"],
+    )
+    env = _environment(templates)
+    files = {
+        out: _render(env, template.format(**context["versions"]), context)
+        for out, template in OUTPUTS
+    }
+    files[PLAN_JSON] = doc.to_json()
+    check_files(files, nccl_reference=templates.builtin / NCCL_REFERENCE)
+    return files
+
+
+def deepspeed_config(
+    doc: PlanDocument, *, templates_dir: str | Path | None = None, hf_trainer: bool = False
+) -> dict[str, Any]:
+    """The plan's DeepSpeed config, as ds_config.json holds it (rendered, parsed and checked)."""
+    templates = Templates.at(templates_dir)
+    context = build_context(doc, templates, hf_trainer=hf_trainer)
+    name = DS_CONFIG_TEMPLATE.format(**context["versions"])
+    files = {DS_CONFIG: _render(_environment(templates), name, context)}
+    check_files(files, nccl_reference=templates.builtin / NCCL_REFERENCE)
+    config = json.loads(files[DS_CONFIG])
+    check_ds_config(config, doc.chosen.plan.dp)
+    return config
+
+
+def megatron_args(doc: PlanDocument, *, templates_dir: str | Path | None = None) -> list[str]:
+    """The model and plan arguments of megatron_args.sh, in its order, unquoted.
+
+    Data, tokenizer, checkpoint and run-length arguments come from the environment in the
+    script and are not part of this list.
+    """
+    templates = Templates.at(templates_dir)
+    context = build_context(doc, templates)
+    return [
+        word for group in context["megatron"]["groups"] for arg in group["args"] for word in arg
+    ]
+
+
+def write_rendered(
+    out_dir: str | Path, files: dict[str, str], *, force: bool = False
+) -> dict[str, str]:
+    """Write `files` into `out_dir` atomically; returns name -> "written" | "unchanged".
+
+    Every file is checked first, and every existing file compared first: if one differs and
+    `force` is not given, nothing is written at all.
+    """
+    check_files(files, nccl_reference=shipped_dir("templates") / NCCL_REFERENCE)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise RenderError(f"--out {out} exists and is not a folder")
+    status, pending, conflicts = {}, {}, []
+    for name, text in files.items():
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise RenderError(f"rendered file name {name!r} is not a plain file name")
+        target, data = out / name, text.encode("utf-8")
+        if target.is_dir():
+            conflicts.append(f"{name} (a folder)")
+        elif target.is_file() and target.read_bytes() == data:
+            status[name] = "unchanged"
+        elif target.exists() and not force:
+            conflicts.append(name)
+        else:
+            pending[name] = data
+    if conflicts:
+        raise RenderError(
+            f"{out}: will not overwrite {', '.join(conflicts)} (content differs); "
+            "pass --force to replace them"
+        )
+    _write_all(out, pending)
+    status |= dict.fromkeys(pending, "written")
+    return {name: status[name] for name in files}
+
+
+def _write_all(out: Path, pending: dict[str, bytes]) -> None:
+    """Write every file; if the folder was new and a write fails, leave no folder behind."""
+    created = not out.exists()
+    written: list[Path] = []
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, data in pending.items():
+            mode = EXECUTABLE_MODE if name.endswith(EXECUTABLE_SUFFIXES) else FILE_MODE
+            _atomic_write(out / name, data, mode)
+            written.append(out / name)
+    except OSError as exc:
+        if created:
+            for path in written:
+                path.unlink(missing_ok=True)
+            if out.is_dir() and not any(out.iterdir()):
+                out.rmdir()
+        raise RenderError(f"cannot write into {out}: {exc.strerror or exc}") from None
+
+
+def _atomic_write(target: Path, data: bytes, mode: int) -> None:
+    """A temporary file in the same folder, then os.replace: readers see old or new, never half."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        Path(tmp).chmod(mode)
+        Path(tmp).replace(target)  # os.replace: atomic within one file system
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,92 @@
+"""`parplan render`: re-render a plan.json into launch files; shared options for `plan --out`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+
+def add_render_commands(sub: Any) -> None:
+    """Register `render` on the CLI's subparsers."""
+    render = sub.add_parser(
+        "render",
+        help="render a plan.json into DeepSpeed, Megatron-LM, NCCL and launch files",
+        description="Render the plan in PLAN_JSON (written by `parplan plan --out`) into "
+        "ds_config.json, megatron_args.sh, nccl.env, launch scripts, a hostfile and plan.md. "
+        "Every file is checked before it is written; an existing different file is kept "
+        "unless --force is given.",
+        epilog="example:\n  parplan render runs/llama/plan.json --out runs/llama-hf --hf-trainer",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    render.add_argument("plan", metavar="PLAN_JSON", help="a plan.json written by parplan")
+    render.add_argument("--out", required=True, metavar="DIR", help="folder to write into")
+    add_render_options(render)
+    render.set_defaults(handler=_cmd_render)
+
+
+def add_render_options(parser: argparse.ArgumentParser) -> None:
+    """--templates --force --hf-trainer --force-nccl-algo --megatron-version --deepspeed-version."""
+    group = parser.add_argument_group("rendering")
+    group.add_argument(
+        "--templates",
+        metavar="DIR",
+        default=None,
+        help="folder of templates that override the built-in ones by relative name "
+        "(e.g. DIR/nccl/nccl.env.j2, DIR/mapping.yaml)",
+    )
+    group.add_argument(
+        "--force", action="store_true", help="replace existing files whose content differs"
+    )
+    group.add_argument(
+        "--hf-trainer",
+        action="store_true",
+        help='ds_config.json for the Hugging Face Trainer: "auto" where the Trainer fills values in',
+    )
+    group.add_argument(
+        "--force-nccl-algo",
+        action="store_true",
+        help="set NCCL_ALGO from the proposals instead of leaving it commented out",
+    )
+    group.add_argument(
+        "--megatron-version",
+        metavar="V",
+        default=None,
+        help="Megatron-LM template version, e.g. core_r0.13 (default: the latest shipped)",
+    )
+    group.add_argument(
+        "--deepspeed-version",
+        metavar="V",
+        default=None,
+        help="DeepSpeed template version, e.g. 0.16 (default: the latest shipped)",
+    )
+
+
+def write_plan_files(
+    doc: Any, out: str | Path, args: argparse.Namespace, *, stream: TextIO | None = None
+) -> int:
+    """Render `doc` with the rendering options in `args`, write it into `out`, and list the
+    files on `stream` (default stdout; `parplan plan --json --out` passes stderr)."""
+    from parplan_gen.render import render_plan, write_rendered
+
+    doc = doc.with_render_options(
+        megatron_version=args.megatron_version, deepspeed_version=args.deepspeed_version
+    )
+    files = render_plan(
+        doc,
+        templates_dir=args.templates,
+        hf_trainer=args.hf_trainer,
+        force_nccl_algo=args.force_nccl_algo,
+    )
+    status = write_rendered(out, files, force=args.force)
+    stream = stream or sys.stdout
+    for name, state in status.items():
+        stream.write(f"{state:9}  {Path(out) / name}\n")
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from parplan_gen.plan_document import load_plan_document
+
+    return write_plan_files(load_plan_document(args.plan), args.out, args)

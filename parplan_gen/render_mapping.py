@@ -1,0 +1,304 @@
+"""templates/mapping.yaml: canonical plan keys -> each backend's names, and the renderer's defaults.
+
+This module owns the mapping's schema, reads it (with file:line errors), and applies it to the
+canonical facts of one plan (`render_facts.facts`): the DeepSpeed config as nested JSON data, the
+Megatron-LM argument groups, the nccl.env entries and the notes. Values are computed here or in
+render_facts; the templates only format them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+from parplan_gen.plan_document import ProposalRecord
+from parplan_gen.render_checks import RenderError
+from parplan_gen.source import Document, KeyPath, load_document
+from parplan_gen.validation import validate
+
+MAPPING_FILE = "mapping.yaml"
+COMMUNICATION = "communication"  # the proposal group whose settings concern NCCL
+HF_AUTO = (
+    "auto"  # what the Hugging Face Trainer fills in itself (transformers.integrations.deepspeed)
+)
+Scalar = bool | int | float | str
+_PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z_.]+)\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Sourced(_Strict):
+    key: str | None = Field(None, description="Canonical key whose value is written.")
+    value: Scalar | None = Field(None, description="A constant the renderer adds.")
+    when: str | None = Field(None, description="Canonical key: write the entry only when true.")
+    source: str | None = Field(None, description="Where a constant comes from.")
+
+    @model_validator(mode="after")
+    def _one_value(self) -> _Sourced:
+        if self.key is not None and self.value is not None:
+            raise ValueError("give `key` or `value`, not both")
+        if self.value is not None and not (self.source or "").strip():
+            raise ValueError("a constant `value` names its `source`")
+        return self
+
+
+class DeepSpeedEntry(_Sourced):
+    """One ds_config.json key (dotted path) and where its value comes from."""
+
+    name: str = Field(pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
+    hf_auto: bool = Field(
+        False, description="The HF Trainer fills it in: 'auto' with --hf-trainer."
+    )
+
+    @model_validator(mode="after")
+    def _has_value(self) -> DeepSpeedEntry:
+        if self.key is None and self.value is None:
+            raise ValueError("a DeepSpeed key needs `key` or `value`")
+        return self
+
+
+class MegatronArg(_Sourced):
+    """One Megatron-LM argument; with neither key nor value it is a switch."""
+
+    flag: str = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
+
+
+class ArgGroup(_Strict):
+    title: str
+    var: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$", description="Bash array name.")
+    args: list[MegatronArg]
+
+
+class EnvDefault(_Strict):
+    """An environment variable the script reads, with its default."""
+
+    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
+    flag: str | None = Field(None, pattern=r"^--[a-z0-9][a-z0-9-]*$")
+    default: str = Field(pattern=r"^[A-Za-z0-9_.,:+-]+$")
+    doc: str
+
+
+class Note(_Strict):
+    when: str
+    text: str
+
+
+class DeepSpeedMapping(_Strict):
+    source: str
+    config: list[DeepSpeedEntry]
+    notes: list[Note] = []
+
+
+class MegatronMapping(_Strict):
+    source: str
+    script: str
+    groups: list[ArgGroup]
+    run_env: list[EnvDefault]
+    data_env: dict[str, EnvDefault]
+    notes: list[Note] = []
+
+
+class NcclVariable(_Sourced):
+    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
+    example: str | None = Field(None, description="A commented example when there is no value.")
+    example_when: str | None = None
+    rule: str = Field(description="Who sets it (printed in its comment).")
+    reason: str
+
+
+class NcclProposalSetting(_Strict):
+    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
+    reason: str
+
+
+class NcclMapping(_Strict):
+    source: str
+    variables: list[NcclVariable]
+    nvls_architectures: list[str]
+    one_connection_exempt_architectures: list[str]
+    proposal_settings: dict[str, NcclProposalSetting]
+
+
+class ChartStyle(_Strict):
+    width: PositiveInt
+    label_width: PositiveInt
+    legend_height: PositiveInt
+    legend_item_width: PositiveInt
+    bar_height: PositiveInt
+    bar_gap: PositiveInt
+    margin: PositiveInt
+    font_size: PositiveInt
+
+
+class ReportMapping(_Strict):
+    chart_rows: PositiveInt
+    chart: ChartStyle
+    colors: dict[str, str]
+
+
+class Default(_Strict):
+    value: Scalar
+    source: str
+
+
+class MappingFile(_Strict):
+    defaults: dict[str, Default]
+    deepspeed: dict[str, DeepSpeedMapping]
+    megatron: dict[str, MegatronMapping]
+    nccl: NcclMapping
+    proposal_settings: dict[str, str]
+    report: ReportMapping
+
+
+@dataclass(frozen=True)
+class LoadedMapping:
+    """The validated mapping and its document (for positioned errors)."""
+
+    data: MappingFile
+    doc: Document
+
+    def check_key(self, facts: Mapping[str, Any], key: str | None, path: KeyPath) -> None:
+        if key is not None and key not in facts:
+            known = ", ".join(sorted(k for k in facts if k.split(".")[0] == key.split(".")[0]))
+            raise RenderError(f"unknown canonical key '{key}' (known: {known})", self.doc.ref(path))
+
+
+def load_mapping(path: str | Path) -> LoadedMapping:
+    """Read and validate a mapping file (parsed once while the file stays the same)."""
+    stat = Path(path).stat()
+    return _load_mapping(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=8)
+def _load_mapping(path: str, mtime_ns: int, size: int) -> LoadedMapping:
+    doc = load_document(path)
+    return LoadedMapping(validate(MappingFile, doc.data, doc, error=RenderError), doc)
+
+
+def _enabled(
+    m: LoadedMapping, facts: Mapping[str, Any], entry: _Sourced, path: KeyPath
+) -> Scalar | None:
+    """The entry's value when it is written (True for a switch), else None."""
+    m.check_key(facts, entry.when, (*path, "when"))
+    m.check_key(facts, entry.key, (*path, "key"))
+    if entry.when is not None and not facts[entry.when]:
+        return None
+    if entry.key is not None:
+        return facts[entry.key]
+    return True if entry.value is None else entry.value
+
+
+def deepspeed_config(
+    m: LoadedMapping, version: str, facts: Mapping[str, Any], *, hf_trainer: bool
+) -> dict[str, Any]:
+    """ds_config.json as nested data, keys in the mapping's order."""
+    config: dict[str, Any] = {}
+    for index, entry in enumerate(m.data.deepspeed[version].config):
+        value = _enabled(m, facts, entry, ("deepspeed", version, "config", index))
+        if value is None:
+            continue
+        *parents, leaf = entry.name.split(".")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = HF_AUTO if hf_trainer and entry.hf_auto else value
+    return config
+
+
+def megatron_groups(
+    m: LoadedMapping, version: str, facts: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The argument groups: title, bash array name and the arguments ([flag] or [flag, value])."""
+    groups = []
+    for g_index, group in enumerate(m.data.megatron[version].groups):
+        args: list[list[str]] = []
+        for a_index, arg in enumerate(group.args):
+            path = ("megatron", version, "groups", g_index, "args", a_index)
+            value = _enabled(m, facts, arg, path)
+            if value is None or value is False:
+                continue
+            switch = arg.key is None and arg.value is None
+            args.append([arg.flag] if switch else [arg.flag, _word(value)])
+        groups.append({"title": group.title, "var": group.var, "args": args})
+    return groups
+
+
+def _word(value: Scalar) -> str:
+    if isinstance(value, bool):
+        raise RenderError(f"a boolean ({value}) is not an argument value; make it a switch")
+    return str(value)
+
+
+def nccl_entries(
+    m: LoadedMapping,
+    facts: Mapping[str, Any],
+    proposals: Iterable[ProposalRecord],
+    *,
+    force_algo: bool,
+) -> list[dict[str, Any]]:
+    """nccl.env entries: each a comment naming who set it, and a line (active or commented)."""
+    nccl = m.data.nccl
+    entries = []
+    for index, var in enumerate(nccl.variables):
+        path = ("nccl", "variables", index)
+        value = _enabled(m, facts, var, path)
+        m.check_key(facts, var.example_when, (*path, "example_when"))
+        comment = f"{var.rule}: {var.reason}"
+        if value is not None:
+            entries.append({"comment": comment, "line": f"{var.name}={value}", "active": True})
+        elif var.example is not None and var.example_when and facts[var.example_when]:
+            example = f"{var.name}={var.example}"
+            note = f"{var.rule} not given; example to adapt: {var.reason}"
+            entries.append({"comment": note, "line": example, "active": False})
+    proposals = list(proposals)
+    entries.extend(_proposal_entries(nccl, proposals, force_algo=force_algo))
+    for proposal in proposals:  # the other communication proposals: where they went instead
+        other = [k for k in proposal.settings if k not in nccl.proposal_settings]
+        if proposal.group == COMMUNICATION and other:
+            applied = "; ".join(m.data.proposal_settings.get(k, "not rendered") for k in other)
+            entries.append({"comment": f"proposal {proposal.rule_id}: {applied}", "line": None})
+    return entries
+
+
+def _proposal_entries(
+    nccl: NcclMapping, proposals: Iterable[ProposalRecord], *, force_algo: bool
+) -> list[dict[str, Any]]:
+    """One entry per NCCL variable that proposals set; values of several proposals are joined
+    into NCCL's list syntax (`Ring,Tree`: NCCL may use either)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for proposal in proposals:
+        for setting, value in proposal.settings.items():
+            if setting in nccl.proposal_settings:
+                found.setdefault(setting, []).append((proposal.rule_id, str(value)))
+    entries = []
+    for setting, pairs in found.items():
+        spec = nccl.proposal_settings[setting]
+        values = list(dict.fromkeys(v for _, v in pairs))
+        rules = ", ".join(dict.fromkeys(r for r, _ in pairs))
+        comment = f"proposal {rules}" + ("" if force_algo else f": {spec.reason}")
+        line = f"{spec.name}={','.join(values)}"
+        entries.append({"comment": comment, "line": line, "active": force_algo})
+    return entries
+
+
+def notes(
+    m: LoadedMapping, items: list[Note], facts: Mapping[str, Any], path: KeyPath
+) -> list[str]:
+    """The texts of the notes whose `when` holds, with `{key}` placeholders filled in."""
+    out = []
+    for index, note in enumerate(items):
+        m.check_key(facts, note.when, (*path, index, "when"))
+        if not facts[note.when]:
+            continue
+        for key in _PLACEHOLDER.findall(note.text):
+            m.check_key(facts, key, (*path, index, "text"))
+        out.append(_PLACEHOLDER.sub(lambda match: str(facts[match.group(1)]), note.text))
+    return out

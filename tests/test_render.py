@@ -1,0 +1,689 @@
+"""Rendering a plan: golden files, parse-back checks, the sandbox, safe writes, determinism.
+
+The three golden plans (dense multi-node, MoE, single node) are built by hand here from model
+presets, a hand-written GPU and hand-written estimates, so they do not move when the planner,
+the cost model or the hardware catalog change. tests/golden/<case>/ holds their files, reviewed
+by hand; a difference is shown as a diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import shutil
+import stat
+from pathlib import Path
+
+import jinja2
+import pytest
+from jinja2 import nodes
+
+from parplan_gen.engine import Proposal
+from parplan_gen.estimate import Estimate, MemoryBreakdown, Throughput, TimeBreakdown
+from parplan_gen.hardware import GIB, GPU, Cluster, ReferenceNode
+from parplan_gen.layout import build_layout
+from parplan_gen.plan_document import PlanDocument, PlanDocumentError, load_plan_document
+from parplan_gen.presets import load_preset
+from parplan_gen.render import (
+    Templates,
+    deepspeed_config,
+    megatron_args,
+    render_plan,
+    write_rendered,
+)
+from parplan_gen.render_checks import (
+    RenderError,
+    check_bash,
+    check_ds_config,
+    check_env,
+    check_hostfile,
+)
+from parplan_gen.render_cli import add_render_commands
+from parplan_gen.render_facts import stage_layers
+
+from conftest import REPO
+
+GOLDEN = Path(__file__).parent / "golden"
+TEMPLATES = REPO / "templates"
+NCCL_REFERENCE = TEMPLATES / "nccl" / "nccl_env.yaml"
+SHARED_REFERENCE = REPO.parent / "shared" / "reference" / "nccl_env.yaml"
+HAS_BASH = shutil.which("bash") is not None
+
+
+# ---- hand-built inputs ------------------------------------------------------------------------
+
+
+def gpu(name: str, architecture: str, memory_gib: int, peak_tflops: float) -> GPU:
+    """A GPU with datasheet-like figures, written here so the goldens ignore the catalog."""
+    return GPU(
+        name=name,
+        display_name=name.upper(),
+        vendor="nvidia",
+        architecture=architecture,
+        form_factor="sxm",
+        memory_bytes=memory_gib * GIB,
+        bf16_flops=peak_tflops * 1e12,
+        fp16_flops=peak_tflops * 1e12,
+        fp8_flops=2 * peak_tflops * 1e12,
+        memory_bandwidth_bytes_per_s=3.35e12,
+        intra_node_link="nvlink",
+        intra_node_bytes_per_s=450e9,
+        nvswitch=True,
+        reference_node=ReferenceNode(system="DGX", network="ndr", nics_per_node=8, gpus_per_node=8),
+    )
+
+
+H100 = gpu("h100-sxm-80gb", "hopper", 80, 989)
+A100 = gpu("a100-sxm-80gb", "ampere", 80, 312)
+B200 = gpu("b200", "blackwell", 180, 2250)
+
+
+def cluster(name: str, g: GPU, gpus: int, **nccl: object) -> Cluster:
+    return Cluster(
+        name=name,
+        gpu=g,
+        num_gpus=gpus,
+        gpus_per_node=8,
+        intra_node_latency_s=3e-6,
+        inter_node_bytes_per_s=50e9,
+        inter_node_latency_s=5e-6,
+        network="ndr",
+        **nccl,
+    )
+
+
+def estimate(layout, memory_gib, step_s, parts_s, tokens_per_s, mfu, capacity_gib=80):
+    """An estimate with hand-picked numbers; memory parts in GiB, time parts in seconds."""
+    parts = ("params", "grads", "optimizer", "activations", "other")
+    memory = dict(zip(parts, memory_gib, strict=True))
+    memory = {k: round(v * GIB) for k, v in memory.items()}
+    total, capacity = sum(memory.values()), capacity_gib * GIB
+    names = ("compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s")
+    times = dict.fromkeys((*names, "bubble_s", "optimizer_s"), 0.0) | parts_s
+    return Estimate(
+        plan=layout,
+        memory=MemoryBreakdown(**memory, total=total, capacity=capacity, fits=total <= capacity),
+        time=TimeBreakdown(step_s=step_s, **times),
+        throughput=Throughput(
+            tokens_per_s=tokens_per_s,
+            model_tflops_per_gpu=mfu * 989,
+            hardware_tflops_per_gpu=mfu * 989 * 1.1,
+            mfu=mfu,
+        ),
+    )
+
+
+def proposal(rule_id: str, group: str, kind: str, text: str, speedup: float, **settings):
+    return Proposal(
+        type=kind,
+        description=text,
+        estimated_speedup=speedup,
+        settings=settings,
+        rule_id=rule_id,
+        group=group,
+    )
+
+
+COMM = "CommunicationOptimization"
+SEED_COMMUNICATION = [
+    proposal(
+        "seed.communication.ring_allreduce",
+        "communication",
+        COMM,
+        "Use ring all-reduce pattern for 32 devices to achieve 2(n-1)/n bandwidth efficiency",
+        1.5,
+        nccl_algo="Ring",
+    ),
+    proposal(
+        "seed.communication.hierarchical_allreduce",
+        "communication",
+        COMM,
+        "Apply hierarchical all-reduce (intra-node then inter-node) for 32 devices",
+        1.8,
+        hierarchical_allreduce=True,
+    ),
+    proposal(
+        "seed.communication.overlap",
+        "communication",
+        COMM,
+        "Overlap gradient all-reduce with backward computation for 32 devices",
+        1.3,
+        overlap_grad_reduce=True,
+    ),
+    proposal(
+        "seed.communication.nccl_tree",
+        "communication",
+        COMM,
+        "Enable NCCL tree algorithm for large tensor all-reduce operations",
+        1.2,
+        nccl_algo="Tree",
+    ),
+]
+
+
+def dense_multinode() -> PlanDocument:
+    """Llama 3 8B on 4 nodes of 8 H100s whose cluster file names HCAs and the interface."""
+    nccl = {"ib_hcas": ("mlx5_0", "mlx5_3"), "socket_ifname": "enp"}
+    c = cluster("h100-4nodes", H100, 32, **nccl)
+    common = {"global_batch": 512, "seq_len": 8192}
+    chosen = build_layout(
+        32,
+        tp=2,
+        pp=2,
+        mbs=1,
+        distributed_optimizer=True,
+        sequence_parallel=True,
+        recompute="selective",
+        **common,
+    )
+    second = build_layout(32, tp=1, pp=1, mbs=1, zero_stage=1, recompute="full", **common)
+    third = build_layout(32, tp=4, pp=1, mbs=2, distributed_optimizer=True, **common)
+    e1 = estimate(
+        chosen,
+        (3.75, 7.5, 2.8, 18.0, 3.1),
+        16.0,
+        {"compute_s": 14.9, "tp_comm_s": 0.7, "pp_comm_s": 0.1, "bubble_s": 0.25},
+        262144.0,
+        0.48,
+    )
+    e2 = estimate(
+        second,
+        (15.0, 15.0, 2.8, 7.0, 3.1),
+        16.3,
+        {"compute_s": 16.2, "dp_comm_s": 0.1},
+        257000.0,
+        0.47,
+    )
+    e3 = estimate(
+        third,
+        (1.9, 3.7, 1.4, 30.5, 3.1),
+        17.1,
+        {"compute_s": 15.5, "tp_comm_s": 1.5},
+        245000.0,
+        0.45,
+    )
+    data = proposal(
+        "seed.data.parallel",
+        "data",
+        "DataParallel",
+        "Apply data parallelism across 8 devices for 323 compute nodes (estimated 4.0x speedup)",
+        4.0,
+        dp=8,
+    )
+    return PlanDocument.from_parts(
+        model=load_preset("llama-3-8b"),
+        cluster=c,
+        chosen=e1,
+        candidates=[e1, e2, e3],
+        rejected={
+            "does not fit in GPU memory (80 GiB)": 41,
+            "tp (16) spans more than one node": 12,
+        },
+        advice=["tp 2 with sequence parallelism keeps activations at 18 GiB per GPU"],
+        proposals=[data, *SEED_COMMUNICATION],
+    )
+
+
+def moe() -> PlanDocument:
+    """Mixtral 8x7B on 2 nodes of H100s with every kind of parallelism; no NCCL names given."""
+    c = cluster("h100-2nodes", H100, 16)
+    layout = build_layout(
+        16,
+        tp=2,
+        pp=2,
+        cp=2,
+        ep=2,
+        vpp=2,
+        mbs=1,
+        global_batch=128,
+        seq_len=8192,
+        distributed_optimizer=True,
+        sequence_parallel=True,
+        recompute="full",
+    )
+    e = estimate(
+        layout,
+        (11.0, 22.0, 5.5, 20.0, 3.0),
+        21.5,
+        {
+            "compute_s": 18.0,
+            "tp_comm_s": 1.2,
+            "cp_comm_s": 0.6,
+            "pp_comm_s": 0.2,
+            "dp_comm_s": 0.4,
+            "ep_comm_s": 1.1,
+            "bubble_s": 0.9,
+            "optimizer_s": 0.01,
+        },
+        48770.0,
+        0.31,
+    )
+    return PlanDocument.from_parts(
+        model=load_preset("mixtral-8x7b"),
+        cluster=c,
+        chosen=e,
+        candidates=[e],
+        rejected={"experts (8) do not divide by ep (16)": 3},
+        advice=[],
+        proposals=[SEED_COMMUNICATION[2]],
+    )
+
+
+def single_node() -> PlanDocument:
+    """Llama 2 7B on one node of 8 A100s with ZeRO-3 in fp16; no proposals."""
+    c = cluster("a100-node", A100, 8)
+    layout = build_layout(
+        8,
+        mbs=2,
+        global_batch=64,
+        seq_len=4096,
+        zero_stage=3,
+        recompute="full",
+        precision="fp16",
+    )
+    e = estimate(
+        layout, (1.6, 1.6, 9.4, 12.0, 2.5), 9.8, {"compute_s": 9.5, "dp_comm_s": 0.9}, 26750.0, 0.52
+    )
+    return PlanDocument.from_parts(
+        model=load_preset("llama-2-7b"), cluster=c, chosen=e, candidates=[e], rejected={}
+    )
+
+
+CASES = {"dense_multinode": dense_multinode, "moe": moe, "single_node": single_node}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, dict[str, str]]:
+    return {name: render_plan(build()) for name, build in CASES.items()}
+
+
+# ---- golden files -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rendered_files_match_the_reviewed_golden_files(case, rendered):
+    folder = GOLDEN / case
+    files = rendered[case]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(files)
+    for name, text in files.items():
+        expected = (folder / name).read_text(encoding="utf-8")
+        if text != expected:
+            diff = difflib.unified_diff(
+                expected.splitlines(),
+                text.splitlines(),
+                f"golden/{case}/{name}",
+                "rendered",
+                lineterm="",
+            )
+            pytest.fail("\n".join(diff))
+
+
+# ---- each file is what its consumer accepts -----------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ds_config_batch_identity_holds_with_the_plan_dp(case, rendered):
+    doc = CASES[case]()
+    config = json.loads(rendered[case]["ds_config.json"])
+    plan = doc.chosen.plan
+    assert config["train_batch_size"] == plan.global_batch
+    assert config["train_micro_batch_size_per_gpu"] == plan.mbs
+    assert config["gradient_accumulation_steps"] == plan.grad_accum
+    assert config["train_batch_size"] == plan.mbs * plan.grad_accum * plan.dp
+    assert ("pipeline" in config) == (plan.pp > 1)
+
+
+@pytest.mark.skipif(not HAS_BASH, reason="bash is not installed")
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", ["megatron_args.sh", "launch_torchrun.sh", "launch_slurm.sbatch"])
+def test_scripts_pass_bash_n(case, name, rendered):
+    check_bash(rendered[case][name])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_nccl_env_and_hostfile_parse_back(case, rendered):
+    doc = CASES[case]()
+    check_env(rendered[case]["nccl.env"], NCCL_REFERENCE)
+    check_hostfile(rendered[case]["hostfile"], doc.cluster.num_nodes, doc.cluster.procs_per_node)
+
+
+def test_plan_json_renders_again_to_the_same_files(rendered, tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(rendered["moe"]["plan.json"], encoding="utf-8")
+    assert render_plan(load_plan_document(path)) == rendered["moe"]
+
+
+def test_megatron_arguments_follow_validate_args(rendered):
+    args = megatron_args(moe())
+    assert args[args.index("--num-layers-per-virtual-pipeline-stage") + 1] == "8"  # 32 / (2 * 2)
+    for needs in ("--use-distributed-optimizer", "--overlap-grad-reduce"):
+        assert needs in args  # --overlap-param-gather asserts both
+    assert "--recompute-method" not in megatron_args(dense_multinode())  # selective: no method
+    assert "--moe-grouped-gemm" in args and "--bf16" in args  # grouped GEMM is bf16 only
+    script = rendered["moe"]["megatron_args.sh"]
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in script  # tp 2, cp 2 on Hopper
+    assert "--mock-data --tokenizer-type NullTokenizer --vocab-size 32000" in script
+
+
+def test_deepspeed_config_api_matches_the_file(rendered):
+    assert deepspeed_config(moe()) == json.loads(rendered["moe"]["ds_config.json"])
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "split"),
+    [
+        (32, 4, 1, (None, None)),
+        (32, 2, 2, (None, None)),
+        (126, 16, 1, (7, 7)),  # Llama 3 405B: 126 layers on 16 stages
+        (61, 8, 1, (7, 6)),  # DeepSeek-V3
+        (30, 4, 2, (8, 6)),
+    ],
+)
+def test_uneven_pipeline_stages(layers, pp, vpp, split):
+    assert stage_layers(layers, pp, vpp) == split
+
+
+def test_a_layer_count_that_cannot_split_is_an_error():
+    with pytest.raises(RenderError, match=r"pipeline\.layers_split"):
+        stage_layers(5, 4, 1)
+
+
+def test_uneven_split_uses_first_and_last_stage_arguments():
+    doc = dense_multinode()
+    layout = build_layout(48, pp=6, mbs=1, global_batch=64, seq_len=4096, zero_stage=1)
+    doc = doc.model_copy(update={"chosen": estimate(layout, (1, 1, 1, 1, 1), 1.0, {}, 1.0, 0.5)})
+    doc = doc.model_copy(update={"candidates": [], "cluster": cluster("x", H100, 48)})
+    args = megatron_args(doc)
+    # 32 layers on 6 stages: middle stages 6 each, first and last share 8
+    assert args[args.index("--decoder-first-pipeline-num-layers") + 1] == "4"
+    assert args[args.index("--decoder-last-pipeline-num-layers") + 1] == "4"
+
+
+def test_no_cuda_device_max_connections_on_blackwell_or_without_tp():
+    on_b200 = dense_multinode().model_copy(update={"cluster": cluster("b", B200, 32)})
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in render_plan(on_b200)["nccl.env"]
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in render_plan(single_node())["megatron_args.sh"]
+
+
+def test_nccl_env_names_its_rules_and_comments_out_nccl_algo(rendered):
+    text = rendered["dense_multinode"]["nccl.env"]
+    assert "\n# NCCL_ALGO=Ring,Tree\n" in text
+    assert "NCCL_IB_HCA=mlx5_0,mlx5_3\n" in text and "NCCL_SOCKET_IFNAME=enp\n" in text
+    assert "\nNCCL_NVLS_ENABLE=1\n" in text
+    moe_env = rendered["moe"]["nccl.env"]
+    assert "\n# NCCL_IB_HCA=mlx5_0,mlx5_1\n" in moe_env  # no HCAs given: an example to adapt
+    assert "NVLS" not in rendered["single_node"]["nccl.env"]  # A100: no NVLink SHARP
+
+
+def test_force_nccl_algo_sets_it():
+    text = render_plan(dense_multinode(), force_nccl_algo=True)["nccl.env"]
+    assert "\nNCCL_ALGO=Ring,Tree\n" in text
+
+
+def test_hf_trainer_variant_says_auto_where_the_trainer_fills_in():
+    config = json.loads(render_plan(single_node(), hf_trainer=True)["ds_config.json"])
+    for key in (
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+    ):
+        assert config[key] == "auto"
+    assert config["fp16"]["enabled"] == "auto"
+    assert config["zero_optimization"]["stage"] == 3  # the plan decides the stage
+    assert config["zero_optimization"]["stage3_prefetch_bucket_size"] == "auto"
+
+
+# ---- checkers refuse what the consumers refuse ---------------------------------------------------
+
+
+def test_ds_config_check_names_the_broken_identity():
+    config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2}
+    config["gradient_accumulation_steps"] = 4
+    with pytest.raises(RenderError, match=r"train_batch_size\(64\) != .* data-parallel size\(4\)"):
+        check_ds_config(config, 4)
+    with pytest.raises(RenderError, match="pipeline"):
+        check_ds_config({**config, "zero_optimization": {"stage": 2}, "pipeline": {}}, 8)
+    with pytest.raises(RenderError, match="communication_data_type"):
+        check_ds_config({**config, "communication_data_type": "fp8"}, 8)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("# ok\nNCCL_NO_SUCH_THING=1\n", "not a documented NCCL variable"),
+        ("# ok\nNCCL_NVLS_ENABLE=3\n", "not a valid enum value"),
+        ("# ok\nNCCL_IB_HCA=mlx5 0\n", "unsafe to source"),
+        ("NCCL_NVLS_ENABLE=1\n", "has no comment"),
+        ("# ok\nNCCL_IB_GDR_LEVEL=PHB\n", "deprecated alias; use NCCL_NET_GDR_LEVEL"),
+        ("# ok\nNCCL_ASYNC_ERROR_HANDLING=1\n", "use TORCH_NCCL_ASYNC_ERROR_HANDLING"),
+        ("# ok\n# NCCL_ALGO=Rings\n", "not a valid func_list value"),
+        ("# ok\nCUDA_DEVICE_MAX_CONNECTIONS=64\n", "not a valid int value"),
+        ("export NCCL_DEBUG=INFO\n", "not NAME=VALUE"),
+    ],
+)
+def test_env_check_refuses_undocumented_or_invalid_settings(text, problem):
+    with pytest.raises(RenderError, match=problem):
+        check_env(text, NCCL_REFERENCE)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "NCCL_ALGO=allreduce:tree;broadcast:^ring",
+        "NCCL_DEBUG_SUBSYS=^INIT,COLL",
+        "NCCL_SOCKET_IFNAME=^docker,lo",
+    ],
+)
+def test_env_check_accepts_nccl_grammar(line):
+    check_env(f"# a rule\n{line}\n", NCCL_REFERENCE)
+
+
+def test_hostfile_check_uses_deepspeeds_grammar():
+    with pytest.raises(RenderError, match="bad or repeated"):
+        check_hostfile("node-0 slots=8\nnode-0 slots=8\n", None, None)
+    with pytest.raises(RenderError, match="3 hosts for a plan on 4 nodes"):
+        check_hostfile("a slots=8\nb slots=8\nc slots=8\n", 4, 8)
+
+
+@pytest.mark.skipif(not HAS_BASH, reason="bash is not installed")
+def test_bash_check_refuses_a_broken_script():
+    with pytest.raises(RenderError, match="bash -n"):
+        check_bash("if true; then\n")
+
+
+# ---- writing ---------------------------------------------------------------------------------------
+
+
+def test_write_is_atomic_idempotent_and_marks_scripts_executable(rendered, tmp_path):
+    out = tmp_path / "out"
+    status = write_rendered(out, rendered["single_node"])
+    assert set(status.values()) == {"written"}
+    assert (out / "megatron_args.sh").stat().st_mode & stat.S_IXUSR
+    assert not (out / "plan.md").stat().st_mode & stat.S_IXUSR
+    assert set(write_rendered(out, rendered["single_node"]).values()) == {"unchanged"}
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_a_different_existing_file_is_never_overwritten_without_force(rendered, tmp_path):
+    out = tmp_path / "out"
+    write_rendered(out, rendered["single_node"])
+    (out / "nccl.env").write_text("# edited by hand\n")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(RenderError, match=r"will not overwrite .*nccl\.env.*--force"):
+        write_rendered(out, rendered["dense_multinode"])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing written at all
+    status = write_rendered(out, rendered["dense_multinode"], force=True)
+    assert status["nccl.env"] == "written"
+    assert (out / "nccl.env").read_text() == rendered["dense_multinode"]["nccl.env"]
+
+
+def test_files_failing_their_check_leave_no_output_folder(rendered, tmp_path):
+    files = dict(rendered["single_node"], **{"ds_config.json": '{"train_batch_size": 3}'})
+    with pytest.raises(RenderError, match=r"rendered ds_config\.json is invalid"):
+        write_rendered(tmp_path / "out", files)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_out_path_that_is_a_file_is_refused(rendered, tmp_path):
+    (tmp_path / "out").write_text("")
+    with pytest.raises(RenderError, match="is not a folder"):
+        write_rendered(tmp_path / "out", rendered["single_node"])
+
+
+def test_rendering_twice_gives_identical_bytes(rendered):
+    assert render_plan(dense_multinode()) == rendered["dense_multinode"]
+
+
+# ---- templates: sandbox, StrictUndefined, overrides, versions -------------------------------------
+
+
+def user_templates(tmp_path: Path, files: dict[str, str]) -> Path:
+    folder = tmp_path / "templates"
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_a_user_template_overrides_the_built_in_one_by_name(tmp_path):
+    hostfile = (
+        "# ours\n{% for host in launch.hosts %}{{ host.name }} slots={{ host.slots }}\n{% endfor %}"
+    )
+    folder = user_templates(tmp_path, {"launch/hostfile.j2": hostfile})
+    files = render_plan(single_node(), templates_dir=folder)
+    assert files["hostfile"] == "# ours\nnode-0 slots=8\n"
+    assert files["nccl.env"] == render_plan(single_node())["nccl.env"]
+
+
+def test_a_template_naming_a_missing_value_fails_with_its_line(tmp_path):
+    folder = user_templates(tmp_path, {"nccl/nccl.env.j2": "# fine\n# {{ nccl.no_such_key }}\n"})
+    with pytest.raises(RenderError, match=r"nccl/nccl.env.j2:2: undefined value: .*no_such_key"):
+        render_plan(single_node(), templates_dir=folder)
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "{{ ''.__class__.__mro__ }}",
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "{{ cycler.__init__.__globals__ }}",
+        "{{ self.__init__.__globals__ }}",
+        "{{ launch.hosts.append(1) }}",
+        "{{ model.update(name='x') }}",
+        "{{ lipsum.__globals__ }}",
+    ],
+)
+def test_the_sandbox_refuses_template_injection(tmp_path, attack):
+    folder = user_templates(tmp_path, {"launch/hostfile.j2": attack})
+    with pytest.raises(
+        RenderError, match=r"launch/hostfile\.j2:1: refused by the template sandbox"
+    ):
+        render_plan(single_node(), templates_dir=folder)
+
+
+def test_the_sandbox_bounds_loops(tmp_path):
+    folder = user_templates(
+        tmp_path, {"launch/hostfile.j2": "{% for i in range(10**9) %}{% endfor %}"}
+    )
+    with pytest.raises(RenderError, match="MAX_RANGE"):
+        render_plan(single_node(), templates_dir=folder)
+
+
+def test_built_in_templates_only_format():
+    """No arithmetic in any shipped template: numbers are computed in Python."""
+    env = jinja2.Environment()
+    arithmetic = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Pow)
+    for path in sorted(TEMPLATES.rglob("*.j2")):
+        tree = env.parse(path.read_text(encoding="utf-8"))
+        found = [type(n).__name__ for n in tree.find_all((*arithmetic, nodes.Neg))]
+        assert not found, f"{path.relative_to(REPO)} computes: {found}"
+
+
+def test_unknown_canonical_key_in_a_user_mapping_points_at_its_line(tmp_path):
+    mapping = (
+        (TEMPLATES / "mapping.yaml")
+        .read_text()
+        .replace("key: plan.global_batch", "key: plan.global_bach")
+    )
+    folder = user_templates(tmp_path, {"mapping.yaml": mapping})
+    with pytest.raises(
+        RenderError, match=r"mapping.yaml:\d+:\d+: .*unknown canonical key 'plan.global_bach'"
+    ):
+        render_plan(single_node(), templates_dir=folder)
+
+
+def test_versions_default_to_the_latest_and_an_unknown_one_is_named(tmp_path):
+    templates = Templates.at(None)
+    assert templates.versions("megatron")[-1] == "core_r0.13"
+    doc = single_node().with_render_options(megatron_version="core_r0.99")
+    with pytest.raises(RenderError, match=r"'core_r0.99' is not available \(have: core_r0.13\)"):
+        render_plan(doc)
+
+
+# ---- plan.json ----------------------------------------------------------------------------------
+
+
+def test_plan_json_errors_point_at_the_line(rendered, tmp_path):
+    data = json.loads(rendered["moe"]["plan.json"])
+    data["chosen"]["plan"]["tpp"] = 2
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data, indent=2))
+    with pytest.raises(PlanDocumentError, match=r"plan.json:\d+:\d+: chosen.plan.tpp: unknown key"):
+        load_plan_document(path)
+    path.write_text(json.dumps({**data, "format_version": 9}))
+    with pytest.raises(PlanDocumentError, match="format_version 9 is not supported"):
+        load_plan_document(path)
+
+
+def test_plan_document_keeps_no_absolute_paths():
+    model = load_preset("llama-2-7b").model_copy(update={"name": "/home/me/models/llama"})
+    doc = PlanDocument.from_parts(
+        model=model, cluster=single_node().cluster, chosen=single_node().chosen
+    )
+    assert doc.model.name == "llama"
+    with pytest.raises(ValueError, match="absolute path"):
+        PlanDocument.model_validate({**doc.model_dump(), "advice": ["/etc/passwd"]})
+
+
+def test_shipped_nccl_reference_is_the_shared_one():
+    if not SHARED_REFERENCE.is_file():
+        pytest.skip("shared/reference is not beside this checkout")
+    assert NCCL_REFERENCE.read_bytes() == SHARED_REFERENCE.read_bytes()
+
+
+# ---- command line -----------------------------------------------------------------------------------
+
+
+def run_render(*argv: object) -> int:
+    parser = argparse.ArgumentParser(prog="parplan")
+    add_render_commands(parser.add_subparsers())
+    args = parser.parse_args([str(a) for a in argv])
+    return args.handler(args)
+
+
+def test_render_command_writes_every_file_and_refuses_to_clobber(rendered, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(rendered["dense_multinode"]["plan.json"])
+    assert run_render("render", plan, "--out", tmp_path / "a") == 0
+    assert "written    " in capsys.readouterr().out
+    assert {p.name: p.read_text() for p in (tmp_path / "a").iterdir()} == rendered[
+        "dense_multinode"
+    ]
+    (tmp_path / "a" / "hostfile").write_text("mine slots=8\n")
+    with pytest.raises(RenderError, match="hostfile"):
+        run_render("render", plan, "--out", tmp_path / "a", "--hf-trainer")
+    assert run_render("render", plan, "--out", tmp_path / "a", "--hf-trainer", "--force") == 0
+    assert json.loads((tmp_path / "a" / "ds_config.json").read_text())["train_batch_size"] == "auto"
+
+
+def test_render_command_through_main_once_wired(rendered, tmp_path, cli):
+    from parplan_gen.cli import build_parser
+
+    if "render" not in build_parser().format_help():
+        pytest.skip("`parplan render` is not wired into parplan_gen/cli.py yet")
+    plan = tmp_path / "plan.json"
+    plan.write_text(rendered["single_node"]["plan.json"])
+    run = cli("render", plan, "--out", tmp_path / "out", "--megatron-version", "core_r0.99")
+    assert run.code == 1 and "core_r0.99" in run.err
+    assert cli("render", plan, "--out", tmp_path / "out").code == 0
