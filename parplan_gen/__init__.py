@@ -7,6 +7,11 @@ The public API is small; everything else is private to the package:
     rules = parplan_gen.load_rules()              # built-in rules, plus any overlay dirs
     parplan_gen.analyze(graph, rules)             # opportunities, as the seed orders them
     parplan_gen.propose(graph, rules, devices=8)  # proposals with their settings
+
+    plan = parplan_gen.plan("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512)
+    plan.deepspeed_config()                       # dict for deepspeed.initialize(config=...)
+    plan.megatron_args()                          # pretrain_gpt.py argument list
+    plan.write("plan/")                           # every launch file, rendered
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "analyze", "load_graph", "load_rules", "propose"]
+__all__ = ["__version__", "analyze", "load_graph", "load_rules", "plan", "propose"]
 
 if TYPE_CHECKING:
+    from parplan_gen.api import plan
     from parplan_gen.engine import analyze, propose
     from parplan_gen.graph import load_graph
     from parplan_gen.ruleset import load_rules
@@ -27,6 +33,7 @@ _LAZY = {
     "propose": "parplan_gen.engine",
     "load_graph": "parplan_gen.graph",
     "load_rules": "parplan_gen.ruleset",
+    "plan": "parplan_gen.api",
 }
 
 

@@ -17,6 +17,7 @@ from parplan_gen.cli_common import add_rules_option, positive_int
 from parplan_gen.errors import ParplanError, UsageError
 
 PROG = "parplan"
+MODEL_HELP = "graph .yaml/.yml/.json, Hugging Face config.json, .onnx, or a preset name"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example:\n  parplan analyze examples/cnn_block.yaml --json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    analyze.add_argument("graph", metavar="GRAPH", help="model graph file (.yaml, .yml or .json)")
+    analyze.add_argument("graph", metavar="GRAPH", help=MODEL_HELP)
     add_rules_option(analyze)
     analyze.add_argument("--json", action="store_true", help="print JSON (the seed contract)")
     analyze.set_defaults(handler=_cmd_analyze)
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example:\n  parplan propose examples/transformer_block.yaml --devices 8",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    propose.add_argument("graph", metavar="GRAPH", help="model graph file (.yaml, .yml or .json)")
+    propose.add_argument("graph", metavar="GRAPH", help=MODEL_HELP)
     propose.add_argument(
         "--devices", type=positive_int, required=True, metavar="N", help="number of devices"
     )
@@ -66,9 +67,21 @@ def build_parser() -> argparse.ArgumentParser:
     propose.add_argument("--json", action="store_true", help="print JSON (the seed contract)")
     propose.set_defaults(handler=_cmd_propose)
 
+    from parplan_gen.rules_cli import add_rules_commands
+
+    add_rules_commands(sub)
+
     from parplan_gen.model_cli import add_model_commands
 
     add_model_commands(sub)
+
+    from parplan_gen.plan_cli import add_plan_commands
+
+    add_plan_commands(sub)
+
+    from parplan_gen.render_cli import add_render_commands
+
+    add_render_commands(sub)
     return parser
 
 
@@ -78,12 +91,12 @@ def _print_json(payload: Any) -> None:
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from parplan_gen.engine import analyze
-    from parplan_gen.graph import load_graph
+    from parplan_gen.model_source import load_graph_for
     from parplan_gen.ruleset import load_rules
     from parplan_gen.textview import opportunities_table
 
     rules = load_rules(args.rules)
-    graph = load_graph(args.graph)
+    graph = load_graph_for(args.graph)
     found = analyze(graph, rules)
     if args.json:
         _print_json({"opportunities": [o.model_dump(exclude={"rule_id"}) for o in found]})
@@ -94,12 +107,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 def _cmd_propose(args: argparse.Namespace) -> int:
     from parplan_gen.engine import propose
-    from parplan_gen.graph import load_graph
+    from parplan_gen.model_source import load_graph_for
     from parplan_gen.ruleset import load_rules
     from parplan_gen.textview import proposals_table
 
     rules = load_rules(args.rules)
-    graph = load_graph(args.graph)
+    graph = load_graph_for(args.graph)
     made = propose(graph, rules, args.devices)
     if args.json:
         _print_json({"proposals": [p.model_dump(exclude={"rule_id", "group"}) for p in made]})

@@ -146,6 +146,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
 def _cmd_estimate(args: argparse.Namespace) -> int:
     from parplan_gen.estimate import CostModel
     from parplan_gen.estimate_view import estimate_text
+    from parplan_gen.model_source import load_model_spec
     from parplan_gen.ruleset import load_rules
 
     rules = load_rules(args.rules)
@@ -159,15 +160,3 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(estimate_text(spec, cluster, result))
     return 0
-
-
-def load_model_spec(ref: str) -> Any:
-    """A transformer ModelSpec from a preset name or a Hugging Face config.json path."""
-    from pathlib import Path
-
-    from parplan_gen.hf_config import load_hf_config
-    from parplan_gen.presets import load_preset
-
-    if Path(ref).is_file():
-        return load_hf_config(ref)
-    return load_preset(ref)
