@@ -7,6 +7,7 @@ typed errors become messages and exit codes (0 ok, 1 bad input, 2 bad usage).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -123,6 +124,19 @@ def _cmd_propose(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
+    # A run is short and allocates many small objects (graph nodes, formula trees): the cyclic
+    # garbage collector would only rescan them; reference counting still frees memory. The
+    # collector's state is restored for callers that run main() in-process.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(argv)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from parplan_gen.errors import UsageError
-from parplan_gen.hardware import Cluster
+
+if TYPE_CHECKING:
+    from parplan_gen.hardware import Cluster
 
 
 def positive_int(text: str) -> int:

@@ -2,17 +2,65 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 
-@dataclass(frozen=True)
 class SourceRef:
-    """Where something came from: a file, an optional 1-based line/column and a key path."""
+    """Where something came from: a file, an optional 1-based line/column and a key path.
 
-    file: str
-    line: int | None = None
-    column: int | None = None
-    path: str = ""
+    A reference made by `SourceRef.lazy` finds its line and column only when they are first
+    read: loading rules makes a reference for every field, and most are never shown.
+    """
+
+    __slots__ = ("_column", "_line", "_resolve", "file", "path")
+
+    def __init__(
+        self, file: str, line: int | None = None, column: int | None = None, path: str = ""
+    ) -> None:
+        self.file = file
+        self.path = path
+        self._line = line
+        self._column = column
+        self._resolve: Callable[[], tuple[int | None, int | None]] | None = None
+
+    @classmethod
+    def lazy(
+        cls, file: str, path: str, resolve: Callable[[], tuple[int | None, int | None]]
+    ) -> SourceRef:
+        """A reference whose (line, column) `resolve()` gives, called once when first needed."""
+        ref = cls(file, path=path)
+        ref._resolve = resolve
+        return ref
+
+    def _position(self) -> None:
+        if self._resolve is not None:
+            self._line, self._column = self._resolve()
+            self._resolve = None
+
+    @property
+    def line(self) -> int | None:
+        self._position()
+        return self._line
+
+    @property
+    def column(self) -> int | None:
+        self._position()
+        return self._column
+
+    def _key(self) -> tuple[str, int | None, int | None, str]:
+        return (self.file, self.line, self.column, self.path)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SourceRef) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"SourceRef(file={self.file!r}, line={self.line!r}, column={self.column!r}, "
+            f"path={self.path!r})"
+        )
 
     def __str__(self) -> str:
         where = self.file

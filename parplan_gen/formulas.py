@@ -45,12 +45,11 @@ spec. Values are formatted with Python's `format` (a bool shows as `True`/`False
 from __future__ import annotations
 
 import ast
-import copy
 import difflib
 import keyword
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -159,6 +158,48 @@ def _short(text: str) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _dag_depth(tree: ast.AST, shared: Mapping[int, int]) -> tuple[int, dict[int, int]]:
+    """Nesting depth of a tree whose inlined named formulas are shared subtrees, and the depth
+    of each node it visited. `shared` holds the depths of the named formulas' nodes (by id;
+    those trees live as long as the library), so each is measured once, however often used."""
+    depth: dict[int, int] = {}
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in depth or id(node) in shared:
+            continue
+        children = list(ast.iter_child_nodes(node))
+        if children_done or not children:
+            known = (depth.get(id(c)) or shared[id(c)] for c in children)
+            depth[id(node)] = 1 + max(known, default=0)
+        else:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children)
+    top = depth.get(id(tree)) or shared[id(tree)]
+    return top, depth
+
+
+def _locate(tree: ast.AST, located: Set[int]) -> ast.AST:
+    """`ast.fix_missing_locations` that visits each node once and skips the (already located)
+    nodes of named formulas, whose ids are in `located`."""
+    seen: set[int] = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or id(node) in located:
+            continue
+        seen.add(id(node))
+        if "lineno" in node._attributes:
+            for attr, value in (("lineno", 1), ("col_offset", 0)):
+                if getattr(node, attr, None) is None:
+                    setattr(node, attr, value)
+            for attr, value in (("end_lineno", 1), ("end_col_offset", 0)):
+                if getattr(node, attr, None) is None:
+                    setattr(node, attr, value)
+        stack.extend(ast.iter_child_nodes(node))
+    return tree
+
+
 def _measure(tree: ast.AST, max_nodes: int) -> tuple[int, int]:
     """(node count, nesting depth), stopping early once the count passes `max_nodes`."""
     count, depth, stack = 0, 0, [(tree, 1)]
@@ -198,6 +239,25 @@ def _namespace_text(namespace: str) -> str:
     return namespace if vocabulary.lookup(namespace) else namespace + ".*"
 
 
+@dataclass
+class _Shared:
+    """What is known about the named formulas' trees (by node id), so that formulas inlining
+    them do not walk them again."""
+
+    depths: dict[int, int] = field(default_factory=dict)
+    located: set[int] = field(default_factory=set)
+
+    def add(self, tree: ast.AST, depths: Mapping[int, int]) -> None:
+        """Record a named formula's tree once it is translated (located, depths known)."""
+        self.depths.update(depths)
+        self.located.update(depths)
+        stack = [tree]
+        while stack:  # nodes reached only through other shared trees are recorded already
+            node = stack.pop()
+            stack.extend(c for c in ast.iter_child_nodes(node) if id(c) not in self.located)
+            self.located.add(id(node))
+
+
 class _Translator:
     """Checks one formula against the language and rewrites it into an evaluable tree.
 
@@ -207,9 +267,15 @@ class _Translator:
     """
 
     def __init__(
-        self, text: str, where: SourceRef, context: str | None, named: Mapping[str, _Named]
+        self,
+        text: str,
+        where: SourceRef,
+        context: str | None,
+        named: Mapping[str, _Named],
+        shared: _Shared | None = None,
     ) -> None:
         self.text, self.where, self.named = text, where, named
+        self.shared = shared or _Shared()
         self.allowed = None if context is None else vocabulary.CONTEXTS[context]
         self.context_label = _CONTEXT_LABELS.get(str(context), f"{context} rules")
         self.names: set[str] = set()
@@ -245,17 +311,18 @@ class _Translator:
     def translate(self, value: Value) -> tuple[ast.expr, Kind]:
         """The evaluable tree and kind of a rule value (a number, a bool or formula text)."""
         if isinstance(value, bool):
-            return ast.Constant(value), "bool"
+            return _locate(ast.Constant(value), frozenset()), "bool"
         if isinstance(value, int | float):
-            return ast.Constant(value), "number"
+            return _locate(ast.Constant(value), frozenset()), "number"
         if not isinstance(value, str):
             raise self.fail(f"a formula must be a number, true/false or text, not {value!r}")
         tree, kind = self.visit(self.parse())
-        if _measure(tree, MAX_INLINED_NODES)[1] > MAX_INLINED_DEPTH:
+        depth, self.depths = _dag_depth(tree, self.shared.depths)
+        if depth > MAX_INLINED_DEPTH:
             raise self.fail(
                 f"nested deeper than {MAX_INLINED_DEPTH} once named formulas are inlined"
             )
-        return ast.fix_missing_locations(tree), kind
+        return _locate(tree, self.shared.located), kind
 
     def visit(self, node: ast.AST) -> tuple[ast.expr, Kind]:
         handler = _HANDLERS.get(type(node))
@@ -281,9 +348,9 @@ class _Translator:
     def constant(self, node: ast.Constant) -> tuple[ast.expr, Kind]:
         value = node.value
         if isinstance(value, bool):
-            return ast.Constant(value), "bool"
+            return _locate(ast.Constant(value), frozenset()), "bool"
         if isinstance(value, int | float):
-            return ast.Constant(value), "number"
+            return _locate(ast.Constant(value), frozenset()), "number"
         if isinstance(value, str):
             if len(value) > MAX_STRING:
                 raise self.fail(f"string literals are limited to {MAX_STRING} characters")
@@ -346,7 +413,7 @@ class _Translator:
         for dotted in sorted(named.names):
             self.check_available(dotted, f" (read by named formula {ident!r})")
         self.names |= named.names
-        return copy.deepcopy(named.tree), named.kind
+        return named.tree, named.kind  # shared, never mutated: compile() accepts a DAG
 
     def binop(self, node: ast.BinOp) -> tuple[ast.expr, Kind]:
         symbol = _BINOPS.get(type(node.op))
@@ -441,12 +508,17 @@ def _did_you_mean(
 
 
 def _build(
-    source: str, where: SourceRef, tree: ast.expr, kind: Kind, names: frozenset[str]
+    source: str,
+    where: SourceRef,
+    tree: ast.expr,
+    kind: Kind,
+    names: frozenset[str],
+    located: Set[int] = frozenset(),
 ) -> Formula:
     args = ast.arguments(
         posonlyargs=[], args=[ast.arg("_e")], kwonlyargs=[], kw_defaults=[], defaults=[]
     )
-    lam = ast.fix_missing_locations(ast.Expression(ast.Lambda(args, tree)))
+    lam = _locate(ast.Expression(ast.Lambda(args, tree)), located)
     # Safe: the tree was rebuilt node by node from the allow-list above; no builtins are visible.
     formula = Formula(
         source, where, names, kind, not names, eval(compile(lam, "<formula>", "eval"), _GLOBALS)
@@ -520,10 +592,12 @@ class FormulaLibrary:
             _check_formula_name(name, where)
         refs = {name: _references(value, where, named) for name, (value, where) in named.items()}
         self._named: dict[str, _Named] = {}
+        self._shared = _Shared()
         for name in _dependency_order(refs, {n: w for n, (_, w) in named.items()}):
             value, where = named[name]
-            translator = _Translator(str(value), where, None, self._named)
+            translator = _Translator(str(value), where, None, self._named, self._shared)
             tree, kind = translator.translate(value)
+            self._shared.add(tree, getattr(translator, "depths", {}))
             names = frozenset(translator.names)
             if not names:  # computed at load: a failure is reported at the named formula
                 _build(str(value), where, tree, kind, names)
@@ -542,13 +616,13 @@ class FormulaLibrary:
         if context not in vocabulary.CONTEXTS:
             raise ValueError(f"unknown formula context {context!r}")
         source = value if isinstance(value, str) else repr(value)
-        translator = _Translator(source, where, context, self._named)
+        translator = _Translator(source, where, context, self._named, self._shared)
         tree, kind = translator.translate(value)
         if expect is not None and kind != expect:
             if kind != "any":
                 raise translator.fail(f"gives {_A[kind]}, but {_A[expect]} is needed here")
             tree, kind = translator.coerce(tree, kind, expect, "", source), expect
-        return _build(source, where, tree, kind, frozenset(translator.names))
+        return _build(source, where, tree, kind, frozenset(translator.names), self._shared.located)
 
     def compile_text(self, text: str, where: SourceRef, context: str) -> TextTemplate:
         """Compile a description with `{formula}` / `{formula:spec}` placeholders."""

@@ -16,10 +16,12 @@ import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
-import networkx as nx
 from pydantic import BaseModel, Field, FiniteFloat, TypeAdapter, ValidationError, field_validator
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 from parplan_gen.errors import GraphError, SourceRef
 from parplan_gen.source import Document, KeyPath, format_path, is_finite_number, load_document
@@ -121,6 +123,8 @@ class ModelGraph:
     @property
     def digraph(self) -> nx.DiGraph:
         """A frozen networkx view (node attribute `node` holds the Node), built on first use."""
+        import networkx as nx  # imported on use: it costs ~0.1 s, which `parplan` rarely needs
+
         if self._digraph is None:
             g = nx.DiGraph(name=self.name)
             g.add_nodes_from((n.id, {"node": n}) for n in self.nodes)
@@ -260,6 +264,8 @@ def _cycle_error(
     edges: tuple[tuple[str, str], ...], index: dict[str, int], where: _Locator
 ) -> GraphError:
     """Name one cycle, starting at its node listed first, pointing at its closing edge."""
+    import networkx as nx  # only when there is a cycle to show
+
     g = nx.DiGraph(edges)
     cycle = [u for u, _ in nx.find_cycle(g)]
     start = min(range(len(cycle)), key=lambda k: index[cycle[k]])

@@ -7,8 +7,9 @@ from, and goes through the same importer as a user's config.json:
     published: {total_params_b: 8.03, active_params_b: ..., source: "..."}   # optional
     config: {model_type: llama, hidden_size: 4096, ...}                       # HF field names
 
-A graph preset (e.g. `resnet-50`) is a native graph file (`nodes`, `edges`). Files are read with
-importlib.resources, so presets work from an installed wheel as well as from a checkout.
+A graph preset (e.g. `resnet-50`) is a native graph file (`nodes`, `edges`) in
+`parplan_gen/data/graphs/`. Files are read with importlib.resources, so presets work from an
+installed wheel as well as from a checkout; only the file asked for is parsed.
 """
 
 from __future__ import annotations
@@ -66,44 +67,45 @@ class Preset(BaseModel):
     spec: ModelSpec
 
 
-@lru_cache(maxsize=1)
-def _documents() -> dict[str, Document]:
-    """Every shipped model file, parsed once, by preset name (the file's stem)."""
-    folder = files("parplan_gen") / "data" / "models"
-    docs: dict[str, Document] = {}
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+def _folder(graph: bool) -> Any:
+    return files("parplan_gen") / "data" / ("graphs" if graph else "models")
+
+
+@lru_cache(maxsize=2)
+def _entries(graph: bool) -> dict[str, Any]:
+    """Shipped model files by preset name (the file's stem), without parsing them."""
+    entries = {}
+    for entry in sorted(_folder(graph).iterdir(), key=lambda e: e.name):
         stem, dot, suffix = entry.name.rpartition(".")
-        if not entry.is_file() or not dot or f".{suffix}" not in _SUFFIXES:
-            continue
-        kind = "json" if suffix == "json" else "yaml"
-        text = entry.read_text(encoding="utf-8")
-        docs[stem] = parse_document(text, f"parplan_gen/data/models/{entry.name}", kind)
-    return docs
-
-
-def _is_graph(doc: Document) -> bool:
-    return isinstance(doc.data, dict) and "nodes" in doc.data
+        if entry.is_file() and dot and f".{suffix}" in _SUFFIXES:
+            entries[stem] = entry
+    return entries
 
 
 def preset_names() -> tuple[str, ...]:
     """Names of the built-in transformer presets, sorted."""
-    return tuple(name for name, doc in _documents().items() if not _is_graph(doc))
+    return tuple(_entries(graph=False))
 
 
 def graph_preset_names() -> tuple[str, ...]:
     """Names of the built-in native op graphs (e.g. `resnet-50`), sorted."""
-    return tuple(name for name, doc in _documents().items() if _is_graph(doc))
+    return tuple(_entries(graph=True))
 
 
+@lru_cache(maxsize=64)
 def _document(name: str, graph: bool) -> Document:
-    doc = _documents().get(name)
-    if doc is None or _is_graph(doc) != graph:
+    """The parsed file of preset `name` (only that file is read)."""
+    entry = _entries(graph).get(name)
+    if entry is None:
         known = graph_preset_names() if graph else preset_names()
         hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
         did_you_mean = f"; did you mean '{hint[0]}'?" if hint else ""
         kind = "graph preset" if graph else "model preset"
         raise InputError(f"unknown {kind} '{name}'{did_you_mean} (`parplan models` lists them)")
-    return doc
+    kind = "json" if entry.name.endswith(".json") else "yaml"
+    folder = "graphs" if graph else "models"
+    text = entry.read_text(encoding="utf-8")
+    return parse_document(text, f"parplan_gen/data/{folder}/{entry.name}", kind)
 
 
 @lru_cache(maxsize=64)

@@ -44,13 +44,17 @@ class Document:
         self.data = data
 
     def ref(self, path: KeyPath = ()) -> SourceRef:
-        """The position of `path` (or of its nearest ancestor that has one)."""
+        """The position of `path` (or of its nearest ancestor that has one), found lazily."""
+        key = tuple(path)
+        return SourceRef.lazy(self.name, format_path(key), lambda: self._find(key))
+
+    def _find(self, path: KeyPath) -> tuple[int | None, int | None]:
         positions = self._positions
         for cut in range(len(path), -1, -1):
-            pos = positions.get(tuple(path[:cut]))
+            pos = positions.get(path[:cut])
             if pos is not None:
-                return SourceRef(self.name, pos[0], pos[1], format_path(path))
-        return SourceRef(self.name, None, None, format_path(path))
+                return pos
+        return None, None
 
     def error(self, path: KeyPath, message: str, cls: type[SourceError] = SourceError) -> Exception:
         """Build an error of class `cls` pointing at `path`."""

@@ -1,4 +1,4 @@
-"""Write `parplan_gen/data/models/resnet-50.yaml`, the native op graph of ResNet-50.
+"""Write `parplan_gen/data/graphs/resnet-50.yaml`, the native op graph of ResNet-50.
 
 Architecture: He et al. 2016, "Deep Residual Learning for Image Recognition" (arXiv:1512.03385),
 Table 1, 50-layer column: conv1 7x7/2 (64), 3x3/2 max pool, then bottleneck stages
@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "parplan_gen" / "data" / "models" / "resnet-50.yaml"
+OUT = Path(__file__).resolve().parent.parent / "parplan_gen" / "data" / "graphs" / "resnet-50.yaml"
 STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))  # width, blocks, first stride
 EXPANSION = 4  # bottleneck output = 4 x width (Table 1)
 IMAGE = 224
