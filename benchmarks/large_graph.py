@@ -83,8 +83,8 @@ def phases(path: Path) -> str:
     marks.append(("load_graph", time.perf_counter()))
     found = analyze(graph, rules)
     marks.append(("analyze", time.perf_counter()))
-    payload = {"opportunities": [o.model_dump(exclude={"rule_id"}) for o in found]}
-    json.dumps(payload, indent=2, ensure_ascii=False)
+    for o in found:  # as the CLI prints it: one item per line
+        json.dumps(o.as_dict(), ensure_ascii=False)
     marks.append(("json output", time.perf_counter()))
     previous, parts = start, []
     for name, at in marks:

@@ -12,6 +12,7 @@ built on it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -24,24 +25,50 @@ from parplan_gen.ruleset import CompiledOpportunity, CompiledProposal, RuleSet
 SettingValue = bool | int | float | str
 
 
-class ResourceRequirements(BaseModel):
+# Opportunities are plain slotted dataclasses, not pydantic models: the engine builds one per
+# node (100,000 for a large graph) from values it computed itself, so there is nothing to
+# validate, and a pydantic object costs ~20x more to make.
+@dataclass(frozen=True, slots=True)
+class ResourceRequirements:
     """What an opportunity needs."""
 
-    model_config = ConfigDict(frozen=True)
     min_devices: int
     memory_per_device: int  # bytes
     communication_overhead: float  # fraction of step time
 
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON contract's `resource_requirements` object."""
+        return {
+            "min_devices": self.min_devices,
+            "memory_per_device": self.memory_per_device,
+            "communication_overhead": self.communication_overhead,
+        }
 
-class Opportunity(BaseModel):
+
+@dataclass(frozen=True, slots=True)
+class Opportunity:
     """One way to parallelise one node (or, for graph rules, the whole graph)."""
 
-    model_config = ConfigDict(frozen=True)
     node_id: str
     type: str
     estimated_speedup: float
     resource_requirements: ResourceRequirements
     rule_id: str  # not part of the JSON contract; used by explanations
+
+    def for_node(self, node_id: str) -> Opportunity:
+        """The same opportunity for another node."""
+        return Opportunity(
+            node_id, self.type, self.estimated_speedup, self.resource_requirements, self.rule_id
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON contract's opportunity object (DESIGN.md, seed parity)."""
+        return {
+            "node_id": self.node_id,
+            "type": self.type,
+            "estimated_speedup": self.estimated_speedup,
+            "resource_requirements": self.resource_requirements.as_dict(),
+        }
 
 
 class Proposal(BaseModel):
@@ -131,10 +158,21 @@ def analyze(
         if rule.op is not None:
             node_rules.setdefault(rule.op, []).append(_Prepared(rule, base))
     node_names = [n for n in all_names if n.startswith("node.")]
+    # Ops whose rules read no node.* name give every node the same best opportunity: work it
+    # out at the first such node, then copy it (not when tracing: explain shows every rule).
+    shared: dict[str, Opportunity | None] = {}
+    fixed_ops = set() if trace is not None else _node_independent_ops(node_rules)
     found: list[Opportunity] = []
     for index, node in enumerate(graph.nodes):
-        matching = node_rules.get(node.op) or node_rules.get("*", [])
-        if not matching:
+        op = node.op if node.op in node_rules else "*"
+        matching = node_rules.get(op, [])
+        if op in fixed_ops:
+            if op not in shared:
+                fired = [o for o in (p.fire(base, node.id) for p in matching) if o is not None]
+                shared[op] = best_per_node(fired)[0] if fired else None
+            best = shared[op]
+            if best is not None:
+                found.append(best.for_node(node.id))
             continue
         env = {**base, **node_env(graph, node, index, node_names)} if node_names else base
         for prepared in matching:
@@ -152,6 +190,11 @@ def analyze(
             if opportunity is not None:
                 found.append(opportunity)
     return best_per_node(found)
+
+
+def _node_independent_ops(node_rules: Mapping[str, list[_Prepared]]) -> set[str]:
+    """Ops none of whose rules read a node.* name."""
+    return {op for op, rules in node_rules.items() if not any(p.node_dependent for p in rules)}
 
 
 def best_per_node(found: list[Opportunity]) -> list[Opportunity]:
@@ -203,12 +246,12 @@ class _Prepared:
     def fire(self, env: Mapping[str, Any], node_id: str) -> Opportunity | None:
         if not self._value("when", env, node_id):
             return None
-        requirements = ResourceRequirements.model_construct(
+        requirements = ResourceRequirements(
             min_devices=int(self._value("min_devices", env, node_id)),
             memory_per_device=int(self._value("memory_per_device", env, node_id)),
             communication_overhead=float(self._value("communication_overhead", env, node_id)),
         )
-        return Opportunity.model_construct(
+        return Opportunity(
             node_id=node_id,
             type=self.rule.rule.type,
             estimated_speedup=float(self._value("speedup", env, node_id)),

@@ -88,7 +88,7 @@ def _opportunity(
     if found is None:
         return lines + _parts(rules, rule.rule.when, rule.when, rule.rule.scope, env)
     values = {
-        **found.resource_requirements.model_dump(),
+        **found.resource_requirements.as_dict(),
         "speedup": found.estimated_speedup,
     }
     for name in _FIELDS:
