@@ -95,8 +95,11 @@ def _load_file(path: Path, *, batch_size: int, seq_len: int) -> ModelGraph:
 
 
 def _unknown(path_or_name: str) -> InputError:
-    """"file not found" for what looks like a path, else an unknown preset name."""
+    """A "file not found" error for what looks like a path, else an unknown-name error."""
     path = Path(path_or_name)
+    if path.is_dir():
+        message = "is a folder; expected a model file or a preset name"
+        return InputError(message, SourceRef(path_or_name))
     if path.suffix.lower() in (*DOCUMENT_SUFFIXES, *ONNX_SUFFIXES) or len(path.parts) > 1:
         return InputError("file not found", SourceRef(path_or_name))
     return InputError(
