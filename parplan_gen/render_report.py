@@ -11,20 +11,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parplan_gen.estimate import MEMORY_PARTS, Estimate
+from parplan_gen.estimate import TIME_PARTS as ESTIMATE_TIME_PARTS
 from parplan_gen.hardware import GIB
 from parplan_gen.plan_document import PlanDocument
 from parplan_gen.render_mapping import ChartStyle, ReportMapping
 
-TIME_PARTS = (
-    "compute_s",
-    "tp_comm_s",
-    "cp_comm_s",
-    "pp_comm_s",
-    "dp_comm_s",
-    "ep_comm_s",
-    "bubble_s",
-    "optimizer_s",
-)
+TIME_PARTS = tuple(p for p in ESTIMATE_TIME_PARTS if p != "step_s")  # the parts of a step
 PART_LABELS = {p: p.removesuffix("_s").replace("_", " ") for p in (*MEMORY_PARTS, *TIME_PARTS)}
 MS_PER_S = 1000
 LEGEND_BOX_EM = 0.9  # legend swatch side, in font sizes
