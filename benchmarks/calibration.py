@@ -458,6 +458,7 @@ FIT_PARAMETERS: dict[str, tuple[float, float]] = {
     "gemm_width_half": (0.0, 4000.0),
     "link_efficiency": (0.3, 1.0),
     "hbm_efficiency": (0.3, 1.0),
+    "hopper_gemm_scale": (0.5, 1.0),
 }
 FIT_STEPS = 13  # grid points per parameter and sweep
 FIT_SWEEPS = 6  # sweeps, each on a grid narrowed around the last best value

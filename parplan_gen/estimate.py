@@ -133,6 +133,7 @@ def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
         "cluster.inter_bandwidth": cluster.inter_node_bytes_per_s,
         "cluster.inter_latency": cluster.inter_node_latency_s,
         "cluster.nvswitch": cluster.nvswitch,
+        "cluster.architecture": cluster.gpu.architecture,
     }
 
 

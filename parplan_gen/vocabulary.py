@@ -167,6 +167,13 @@ NAMES: tuple[Name, ...] = (
     ),
     Name("cluster.inter_latency", "number", "s", "Latency of one step over the network."),
     Name("cluster.nvswitch", "bool", "-", "The node has an NVSwitch (all-to-all NVLink)."),
+    Name(
+        "cluster.architecture",
+        "str",
+        "-",
+        "GPU architecture from the catalog: 'volta', 'ampere', 'ada', 'hopper', 'blackwell', "
+        "'cdna3'.",
+    ),
     # --- train.*: what was asked for ----------------------------------------------------------
     Name("train.global_batch", "number", "sequences", "Sequences per optimizer step."),
     Name("train.seq_len", "number", "tokens", "Tokens per sequence."),
