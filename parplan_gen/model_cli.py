@@ -144,6 +144,8 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
+    from parplan_gen.constraints import Constraints
+    from parplan_gen.errors import InputError
     from parplan_gen.estimate import CostModel
     from parplan_gen.estimate_view import estimate_text
     from parplan_gen.model_source import load_model_spec
@@ -154,6 +156,16 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     cluster = cluster_from_args(args)
     layout = layout_from_args(args, cluster.num_gpus)
     model = CostModel(rules)
+    env = model.base_env(
+        spec, cluster, global_batch=layout.global_batch, seq_len=layout.seq_len,
+        precision=layout.precision, flash_attention=not args.no_flash_attention,
+    )  # fmt: skip
+    env.update(model.plan_env(layout))
+    # A layout that cannot exist (an `invalid` constraint, e.g. heads not divisible by tp) is an
+    # error; one that merely does not fit is still estimated ("fits": false).
+    invalid = [v for v in Constraints(rules).check(env, "layout") if v.severity == "invalid"]
+    if invalid:
+        raise InputError("; ".join(v.describe() for v in invalid) + f" ({spec.name})")
     result = model.estimate(spec, cluster, layout, flash_attention=not args.no_flash_attention)
     if args.json:
         sys.stdout.write(json.dumps(result.contract(), indent=2) + "\n")

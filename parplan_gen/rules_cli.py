@@ -88,7 +88,11 @@ def _add_explain(sub: argparse._SubParsersAction[Any]) -> None:
         epilog="example:\n  parplan rules explain examples/tiny_mlp.yaml --node fc1 --devices 8",
         formatter_class=_RAW,
     )
-    explain.add_argument("graph", metavar="GRAPH", help="model graph file (.yaml, .yml or .json)")
+    explain.add_argument(
+        "graph",
+        metavar="MODEL",
+        help="graph .yaml/.yml/.json, Hugging Face config.json, .onnx, or a preset name",
+    )
     explain.add_argument("--node", metavar="ID", help="only this node (or graph-level id)")
     explain.add_argument(
         "--devices", type=positive_int, metavar="N", help="also explain the proposals for N devices"
@@ -151,12 +155,12 @@ def _origin(origin: RuleOrigin) -> str:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from parplan_gen.graph import load_graph
+    from parplan_gen.model_source import load_graph_for
     from parplan_gen.rules_explain import explain_rules
     from parplan_gen.ruleset import load_rules
 
     rules = load_rules(args.rules)
-    graph = load_graph(args.graph)
+    graph = load_graph_for(args.graph)
     sys.stdout.write(explain_rules(graph, rules, args.node, args.devices))
     return 0
 

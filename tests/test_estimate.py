@@ -347,6 +347,17 @@ def test_impossible_layouts_are_errors_with_the_equation(
     assert run.out == ""
 
 
+def test_a_layout_that_cannot_run_is_an_error_naming_the_rule(cli: Callable[..., Run]) -> None:
+    # GPT-3 175B has 96 heads and an MLP of 4 x 12288: tp = 5 divides neither (Megatron-LM's
+    # validate_args / TransformerConfig asserts); the layout itself multiplies out (5 x 2 = 10).
+    run = cli("estimate", "gpt3-175b", "--gpus", "10", "--gpu", "h100", "--tp", "5",
+              "--global-batch", "10", "--gpus-per-node", "10")  # fmt: skip
+    assert run.code == 1
+    assert run.err.startswith("parplan: error: attention heads (96) do not divide by tp (5)")
+    assert "[parallel.heads_divisible_by_tp, invalid]" in run.err
+    assert run.out == ""
+
+
 # ---- the calibration benchmark reads its file and lists what it cannot evaluate -------------------
 
 RUNS = """\

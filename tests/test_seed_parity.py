@@ -18,7 +18,7 @@ from parplan_gen.graph import Node, build_graph
 from parplan_gen.ruleset import load_rules
 
 import seed_oracle
-from conftest import chain_graph
+from conftest import REPO, chain_graph
 
 GiB = 1073741824
 MiB = 1048576
@@ -286,3 +286,71 @@ def test_pipeline_speedup_matches_float32_for_every_depth(depth):
     assert math.isclose(
         depth * (1 - 1 / depth), float(seed_oracle.pipeline_speedup(depth)), rel_tol=1e-6
     )
+
+
+def test_cnn_block_example(cli):
+    # examples/cnn_block.yaml: a 12-node chain. n = 12: DP base 2 * clamp(1.2, 1, 2) = 2.4.
+    # Conv2d DP 2.4 * 1.1 = 2.64 (beats ModelParallel 2.0); the MatMul fc DP 2.4 (beats TP
+    # 1.8 * clamp(0.6, 0.8, 1.5) = 1.44); BatchNorm/Activation 2.4 * 0.9 = 2.16; MaxPool2d and
+    # Flatten are generic and n = 12 > 10, so 1.5. depth 12: pipeline 12 * 11/12 = 11.0,
+    # min_devices min(12, 8) = 8, overhead 0.05 * 12 = 0.6.
+    got = cli("analyze", REPO / "examples" / "cnn_block.yaml", "--json").json()["opportunities"]
+    expected = [opp("pipeline_stages", "PipelineParallel", 11.0, 8, GiB, 0.6)]
+    expected += [
+        opp(c, "DataParallel", 2.64, 2, 2048 * MiB, 0.08) for c in ("conv1", "conv2", "conv3")
+    ]
+    expected += [opp("fc", "DataParallel", 2.4, 2, GiB, 0.05)]
+    expected += [
+        opp(n, "DataParallel", 2.16, 2, 256 * MiB, 0.02)
+        for n in ("bn1", "relu1", "bn2", "relu2", "bn3", "relu3")
+    ]
+    expected += [opp(n, "DataParallel", 1.5, 2, 512 * MiB, 0.1) for n in ("pool", "flatten")]
+    assert_close(got, expected)
+    proposals = cli("propose", REPO / "examples" / "cnn_block.yaml", "--devices", 8, "--json")
+    assert [p["description"] for p in proposals.json()["proposals"]] == [
+        # dp = clamp(12 // 5 = 2, 2, 8) = 2.
+        "Apply data parallelism across 2 devices for 12 compute nodes (estimated 2.4x speedup)",
+        "Implement 8-stage pipeline parallelism for depth-12 graph (estimated 11.0x speedup)",
+        "Use 24 micro-batches to reduce pipeline bubble overhead",
+        "Apply interleaved 1F1B schedule to reduce peak memory usage by 50%",
+        "Apply column-parallel tensor splitting to 1 MatMul operations (estimated 1.4x speedup)",
+        "Apply channel-parallel splitting to 3 Conv2d operations",
+        "Use ring all-reduce pattern for 8 devices to achieve 2(n-1)/n bandwidth efficiency",
+        "Apply hierarchical all-reduce (intra-node then inter-node) for 8 devices",
+        "Overlap gradient all-reduce with backward computation for 8 devices",
+        "Enable NCCL tree algorithm for large tensor all-reduce operations",
+    ]
+
+
+@pytest.mark.parametrize("name", ["transformer_block.yaml", "transformer_block.json"])
+def test_transformer_block_example(cli, name):
+    # examples/transformer_block.*: 25 nodes, 8 of them MatMul (two spelled Compute::MatMul),
+    # one Activation. Longest path x -> ln1 -> q_proj -> q_heads -> scores -> scale -> mask ->
+    # softmax -> attn_dropout -> context -> merge_heads -> o_proj -> resid_dropout -> add1 ->
+    # ln2 -> mlp_up -> gelu -> mlp_down -> mlp_dropout -> add2 -> out: depth 21.
+    # n = 25: DP base 2 * clamp(2.5, 1, 2) = 4.0 (MatMul), gelu 4.0 * 0.9 = 3.6, the 16 generic
+    # nodes 1.5 (n > 10). Pipeline 21 * 20/21 = 20.0, min_devices 8, overhead 0.05 * 21 = 1.05.
+    path = REPO / "examples" / name
+    got = cli("analyze", path, "--json").json()["opportunities"]
+    matmuls = ["q_proj", "k_proj", "v_proj", "scores", "context", "o_proj", "mlp_up", "mlp_down"]
+    generic = ["x", "ln1", "q_heads", "k_heads", "v_heads", "scale", "mask", "softmax",
+               "attn_dropout", "merge_heads", "resid_dropout", "add1", "ln2", "mlp_dropout",
+               "add2", "out"]  # fmt: skip
+    expected = [opp("pipeline_stages", "PipelineParallel", 20.0, 8, GiB, 1.05)]
+    expected += [opp(m, "DataParallel", 4.0, 2, GiB, 0.05) for m in matmuls]
+    expected += [opp("gelu", "DataParallel", 3.6, 2, 256 * MiB, 0.02)]
+    expected += [opp(g, "DataParallel", 1.5, 2, 512 * MiB, 0.1) for g in generic]
+    assert_close(got, expected)
+    proposals = cli("propose", path, "--devices", 8, "--json").json()["proposals"]
+    assert [p["description"] for p in proposals[:6]] == [
+        # dp = clamp(25 // 5 = 5, 2, 8) = 5; n = 25 > 20: gradient compression too.
+        "Apply data parallelism across 5 devices for 25 compute nodes (estimated 4.0x speedup)",
+        "Use gradient compression (TopK or random) to reduce all-reduce communication overhead",
+        "Implement 8-stage pipeline parallelism for depth-21 graph (estimated 20.0x speedup)",
+        "Use 42 micro-batches to reduce pipeline bubble overhead",
+        "Apply interleaved 1F1B schedule to reduce peak memory usage by 50%",
+        # TP 1.8 * clamp(25 / 20, 0.8, 1.5) = 2.25, printed "2.2" (half to even, as Rust's f32).
+        "Apply column-parallel tensor splitting to 8 MatMul operations (estimated 2.2x speedup)",
+    ]
+    assert proposals[0]["settings"] == {"dp": 5}
+    assert len(proposals) == 10  # 8 MatMuls is not > 10: no sequence parallelism; 4 comm.
