@@ -14,13 +14,15 @@ import argparse
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 COMMAND = [
     "plan", "llama-3-405b", "--gpus", "16384", "--gpu", "h100",
     "--global-batch", "2048", "--seq-len", "8192",
 ]  # fmt: skip
+CLI_CODE = "import sys; from parplan_gen.cli import main; sys.exit(main(sys.argv[1:]))"
 OTHER = [  # (model, gpus, gpu, global batch, seq len)
     ("llama-3-8b", 8, "h100", 512, 8192),
     ("gpt3-175b", 1536, "a100-80gb", 1536, 2048),
@@ -51,10 +53,8 @@ def stages(repeat: int) -> None:
     rules = load_rules()
     spec = load_model_spec("llama-3-405b")
     cluster = cluster_from_flags(16384, "h100")
-    settings: dict[str, object] = {}
-    for proposal in proposals_for(spec, cluster, rules, 8192):
-        settings.update(proposal.settings)
-    request = Request(spec, cluster, 2048, 8192, options=SearchOptions.from_settings(settings))
+    options = SearchOptions.from_proposals(proposals_for(spec, cluster, rules, 8192))
+    request = Request(spec, cluster, 2048, 8192, options=options)
     planner = Planner(rules)
     rows = [
         ("load_rules()", lambda: load_rules()),
@@ -95,23 +95,45 @@ def others(repeat: int) -> None:
         )
 
 
-def whole_command(repeat: int) -> None:
-    """The whole command in fresh processes, as a user runs it."""
-    code = "import sys; from parplan_gen.cli import main; sys.exit(main(sys.argv[1:]))"
-    walls = []
+@dataclass(frozen=True)
+class CommandTiming:
+    """Wall seconds of one `parplan` command line run in fresh processes."""
+
+    best_s: float
+    worst_s: float
+    returncode: int  # of the last run (a failing run stops the series)
+    stderr: str
+
+
+def time_command(args: Sequence[str], repeat: int) -> CommandTiming:
+    """Run `parplan ARGS` `repeat` times, each in a fresh process as a user runs it (paying
+    the imports and the YAML loading again); stops at the first failure."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be at least 1, not {repeat}")
+    walls: list[float] = []
+    runs: list[subprocess.CompletedProcess[str]] = []
     for _ in range(repeat):
         start = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-c", code, *COMMAND], capture_output=True, text=True, check=False
+        runs.append(
+            subprocess.run(
+                [sys.executable, "-c", CLI_CODE, *args], capture_output=True, text=True, check=False
+            )
         )
         walls.append(time.perf_counter() - start)
-        if done.returncode:
-            print(f"\nwhole command failed ({done.returncode}): {done.stderr.strip()[:200]}")
-            return
-    print(f"\nwhole command, fresh process: best {min(walls):.2f} s, worst {max(walls):.2f} s")
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, check=False)
-    print(f"`parplan --help`: {time.perf_counter() - start:.2f} s")
+        if runs[-1].returncode:
+            break
+    return CommandTiming(min(walls), max(walls), runs[-1].returncode, runs[-1].stderr.strip())
+
+
+def whole_command(repeat: int) -> None:
+    """The whole command and `parplan --help` in fresh processes, as a user runs them."""
+    run = time_command(COMMAND, repeat)
+    if run.returncode:
+        print(f"\nwhole command failed ({run.returncode}): {run.stderr[:200]}")
+        return
+    print(f"\nwhole command, fresh process: best {run.best_s:.2f} s, worst {run.worst_s:.2f} s")
+    helped = time_command(["--help"], repeat)
+    print(f"`parplan --help`: best {helped.best_s:.2f} s, worst {helped.worst_s:.2f} s")
 
 
 def main() -> None:

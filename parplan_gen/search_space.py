@@ -2,17 +2,17 @@
 
 This module owns what a candidate is made of and how the sizes are enumerated: every
 dp * tp * pp * cp = world size (ep, for a mixture of experts, a divisor of dp), vpp = 1 or a
-divisor (> 1) of a stage's layers, micro-batch sizes that are powers of two up to the
-per-replica batch, and the memory options: DeepSpeed ZeRO 0-3 or Megatron's distributed
-optimizer, recomputation none / selective / full, sequence parallelism when tp > 1.
+divisor (> 1) of a stage's layers, micro-batch sizes that divide the per-replica batch, and the
+memory options: DeepSpeed ZeRO 0-3 or Megatron's distributed optimizer, recomputation none /
+selective / full, sequence parallelism when tp > 1.
 Which of these may run is for the constraint rules to say, not for this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 from parplan_gen.hardware import Cluster
 from parplan_gen.layout import Layout, Precision
@@ -40,6 +40,13 @@ BACKEND_OPTIMIZERS: dict[str, tuple[tuple[int, bool], ...]] = {
     "megatron": ((0, False), (0, True)),
     "deepspeed": tuple(o for o in OPTIMIZERS if not o[1]),
 }
+
+
+class Proposing(Protocol):
+    """Anything with proposal settings (`engine.Proposal`)."""
+
+    @property
+    def settings(self) -> Mapping[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,16 @@ class SearchOptions:
             sequence_parallel_fixed=settings.get("sequence_parallel") is True,
             backend=backend,
         )
+
+    @classmethod
+    def from_proposals(
+        cls, proposals: Iterable[Proposing], backend: Backend = "any"
+    ) -> SearchOptions:
+        """`from_settings` of the proposals' settings merged in order (a later one wins)."""
+        settings: dict[str, object] = {}
+        for proposal in proposals:
+            settings.update(proposal.settings)
+        return cls.from_settings(settings, backend)
 
 
 @dataclass(frozen=True)
@@ -125,9 +142,14 @@ def vpp_options(layers: int, pp: int, options: SearchOptions) -> list[int]:
 
 
 def mbs_options(global_batch: int, dp: int) -> list[int]:
-    """Powers of two up to the per-replica batch (at least 1)."""
-    limit = max(1, global_batch // dp)
-    return [1 << i for i in range(limit.bit_length())]
+    """Every divisor of the per-replica batch, ascending (just 1 when dp exceeds the batch).
+
+    Not only powers of two: Megatron-LM and DeepSpeed take any micro-batch that divides the
+    per-replica batch, and published runs used others (llm-foundry's MPT-7B at 6 and MPT-30B at
+    14 sequences, scripts/train/benchmarking/README.md). When dp does not divide the global
+    batch no micro-batch can, and the `batch.divisible` rule rejects them all.
+    """
+    return divisors(max(1, global_batch // dp))
 
 
 def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
@@ -141,6 +163,36 @@ def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
         for sp in sp_choices
         for recompute in RECOMPUTE
     ]
+
+
+def outside_search(layout: Layout, request: Request) -> str | None:
+    """Why the search for `request` never visits `layout` (None when it does): the part of the
+    layout that no enumeration above produces. The constraint rules are not consulted."""
+    asked = (request.cluster.num_gpus, request.global_batch, request.seq_len, request.precision)
+    given = (layout.world_size, layout.global_batch, layout.seq_len, layout.precision)
+    if asked != given:
+        return f"planned for (GPUs, batch, sequence, precision) {asked}, the layout has {given}"
+    options, spec = request.options, request.spec
+    head = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep)
+    if head not in structures(layout.world_size, spec.is_moe, options):
+        return (
+            f"(dp, tp, pp, cp, ep) {head} is not searched (ep > 1 needs a mixture of experts, "
+            f"cp > 1 a backend with context parallelism: {options.backend})"
+        )
+    if layout.vpp not in vpp_options(spec.num_layers, layout.pp, options):
+        why = "interleaving is off for this request" if not options.interleave else "not searched"
+        return f"vpp {layout.vpp}: {why}"
+    if layout.mbs not in mbs_options(layout.global_batch, layout.dp):
+        return f"micro-batch {layout.mbs} is not searched"
+    mem = MemoryOption(
+        layout.zero_stage, layout.distributed_optimizer, layout.sequence_parallel,
+        layout.recompute,
+    )  # fmt: skip
+    if mem not in memory_options(layout.tp, options):
+        if options.sequence_parallel_fixed and layout.tp > 1 and not layout.sequence_parallel:
+            return "sequence parallelism is always on with tp > 1 (the tensor proposal)"
+        return f"{mem} is not searched with backend {options.backend}"
+    return None
 
 
 def stage_layers(layers: int, pp: int, vpp: int = 1) -> tuple[int, int, int]:
