@@ -28,7 +28,7 @@ from parplan_gen.constraints import Violation, estimate_env
 from parplan_gen.engine import Proposal
 from parplan_gen.errors import InputError
 from parplan_gen.estimate import Estimate, estimate_from_figures
-from parplan_gen.hardware import Cluster
+from parplan_gen.hardware import MAX_GPUS, Cluster
 from parplan_gen.layout import Layout
 from parplan_gen.model_spec import ModelSpec
 from parplan_gen.plan_document import PlanDocument
@@ -154,12 +154,9 @@ def plan(
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
     spec, machines = load_model_spec(model), load_cluster_spec(cluster)
     proposals = proposals_for(spec, machines, ruleset, seq_len)
-    settings: dict[str, object] = {}
-    for proposal in proposals:
-        settings.update(proposal.settings)
     request = Request(
         spec, machines, global_batch, seq_len, precision, objective, top,  # type: ignore[arg-type]
-        flash_attention, SearchOptions.from_settings(settings, backend),
+        flash_attention, SearchOptions.from_proposals(proposals, backend),
     )  # fmt: skip
     planner = Planner(ruleset)
     result = planner.plan(request)
@@ -219,6 +216,9 @@ def _more_gpus(planner: Planner, request: Request, closest: Estimate) -> Advice:
     ratio = closest.memory.total / closest.memory.capacity
     factor = 1 << max(1, math.ceil(ratio) - 1).bit_length()
     for _ in range(ADVICE_GPU_TRIES):
+        if world * factor > MAX_GPUS:
+            note = f"more GPUs: over {MAX_GPUS} would be needed (the most parplan plans for)"
+            return Advice(change="more GPUs", fits=False, memory_total=None, note=note)
         data = {**request.cluster.model_dump(), "num_gpus": world * factor}
         try:
             bigger = Cluster.model_validate({**data, "name": f"{request.cluster.name}x{factor}"})

@@ -8,6 +8,7 @@ from parplan_gen.model_spec import ModelSpec
 
 GIB = 1024**3
 BAR = 40  # characters for the whole capacity
+MAX_BAR = 3 * BAR  # a longer bar is cut and ends with ">" (a tiny GPU must not print megabytes)
 TIME_LABELS = {
     "compute_s": "compute",
     "tp_comm_s": "tensor-parallel comm",
@@ -41,7 +42,8 @@ def memory_lines(estimate: Estimate) -> list[str]:
     lines = []
     for part in MEMORY_PARTS:
         value = getattr(m, part)
-        bar = "#" * round(BAR * value / m.capacity) if m.capacity else ""
+        length = round(BAR * value / m.capacity) if m.capacity else 0
+        bar = "#" * length if length <= MAX_BAR else "#" * MAX_BAR + ">"
         lines.append(f"  {part:<12} {value / GIB:8.2f} GiB  {bar}")
     verdict = (
         f"fits, {(m.capacity - m.total) / GIB:.2f} GiB free"

@@ -136,10 +136,14 @@ class Formula:
     def evaluate(self, env: Mapping[str, object]) -> object:
         """The formula's value for `env`; a runtime failure is a FormulaError at `where`."""
         try:
-            return self._fn(env)
+            value = self._fn(env)
         except _RUNTIME_ERRORS as exc:
             message = f"formula {_short(self.source)!r} failed: {_reason(exc)}"
             raise FormulaError(message, self.where) from None
+        if value.__class__ is float and not math.isfinite(value):  # JSON has no inf or NaN
+            message = f"formula {_short(self.source)!r} failed: the result is not a finite number"
+            raise FormulaError(message, self.where)
+        return value
 
 
 def _reason(exc: Exception) -> str:
@@ -350,6 +354,8 @@ class _Translator:
         if isinstance(value, bool):
             return _locate(ast.Constant(value), frozenset()), "bool"
         if isinstance(value, int | float):
+            if isinstance(value, float) and not math.isfinite(value):
+                raise self.fail(f"{value!r} is not a finite number")
             return _locate(ast.Constant(value), frozenset()), "number"
         if isinstance(value, str):
             if len(value) > MAX_STRING:
@@ -597,11 +603,14 @@ class FormulaLibrary:
             value, where = named[name]
             translator = _Translator(str(value), where, None, self._named, self._shared)
             tree, kind = translator.translate(value)
-            self._shared.add(tree, getattr(translator, "depths", {}))
             names = frozenset(translator.names)
-            if not names:  # computed at load: a failure is reported at the named formula
-                _build(str(value), where, tree, kind, names)
-            self._named[name] = _Named(tree, kind, names, MAX_INLINED_NODES - translator.budget)
+            size = MAX_INLINED_NODES - translator.budget
+            if not names:  # computed at load (its failure is reported here), inlined as a value
+                constant = _build(str(value), where, tree, kind, names, self._shared.located)
+                tree, size = _locate(ast.Constant(constant.evaluate({})), frozenset()), 1
+                translator.depths = {id(tree): 1}
+            self._shared.add(tree, getattr(translator, "depths", {}))
+            self._named[name] = _Named(tree, kind, names, size)
         self._order = tuple(named)
 
     @property
@@ -642,13 +651,15 @@ def _check_formula_name(name: str, where: SourceRef) -> None:
             "(letters, digits and '_', no dots, not starting with '_')",
             where,
         )
-    clash = {entry.namespace: "a vocabulary namespace" for entry in vocabulary.NAMES}
-    clash |= {constant: "a constant" for constant in vocabulary.CONSTANTS}
-    clash |= {function: "a function" for function in vocabulary.FUNCTION_BY_NAME}
-    if name in clash:
+    if name in _CLASHES:
         raise FormulaError(
-            f"named formula {name!r} clashes with {clash[name]} of the same name", where
+            f"named formula {name!r} clashes with {_CLASHES[name]} of the same name", where
         )
+
+
+_CLASHES = {entry.namespace: "a vocabulary namespace" for entry in vocabulary.NAMES}
+_CLASHES |= {constant: "a constant" for constant in vocabulary.CONSTANTS}
+_CLASHES |= {function: "a function" for function in vocabulary.FUNCTION_BY_NAME}
 
 
 def _references(value: Value, where: SourceRef, named: Mapping[str, object]) -> list[str]:

@@ -41,6 +41,7 @@ NANOS_PER_S = 10**9
 DIRECTIONS = 2  # vendors add both directions of a link ("bidirectional" bandwidth)
 
 DEFAULT_GPUS_PER_NODE = 8  # the documented CLI default (`--gpus-per-node 8`)
+MAX_GPUS = 1 << 20  # ~5x the largest clusters built; bounds the search and the launch files
 
 Vendor = Literal["nvidia", "amd"]
 Architecture = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3"]
@@ -176,6 +177,8 @@ class Network(_Model):
 
 def whole_nodes_problem(num_gpus: int, gpus_per_node: int) -> str | None:
     """Why `num_gpus` cannot be laid out on nodes of `gpus_per_node`, or None."""
+    if num_gpus > MAX_GPUS:
+        return f"num_gpus({num_gpus}) is above the limit of {MAX_GPUS} GPUs"
     if num_gpus > gpus_per_node and num_gpus % gpus_per_node:
         return f"num_gpus({num_gpus}) is not a multiple of gpus_per_node({gpus_per_node})"
     return None
@@ -430,7 +433,7 @@ def cluster_from_flags(
     if problem:
         raise UsageError(f"--gpus/--gpus-per-node: {problem}")
     catalog = load_catalog()
-    gpu_ = catalog.gpu(gpu)
+    gpu_ = catalog.gpus[_lookup("GPU", gpu, catalog.gpu_names, SourceRef("--gpu"))]
     spec = InterNodeSpec(gbps_per_gpu=None if inter_node_gbps is None else float(inter_node_gbps))
     name = name or f"{gpus}x{gpu_.name}"
     return _build(catalog, name, gpu_, gpus, gpus_per_node, spec, NcclSpec())

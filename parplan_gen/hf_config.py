@@ -28,6 +28,11 @@ _GELUS = frozenset(
 )
 
 
+MAX_LAYERS = 4096  # 30x the deepest LLMs published; the op graph has ~12 nodes per layer
+MAX_INT = 1 << 24  # widths, vocabularies, positions (Llama 4 Scout: 10,485,760 positions)
+LAYER_KEYS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
+
+
 class _Reader:
     """Typed access to one config dict, with errors that point into its file."""
 
@@ -71,6 +76,9 @@ class _Reader:
     def _int(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise self.fail(key, f"'{key}' must be a non-negative integer, not {value!r}")
+        limit = MAX_LAYERS if key in LAYER_KEYS else MAX_INT
+        if value > limit:  # per-layer tables and searches are sized by these numbers
+            raise self.fail(key, f"'{key}' is {value}; parplan reads at most {limit}")
         return value
 
     def opt_bool(self, key: str, default: bool) -> bool:

@@ -143,12 +143,30 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         rules=args.rules,
     )
     if args.out:
+        if not result.result.feasible:
+            raise _nothing_fits(result, args.out)
         write_plan_files(result.document(), args.out, args, stream=sys.stderr)
     if args.json:
         sys.stdout.write(json.dumps(result.result.contract(), indent=2) + "\n")
     else:
         sys.stdout.write(plan_text(result))
     return 0
+
+
+def _nothing_fits(plan: Plan, out: str) -> Exception:
+    """The one-line refusal to write launch files for a layout that does not fit."""
+    from parplan_gen.errors import InputError
+
+    r, cluster = plan.result, plan.cluster
+    memory = r.chosen.memory
+    fix = next((a.note for a in r.advice if a.fits), None)
+    return InputError(
+        f"--out {out}: nothing fits on {cluster.num_gpus} x {cluster.gpu.name} (the closest "
+        f"layout needs {memory.total / GIB:.1f} GiB per GPU, the GPU has "
+        f"{memory.capacity / GIB:.1f} GiB)"
+        + (f"; {fix}" if fix else "")
+        + "; no files written (run without --out for the candidates and advice)"
+    )
 
 
 def plan_text(plan: Plan) -> str:
@@ -318,10 +336,14 @@ def layout_values(args: argparse.Namespace, num_layers: int) -> dict[str, Any]:
 
 def deepspeed_values(path: str) -> dict[str, Any]:
     """Batch, ZeRO stage and precision of a DeepSpeed ds_config.json."""
+    from parplan_gen.errors import InputError
     from parplan_gen.source import load_document
 
     doc = load_document(path)
-    data = doc.data if isinstance(doc.data, dict) else {}
+    if not isinstance(doc.data, dict):
+        got = "an empty file" if doc.data is None else type(doc.data).__name__
+        raise InputError(f"a DeepSpeed config is a JSON object (got {got})", doc.ref())
+    data = doc.data
     out: dict[str, Any] = {}
     for key, field in (
         ("train_batch_size", "global_batch"),
@@ -356,7 +378,12 @@ def megatron_values(path: str, num_layers: int) -> dict[str, Any]:
     from parplan_gen.errors import InputError, SourceRef
     from parplan_gen.source import read_text
 
-    words = shlex.split(read_text(path).replace("\\\n", " "), comments=True)
+    try:
+        words = shlex.split(read_text(path).replace("\\\n", " "), comments=True)
+    except ValueError as exc:  # an unbalanced quote: "No closing quotation"
+        raise InputError(
+            f"cannot split into shell words: {exc} (is a quote unbalanced?)", SourceRef(path)
+        ) from None
     out: dict[str, Any] = {}
     for i, word in enumerate(words):
         flag, eq, inline = word.partition("=")

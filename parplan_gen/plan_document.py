@@ -9,6 +9,7 @@ serialises to the same bytes; `parplan render plan.json --out DIR` re-renders it
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -21,7 +22,7 @@ from parplan_gen.errors import InputError
 from parplan_gen.estimate import Estimate
 from parplan_gen.hardware import Cluster
 from parplan_gen.model_spec import ModelSpec
-from parplan_gen.source import load_document
+from parplan_gen.source import KeyPath, format_path, load_document
 from parplan_gen.validation import validate
 
 FORMAT_VERSION = 1
@@ -144,6 +145,12 @@ class PlanDocument(BaseModel):
     def to_json(self) -> str:
         """plan.json's text: the same document always gives the same bytes."""
         data = self.model_dump(mode="json")
+        bad = next(_non_finite(data), None)
+        if bad is not None:
+            raise PlanDocumentError(
+                f"plan.json: {format_path(bad[0])} is {bad[1]}; a cost-model formula gave a "
+                "value that is not a finite number (check the --rules that change the cost model)"
+            )
         return json.dumps(data, indent=JSON_INDENT, ensure_ascii=False, allow_nan=False) + "\n"
 
 
@@ -159,11 +166,26 @@ def load_plan_document(path: str | Path) -> PlanDocument:
             f"format_version {version!r} is not supported (this parplan reads {FORMAT_VERSION})",
             doc.ref(("format_version",)),
         )
+    bad = next(_non_finite(doc.data), None)
+    if bad is not None:
+        raise PlanDocumentError(f"{bad[1]} is not a finite number", doc.ref(bad[0]))
     return validate(PlanDocument, doc.data, doc, error=PlanDocumentError)
 
 
 def _numbered(estimates: list[Estimate]) -> list[tuple[str, Estimate]]:
     return [(f"candidates[{i}]", e) for i, e in enumerate(estimates)]
+
+
+def _non_finite(data: Any, path: KeyPath = ()) -> Iterable[tuple[KeyPath, float]]:
+    """Every float in `data` that is NaN or infinite (JSON's 1e400 reads as inf), with its path."""
+    if isinstance(data, float) and not math.isfinite(data):
+        yield path, data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from _non_finite(value, (*path, key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _non_finite(value, (*path, index))
 
 
 def _strings(data: Any, where: str = "") -> Iterable[tuple[str, str]]:

@@ -3,8 +3,10 @@
 Templates live in the shipped `templates/` folder (a user folder given with `--templates`
 overrides any of them, and mapping.yaml, by relative name). They run in Jinja's immutable
 sandbox with StrictUndefined: a template that names a missing value fails, and one that reaches
-for Python internals is refused. Every rendered file is parsed back (render_checks) before it
-is returned or written; writes are atomic and never overwrite a different file without `force`.
+for Python internals is refused (render_sandbox checks each template when it is loaded and
+bounds what it may cost when it runs). Every rendered file is parsed back (render_checks) before
+it is returned or written; writes are atomic and never overwrite a different file without
+`force`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.sandbox import SecurityError
 
 from parplan_gen import render_mapping
 from parplan_gen.plan_document import PlanDocument
@@ -36,6 +38,12 @@ from parplan_gen.render_mapping import (
     notes,
 )
 from parplan_gen.render_report import report_context
+from parplan_gen.render_sandbox import (
+    REFUSED,
+    BoundedEnvironment,
+    TemplateBudgetError,
+    TemplateRefused,
+)
 from parplan_gen.resources import shipped_dir
 
 JSON_INDENT = 2
@@ -97,9 +105,9 @@ def _version_key(name: str) -> tuple[tuple[int, ...], str]:
     return tuple(int(n) for n in re.findall(r"\d+", name)), name
 
 
-def _environment(templates: Templates) -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        loader=jinja2.FileSystemLoader([str(f) for f in templates.folders]),
+def _environment(templates: Templates) -> BoundedEnvironment:
+    env = BoundedEnvironment(
+        templates.folders,
         undefined=jinja2.StrictUndefined,
         autoescape=jinja2.select_autoescape(enabled_extensions=("svg.j2",), default=False),
         keep_trailing_newline=True,
@@ -111,18 +119,27 @@ def _environment(templates: Templates) -> ImmutableSandboxedEnvironment:
     return env
 
 
-def _render(env: ImmutableSandboxedEnvironment, name: str, context: dict[str, Any]) -> str:
+def _render(env: BoundedEnvironment, name: str, context: dict[str, Any]) -> str:
     """One template, with every template failure turned into a positioned RenderError."""
     try:
-        return env.get_template(name).render(context)
-    except jinja2.TemplateNotFound:
-        raise RenderError(f"no template {name}") from None
+        return env.render_bounded(name, context, scale=context["launch"]["nnodes"])
+    except jinja2.TemplateNotFound as exc:
+        raise RenderError(f"no template {exc.name}") from None
+    except TemplateRefused as exc:
+        raise RenderError(f"{exc.name}:{exc.lineno}: {REFUSED}: {exc.message}") from None
     except jinja2.TemplateSyntaxError as exc:
         where = f"{exc.filename or name}:{exc.lineno}"
         raise RenderError(f"{where}: template syntax: {exc.message}") from None
     except SecurityError as exc:
         where = _template_line(exc.__traceback__, name)
-        raise RenderError(f"{where}: refused by the template sandbox: {exc}") from None
+        raise RenderError(f"{where}: {REFUSED}: {exc}") from None
+    except TemplateBudgetError as exc:
+        where = _template_line(exc.__traceback__, name)
+        raise RenderError(f"{where}: stopped by the template sandbox: {exc}") from None
+    except RecursionError:
+        raise RenderError(
+            f"{name}: includes nested too deeply (does one include itself?)"
+        ) from None
     except jinja2.UndefinedError as exc:
         where = _template_line(exc.__traceback__, name)
         raise RenderError(f"{where}: undefined value: {exc.message}") from None
@@ -341,26 +358,34 @@ def write_rendered(
 
 
 def _write_all(out: Path, pending: dict[str, bytes]) -> None:
-    """Write every file; if the folder was new and a write fails, leave no folder behind."""
-    created = not out.exists()
-    written: list[Path] = []
+    """Write every file in two steps: each into a temporary file next to its target, then, once
+    all are written, each renamed into place. A failure while writing (a full disk) changes
+    nothing; folders made here are removed again when the files could not all be placed."""
+    created = [p for p in (out, *out.parents) if not p.exists()]  # innermost first
+    staged: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, data in pending.items():
             mode = EXECUTABLE_MODE if name.endswith(EXECUTABLE_SUFFIXES) else FILE_MODE
-            _atomic_write(out / name, data, mode)
-            written.append(out / name)
+            staged.append((_staged_write(out / name, data, mode), out / name))
+        for tmp, target in staged:
+            tmp.replace(target)  # os.replace: atomic within one file system
+            placed.append(target)
     except OSError as exc:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
         if created:
-            for path in written:
+            for path in placed:
                 path.unlink(missing_ok=True)
-            if out.is_dir() and not any(out.iterdir()):
-                out.rmdir()
+            for folder in created:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
         raise RenderError(f"cannot write into {out}: {exc.strerror or exc}") from None
 
 
-def _atomic_write(target: Path, data: bytes, mode: int) -> None:
-    """A temporary file in the same folder, then os.replace: readers see old or new, never half."""
+def _staged_write(target: Path, data: bytes, mode: int) -> Path:
+    """`data` in a new temporary file in the target's folder (synced, with `mode`); its path."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -368,7 +393,7 @@ def _atomic_write(target: Path, data: bytes, mode: int) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         Path(tmp).chmod(mode)
-        Path(tmp).replace(target)  # os.replace: atomic within one file system
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return Path(tmp)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -63,31 +63,62 @@ class Document:
     @cached_property
     def _positions(self) -> dict[KeyPath, tuple[int, int]]:
         try:
-            tree = _yaml("rt").load(self.text)
-        except Exception:  # noqa: BLE001 - positions are best effort; the data parsed already
-            return {}
-        positions: dict[KeyPath, tuple[int, int]] = {(): (1, 1)}
-        for path, line, col in _walk_positions(tree, ()):
-            positions.setdefault(path, (line + 1, col + 1))
-        return positions
+            return _event_positions(self.text, pure=False)
+        except Exception:  # noqa: BLE001 - libyaml is stricter than YAML 1.2 in places
+            try:
+                return _event_positions(self.text, pure=True)
+            except Exception:  # noqa: BLE001 - positions are best effort; the data parsed
+                return {}
 
 
-def _walk_positions(node: Any, path: KeyPath) -> Iterator[tuple[KeyPath, int, int]]:
-    lc = getattr(node, "lc", None)
-    if lc is None:
-        return
-    if isinstance(node, dict):
-        for key, value in node.items():
-            line, col = lc.key(key)
-            child = (*path, str(key))
-            yield child, line, col
-            yield from _walk_positions(value, child)
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            line, col = lc.item(index)
-            child = (*path, index)
-            yield child, line, col
-            yield from _walk_positions(value, child)
+@dataclass
+class _Frame:
+    """A mapping or sequence being read: its key path and where the next child goes."""
+
+    path: KeyPath
+    is_map: bool
+    key: str | None = None  # a mapping's current key, once read
+    index: int = 0  # a sequence's next item
+
+
+def _event_positions(text: str, pure: bool) -> dict[KeyPath, tuple[int, int]]:
+    """1-based (line, column) of every mapping key and sequence item, from the parser's events
+    (no document is built: libyaml's parser is ~50x faster than the round-trip loader)."""
+    from ruamel.yaml.events import (
+        AliasEvent,
+        CollectionEndEvent,
+        MappingStartEvent,
+        ScalarEvent,
+        SequenceStartEvent,
+    )
+
+    positions: dict[KeyPath, tuple[int, int]] = {(): (1, 1)}
+    stack: list[_Frame] = []
+    for event in _yaml("safe", pure).parse(text):
+        if isinstance(event, CollectionEndEvent):
+            stack.pop()
+            continue
+        if not isinstance(event, ScalarEvent | AliasEvent | MappingStartEvent | SequenceStartEvent):
+            continue
+        mark = (event.start_mark.line + 1, event.start_mark.column + 1)
+        path: KeyPath = ()
+        if stack:
+            frame = stack[-1]
+            if frame.is_map and frame.key is None:  # a key
+                frame.key = str(getattr(event, "value", ""))
+                positions.setdefault((*frame.path, frame.key), mark)
+                if isinstance(event, MappingStartEvent | SequenceStartEvent):  # a complex key
+                    stack.append(_Frame((*frame.path, "?"), isinstance(event, MappingStartEvent)))
+                continue
+            if frame.is_map:  # the value of the current key
+                path, frame.key = (*frame.path, frame.key), None
+            else:
+                path = (*frame.path, frame.index)
+                frame.index += 1
+                positions.setdefault(path, mark)
+        if isinstance(event, MappingStartEvent | SequenceStartEvent):
+            stack.append(_Frame(path, isinstance(event, MappingStartEvent)))
+    return positions
 
 
 def _yaml(typ: str, pure: bool = False) -> Any:
@@ -221,8 +252,24 @@ def _check_depth(text: str, name: str, pure: bool) -> None:
             depth -= 1
 
 
+def _expanded_size(data: Any, memo: dict[int, int]) -> int:
+    """How many values `data` holds once every alias is expanded, counting each shared
+    (aliased) container once: linear in the document, however many times it is reused."""
+    if not isinstance(data, (dict, list)):
+        return 1
+    if id(data) not in memo:
+        memo[id(data)] = 0  # a recursive alias (`&a [*a]`) adds nothing; copying refuses it
+        items = data.values() if isinstance(data, dict) else data
+        memo[id(data)] = min(MAX_VALUES + 1, 1 + sum(_expanded_size(v, memo) for v in items))
+    return memo[id(data)]
+
+
 def _plain(data: Any, doc: Document) -> Any:
     """Copy into plain types, refusing anything else and bounding alias expansion."""
+    if "*" in doc.text and _expanded_size(data, {}) > MAX_VALUES:  # only an alias reuses a node
+        raise SourceError(
+            f"document expands to more than {MAX_VALUES} values (alias bomb?)", SourceRef(doc.name)
+        )
     budget = [MAX_VALUES]
 
     def copy(value: Any, path: KeyPath) -> Any:

@@ -133,6 +133,8 @@ def _message(detail: dict[str, Any], model: type[BaseModel], data: Any, key_path
     if kind == "missing":
         return f"missing required key '{key}'"
     got = detail.get("input")
+    if kind == "value_error" and isinstance(got, (dict, list)):  # a model validator's own words
+        return str(detail["msg"]).removeprefix("Value error, ")
     shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
     return f"{detail['msg']} (got {shown})"
 

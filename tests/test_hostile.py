@@ -1,0 +1,299 @@
+"""Hostile formulas and templates (tests/hostile/) through the real command line.
+
+Each payload is refused when it is loaded or stopped when it runs, with one clear line on
+stderr and exit 1, within 100 ms of what a harmless run of the same command takes, without the
+process growing by more than MAX_GROWTH, without creating the MARKER file any payload aims at,
+and without writing anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import resource
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from parplan_gen.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTILE = REPO / "tests" / "hostile"
+FORMULAS: list[dict[str, Any]] = YAML(typ="safe").load(
+    (HOSTILE / "formulas.yaml").read_text(encoding="utf-8")
+)
+TEMPLATES: list[dict[str, Any]] = YAML(typ="safe").load(
+    (HOSTILE / "templates.yaml").read_text(encoding="utf-8")
+)
+PLAN_JSON = REPO / "tests" / "golden" / "single_node" / "plan.json"
+MARKER = "MARKER"
+TIME_MARGIN_S = 0.100  # over a harmless run of the same command
+TIME_RETRIES = 2  # extra runs when the first is over the limit; the best one counts
+MAX_GROWTH = 64 * 1024 * 1024  # bytes the process's peak may grow by during one payload
+HEADROOM = 1024 * 1024 * 1024  # address space a run may add before allocations fail
+COMMANDS = {
+    "propose": ["propose", str(REPO / "examples" / "tiny_mlp.yaml"), "--devices", "8"],
+    "analyze": ["analyze", str(REPO / "examples" / "tiny_mlp.yaml")],
+    "plan": ["plan", "llama-2-7b", "--gpus", "8", "--gpu", "h100", "--global-batch", "64"],
+    "estimate": [
+        "estimate", "llama-2-7b", "--gpus", "8", "--gpu", "h100", "--tp", "1", "--pp", "1",
+        "--mbs", "1", "--global-batch", "64",
+    ],
+}  # fmt: skip
+
+
+# ---- building the inputs ---------------------------------------------------------------------
+
+
+def payload_text(spec: Any) -> str:
+    """A payload: text, or one of the generators described at the head of formulas.yaml."""
+    if isinstance(spec, str):
+        return spec
+    if "wrap" in spec:
+        opening, closing = spec["wrap"]
+        body = opening * spec["times"] + spec["inner"] + closing * spec["times"]
+    elif "join" in spec:
+        body = spec["join"].join([spec["item"]] * spec["times"])
+    else:
+        body = spec["repeat"] * spec["times"]
+    return spec.get("head", "") + body + spec.get("tail", "")
+
+
+def named_formulas(spec: dict[str, Any]) -> dict[str, str]:
+    if "chain" in spec:
+        start = spec.get("chain_start", "graph.depth")
+        return {"f0": start, **{f"f{i}": f"f{i - 1} + 1" for i in range(1, spec["chain"] + 1)}}
+    if "diamond" in spec:
+        n = spec["diamond"]
+        return {"f0": "graph.depth", **{f"f{i}": f"f{i - 1} + f{i - 1}" for i in range(1, n + 1)}}
+    return {name: payload_text(value) for name, value in spec.items()}
+
+
+def rule_file(case: dict[str, Any]) -> str:
+    """rules.yaml for a case: the proposal first (so that its lines never move), then the rest."""
+    sections: dict[str, dict[str, Any]] = {
+        "proposal": {
+            "id": "hostile.p", "group": "data", "type": "DataParallel", "when": "true",
+            "speedup": 1.5, "description": "hostile", "settings": {"dp": 2},
+        },
+        "constraint": {"id": "hostile.c", "require": "true", "reason": "hostile"},
+        "opportunity": {
+            "id": "hostile.o", "op": "MatMul", "type": "DataParallel", "min_devices": 2,
+            "memory_per_device": 1, "communication_overhead": 0.1, "speedup": 1.5,
+        },
+    }  # fmt: skip
+    used = {"proposal"}
+    for dotted, value in case.get("set", {}).items():
+        section, *path = dotted.split(".")
+        used.add(section)
+        target = sections[section]
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = payload_text(value)
+    lines = ["proposals:", *_item(sections["proposal"])]
+    if "constraint" in used:
+        lines += ["constraints:", *_item(sections["constraint"])]
+    if "opportunity" in used:
+        lines += ["opportunities:", *_item(sections["opportunity"])]
+    if "formulas" in case:
+        lines.append("formulas:")
+        lines += [f"  {name}: {_scalar(v)}" for name, v in named_formulas(case["formulas"]).items()]
+    return "\n".join(lines) + "\n"
+
+
+def _scalar(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)  # a JSON scalar is a YAML flow scalar
+
+
+def _item(fields: dict[str, Any]) -> list[str]:
+    lines = []
+    for i, (key, value) in enumerate(fields.items()):
+        lead = "  - " if i == 0 else "    "
+        if isinstance(value, dict):
+            lines.append(f"{lead}{key}:")
+            lines += [f"      {k}: {_scalar(v)}" for k, v in value.items()]
+        else:
+            lines.append(f"{lead}{key}: {_scalar(value)}")
+    return lines
+
+
+# ---- running one payload ---------------------------------------------------------------------
+
+
+def _mapped_bytes() -> int | None:
+    """The process's address space now (Linux), or None where it cannot be read."""
+    try:
+        status = Path("/proc/self/status").read_text(encoding="ascii")
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+@contextlib.contextmanager
+def memory_ceiling() -> Iterator[None]:
+    """Cap the address space at what is mapped now plus HEADROOM: a blow-up becomes a
+    MemoryError that escapes main() (and fails the test) instead of exhausting the machine."""
+    mapped = _mapped_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if mapped is None or (soft != resource.RLIM_INFINITY and soft < mapped + HEADROOM):
+        yield
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + HEADROOM, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _peak_rss() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str, float, int]:
+    """(exit code, stdout, stderr, seconds, growth of the peak RSS in bytes) of one run."""
+    capsys.readouterr()
+    before = _peak_rss()
+    with memory_ceiling():
+        start = time.perf_counter()
+        code = main(argv)
+        elapsed = time.perf_counter() - start
+    out, err = capsys.readouterr()
+    return code, out, err, elapsed, _peak_rss() - before
+
+
+_BASELINES: dict[str, float] = {}
+
+
+def baseline(key: str, argv: list[str], capsys: Any) -> float:
+    """The fastest of two harmless runs of a command shape (its cost without the payload)."""
+    if key not in _BASELINES:
+        times = []
+        for _ in range(2):
+            code, _, err, elapsed, _ = run(argv, capsys)
+            assert code == 0, err
+            times.append(elapsed)
+        _BASELINES[key] = min(times)
+    return _BASELINES[key]
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    return {
+        p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def check_refused(
+    argv: list[str], expected: str, limit_s: float, folder: Path, capsys: Any
+) -> None:
+    before = snapshot(folder)
+    code, out, err, elapsed, growth = run(argv, capsys)
+    assert (code, err) == (1, f"parplan: error: {expected}\n")
+    assert out == ""
+    for _ in range(TIME_RETRIES):  # a busy machine can stretch one run; a runaway stays slow
+        if elapsed < limit_s:
+            break
+        elapsed = min(elapsed, run(argv, capsys)[3])
+    assert elapsed < limit_s, f"took {elapsed:.3f} s, limit {limit_s:.3f} s"
+    assert growth < MAX_GROWTH, f"peak memory grew by {growth / 2**20:.0f} MiB"
+    assert not (folder / MARKER).exists()
+    assert snapshot(folder) == before
+
+
+# ---- formulas --------------------------------------------------------------------------------
+
+
+def _formula_case(case: dict[str, Any]) -> Any:
+    marks = [pytest.mark.xfail(strict=True, reason=case["xfail"])] if "xfail" in case else []
+    return pytest.param(case, id=case["id"], marks=marks)
+
+
+@pytest.mark.parametrize("case", [_formula_case(c) for c in FORMULAS])
+def test_hostile_formula_is_refused_or_stopped(case, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    command = case.get("command", "propose")
+    for folder, text in (("h0", rule_file({})), ("h", rule_file(case))):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "rules.yaml").write_text(text, encoding="utf-8")
+    harmless = [*COMMANDS[command], "--rules", "h0"]
+    limit = baseline(command, harmless, capsys) + TIME_MARGIN_S
+    check_refused([*COMMANDS[command], "--rules", "h"], case["error"], limit, tmp_path, capsys)
+
+
+# ---- templates -------------------------------------------------------------------------------
+
+
+def _write_templates(folder: Path, files: dict[str, Any]) -> None:
+    for name, spec in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(spec, dict) and "hex" in spec:
+            path.write_bytes(bytes.fromhex(spec["hex"]))
+        elif isinstance(spec, dict) and "sparse" in spec:
+            with path.open("wb") as handle:
+                handle.truncate(spec["sparse"])
+        elif isinstance(spec, dict) and "file" in spec:
+            path.write_bytes((HOSTILE / "templates" / spec["file"]).read_bytes())
+        else:
+            path.write_text(payload_text(spec), encoding="utf-8")
+
+
+@pytest.mark.parametrize("case", TEMPLATES, ids=[c["id"] for c in TEMPLATES])
+def test_hostile_template_is_refused_or_stopped(case, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plan.json").write_bytes(PLAN_JSON.read_bytes())
+    _write_templates(tmp_path / "t0", {"launch/hostfile.j2": {"file": "harmless_hostfile.j2"}})
+    _write_templates(tmp_path / "t", case["files"])
+    harmless = ["render", "plan.json", "--out", "base", "--templates", "t0"]
+    limit = baseline("render", harmless, capsys) + TIME_MARGIN_S
+    argv = ["render", "plan.json", "--out", "out", "--templates", "t"]
+    check_refused(argv, case["error"], limit, tmp_path, capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_corpora_are_large_enough():
+    assert len(FORMULAS) + len(TEMPLATES) >= 40
+    ids = [c["id"] for c in FORMULAS] + [c["id"] for c in TEMPLATES]
+    assert len(ids) == len(set(ids))
+    referenced = {
+        spec["file"]
+        for case in TEMPLATES
+        for spec in case["files"].values()
+        if isinstance(spec, dict) and "file" in spec
+    }
+    assert referenced | {"harmless_hostfile.j2"} == {
+        p.name for p in (HOSTILE / "templates").glob("*.j2")
+    }
+
+
+# ---- non-finite numbers never reach JSON output ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*COMMANDS["plan"], "--json"],
+        [*COMMANDS["estimate"], "--json"],
+        [*COMMANDS["propose"], "--json"],
+    ],
+    ids=["plan", "estimate", "propose"],
+)
+def test_a_non_finite_formula_is_an_error_not_invalid_json(argv, tmp_path, capsys):
+    rules = tmp_path / "r" / "rules.yaml"
+    rules.parent.mkdir()
+    rules.write_text(
+        'estimate:\n  time:\n    compute_s: "1e308 * 10"\n'
+        + rule_file({"set": {"proposal.speedup": "1e308 * 10"}}),
+        encoding="utf-8",
+    )
+    code, out, err, _, _ = run([*argv, "--rules", str(tmp_path / "r")], capsys)
+    assert (code, out, err.count("\n")) == (1, "", 1)
