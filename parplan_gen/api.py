@@ -191,11 +191,9 @@ def _try_change(
     except ValidationError as exc:
         reason = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
         return Advice(change=label, fits=False, memory_total=None, note=f"{label}: {reason}")
-    env = planner.cost.base_env(
-        request.spec, request.cluster, global_batch=layout.global_batch, seq_len=layout.seq_len,
-        precision=layout.precision, flash_attention=request.flash_attention,
-    )  # fmt: skip
-    env.update(planner.cost.plan_env(layout))
+    env = planner.cost.layout_env(
+        request.spec, request.cluster, layout, flash_attention=request.flash_attention
+    )
     invalid = [v for v in planner.constraints.check(env, "layout") if v.severity == "invalid"]
     if invalid:
         note = f"{label}: not possible with this layout ({invalid[0].reason})"
@@ -279,11 +277,7 @@ def check(
     and the planner's choice for the same batch when that is faster."""
     spec, machines, ruleset = load_model_spec(model), load_cluster_spec(cluster), load_rules(rules)
     planner = Planner(ruleset)
-    env = planner.cost.base_env(
-        spec, machines, global_batch=layout.global_batch, seq_len=layout.seq_len,
-        precision=layout.precision, flash_attention=flash_attention,
-    )  # fmt: skip
-    env.update(planner.cost.plan_env(layout))
+    env = planner.cost.layout_env(spec, machines, layout, flash_attention=flash_attention)
     figures = planner.cost.figures(env)
     env.update(estimate_env(figures))
     violations = planner.constraints.check(env)

@@ -260,7 +260,7 @@ class _Prepared:
         )
 
 
-def cluster_env(devices: int) -> dict[str, Any]:
+def propose_env(devices: int) -> dict[str, Any]:
     """Values of the cluster.* names for `propose --devices N`."""
     return {"cluster.devices": devices}
 
@@ -272,7 +272,7 @@ def propose(
     names = _names(
         f for r in rules.proposals for f in (r.when, r.speedup, *r.settings.values())
     ) | frozenset().union(*(r.description.names for r in rules.proposals))
-    env = {**graph_env(graph, names), **cluster_env(devices)}
+    env = {**graph_env(graph, names), **propose_env(devices)}
     made = []
     for rule in rules.proposals:
         proposal = _make(rule, env)

@@ -1,8 +1,9 @@
 """The cost model: memory, time and throughput of one layout, from the rules' formulas.
 
-Python only gathers the inputs (model.*, cluster.*, train.*, plan.* values) and names the
-outputs; every figure is a formula of the `estimate:` sections under rules/cost/, with its
-source. `CostModel.figures` is the fast path the planner calls for many layouts.
+Python gathers the inputs (model.*, cluster.*, train.*, plan.* values; the model's per-token
+FLOPs and activation bytes come from `ModelSpec`, whose methods cite Narayanan 2021 /
+Korthikanti 2022) and names the outputs; every figure is a formula of the `estimate:` sections
+under rules/cost/, with its source. `CostModel.figures` is the fast path the planner calls for many layouts.
 """
 
 from __future__ import annotations
@@ -199,10 +200,10 @@ class CostModel:
         out["memory_capacity"] = env["cluster.gpu_memory"]
         return out
 
-    def estimate(
+    def layout_env(
         self, spec: ModelSpec, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
-    ) -> Estimate:
-        """The full, typed estimate of one layout."""
+    ) -> dict[str, Any]:
+        """Every name a cost or constraint formula may read for one layout."""
         env = self.base_env(
             spec,
             cluster,
@@ -212,6 +213,13 @@ class CostModel:
             flash_attention=flash_attention,
         )
         env.update(self.plan_env(layout))
+        return env
+
+    def estimate(
+        self, spec: ModelSpec, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
+    ) -> Estimate:
+        """The full, typed estimate of one layout."""
+        env = self.layout_env(spec, cluster, layout, flash_attention=flash_attention)
         return estimate_from_figures(layout, self.figures(env))
 
 

@@ -90,15 +90,6 @@ class _Reader:
             raise self.fail(key, f"'{key}' must be true or false, not {value!r}")
         return value
 
-    def opt_str(self, key: str, default: str) -> str:
-        """An optional string; `default` is the config class's value."""
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self.fail(key, f"'{key}' must be a string, not {value!r}")
-        return value
-
     def opt_list(self, key: str) -> list[Any] | None:
         """An optional list (None when absent or null)."""
         value = self.data.get(key)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from parplan_gen.layout import Layout
 
 from parplan_gen.cli_common import (
     add_cluster_options,
@@ -84,7 +87,7 @@ def add_layout_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def layout_from_args(args: argparse.Namespace, world_size: int) -> Any:
+def layout_from_args(args: argparse.Namespace, world_size: int) -> Layout:
     """The Layout the layout options describe (LayoutError with the equation if impossible)."""
     from parplan_gen.layout import build_layout
 
@@ -146,7 +149,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
 def _cmd_estimate(args: argparse.Namespace) -> int:
     from parplan_gen.constraints import Constraints
     from parplan_gen.errors import InputError
-    from parplan_gen.estimate import CostModel
+    from parplan_gen.estimate import CostModel, estimate_from_figures
     from parplan_gen.estimate_view import estimate_text
     from parplan_gen.model_source import load_model_spec
     from parplan_gen.ruleset import load_rules
@@ -156,17 +159,14 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     cluster = cluster_from_args(args)
     layout = layout_from_args(args, cluster.num_gpus)
     model = CostModel(rules)
-    env = model.base_env(
-        spec, cluster, global_batch=layout.global_batch, seq_len=layout.seq_len,
-        precision=layout.precision, flash_attention=not args.no_flash_attention,
-    )  # fmt: skip
-    env.update(model.plan_env(layout))
+    flash = not args.no_flash_attention
+    env = model.layout_env(spec, cluster, layout, flash_attention=flash)
     # A layout that cannot exist (an `invalid` constraint, e.g. heads not divisible by tp) is an
     # error; one that merely does not fit is still estimated ("fits": false).
     invalid = [v for v in Constraints(rules).check(env, "layout") if v.severity == "invalid"]
     if invalid:
         raise InputError("; ".join(v.describe() for v in invalid) + f" ({spec.name})")
-    result = model.estimate(spec, cluster, layout, flash_attention=not args.no_flash_attention)
+    result = estimate_from_figures(layout, model.figures(env))
     if args.json:
         sys.stdout.write(json.dumps(result.contract(), indent=2) + "\n")
     else:

@@ -1,4 +1,5 @@
-"""Resolve the MODEL argument of the CLI to a `ModelGraph`, whatever form it takes.
+"""Resolve the MODEL argument of the CLI: to a `ModelGraph` (analyze, propose, explain) or,
+for a transformer, to its `ModelSpec` (estimate, plan, check), whatever form it takes.
 
 An existing file is read by its suffix:
 

@@ -1,8 +1,8 @@
 """`parplan plan` and `parplan check`: choose a layout, or check one a user already has.
 
 A thin shell over `api` and `planner`; heavy modules are imported inside the handlers so that
-`parplan --help` stays fast. Existing layouts are read from a DeepSpeed ds_config.json or a
-Megatron-LM argument file by `layout_files`.
+`parplan --help` stays fast. `check` also reads an existing layout from a DeepSpeed
+ds_config.json or a Megatron-LM argument file (the `--from-*` readers at the end).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from parplan_gen.cli_common import (
 from parplan_gen.render_cli import add_render_options, write_plan_files
 
 if TYPE_CHECKING:
-    from parplan_gen.api import Plan
+    from parplan_gen.api import CheckReport, Plan
     from parplan_gen.estimate import Estimate
     from parplan_gen.planner import PlanResult
 
@@ -260,10 +260,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report.contract(), indent=2) + "\n")
     else:
         sys.stdout.write(check_text(report))
-    return 1 if any(v.severity == "invalid" for v in report.violations) else 0
+    return 0 if report.runnable else 1
 
 
-def check_text(report: Any) -> str:
+def check_text(report: CheckReport) -> str:
     """The human view of `parplan check`."""
     from parplan_gen.estimate_view import estimate_text, layout_line
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from parplan_gen.plan_document import PlanDocument
 
 
 def add_render_commands(sub: Any) -> None:
@@ -64,7 +67,7 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
 
 
 def write_plan_files(
-    doc: Any, out: str | Path, args: argparse.Namespace, *, stream: TextIO | None = None
+    doc: PlanDocument, out: str | Path, args: argparse.Namespace, *, stream: TextIO | None = None
 ) -> int:
     """Render `doc` with the rendering options in `args`, write it into `out`, and list the
     files on `stream` (default stdout; `parplan plan --json --out` passes stderr)."""

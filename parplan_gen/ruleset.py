@@ -124,11 +124,6 @@ class RuleSet:
     constraints: tuple[CompiledConstraint, ...] = field(default=())
     estimate: tuple[EstimateFormula, ...] = field(default=())
 
-    @property
-    def named_ops(self) -> frozenset[str]:
-        """Ops that have node rules of their own (the `*` rules apply to every other op)."""
-        return frozenset(o.op for o in self.opportunities if o.op not in (None, "*"))
-
 
 @dataclass
 class _Entry:
