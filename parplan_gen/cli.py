@@ -7,7 +7,6 @@ typed errors become messages and exit codes (0 ok, 1 bad input, 2 bad usage).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -16,6 +15,7 @@ from typing import Any, NoReturn
 from parplan_gen import __version__
 from parplan_gen.cli_common import add_rules_option, positive_int
 from parplan_gen.errors import ParplanError, UsageError
+from parplan_gen.source import gc_paused
 
 PROG = "parplan"
 MODEL_HELP = "graph .yaml/.yml/.json, Hugging Face config.json, .onnx, or a preset name"
@@ -150,15 +150,9 @@ def _cmd_propose(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     # A run is short and allocates many small objects (graph nodes, formula trees): the cyclic
-    # garbage collector would only rescan them; reference counting still frees memory. The
-    # collector's state is restored for callers that run main() in-process.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    # garbage collector would only rescan them. Its state is restored for in-process callers.
+    with gc_paused():
         return _run(argv)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _run(argv: Sequence[str] | None) -> int:

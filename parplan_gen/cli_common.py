@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+import json
+import sys
+from typing import TYPE_CHECKING, Any
 
 from parplan_gen.errors import UsageError
 
@@ -31,6 +33,11 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
     return value
+
+
+def print_json(payload: Any) -> None:
+    """Print a JSON document for `--json` (indented: these outputs are small)."""
+    sys.stdout.write(json.dumps(payload, indent=2) + "\n")
 
 
 def add_rules_option(parser: argparse.ArgumentParser) -> None:

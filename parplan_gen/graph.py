@@ -10,7 +10,6 @@ built only when someone asks for it.
 from __future__ import annotations
 
 import difflib
-import gc
 import math
 import sys
 from collections import Counter, defaultdict
@@ -24,7 +23,14 @@ if TYPE_CHECKING:
     import networkx as nx
 
 from parplan_gen.errors import GraphError, SourceRef
-from parplan_gen.source import Document, KeyPath, format_path, is_finite_number, load_document
+from parplan_gen.source import (
+    Document,
+    KeyPath,
+    format_path,
+    gc_paused,
+    is_finite_number,
+    load_document,
+)
 
 ALIAS_PREFIX = "Compute::"  # the seed's spelling: "Compute::MatMul" is "MatMul"
 TOP_LEVEL_KEYS = ("name", "nodes", "edges")
@@ -306,13 +312,8 @@ def _sum(key: str, values: list[int | float], where: _Locator) -> float:
 
 def load_graph(path: str | Path) -> ModelGraph:
     """Read a native graph file (`.json`, or YAML otherwise)."""
-    was_enabled = gc.isenabled()
-    gc.disable()  # the cyclic GC, triggered by 100k small objects, would double the load time
-    try:
+    with gc_paused():
         return graph_from_document(load_document(path))
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def graph_from_document(doc: Document) -> ModelGraph:

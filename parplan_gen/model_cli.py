@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +14,7 @@ from parplan_gen.cli_common import (
     add_rules_option,
     cluster_from_args,
     positive_int,
+    print_json,
 )
 
 
@@ -127,7 +127,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
         )
     graphs = list(graph_preset_names())
     if args.json:
-        sys.stdout.write(json.dumps({"transformers": rows, "graphs": graphs}, indent=2) + "\n")
+        print_json({"transformers": rows, "graphs": graphs})
         return 0
     from parplan_gen.textview import table
 
@@ -168,7 +168,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         raise InputError("; ".join(v.describe() for v in invalid) + f" ({spec.name})")
     result = estimate_from_figures(layout, model.figures(env))
     if args.json:
-        sys.stdout.write(json.dumps(result.contract(), indent=2) + "\n")
+        print_json(result.contract())
     else:
         sys.stdout.write(estimate_text(spec, cluster, result))
     return 0

@@ -14,9 +14,6 @@ is expanded like a config, a graph preset (e.g. `resnet-50`) is its native graph
 from __future__ import annotations
 
 import difflib
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from parplan_gen.errors import InputError, SourceRef
@@ -24,7 +21,7 @@ from parplan_gen.graph import ModelGraph, graph_from_document
 from parplan_gen.hf_config import load_hf_config
 from parplan_gen.model_spec import ModelSpec
 from parplan_gen.presets import graph_preset_names, load_graph_preset, load_preset, preset_names
-from parplan_gen.source import load_document
+from parplan_gen.source import gc_paused, load_document
 from parplan_gen.transformer_graph import DEFAULT_SEQ_LEN, model_graph
 
 ONNX_SUFFIXES = (".onnx",)
@@ -88,7 +85,7 @@ def _load_file(path: Path, *, batch_size: int, seq_len: int) -> ModelGraph:
             f"unknown model file type {suffix or '(none)'!r}; expected {known}",
             SourceRef(str(path)),
         )
-    with _gc_paused():  # as in graph.load_graph: 100k small objects would trigger the cyclic GC
+    with gc_paused():  # as in graph.load_graph: 100k small objects would trigger the cyclic GC
         doc = load_document(path)
         if isinstance(doc.data, dict) and "model_type" in doc.data:
             return model_graph(load_hf_config(path), seq_len=seq_len)
@@ -115,14 +112,3 @@ def _did_you_mean(name: str) -> str:
     known = {n.lower(): n for n in (*graph_preset_names(), *preset_names())}
     close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
     return f"; did you mean '{known[close[0]]}'?" if close else ""
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()

@@ -8,7 +8,6 @@ ds_config.json or a Megatron-LM argument file (the `--from-*` readers at the end
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,7 @@ from parplan_gen.cli_common import (
     add_rules_option,
     cluster_from_args,
     positive_int,
+    print_json,
 )
 from parplan_gen.render_cli import add_render_options, write_plan_files
 
@@ -147,7 +147,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise _nothing_fits(result, args.out)
         write_plan_files(result.document(), args.out, args, stream=sys.stderr)
     if args.json:
-        sys.stdout.write(json.dumps(result.result.contract(), indent=2) + "\n")
+        print_json(result.result.contract())
     else:
         sys.stdout.write(plan_text(result))
     return 0
@@ -257,7 +257,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         spec, cluster, layout, rules=args.rules, flash_attention=not args.no_flash_attention
     )
     if args.json:
-        sys.stdout.write(json.dumps(report.contract(), indent=2) + "\n")
+        print_json(report.contract())
     else:
         sys.stdout.write(check_text(report))
     return 0 if report.runnable else 1

@@ -9,11 +9,10 @@ them into messages and exit codes.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from parplan_gen.cli_common import add_rules_option, positive_int
+from parplan_gen.cli_common import add_rules_option, positive_int, print_json
 
 if TYPE_CHECKING:
     from parplan_gen.ruleset import RuleOrigin, RuleSet
@@ -166,7 +165,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(_args: argparse.Namespace) -> int:
-    sys.stdout.write(json.dumps(rule_file_schema(), indent=2) + "\n")
+    print_json(rule_file_schema())
     return 0
 
 

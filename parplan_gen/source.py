@@ -8,8 +8,11 @@ result holds only dict, list, str, int, float, bool and None.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -309,3 +312,17 @@ def _plain(data: Any, doc: Document) -> Any:
 def is_finite_number(value: Any) -> bool:
     """True for int/float values that are not NaN or infinite (bools are not numbers)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector (restoring its state after): loading a 100k-node
+    graph allocates many small objects that would make it rescan the heap for nothing;
+    reference counting still frees memory."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
