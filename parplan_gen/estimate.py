@@ -106,6 +106,8 @@ def model_env(spec: ModelSpec, seq_len: int) -> dict[str, Any]:
         "model.experts_per_token": spec.experts_per_token if spec.is_moe else 0,
         "model.moe_layers": spec.num_moe_layers,
         "model.moe": spec.is_moe,
+        "model.max_positions": spec.max_position_embeddings,
+        "model.learned_positions": spec.position_embedding == "learned",
         "model.gated_mlp": spec.gated_mlp,
         "model.params": spec.total_params(),
         "model.params_embedding": spec.embedding_params(),

@@ -110,6 +110,18 @@ NAMES: tuple[Name, ...] = (
     Name("model.experts_per_token", "number", "experts", "Routed experts each token visits."),
     Name("model.moe_layers", "number", "layers", "Layers whose MLP is a mixture of experts."),
     Name("model.moe", "bool", "-", "True for a mixture-of-experts model."),
+    Name(
+        "model.max_positions",
+        "number",
+        "tokens",
+        "max_position_embeddings: rows of a learned position table, or the longest context.",
+    ),
+    Name(
+        "model.learned_positions",
+        "bool",
+        "-",
+        "True when positions are a learned table (it cannot serve longer sequences).",
+    ),
     Name("model.gated_mlp", "bool", "-", "True for a gated MLP (SwiGLU/GeGLU: three matrices)."),
     Name("model.params", "number", "parameters", "All parameters, as stored."),
     Name("model.params_embedding", "number", "parameters", "Input embedding (and position table)."),

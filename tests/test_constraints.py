@@ -61,6 +61,13 @@ def broken(rules: RuleSet, env: dict[str, Any]) -> dict[str, str]:
 # Each rule: an environment that breaks it, and the exact reason it gives.
 CASES = [
     (
+        # GPT-3's positions are a learned table of 2048 rows (Brown et al. 2020, Table 2.1).
+        "model.seq_len_within_learned_positions",
+        {},
+        {"model": "gpt3-175b", "seq_len": 4096},
+        "sequence length (4096) exceeds the learned position table (2048 positions)",
+    ),
+    (
         "parallel.heads_divisible_by_tp",
         {"tp": 3},
         {},
