@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from parplan_gen.constraints import Violation, estimate_env
+from parplan_gen.defaults import DEFAULT_SEQ_LEN, GIB
 from parplan_gen.engine import Proposal
 from parplan_gen.errors import InputError
 from parplan_gen.estimate import Estimate, estimate_from_figures
@@ -36,9 +37,7 @@ from parplan_gen.planner import Advice, PlanError, Planner, PlanResult
 from parplan_gen.ruleset import RuleSet, load_rules
 from parplan_gen.search_space import Backend, Objective, Request, SearchOptions
 
-DEFAULT_SEQ_LEN = 2048  # as `--seq-len` (DESIGN.md plan contract example)
 ADVICE_GPU_TRIES = 3  # "more GPUs": multiples tried, doubling from the memory ratio up
-GIB = 1024**3
 CLUSTER_KEYS = ("gpus", "gpu", "gpus_per_node", "inter_node_gbps")
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from parplan_gen.defaults import GIB
 from parplan_gen.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.hardware import Cluster
 from parplan_gen.model_spec import ModelSpec
 
-GIB = 1024**3
 BAR = 40  # characters for the whole capacity
 MAX_BAR = 3 * BAR  # a longer bar is cut and ends with ">" (a tiny GPU must not print megabytes)
 TIME_LABELS = {

@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from parplan_gen.defaults import GIB
 from parplan_gen.errors import InputError, SourceRef, UsageError
 from parplan_gen.source import Document, KeyPath, is_finite_number, load_document, parse_document
 from parplan_gen.validation import validate
@@ -34,7 +35,6 @@ from parplan_gen.validation import validate
 # Unit definitions (not figures: every figure lives in the YAML with its source).
 TERA = 1e12
 GIGA = 1e9
-GIB = 2**30
 BITS_PER_BYTE = 8
 NANOS_PER_MICRO = 1000
 NANOS_PER_S = 10**9

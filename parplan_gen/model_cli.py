@@ -16,6 +16,7 @@ from parplan_gen.cli_common import (
     positive_int,
     print_json,
 )
+from parplan_gen.defaults import DEFAULT_SEQ_LEN
 
 
 def add_model_commands(sub: Any) -> None:
@@ -71,7 +72,9 @@ def add_layout_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--global-batch", type=positive_int, required=True, help="sequences per optimizer step"
     )
-    group.add_argument("--seq-len", type=positive_int, default=2048, help="tokens per sequence")
+    group.add_argument(
+        "--seq-len", type=positive_int, default=DEFAULT_SEQ_LEN, help="tokens per sequence"
+    )
     zero = group.add_mutually_exclusive_group()
     zero.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage")
     zero.add_argument(

@@ -16,13 +16,14 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+from parplan_gen.defaults import DEFAULT_SEQ_LEN
 from parplan_gen.errors import InputError, SourceRef
 from parplan_gen.graph import ModelGraph, graph_from_document
 from parplan_gen.hf_config import load_hf_config
 from parplan_gen.model_spec import ModelSpec
 from parplan_gen.presets import graph_preset_names, load_graph_preset, load_preset, preset_names
 from parplan_gen.source import gc_paused, load_document
-from parplan_gen.transformer_graph import DEFAULT_SEQ_LEN, model_graph
+from parplan_gen.transformer_graph import model_graph
 
 ONNX_SUFFIXES = (".onnx",)
 DOCUMENT_SUFFIXES = (".yaml", ".yml", ".json")

@@ -18,6 +18,7 @@ from parplan_gen.cli_common import (
     positive_int,
     print_json,
 )
+from parplan_gen.defaults import DEFAULT_SEQ_LEN, GIB
 from parplan_gen.render_cli import add_render_options, write_plan_files
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from parplan_gen.estimate import Estimate
     from parplan_gen.planner import PlanResult
 
-GIB = 1024**3
-DEFAULT_SEQ_LEN = 2048  # api.DEFAULT_SEQ_LEN, repeated so that --help imports nothing heavy
 PLAN_EXAMPLE = (
     "example:\n"
     "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --seq-len 8192\n"

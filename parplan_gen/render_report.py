@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from parplan_gen.defaults import GIB
 from parplan_gen.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.estimate import TIME_PARTS as ESTIMATE_TIME_PARTS
-from parplan_gen.hardware import GIB
 from parplan_gen.plan_document import PlanDocument
 from parplan_gen.render_mapping import ChartStyle, ReportMapping
 

@@ -25,11 +25,11 @@ Megatron-LM's count.
 
 from __future__ import annotations
 
+from parplan_gen.defaults import DEFAULT_SEQ_LEN
 from parplan_gen.errors import InputError
 from parplan_gen.graph import ModelGraph, Node, build_graph
 from parplan_gen.model_spec import ACT_BYTES, LOGIT_BYTES, MASK_BYTES, ModelSpec
 
-DEFAULT_SEQ_LEN = 2048  # the CLI's default --seq-len (DESIGN.md, plan contract example)
 Attr = int | float | str | bool
 
 

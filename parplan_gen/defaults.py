@@ -1,0 +1,9 @@
+"""Constants shared across modules: units, and the defaults the CLI and the API agree on.
+
+Importing it costs nothing, so the command line can use it while `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+GIB = 1024**3  # bytes in a GiB (GPU memory is sold in binary units: "80 GB" is 80 GiB)
+DEFAULT_SEQ_LEN = 2048  # tokens per sequence when none is given (DESIGN.md plan contract)
