@@ -84,3 +84,14 @@ def test_installed_wheel_runs_analyze_on_a_shipped_example(installed, tmp_path):
         env=env,
     )
     assert rules.stdout.strip().startswith(str(installed))
+
+
+def test_installed_wheel_plans_and_renders_from_its_own_data(installed, tmp_path):
+    # Presets, the hardware catalog, the cost and constraint rules and the templates all have
+    # to come from the wheel for this to write the launch files.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = run(installed / "bin" / "parplan", "plan", "llama-3-8b", "--gpus", "8", "--gpu", "h100",
+               "--global-batch", "64", "--out", tmp_path / "plan", cwd=tmp_path, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    written = {p.name for p in (tmp_path / "plan").iterdir()}
+    assert {"plan.json", "ds_config.json", "megatron_args.sh", "nccl.env", "plan.md"} <= written
