@@ -406,15 +406,9 @@ def format_breakdown(rules: RuleSet, cases: Sequence[Case]) -> str:
     lines = [f"{'run':<{width}} " + " ".join(f"{c:>13}" for c in BREAKDOWN_COLUMNS)]
     for case in cases:
         layout = case.layout
-        env = model.base_env(
-            case.spec,
-            case.cluster,
-            global_batch=layout.global_batch,
-            seq_len=layout.seq_len,
-            precision=layout.precision,
-            flash_attention=case.flash_attention,
+        env = model.layout_env(
+            case.spec, case.cluster, layout, flash_attention=case.flash_attention
         )
-        env.update(model.plan_env(layout))
         figures = model.figures(env)
         values = [
             named_value(rules, c, env) if c == "elementwise_s" else figures[f"time_{c}"]

@@ -111,11 +111,9 @@ def short_layout(layout: Layout) -> str:
 def estimate_published(planner: Planner, case: Case) -> tuple[Estimate, tuple[Violation, ...]]:
     """The published layout's estimate and every rule it breaks (what `parplan check` lists)."""
     layout = case.layout
-    env = planner.cost.base_env(
-        case.spec, case.cluster, global_batch=layout.global_batch, seq_len=layout.seq_len,
-        precision=layout.precision, flash_attention=case.flash_attention,
-    )  # fmt: skip
-    env.update(planner.cost.plan_env(layout))
+    env = planner.cost.layout_env(
+        case.spec, case.cluster, layout, flash_attention=case.flash_attention
+    )
     figures = planner.cost.figures(env)
     env.update(estimate_env(figures))
     return estimate_from_figures(layout, figures), tuple(planner.constraints.check(env))

@@ -77,15 +77,7 @@ def env_of(
     **model_overrides: float,
 ) -> dict[str, Any]:
     """The formula environment of one layout, with model.* values replaced where given."""
-    env = cost.base_env(
-        spec,
-        cluster,
-        global_batch=layout.global_batch,
-        seq_len=layout.seq_len,
-        precision=layout.precision,
-        flash_attention=flash_attention,
-    )
-    env.update(cost.plan_env(layout))
+    env = cost.layout_env(spec, cluster, layout, flash_attention=flash_attention)
     env.update({f"model.{k}": v for k, v in model_overrides.items()})
     return env
 
