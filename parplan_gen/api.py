@@ -25,12 +25,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from parplan_gen.constraints import Violation, estimate_env
-from parplan_gen.defaults import DEFAULT_SEQ_LEN, GIB
+from parplan_gen.defaults import GIB
 from parplan_gen.engine import Proposal
 from parplan_gen.errors import InputError
-from parplan_gen.estimate import Estimate, estimate_from_figures
+from parplan_gen.estimate import Estimate, TrainedModel, estimate_from_figures, model_kind
+from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import MAX_GPUS, Cluster
 from parplan_gen.layout import Layout
+from parplan_gen.model_source import sequence_length
 from parplan_gen.model_spec import ModelSpec
 from parplan_gen.plan_document import PlanDocument
 from parplan_gen.planner import Advice, PlanError, Planner, PlanResult
@@ -41,11 +43,12 @@ ADVICE_GPU_TRIES = 3  # "more GPUs": multiples tried, doubling from the memory r
 CLUSTER_KEYS = ("gpus", "gpu", "gpus_per_node", "inter_node_gbps")
 
 
-def load_model_spec(model: ModelSpec | str | Path) -> ModelSpec:
-    """A ModelSpec, a preset name (`parplan models`) or a Hugging Face config.json path."""
-    if isinstance(model, ModelSpec):
+def load_model(model: TrainedModel | str | Path) -> TrainedModel:
+    """A ModelSpec or GraphModelSpec as given, else what a preset name (`parplan models`), a
+    Hugging Face config.json, a graph file or an ONNX model describes."""
+    if isinstance(model, ModelSpec | GraphModelSpec):
         return model
-    from parplan_gen.model_source import load_model_spec as resolve
+    from parplan_gen.model_source import load_model as resolve
 
     return resolve(str(model))
 
@@ -69,13 +72,29 @@ def load_cluster_spec(cluster: Cluster | Mapping[str, Any] | str | Path) -> Clus
 
 
 def proposals_for(
-    spec: ModelSpec, cluster: Cluster, rules: RuleSet, seq_len: int
+    spec: TrainedModel, cluster: Cluster, rules: RuleSet, seq_len: int
 ) -> list[Proposal]:
     """The rules engine's proposals for the model's op graph on the cluster's GPUs."""
     from parplan_gen.engine import propose
     from parplan_gen.transformer_graph import model_graph
 
-    return propose(model_graph(spec, seq_len=seq_len), rules, cluster.num_gpus)
+    graph = spec.graph if isinstance(spec, GraphModelSpec) else model_graph(spec, seq_len=seq_len)
+    return propose(graph, rules, cluster.num_gpus)
+
+
+def search_options(
+    spec: TrainedModel, proposals: list[Proposal], backend: Backend = "any"
+) -> SearchOptions:
+    """What the planner searches: for a transformer, as the proposals and the backend narrow
+    it; for a graph model, what its cost model estimates (it runs under DeepSpeed / torchrun)."""
+    if isinstance(spec, ModelSpec):
+        return SearchOptions.from_proposals(proposals, backend)
+    if backend == "megatron":
+        raise InputError(
+            f"--backend megatron: {spec.name} is an op-graph model; Megatron-LM trains "
+            "transformers, graph models are planned for DeepSpeed / torchrun"
+        )
+    return SearchOptions.for_graph_models()
 
 
 class Plan(BaseModel):
@@ -83,7 +102,7 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     result: PlanResult
-    model: ModelSpec
+    model: ModelSpec | GraphModelSpec
     cluster: Cluster
     proposals: list[Proposal]
 
@@ -118,7 +137,8 @@ class Plan(BaseModel):
         return deepspeed_config(self.document())
 
     def megatron_args(self) -> list[str]:
-        """The `pretrain_gpt.py` argument list of megatron_args.sh as rendered."""
+        """The `pretrain_gpt.py` argument list of megatron_args.sh as rendered (transformers
+        only: a graph model is launched with DeepSpeed / torchrun)."""
         from parplan_gen.render import megatron_args
 
         return megatron_args(self.document())
@@ -134,11 +154,11 @@ class Plan(BaseModel):
 
 
 def plan(
-    model: ModelSpec | str | Path,
+    model: TrainedModel | str | Path,
     cluster: Cluster | Mapping[str, Any] | str | Path,
     *,
     global_batch: int,
-    seq_len: int = DEFAULT_SEQ_LEN,
+    seq_len: int | None = None,
     precision: str = "bf16",
     objective: Objective = "time",
     top: int = 5,
@@ -149,15 +169,17 @@ def plan(
     """Plan `model` on `cluster`: the fastest layout that fits (objective `time`) or the
     smallest (`memory`), the best `top`, the rejections by reason and, when nothing fits, the
     closest candidate with advice. `backend` limits the search to what Megatron-LM or DeepSpeed
-    runs; `rules` layers rule directories over the built-in ones (or is a loaded RuleSet)."""
+    runs; `rules` layers rule directories over the built-in ones (or is a loaded RuleSet).
+    `seq_len` defaults to 2048 tokens for a transformer; a graph model has none (1)."""
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
-    spec, machines = load_model_spec(model), load_cluster_spec(cluster)
+    spec, machines = load_model(model), load_cluster_spec(cluster)
+    seq_len = sequence_length(spec, seq_len)
     proposals = proposals_for(spec, machines, ruleset, seq_len)
     request = Request(
         spec, machines, global_batch, seq_len, precision, objective, top,  # type: ignore[arg-type]
-        flash_attention, SearchOptions.from_proposals(proposals, backend),
+        flash_attention, search_options(spec, proposals, backend),
     )  # fmt: skip
-    planner = Planner(ruleset)
+    planner = Planner(ruleset, model_kind=model_kind(spec))
     result = planner.plan(request)
     if not result.feasible:
         result = result.model_copy(update={"advice": advise(planner, request, result)})
@@ -175,9 +197,10 @@ def advise(planner: Planner, request: Request, result: PlanResult) -> list[Advic
         ("sequence parallelism", {"sequence_parallel": True}),
     ]
     advice = []
+    no_sp = closest.tp == 1 or not request.options.sequence_parallel
     for label, change in changes:
         current = {k: getattr(closest, k) for k in change}
-        if current != change and not (label == "sequence parallelism" and closest.tp == 1):
+        if current != change and not (label == "sequence parallelism" and no_sp):
             advice.append(_try_change(planner, request, closest, label, change))
     return [*advice, _more_gpus(planner, request, result.chosen)]
 
@@ -241,7 +264,7 @@ class CheckReport(BaseModel):
     """`parplan check`: a layout's broken rules, its estimate, and a better plan if any."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    model: ModelSpec
+    model: ModelSpec | GraphModelSpec
     cluster: Cluster
     estimate: Estimate
     violations: list[Violation]
@@ -265,7 +288,7 @@ class CheckReport(BaseModel):
 
 
 def check(
-    model: ModelSpec | str | Path,
+    model: TrainedModel | str | Path,
     cluster: Cluster | Mapping[str, Any] | str | Path,
     layout: Layout,
     *,
@@ -274,8 +297,8 @@ def check(
 ) -> CheckReport:
     """Check an existing layout: every rule it breaks, its estimate (also when it cannot run),
     and the planner's choice for the same batch when that is faster."""
-    spec, machines, ruleset = load_model_spec(model), load_cluster_spec(cluster), load_rules(rules)
-    planner = Planner(ruleset)
+    spec, machines, ruleset = load_model(model), load_cluster_spec(cluster), load_rules(rules)
+    planner = Planner(ruleset, model_kind=model_kind(spec))
     env = planner.cost.layout_env(spec, machines, layout, flash_attention=flash_attention)
     figures = planner.cost.figures(env)
     env.update(estimate_env(figures))

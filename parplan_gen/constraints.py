@@ -19,6 +19,7 @@ from typing import Literal
 
 from parplan_gen.errors import FormulaError
 from parplan_gen.ruleset import CompiledConstraint, RuleSet
+from parplan_gen.vocabulary import ModelKind
 
 Phase = Literal["layout", "estimate"]
 Severity = Literal["invalid", "reject"]
@@ -90,10 +91,11 @@ def first_violation(
 
 
 class Constraints:
-    """The constraint rules of a RuleSet, split by phase (rule file order is kept)."""
+    """The constraint rules of a RuleSet that apply to one kind of model (`model_kind` `any`
+    or that kind), split by phase (rule file order is kept)."""
 
-    def __init__(self, rules: RuleSet) -> None:
-        self.all = rules.constraints
+    def __init__(self, rules: RuleSet, model_kind: ModelKind = "transformer") -> None:
+        self.all = tuple(c for c in rules.constraints if c.rule.model_kind in ("any", model_kind))
         self.layout = tuple(c for c in self.all if phase_of(c) == "layout")
         self.estimate = tuple(c for c in self.all if phase_of(c) == "estimate")
 

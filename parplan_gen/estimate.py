@@ -1,9 +1,11 @@
 """The cost model: memory, time and throughput of one layout, from the rules' formulas.
 
-Python gathers the inputs (model.*, cluster.*, train.*, plan.* values; the model's per-token
-FLOPs and activation bytes come from `ModelSpec`, whose methods cite Narayanan 2021 /
-Korthikanti 2022) and names the outputs; every figure is a formula of the `estimate:` sections
-under rules/cost/, with its source. `CostModel.figures` is the fast path the planner calls for many layouts.
+Python gathers the inputs (model.*, cluster.*, train.*, plan.* values) and names the outputs;
+every figure is a formula of the `estimate:` sections under rules/cost/, with its source. Each
+kind of model has its own cost model: a transformer's model.* values come from its `ModelSpec`
+(per-token FLOPs and activation bytes, whose methods cite Narayanan 2021 / Korthikanti 2022),
+an op graph's from its `GraphModelSpec` (per-sample sums over the nodes). `CostModel.figures`
+is the fast path the planner calls for many layouts.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from parplan_gen.errors import FormulaError, RuleError
+from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import Cluster
 from parplan_gen.layout import Layout
 from parplan_gen.model_spec import ModelSpec
-from parplan_gen.ruleset import RuleSet
+from parplan_gen.ruleset import RuleSet, figure_label
+from parplan_gen.vocabulary import ModelKind
 
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "other")
 TIME_PARTS = (
@@ -28,9 +32,16 @@ TIME_PARTS = (
     "pp_comm_s",
     "dp_comm_s",
     "ep_comm_s",
+    "bn_comm_s",
     "bubble_s",
     "optimizer_s",
 )
+# The parts of a step each kind of model can have, step_s excluded (a graph model is not
+# pipelined and has no experts; a transformer has no BatchNorm): what views and reports show.
+TIME_PARTS_BY_KIND: dict[str, tuple[str, ...]] = {
+    "transformer": tuple(p for p in TIME_PARTS if p not in ("step_s", "bn_comm_s")),
+    "graph": ("compute_s", "tp_comm_s", "dp_comm_s", "bn_comm_s", "optimizer_s"),
+}
 THROUGHPUT_PARTS = ("tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu")
 REQUIRED = {"memory": MEMORY_PARTS, "time": TIME_PARTS, "throughput": THROUGHPUT_PARTS}
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -61,6 +72,7 @@ class TimeBreakdown(BaseModel):
     pp_comm_s: float
     dp_comm_s: float
     ep_comm_s: float
+    bn_comm_s: float = 0.0  # SyncBatchNorm statistics (graph models); absent in older plan.json
     bubble_s: float
     optimizer_s: float
 
@@ -89,8 +101,18 @@ class Estimate(BaseModel):
         return self.model_dump(mode="json")
 
 
-def model_env(spec: ModelSpec, seq_len: int) -> dict[str, Any]:
-    """model.* values of `spec` at sequence length `seq_len`."""
+TrainedModel = ModelSpec | GraphModelSpec  # what the cost model and the planner take
+
+
+def model_kind(spec: TrainedModel) -> ModelKind:
+    """Which cost model and constraints apply to `spec`."""
+    return "graph" if isinstance(spec, GraphModelSpec) else "transformer"
+
+
+def model_env(spec: TrainedModel, seq_len: int) -> dict[str, Any]:
+    """model.* values of `spec` (a transformer at sequence length `seq_len`)."""
+    if isinstance(spec, GraphModelSpec):
+        return graph_model_env(spec)
     layers = spec.num_layers
     act = sum(spec.layer_activation_bytes_per_token(i, seq_len) for i in range(layers)) / layers
     scores = spec.attention_core_activation_bytes(seq_len) - spec.attention_core_activation_bytes(0)
@@ -121,6 +143,23 @@ def model_env(spec: ModelSpec, seq_len: int) -> dict[str, Any]:
     }
 
 
+def graph_model_env(spec: GraphModelSpec) -> dict[str, Any]:
+    """model.* values of an op-graph model (per sample)."""
+    return {
+        "model.params": spec.params,
+        "model.nodes": spec.nodes,
+        "model.weighted_nodes": spec.weighted_nodes,
+        "model.forward_flops": spec.forward_flops,
+        "model.activation_elements": spec.activation_elements,
+        "model.split_params": spec.split_params,
+        "model.split_outputs": spec.split_outputs,
+        "model.split_nodes": spec.split_nodes,
+        "model.split_width_gcd": spec.split_width_gcd,
+        "model.batchnorm_layers": spec.batchnorm_layers,
+        "model.batchnorm_channels": spec.batchnorm_channels,
+    }
+
+
 def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
     """cluster.* values of `cluster` (the peak at `precision`)."""
     return {
@@ -141,19 +180,24 @@ def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
 
 
 class CostModel:
-    """The `estimate:` formulas of a RuleSet, ready to evaluate for many layouts."""
+    """The `estimate:` formulas of a RuleSet for one kind of model, ready to evaluate for many
+    layouts."""
 
-    def __init__(self, rules: RuleSet) -> None:
-        self.formulas = {(e.section, e.key): e for e in rules.estimate}
+    def __init__(self, rules: RuleSet, model_kind: ModelKind = "transformer") -> None:
+        self.model_kind = model_kind
+        self.formulas = {
+            (e.section, e.key): e for e in rules.estimate if e.model_kind == model_kind
+        }
         for section, keys in REQUIRED.items():
             for key in keys:
                 if (section, key) not in self.formulas:
-                    raise RuleError(f"the rules define no formula for estimate.{section}.{key}")
+                    label = figure_label((model_kind, section, key))
+                    raise RuleError(f"the rules define no formula for {label}")
         self._order = [(f"{s}_{k}", e.formula) for (s, k), e in self.formulas.items()]
 
     def base_env(
         self,
-        spec: ModelSpec,
+        spec: TrainedModel,
         cluster: Cluster,
         *,
         global_batch: int,
@@ -203,7 +247,7 @@ class CostModel:
         return out
 
     def layout_env(
-        self, spec: ModelSpec, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
+        self, spec: TrainedModel, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
     ) -> dict[str, Any]:
         """Every name a cost or constraint formula may read for one layout."""
         env = self.base_env(
@@ -218,7 +262,7 @@ class CostModel:
         return env
 
     def estimate(
-        self, spec: ModelSpec, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
+        self, spec: TrainedModel, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
     ) -> Estimate:
         """The full, typed estimate of one layout."""
         env = self.layout_env(spec, cluster, layout, flash_attention=flash_attention)

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from parplan_gen.defaults import GIB
-from parplan_gen.estimate import MEMORY_PARTS, Estimate
+from parplan_gen.estimate import (
+    MEMORY_PARTS,
+    TIME_PARTS_BY_KIND,
+    Estimate,
+    TrainedModel,
+    model_kind,
+)
+from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import Cluster
-from parplan_gen.model_spec import ModelSpec
 
 BAR = 40  # characters for the whole capacity
 MAX_BAR = 3 * BAR  # a longer bar is cut and ends with ">" (a tiny GPU must not print megabytes)
@@ -16,9 +22,30 @@ TIME_LABELS = {
     "pp_comm_s": "pipeline p2p",
     "dp_comm_s": "data-parallel comm (before overlap)",
     "ep_comm_s": "expert all-to-all",
+    "bn_comm_s": "SyncBatchNorm statistics",
     "bubble_s": "pipeline bubble",
     "optimizer_s": "optimizer step",
 }
+
+
+def model_title(spec: TrainedModel) -> str:
+    """`llama-3-8b (8.03B params)`, `resnet-50 (25.6M params, op graph)`."""
+    if isinstance(spec, GraphModelSpec):
+        return f"{spec.name} ({spec.params / 1e6:,.1f}M params, op graph)"
+    return f"{spec.name} ({spec.total_params() / 1e9:.2f}B params)"
+
+
+def sample_unit(spec: TrainedModel) -> str:
+    """What a throughput counts: tokens of a transformer, samples of a graph model."""
+    return "samples" if isinstance(spec, GraphModelSpec) else "tokens"
+
+
+def batch_text(spec: TrainedModel, estimate: Estimate) -> str:
+    """`global batch 512 x 8192 tokens`, or `global batch 4096 samples` for a graph model."""
+    p = estimate.plan
+    if isinstance(spec, GraphModelSpec):
+        return f"global batch {p.global_batch} samples"
+    return f"global batch {p.global_batch} x {p.seq_len} tokens"
 
 
 def layout_line(estimate: Estimate) -> str:
@@ -54,29 +81,29 @@ def memory_lines(estimate: Estimate) -> list[str]:
     return lines
 
 
-def time_lines(estimate: Estimate) -> list[str]:
-    """Time per step by part, with each part's share of the step."""
+def time_lines(estimate: Estimate, spec: TrainedModel) -> list[str]:
+    """Time per step by the parts `spec`'s kind of model has, with each part's share."""
     t = estimate.time
     lines = []
-    for key, label in TIME_LABELS.items():
-        value = getattr(t, key)
+    for key in TIME_PARTS_BY_KIND[model_kind(spec)]:
+        label, value = TIME_LABELS[key], getattr(t, key)
         share = value / t.step_s if t.step_s else 0.0
         lines.append(f"  {label:<36} {value:10.4f} s  {share:6.1%}")
     lines.append(f"  {'step':<36} {t.step_s:10.4f} s")
     return lines
 
 
-def estimate_text(spec: ModelSpec, cluster: Cluster, estimate: Estimate) -> str:
+def estimate_text(spec: TrainedModel, cluster: Cluster, estimate: Estimate) -> str:
     """The whole human view of `parplan estimate`."""
     th = estimate.throughput
     head = (
-        f"{spec.name} ({spec.total_params() / 1e9:.2f}B params) on {cluster.num_gpus} x "
+        f"{model_title(spec)} on {cluster.num_gpus} x "
         f"{cluster.gpu.name} ({cluster.num_nodes} node{'s' if cluster.num_nodes > 1 else ''})\n"
-        f"layout: {layout_line(estimate)}, global batch {estimate.plan.global_batch} x "
-        f"{estimate.plan.seq_len} tokens\n"
+        f"layout: {layout_line(estimate)}, {batch_text(spec, estimate)}\n"
     )
     rates = (
-        f"  tokens/s {th.tokens_per_s:,.0f}   model TFLOP/s per GPU {th.model_tflops_per_gpu:.1f}"
+        f"  {sample_unit(spec)}/s {th.tokens_per_s:,.0f}   model TFLOP/s per GPU "
+        f"{th.model_tflops_per_gpu:.1f}"
         f"   hardware TFLOP/s per GPU {th.hardware_tflops_per_gpu:.1f}   MFU {th.mfu:.1%}"
     )
     body = [
@@ -85,7 +112,7 @@ def estimate_text(spec: ModelSpec, cluster: Cluster, estimate: Estimate) -> str:
         *memory_lines(estimate),
         "",
         "Time per step",
-        *time_lines(estimate),
+        *time_lines(estimate, spec),
         "",
         "Throughput",
         rates,

@@ -277,10 +277,12 @@ class _Translator:
         context: str | None,
         named: Mapping[str, _Named],
         shared: _Shared | None = None,
+        models: tuple[str, ...] | None = None,
     ) -> None:
         self.text, self.where, self.named = text, where, named
         self.shared = shared or _Shared()
         self.allowed = None if context is None else vocabulary.CONTEXTS[context]
+        self.models = models  # the kinds of model the rule applies to (None: any name goes)
         self.context_label = _CONTEXT_LABELS.get(str(context), f"{context} rules")
         self.names: set[str] = set()
         self.budget = MAX_INLINED_NODES
@@ -402,6 +404,14 @@ class _Translator:
         return ast.Subscript(ast.Name("_e", ast.Load()), ast.Constant(dotted), ast.Load()), kind
 
     def check_available(self, dotted: str, via: str) -> None:
+        entry = vocabulary.lookup(dotted)
+        missing = [m for m in self.models or () if entry is not None and m not in entry.models]
+        if missing:
+            only = " and ".join(entry.models)  # type: ignore[union-attr]
+            raise self.fail(
+                f"{dotted!r}{via} has no value for {' and '.join(missing)} models, which this "
+                f"rule applies to (it has one for {only} models: `model_kind: {only}`)"
+            )
         if self.allowed is None or dotted.split(".", 1)[0] in self.allowed:
             return
         readable = ", ".join(_namespace_text(ns) for ns in sorted(self.allowed))
@@ -619,13 +629,19 @@ class FormulaLibrary:
         return self._order
 
     def compile(
-        self, value: Value, where: SourceRef, context: str, expect: Expect | None = None
+        self,
+        value: Value,
+        where: SourceRef,
+        context: str,
+        expect: Expect | None = None,
+        models: tuple[str, ...] | None = None,
     ) -> Formula:
-        """Check and compile one rule value for `context` (a key of vocabulary.CONTEXTS)."""
+        """Check and compile one rule value for `context` (a key of vocabulary.CONTEXTS);
+        with `models`, every model.* name it reads must have a value for each of those kinds."""
         if context not in vocabulary.CONTEXTS:
             raise ValueError(f"unknown formula context {context!r}")
         source = value if isinstance(value, str) else repr(value)
-        translator = _Translator(source, where, context, self._named, self._shared)
+        translator = _Translator(source, where, context, self._named, self._shared, models)
         tree, kind = translator.translate(value)
         if expect is not None and kind != expect:
             if kind != "any":
@@ -633,14 +649,16 @@ class FormulaLibrary:
             tree, kind = translator.coerce(tree, kind, expect, "", source), expect
         return _build(source, where, tree, kind, frozenset(translator.names), self._shared.located)
 
-    def compile_text(self, text: str, where: SourceRef, context: str) -> TextTemplate:
+    def compile_text(
+        self, text: str, where: SourceRef, context: str, models: tuple[str, ...] | None = None
+    ) -> TextTemplate:
         """Compile a description with `{formula}` / `{formula:spec}` placeholders."""
         parts: list[str | tuple[Formula, str]] = []
         for part in _split_template(text, where):
             if isinstance(part, str):
                 parts.append(part)
             else:
-                parts.append((self.compile(part[0], where, context), part[1]))
+                parts.append((self.compile(part[0], where, context, None, models), part[1]))
         return TextTemplate(text, where, parts)
 
 

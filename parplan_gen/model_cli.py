@@ -73,7 +73,10 @@ def add_layout_options(parser: argparse.ArgumentParser) -> None:
         "--global-batch", type=positive_int, required=True, help="sequences per optimizer step"
     )
     group.add_argument(
-        "--seq-len", type=positive_int, default=DEFAULT_SEQ_LEN, help="tokens per sequence"
+        "--seq-len",
+        type=positive_int,
+        default=None,
+        help=f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models have none)",
     )
     zero = group.add_mutually_exclusive_group()
     zero.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage")
@@ -90,7 +93,7 @@ def add_layout_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def layout_from_args(args: argparse.Namespace, world_size: int) -> Layout:
+def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) -> Layout:
     """The Layout the layout options describe (LayoutError with the equation if impossible)."""
     from parplan_gen.layout import build_layout
 
@@ -102,7 +105,7 @@ def layout_from_args(args: argparse.Namespace, world_size: int) -> Layout:
         dp=args.dp,
         mbs=args.mbs,
         global_batch=args.global_batch,
-        seq_len=args.seq_len,
+        seq_len=seq_len,
         ep=args.ep,
         vpp=args.vpp,
         zero_stage=args.zero,
@@ -152,21 +155,23 @@ def _cmd_models(args: argparse.Namespace) -> int:
 def _cmd_estimate(args: argparse.Namespace) -> int:
     from parplan_gen.constraints import Constraints
     from parplan_gen.errors import InputError
-    from parplan_gen.estimate import CostModel, estimate_from_figures
+    from parplan_gen.estimate import CostModel, estimate_from_figures, model_kind
     from parplan_gen.estimate_view import estimate_text
-    from parplan_gen.model_source import load_model_spec
+    from parplan_gen.model_source import load_model, sequence_length
     from parplan_gen.ruleset import load_rules
 
     rules = load_rules(args.rules)
-    spec = load_model_spec(args.model)
+    spec = load_model(args.model)
     cluster = cluster_from_args(args)
-    layout = layout_from_args(args, cluster.num_gpus)
-    model = CostModel(rules)
+    layout = layout_from_args(args, cluster.num_gpus, sequence_length(spec, args.seq_len))
+    kind = model_kind(spec)
+    model = CostModel(rules, kind)
     flash = not args.no_flash_attention
     env = model.layout_env(spec, cluster, layout, flash_attention=flash)
     # A layout that cannot exist (an `invalid` constraint, e.g. heads not divisible by tp) is an
     # error; one that merely does not fit is still estimated ("fits": false).
-    invalid = [v for v in Constraints(rules).check(env, "layout") if v.severity == "invalid"]
+    constraints = Constraints(rules, kind)
+    invalid = [v for v in constraints.check(env, "layout") if v.severity == "invalid"]
     if invalid:
         raise InputError("; ".join(v.describe() for v in invalid) + f" ({spec.name})")
     result = estimate_from_figures(layout, model.figures(env))

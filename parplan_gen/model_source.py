@@ -1,5 +1,6 @@
-"""Resolve the MODEL argument of the CLI: to a `ModelGraph` (analyze, propose, explain) or,
-for a transformer, to its `ModelSpec` (estimate, plan, check), whatever form it takes.
+"""Resolve the MODEL argument of the CLI: to a `ModelGraph` (analyze, propose, explain) or to
+the model the cost model trains (estimate, plan, check): a transformer's `ModelSpec`, or for
+any other model the `GraphModelSpec` summed from its op graph, whatever form it takes.
 
 An existing file is read by its suffix:
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from parplan_gen.defaults import DEFAULT_SEQ_LEN
 from parplan_gen.errors import InputError, SourceRef
 from parplan_gen.graph import ModelGraph, graph_from_document
+from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hf_config import load_hf_config
 from parplan_gen.model_spec import ModelSpec
 from parplan_gen.presets import graph_preset_names, load_graph_preset, load_preset, preset_names
@@ -47,31 +49,37 @@ def load_graph_for(
     raise _unknown(path_or_name)
 
 
-def load_model_spec(path_or_name: str) -> ModelSpec:
-    """The transformer ModelSpec of a preset name or a Hugging Face config.json.
-
-    `estimate`, `plan` and `check` need a transformer's shape; an op graph (native file, ONNX
-    or a graph preset such as `resnet-50`) is refused with a pointer to `analyze`/`propose`.
-    """
+def load_model(path_or_name: str) -> ModelSpec | GraphModelSpec:
+    """The model to train: a transformer's ModelSpec (a preset name or a Hugging Face
+    config.json), else the GraphModelSpec of the op graph (a graph file, an ONNX model read at
+    batch 1, a graph preset such as `resnet-50`), which keeps its graph for the proposals."""
     path = Path(path_or_name)
-    if path.is_file():
-        doc = load_document(path) if path.suffix.lower() in DOCUMENT_SUFFIXES else None
-        if doc is not None and isinstance(doc.data, dict) and "model_type" in doc.data:
-            return load_hf_config(path)
-        raise InputError(
-            "not a Hugging Face config.json (no top-level `model_type`): estimate, plan and "
-            "check need a transformer; op graphs go to `parplan analyze` / `propose`",
-            SourceRef(str(path)),
-        )
+    if path.is_file() and path.suffix.lower() in DOCUMENT_SUFFIXES:
+        with gc_paused():
+            doc = load_document(path)
+            if isinstance(doc.data, dict) and "model_type" in doc.data:
+                return load_hf_config(path)
+            graph = graph_from_document(doc)
+        return GraphModelSpec.from_graph(graph, SourceRef(str(path)))
+    if path.is_file() or path_or_name in graph_preset_names():
+        where = SourceRef(path_or_name)
+        return GraphModelSpec.from_graph(load_graph_for(path_or_name, batch_size=1), where)
     if path_or_name in preset_names():
         return load_preset(path_or_name)
-    if path_or_name in graph_preset_names():
-        raise InputError(
-            "is an op-graph preset; estimate, plan and check need a transformer preset or a "
-            "Hugging Face config.json (`parplan models` lists them)",
-            SourceRef(path_or_name),
-        )
     raise _unknown(path_or_name)
+
+
+def sequence_length(spec: ModelSpec | GraphModelSpec, asked: int | None) -> int:
+    """The sequence length to plan `spec` at: `asked`, or the default for a transformer; 1 for
+    a graph model, whose sample is one input of the graph (an InputError if another is asked)."""
+    if isinstance(spec, ModelSpec):
+        return DEFAULT_SEQ_LEN if asked is None else asked
+    if asked not in (None, 1):
+        raise InputError(
+            f"--seq-len {asked}: {spec.name} is an op-graph model, which has no sequence length "
+            "(a sample is one input of the graph; its sizes are in the graph); leave it out"
+        )
+    return 1
 
 
 def _load_file(path: Path, *, batch_size: int, seq_len: int) -> ModelGraph:

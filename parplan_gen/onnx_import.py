@@ -28,8 +28,9 @@ every graph input is bound to `batch_size`; other symbolic dimensions can be bou
   and the two products of the standard `Attention` op (no causal discount). Every other op
   counts 0, as element-wise ops do in the transformer graph and Megatron-LM's count. Absent when
   a matrix product's shapes are unknown.
-* `activation_bytes`: bytes of the node's outputs at their element type, for the whole batch.
-  Absent when an output's shape is unknown.
+* `activation_bytes`: bytes of the node's outputs at their element type, for the whole batch,
+  and `activation_elements`: their elements (the cost model sizes them at the training
+  precision). Absent when an output's shape is unknown.
 """
 
 from __future__ import annotations
@@ -276,7 +277,11 @@ def _mapped_op(node: Any, tensors: _Tensors) -> str:
 
 def _attrs(node: Any, op: str, tensors: _Tensors, counted: set[str]) -> dict[str, Attr]:
     attrs: dict[str, Attr] = {"params": _params(node, tensors, counted)}
-    sizes = {"flops": _flops(node, tensors), "activation_bytes": _output_bytes(node, tensors)}
+    sizes = {
+        "flops": _flops(node, tensors),
+        "activation_bytes": _output_bytes(node, tensors),
+        "activation_elements": _output_elements(node, tensors),
+    }
     attrs.update({key: value for key, value in sizes.items() if value is not None})
     if op != node.op_type:
         attrs["onnx_op"] = node.op_type
@@ -309,6 +314,16 @@ def _output_bytes(node: Any, tensors: _Tensors) -> int | None:
         if not t.known or size is None:
             return None
         total += t.elements * size
+    return total
+
+
+def _output_elements(node: Any, tensors: _Tensors) -> int | None:
+    total = 0
+    for name in filter(None, node.output):
+        t = tensors.get(name)
+        if not t.known:
+            return None
+        total += t.elements
     return total
 
 

@@ -24,6 +24,8 @@ from parplan_gen.render_cli import add_render_options, write_plan_files
 if TYPE_CHECKING:
     from parplan_gen.api import CheckReport, Plan
     from parplan_gen.estimate import Estimate
+    from parplan_gen.graph_model import GraphModelSpec
+    from parplan_gen.model_spec import ModelSpec
     from parplan_gen.planner import PlanResult
 
 PLAN_EXAMPLE = (
@@ -79,11 +81,21 @@ def add_plan_commands(sub: Any) -> None:
 
 
 def _add_request_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL", help="preset name or a Hugging Face config.json")
+    parser.add_argument(
+        "model",
+        metavar="MODEL",
+        help="preset name, Hugging Face config.json, graph file (.yaml/.json) or .onnx",
+    )
     add_cluster_options(parser)
     group = parser.add_argument_group("training")
     group.add_argument("--global-batch", type=positive_int, required=True, metavar="B")
-    group.add_argument("--seq-len", type=positive_int, default=DEFAULT_SEQ_LEN, metavar="S")
+    group.add_argument(
+        "--seq-len",
+        type=positive_int,
+        default=None,
+        metavar="S",
+        help=f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models have none)",
+    )
     group.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16")
     group.add_argument(
         "--backend",
@@ -109,7 +121,7 @@ def _add_layout_options(parser: argparse.ArgumentParser) -> None:
         ("--vpp", "model chunks per pipeline rank (default 1)"),
         ("--mbs", "micro-batch size (default 1)"),
         ("--global-batch", "sequences per optimizer step"),
-        ("--seq-len", f"tokens per sequence (default {DEFAULT_SEQ_LEN})"),
+        ("--seq-len", f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models: none)"),
     ):
         group.add_argument(flag, type=positive_int, default=None, help=what)
     zero = group.add_mutually_exclusive_group()
@@ -170,14 +182,18 @@ def _nothing_fits(plan: Plan, out: str) -> Exception:
 
 def plan_text(plan: Plan) -> str:
     """The human view of `parplan plan`."""
-    from parplan_gen.estimate_view import layout_line, memory_lines, time_lines
+    from parplan_gen.estimate_view import (
+        batch_text,
+        layout_line,
+        memory_lines,
+        model_title,
+        time_lines,
+    )
 
     r, spec, cluster = plan.result, plan.model, plan.cluster
-    layout = r.chosen.plan
     lines = [
-        f"{spec.name} ({spec.total_params() / 1e9:.2f}B params) on {cluster.num_gpus} x "
-        f"{cluster.gpu.name}, global batch {layout.global_batch} x {layout.seq_len} tokens, "
-        f"objective {r.objective}",
+        f"{model_title(spec)} on {cluster.num_gpus} x {cluster.gpu.name}, "
+        f"{batch_text(spec, r.chosen)}, objective {r.objective}",
         "",
         ("Chosen: " if r.feasible else "NOTHING FITS. Closest candidate: ") + layout_line(r.chosen),
         "",
@@ -185,9 +201,9 @@ def plan_text(plan: Plan) -> str:
         *memory_lines(r.chosen),
         "",
         "Time per step",
-        *time_lines(r.chosen),
+        *time_lines(r.chosen, spec),
         "",
-        _throughput_line(r.chosen),
+        _throughput_line(r.chosen, spec),
         "",
         f"Top {len(r.candidates)}" + ("" if r.feasible else " (none fits; least memory first)"),
         _candidates_table(r),
@@ -198,10 +214,13 @@ def plan_text(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _throughput_line(estimate: Estimate) -> str:
+def _throughput_line(estimate: Estimate, spec: ModelSpec | GraphModelSpec) -> str:
+    from parplan_gen.estimate_view import sample_unit
+
     th = estimate.throughput
     return (
-        f"Throughput: {th.tokens_per_s:,.0f} tokens/s, {th.model_tflops_per_gpu:.1f} model "
+        f"Throughput: {th.tokens_per_s:,.0f} {sample_unit(spec)}/s, "
+        f"{th.model_tflops_per_gpu:.1f} model "
         f"TFLOP/s per GPU, MFU {th.mfu:.1%}"
     )
 
@@ -238,11 +257,11 @@ def _rejected_lines(result: PlanResult) -> list[str]:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from parplan_gen.api import check, load_model_spec
+    from parplan_gen.api import check, load_model
     from parplan_gen.layout import build_layout
 
-    spec, cluster = load_model_spec(args.model), cluster_from_args(args)
-    values = layout_values(args, spec.num_layers)
+    spec, cluster = load_model(args.model), cluster_from_args(args)
+    values = layout_values(args, spec)
     accum = values.pop("grad_accum", None)
     layout = build_layout(cluster.num_gpus, **values)
     if accum is not None and accum != layout.grad_accum:
@@ -309,15 +328,22 @@ MEGATRON_SWITCHES = {
 LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "global_batch", "seq_len")
 
 
-def layout_values(args: argparse.Namespace, num_layers: int) -> dict[str, Any]:
+def layout_values(args: argparse.Namespace, spec: ModelSpec | GraphModelSpec) -> dict[str, Any]:
     """Layout fields: the defaults, then the --from-* files, then the explicit flags."""
-    from parplan_gen.errors import UsageError
+    from parplan_gen.errors import InputError, UsageError
+    from parplan_gen.model_source import sequence_length
+    from parplan_gen.model_spec import ModelSpec
 
-    values: dict[str, Any] = {"tp": 1, "pp": 1, "seq_len": DEFAULT_SEQ_LEN}
+    values: dict[str, Any] = {"tp": 1, "pp": 1}
     if args.from_deepspeed:
         values.update(deepspeed_values(args.from_deepspeed))
     if args.from_megatron:
-        values.update(megatron_values(args.from_megatron, num_layers))
+        if not isinstance(spec, ModelSpec):
+            raise InputError(
+                f"--from-megatron: {spec.name} is an op-graph model; Megatron-LM arguments "
+                "describe transformers (use --from-deepspeed or the layout flags)"
+            )
+        values.update(megatron_values(args.from_megatron, spec.num_layers))
     flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}
     flags.update(
         {k: getattr(args, k) for k in ("recompute", "precision", "sequence_parallel")
@@ -330,6 +356,7 @@ def layout_values(args: argparse.Namespace, num_layers: int) -> dict[str, Any]:
     values.update(flags)
     if "global_batch" not in values:
         raise UsageError("give --global-batch (or a file that sets it)")
+    values["seq_len"] = sequence_length(spec, values.get("seq_len"))
     return values
 
 

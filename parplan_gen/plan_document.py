@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from parplan_gen.engine import Proposal, SettingValue
 from parplan_gen.errors import InputError
 from parplan_gen.estimate import Estimate
+from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import Cluster
 from parplan_gen.model_spec import ModelSpec
 from parplan_gen.source import KeyPath, format_path, load_document
@@ -66,7 +67,10 @@ class PlanDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     format_version: Literal[1] = Field(FORMAT_VERSION, description="Version of this layout.")
-    model: ModelSpec
+    model: ModelSpec | GraphModelSpec = Field(
+        description="The transformer's ModelSpec, or an op-graph model's GraphModelSpec "
+        "(`kind: graph`)."
+    )
     cluster: Cluster
     chosen: Estimate = Field(description="The chosen layout and its estimate.")
     candidates: list[Estimate] = Field(description="The top candidates, best first.")

@@ -38,10 +38,15 @@ from parplan_gen.constraints import (
     names_read,
 )
 from parplan_gen.errors import FormulaError, InputError, RuleError
-from parplan_gen.estimate import MEMORY_PARTS, CostModel, Estimate, estimate_from_figures
+from parplan_gen.estimate import (
+    MEMORY_PARTS,
+    CostModel,
+    Estimate,
+    estimate_from_figures,
+    model_kind,
+)
 from parplan_gen.ruleset import CompiledConstraint, RuleSet
 from parplan_gen.search_space import (
-    RECOMPUTE,
     MemoryOption,
     Objective,
     Request,
@@ -51,6 +56,7 @@ from parplan_gen.search_space import (
     structures,
     vpp_options,
 )
+from parplan_gen.vocabulary import ModelKind
 
 DOMINATED = "dominated: fits with less recomputation, which is never slower"
 STRUCTURE, VIRTUAL, MICRO, MEMORY = range(4)  # search levels
@@ -171,9 +177,12 @@ class Planner:
     """Plans for one RuleSet: its layout rules by search level, its estimate rules split into
     memory rules (they read memory figures only) and the others, and the cost model."""
 
-    def __init__(self, rules: RuleSet, cost: CostModel | None = None) -> None:
-        self.rules, self.cost = rules, cost or CostModel(rules)
-        self.constraints = Constraints(rules)
+    def __init__(
+        self, rules: RuleSet, cost: CostModel | None = None, model_kind: ModelKind = "transformer"
+    ) -> None:
+        self.rules, self.cost = rules, cost or CostModel(rules, model_kind)
+        self.model_kind = self.cost.model_kind
+        self.constraints = Constraints(rules, self.model_kind)
         levels: list[list[CompiledConstraint]] = [[] for _ in range(MEMORY + 1)]
         for constraint in self.constraints.layout:
             levels[_level(constraint)].append(constraint)
@@ -204,6 +213,8 @@ class Planner:
 
         The result has no advice; `api.advise` adds it when nothing fits.
         """
+        if model_kind(request.spec) != self.model_kind:
+            raise ValueError(f"a planner for {self.model_kind} models got {request.spec.name}")
         search = _Search(self, request)
         search.run()
         return search.result()
@@ -248,7 +259,7 @@ class _Search:
     def _structure(self, head: tuple[int, int, int, int, int]) -> None:
         dp, tp, pp, cp, ep = head
         self.env.update({"plan.dp": dp, "plan.tp": tp, "plan.pp": pp, "plan.cp": cp, "plan.ep": ep})
-        vpps = vpp_options(self.r.spec.num_layers, pp, self.r.options)
+        vpps = vpp_options(self.r.layers, pp, self.r.options)
         mbss = mbs_options(self.r.global_batch, dp)
         mems = memory_options(tp, self.r.options)
         self.searched += len(vpps) * len(mbss) * len(mems)
@@ -390,8 +401,12 @@ class _Search:
                 break
         else:
             return None
+        options = self.r.options
+        most_sp = head[1] > 1 and options.sequence_parallel
         frugal = [
-            m for m in mems if m.recompute == RECOMPUTE[-1] and m.sequence_parallel == (head[1] > 1)
+            m
+            for m in mems
+            if m.recompute == options.recompute[-1] and m.sequence_parallel == most_sp
         ]
         allowed = [m for m in frugal if not (self._set_memory(m) or self._first(MEMORY))]
         zeros = [m for m in allowed if not m.distributed_optimizer]

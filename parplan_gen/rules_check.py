@@ -195,18 +195,25 @@ class _CheckingLibrary(FormulaLibrary):
         super().__init__(named)
 
     def compile(
-        self, value: Value, where: SourceRef, context: str, expect: Expect | None = None
+        self,
+        value: Value,
+        where: SourceRef,
+        context: str,
+        expect: Expect | None = None,
+        models: tuple[str, ...] | None = None,
     ) -> Formula:
         self._checker.texts.append(value)
         try:
-            return super().compile(value, where, context, expect)
+            return super().compile(value, where, context, expect, models)
         except FormulaError as exc:
             self._checker.formula_failed(exc, value)
             return super().compile(_STAND_IN[expect], where, context, expect)
 
-    def compile_text(self, text: str, where: SourceRef, context: str) -> TextTemplate:
+    def compile_text(
+        self, text: str, where: SourceRef, context: str, models: tuple[str, ...] | None = None
+    ) -> TextTemplate:
         try:  # each placeholder goes through compile() above; this catches the text's own errors
-            return super().compile_text(text, where, context)
+            return super().compile_text(text, where, context, models)
         except FormulaError as exc:
             self._checker.errors.append(exc)
             return super().compile_text("", where, context)

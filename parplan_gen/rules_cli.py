@@ -141,9 +141,7 @@ def _rows(rules: RuleSet) -> list[list[str]]:
     ]
     found += [(p.rule.id, "proposal", p.rule.group, p.origin) for p in rules.proposals]
     found += [(c.rule.id, "constraint", "-", c.origin) for c in rules.constraints]
-    found += [
-        (f"estimate.{e.section}.{e.key}", "estimate", e.section, e.origin) for e in rules.estimate
-    ]
+    found += [(e.label, "estimate", e.section, e.origin) for e in rules.estimate]
     return [[i, kind, group, display_where(o.where), o.layer] for i, kind, group, o in found]
 
 

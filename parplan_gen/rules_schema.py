@@ -117,11 +117,24 @@ class ConstraintRule(_Strict):
         description="`invalid`: such a layout cannot run at all (`estimate` refuses it); "
         "`reject`: it could run but the planner must not choose it (e.g. it does not fit).",
     )
+    model_kind: Literal["transformer", "graph", "any"] = Field(
+        "any",
+        description="The models the constraint applies to: `transformer` (presets and Hugging "
+        "Face configs), `graph` (graph files, ONNX, graph presets) or `any`. Its formulas may "
+        "only read model.* names that have a value for each of them.",
+    )
     source: str | None = Field(None, description="Where the constraint comes from.")
 
 
 class EstimateSection(_Strict):
     """Which formula gives each figure of an estimate (a later layer may replace any one)."""
+
+    model_kind: Literal["transformer", "graph"] = Field(
+        "transformer",
+        description="The models these figures are for: `transformer` (presets and Hugging Face "
+        "configs) or `graph` (graph files, ONNX, graph presets); each kind has its own cost "
+        "model, and a figure is replaced only by one for the same kind.",
+    )
 
     memory: dict[str, NumberOrFormula] = Field(
         default_factory=dict,
@@ -131,7 +144,7 @@ class EstimateSection(_Strict):
     time: dict[str, NumberOrFormula] = Field(
         default_factory=dict,
         description="Seconds per step: compute_s, tp_comm_s, cp_comm_s, pp_comm_s, dp_comm_s, "
-        "ep_comm_s, optimizer_s, bubble_s, step_s.",
+        "ep_comm_s, bn_comm_s, optimizer_s, bubble_s, step_s.",
     )
     throughput: dict[str, NumberOrFormula] = Field(
         default_factory=dict,

@@ -27,6 +27,7 @@ from parplan_gen.resources import builtin_rules_dir
 from parplan_gen.rules_schema import ConstraintRule, OpportunityRule, ProposalRule, RuleFile, Value
 from parplan_gen.source import Document, load_document
 from parplan_gen.validation import validate
+from parplan_gen.vocabulary import MODEL_KINDS, ModelKind
 
 BUILTIN_LAYER = "built-in"
 SETTING_KEY = r"^[a-z][a-z0-9_]*$"
@@ -86,6 +87,19 @@ class EstimateFormula:
     key: str
     formula: Formula
     origin: RuleOrigin
+    model_kind: ModelKind = "transformer"  # the kind of model this cost model is for
+
+    @property
+    def label(self) -> str:
+        """`estimate.memory.params`, with the model kind when it is not a transformer."""
+        return figure_label((self.model_kind, self.section, self.key))
+
+
+def figure_label(figure: tuple[str, str, str]) -> str:
+    """How an estimate figure (model kind, section, key) is named in messages."""
+    kind, section, key = figure
+    name = f"estimate.{section}.{key}"
+    return name if kind == "transformer" else f"{name} ({kind} models)"
 
 
 @dataclass(frozen=True)
@@ -140,7 +154,7 @@ class _Merged:
     rules: dict[str, _Entry] = field(default_factory=dict)
     formulas: dict[str, tuple[Any, RuleOrigin]] = field(default_factory=dict)
     overrides: list[Override] = field(default_factory=list)
-    estimate: dict[tuple[str, str], tuple[Any, RuleOrigin]] = field(default_factory=dict)
+    estimate: dict[tuple[str, str, str], tuple[Any, RuleOrigin]] = field(default_factory=dict)
 
 
 def load_rules(
@@ -282,20 +296,22 @@ def _merge_estimate(
     """Estimate figures merge key by key: a later layer may replace one figure."""
     if parsed.estimate is None:
         return
+    kind = parsed.estimate.model_kind
     for section in ("memory", "time", "throughput"):
         for key, value in getattr(parsed.estimate, section).items():
             origin = RuleOrigin(doc.ref(("estimate", section, key)), layer)
-            _attempt(collect, partial(_merge_figure, merged, seen, (section, key), value, origin))
+            figure = (kind, section, key)
+            _attempt(collect, partial(_merge_figure, merged, seen, figure, value, origin))
 
 
 def _merge_figure(
     merged: _Merged,
     seen: dict[str, RuleOrigin],
-    figure: tuple[str, str],
+    figure: tuple[str, str, str],
     value: Any,
     origin: RuleOrigin,
 ) -> None:
-    name = "estimate.{}.{}".format(*figure)
+    name = figure_label(figure)
     _refuse_duplicate(seen, name, origin, "estimate figure")
     old = merged.estimate.get(figure)
     if old is not None:
@@ -328,8 +344,10 @@ def _compile(merged: _Merged, layers: tuple[str, ...], collect: Collector | None
             constraint = _attempt(collect, partial(_compile_constraint, library, entry))
             constraints += [constraint] if constraint else []
     estimate = tuple(
-        EstimateFormula(section, key, library.compile(value, o.where, "estimate", "number"), o)
-        for (section, key), (value, o) in merged.estimate.items()
+        EstimateFormula(
+            section, key, library.compile(value, o.where, "estimate", "number", (kind,)), o, kind
+        )
+        for (kind, section, key), (value, o) in merged.estimate.items()
     )
     return RuleSet(
         library,
@@ -349,12 +367,13 @@ def _compile_constraint(library: FormulaLibrary, entry: _Entry) -> CompiledConst
     def ref(key: str) -> SourceRef:
         return entry.doc.ref((*entry.path, key))
 
+    models = MODEL_KINDS if rule.model_kind == "any" else (rule.model_kind,)
     return CompiledConstraint(
         rule=rule,
         origin=entry.origin,
-        when=library.compile(rule.when, ref("when"), "constraint", "bool"),
-        require=library.compile(rule.require, ref("require"), "constraint", "bool"),
-        reason=library.compile_text(rule.reason, ref("reason"), "constraint"),
+        when=library.compile(rule.when, ref("when"), "constraint", "bool", models),
+        require=library.compile(rule.require, ref("require"), "constraint", "bool", models),
+        reason=library.compile_text(rule.reason, ref("reason"), "constraint", models),
     )
 
 

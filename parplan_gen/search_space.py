@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol
 
+from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import Cluster
 from parplan_gen.layout import Layout, Precision
 from parplan_gen.model_spec import ModelSpec
@@ -58,6 +59,18 @@ class SearchOptions:
     # `deepspeed`: ZeRO only, and no context parallelism or interleaving (DeepSpeed has
     # neither); `megatron`: the distributed optimizer instead of ZeRO.
     backend: Backend = "any"
+    pipeline: bool = True  # try pp > 1
+    sequence_parallel: bool = True  # try sequence parallelism when tp > 1
+    recompute: tuple[str, ...] = RECOMPUTE  # recomputation choices, least first
+
+    @classmethod
+    def for_graph_models(cls) -> SearchOptions:
+        """What rules/cost/graph.yaml estimates: data and channel (tensor) parallelism under
+        DeepSpeed ZeRO 0-3, recomputation of all nodes or none."""
+        return cls(
+            interleave=False, backend="deepspeed", pipeline=False, sequence_parallel=False,
+            recompute=("none", "full"),
+        )  # fmt: skip
 
     @property
     def optimizers(self) -> tuple[tuple[int, bool], ...]:
@@ -97,7 +110,7 @@ class SearchOptions:
 class Request:
     """One planning request."""
 
-    spec: ModelSpec
+    spec: ModelSpec | GraphModelSpec
     cluster: Cluster
     global_batch: int
     seq_len: int
@@ -106,6 +119,11 @@ class Request:
     top: int = 5
     flash_attention: bool = True
     options: SearchOptions = SearchOptions()
+
+    @property
+    def layers(self) -> int:
+        """Layers a pipeline splits (1 for a graph model, which is not pipelined)."""
+        return self.spec.num_layers if isinstance(self.spec, ModelSpec) else 1
 
 
 class MemoryOption(NamedTuple):
@@ -128,7 +146,7 @@ def structures(
 ) -> Iterator[tuple[int, int, int, int, int]]:
     """Every (dp, tp, pp, cp, ep) with dp * tp * pp * cp = world; ep divides dp (MoE only)."""
     for tp in divisors(world):
-        for pp in divisors(world // tp):
+        for pp in divisors(world // tp) if options.pipeline else [1]:
             for cp in divisors(world // (tp * pp)) if options.backend != "deepspeed" else [1]:
                 dp = world // (tp * pp * cp)
                 for ep in divisors(dp) if moe else (1,):
@@ -154,14 +172,15 @@ def mbs_options(global_batch: int, dp: int) -> list[int]:
 
 def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
     """Optimizer sharding x sequence parallelism x recomputation (innermost, least first)."""
-    sp_choices = (
-        [False] if tp == 1 else [True] if options.sequence_parallel_fixed else [False, True]
-    )
+    if tp == 1 or not options.sequence_parallel:
+        sp_choices = [False]
+    else:
+        sp_choices = [True] if options.sequence_parallel_fixed else [False, True]
     return [
         MemoryOption(zero, dist, sp, recompute)
         for zero, dist in options.optimizers
         for sp in sp_choices
-        for recompute in RECOMPUTE
+        for recompute in options.recompute
     ]
 
 
@@ -175,11 +194,13 @@ def outside_search(layout: Layout, request: Request) -> str | None:
     options, spec = request.options, request.spec
     head = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep)
     if head not in structures(layout.world_size, spec.is_moe, options):
+        if not options.pipeline:
+            return f"(dp, tp, pp, cp, ep) {head} is not searched (graph models: dp and tp only)"
         return (
             f"(dp, tp, pp, cp, ep) {head} is not searched (ep > 1 needs a mixture of experts, "
             f"cp > 1 a backend with context parallelism: {options.backend})"
         )
-    if layout.vpp not in vpp_options(spec.num_layers, layout.pp, options):
+    if layout.vpp not in vpp_options(request.layers, layout.pp, options):
         why = "interleaving is off for this request" if not options.interleave else "not searched"
         return f"vpp {layout.vpp}: {why}"
     if layout.mbs not in mbs_options(layout.global_batch, layout.dp):

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 ValueKind = Literal["number", "bool", "str"]
+ModelKind = Literal["transformer", "graph"]
+# The kinds of model the cost model and constraints know: a transformer (from its ModelSpec:
+# presets and Hugging Face configs) and an op graph (native graph files, ONNX, graph presets).
+MODEL_KINDS: tuple[ModelKind, ...] = ("transformer", "graph")
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,7 @@ class Name:
     kind: ValueKind
     unit: str
     doc: str
+    models: tuple[ModelKind, ...] = MODEL_KINDS  # the kinds of model that give it a value
 
     @property
     def namespace(self) -> str:
@@ -53,7 +58,7 @@ def _clamp(x: float, lo: float, hi: float) -> float:
     return max(lo, min(x, hi))
 
 
-NAMES: tuple[Name, ...] = (
+_SHARED_NAMES: tuple[Name, ...] = (
     Name("graph.node_count", "number", "nodes", "Number of nodes in the model graph."),
     Name("graph.edge_count", "number", "edges", "Number of edges in the model graph."),
     Name(
@@ -98,7 +103,12 @@ NAMES: tuple[Name, ...] = (
         "devices",
         "Device count given to `parplan propose --devices N`.",
     ),
-    # --- model.*: the transformer being trained (from its ModelSpec) -----------------------
+    # --- model.*: the model being trained ------------------------------------------------------
+    Name("model.params", "number", "parameters", "All parameters, as stored."),
+)
+
+# model.* names of a transformer (from its ModelSpec).
+_TRANSFORMER_NAMES: tuple[Name, ...] = (
     Name("model.layers", "number", "layers", "Transformer layers (L)."),
     Name("model.hidden", "number", "elements", "Hidden size (h)."),
     Name("model.heads", "number", "heads", "Attention (query) heads (a)."),
@@ -123,7 +133,6 @@ NAMES: tuple[Name, ...] = (
         "True when positions are a learned table (it cannot serve longer sequences).",
     ),
     Name("model.gated_mlp", "bool", "-", "True for a gated MLP (SwiGLU/GeGLU: three matrices)."),
-    Name("model.params", "number", "parameters", "All parameters, as stored."),
     Name("model.params_embedding", "number", "parameters", "Input embedding (and position table)."),
     Name("model.params_output", "number", "parameters", "LM head (0 when tied to the embedding)."),
     Name("model.params_experts", "number", "parameters", "Routed-expert parameters, all layers."),
@@ -160,6 +169,65 @@ NAMES: tuple[Name, ...] = (
         "The attention-score part of model.act_layer_bytes (5as); flash attention and "
         "selective recomputation do not store it.",
     ),
+)
+
+# model.* names of an op graph (native graph file, ONNX model or graph preset), summed over its
+# nodes by `graph_model.GraphModelSpec.from_graph`, per sample (one input of the graph).
+_GRAPH_MODEL_NAMES: tuple[Name, ...] = (
+    Name("model.nodes", "number", "nodes", "Nodes of the op graph (each one or more kernels)."),
+    Name(
+        "model.weighted_nodes",
+        "number",
+        "nodes",
+        "Nodes that hold parameters (the modules ZeRO-3 gathers one by one).",
+    ),
+    Name(
+        "model.forward_flops",
+        "number",
+        "FLOP/sample",
+        "Forward FLOPs of one sample: the sum of the nodes' `flops` (2 x multiply-adds).",
+    ),
+    Name(
+        "model.activation_elements",
+        "number",
+        "elements/sample",
+        "Output elements of every node for one sample: what the backward pass keeps.",
+    ),
+    Name(
+        "model.split_params",
+        "number",
+        "parameters",
+        "Parameters of the nodes channel (tensor) parallelism splits: Conv2d, MatMul, "
+        "BatchNorm and Embedding.",
+    ),
+    Name(
+        "model.split_outputs",
+        "number",
+        "elements/sample",
+        "Output elements of the Conv2d and MatMul nodes for one sample: what channel "
+        "parallelism exchanges.",
+    ),
+    Name(
+        "model.split_nodes", "number", "nodes", "Conv2d and MatMul nodes (channel-parallel layers)."
+    ),
+    Name(
+        "model.split_width_gcd",
+        "number",
+        "channels",
+        "Greatest common divisor of the Conv2d output channels and MatMul output features "
+        "(0 when no node says them): channel parallelism must divide it.",
+    ),
+    Name("model.batchnorm_layers", "number", "nodes", "BatchNorm nodes."),
+    Name(
+        "model.batchnorm_channels",
+        "number",
+        "channels",
+        "Channels of all BatchNorm nodes (the statistics SyncBatchNorm exchanges).",
+    ),
+)
+
+# The rest: the cluster, the request, the layout, an estimate's figures, proposal descriptions.
+_RUN_NAMES: tuple[Name, ...] = (
     # --- cluster.*: the GPUs and links (from the hardware catalog or a cluster file) ----------
     Name("cluster.gpus", "number", "GPUs", "GPUs in the job (the world size)."),
     Name("cluster.gpus_per_node", "number", "GPUs", "GPUs per node."),
@@ -187,8 +255,18 @@ NAMES: tuple[Name, ...] = (
         "'cdna3'.",
     ),
     # --- train.*: what was asked for ----------------------------------------------------------
-    Name("train.global_batch", "number", "sequences", "Sequences per optimizer step."),
-    Name("train.seq_len", "number", "tokens", "Tokens per sequence."),
+    Name(
+        "train.global_batch",
+        "number",
+        "sequences",
+        "Sequences (samples, for a graph model) per optimizer step.",
+    ),
+    Name(
+        "train.seq_len",
+        "number",
+        "tokens",
+        "Tokens per sequence; 1 for a graph model (a sample is one input of the graph).",
+    ),
     Name("train.precision", "str", "-", "Matmul precision: 'bf16', 'fp16' or 'fp8'."),
     Name(
         "train.flash_attention", "bool", "-", "Attention scores are not stored (flash attention)."
@@ -200,7 +278,7 @@ NAMES: tuple[Name, ...] = (
     Name("plan.cp", "number", "ranks", "Context-parallel size."),
     Name("plan.ep", "number", "ranks", "Expert-parallel size (carved out of dp)."),
     Name("plan.vpp", "number", "chunks", "Model chunks per pipeline rank (1: not interleaved)."),
-    Name("plan.mbs", "number", "sequences", "Micro-batch size."),
+    Name("plan.mbs", "number", "sequences", "Micro-batch size (sequences or samples)."),
     Name("plan.grad_accum", "number", "micro-batches", "Micro-batches per step per pipeline (m)."),
     Name("plan.zero_stage", "number", "-", "DeepSpeed ZeRO stage, 0 to 3."),
     Name("plan.distributed_optimizer", "bool", "-", "Megatron's distributed optimizer is used."),
@@ -223,6 +301,13 @@ NAMES: tuple[Name, ...] = (
         "as the setting",
         "In a proposal description: the evaluated setting <key> (numbers, booleans or text).",
     ),
+)
+
+NAMES: tuple[Name, ...] = (
+    *_SHARED_NAMES,
+    *(replace(n, models=("transformer",)) for n in _TRANSFORMER_NAMES),
+    *(replace(n, models=("graph",)) for n in _GRAPH_MODEL_NAMES),
+    *_RUN_NAMES,
 )
 
 CONSTANTS: dict[str, bool] = {"true": True, "false": False}

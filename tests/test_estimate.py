@@ -289,6 +289,7 @@ CONTRACT: dict[str, dict[str, type]] = {
             "pp_comm_s",
             "dp_comm_s",
             "ep_comm_s",
+            "bn_comm_s",
             "bubble_s",
             "optimizer_s",
         ),

@@ -107,6 +107,7 @@ def test_mlp_ops_params_flops_and_bytes(ox: Any, tmp_path: Path) -> None:
         "params": 200_704,
         "flops": 3_211_264,
         "activation_bytes": 8_192,
+        "activation_elements": 2_048,  # 8 x 256
         "in_features": 784,
         "out_features": 256,
     }
@@ -116,12 +117,14 @@ def test_mlp_ops_params_flops_and_bytes(ox: Any, tmp_path: Path) -> None:
         "params": 256,
         "flops": 0,
         "activation_bytes": 8_192,
+        "activation_elements": 2_048,
     }
     assert attrs(graph, "act") == {
         "op": "Activation",
         "params": 0,
         "flops": 0,
         "activation_bytes": 8_192,
+        "activation_elements": 2_048,
         "onnx_op": "Relu",
     }
     # fc2: 256*10 = 2,560 weights; 2 * (8 * 10) * 256 = 40,960 FLOPs; 8 x 10 x 4 = 320 bytes.
@@ -193,6 +196,7 @@ def test_conv_block_ops_params_flops(ox: Any, tmp_path: Path) -> None:
         "params": 448,
         "flops": 1_769_472,
         "activation_bytes": 131_072,
+        "activation_elements": 32_768,
         "onnx_op": "Conv",
         "in_channels": 3,
         "out_channels": 16,

@@ -12,7 +12,8 @@ torchvision / MLPerf model). He et al. put it on the first 1x1 conv, which gives
 Counting: `params` = weights + BN scale/shift (running statistics are buffers), no conv biases,
 fc with bias. `macs` = multiply-adds per 224x224 image, forward; `flops` = 2 * macs (the unit of
 every other graph in parplan). BN, ReLU, pooling and adds count zero, like element-wise ops in
-the transformer graphs.
+the transformer graphs. `activation_elements` = elements of the node's output per image
+(channels x height x width), what the backward pass keeps.
 
 Run from the repository root: `python tools/gen_resnet50.py` (it prints the totals).
 """
@@ -33,8 +34,13 @@ class Graph:
     def __init__(self) -> None:
         self.nodes: list[dict[str, object]] = []
         self.edges: list[tuple[str, str]] = []
+        self.elements: dict[str, int] = {}  # node id -> output elements per image
 
     def add(self, node_id: str, op: str, inputs: list[str], **attrs: object) -> str:
+        """A node; its output has as many elements as its first input's unless it says."""
+        if "activation_elements" not in attrs:
+            attrs["activation_elements"] = self.elements[inputs[0]]
+        self.elements[node_id] = int(attrs["activation_elements"])  # type: ignore[call-overload]
         self.nodes.append({"id": node_id, "op": op, "params": 0, "flops": 0, **attrs})
         self.edges.extend((src, node_id) for src in inputs)
         return node_id
@@ -55,6 +61,7 @@ class Graph:
             in_channels=cin,
             out_channels=cout,
             out_size=out,
+            activation_elements=cout * out * out,
         )
 
     def bn(self, node_id: str, src: str, channels: int) -> str:
@@ -68,7 +75,7 @@ def build(stride_on_3x3: bool = True) -> Graph:
     x = g.bn("bn1", x, 64)
     x = g.add("relu", "Activation", [x])
     size //= 2  # 3x3 max pool stride 2
-    x = g.add("maxpool", "MaxPool", [x], kernel=3, stride=2)
+    x = g.add("maxpool", "MaxPool", [x], kernel=3, stride=2, activation_elements=64 * size * size)
     cin = 64
     for stage, (width, blocks, first_stride) in enumerate(STAGES, start=1):
         for block in range(blocks):
@@ -88,7 +95,7 @@ def build(stride_on_3x3: bool = True) -> Graph:
             y = g.add(f"{p}.add", "Add", [y, shortcut])
             x = g.add(f"{p}.relu3", "Activation", [y])
             cin, size = cout, out
-    x = g.add("avgpool", "AvgPool", [x], kernel=size)
+    x = g.add("avgpool", "AvgPool", [x], kernel=size, activation_elements=cin)
     macs = cin * CLASSES
     g.add(
         "fc",
@@ -99,6 +106,7 @@ def build(stride_on_3x3: bool = True) -> Graph:
         macs=macs,
         in_features=cin,
         out_features=CLASSES,
+        activation_elements=CLASSES,
     )
     return g
 
@@ -115,6 +123,7 @@ def render(g: Graph) -> str:
         "# Architecture: He et al. 2016 (arXiv:1512.03385), Table 1, 50-layer column.",
         f"# Totals: {params:,} parameters (torchvision resnet50: 25,557,032);",
         f"# {macs:,} multiply-adds per 224x224 image (torchvision: 4.09 GFLOPS [MACs]);",
+        f"# {sum(int(n['activation_elements']) for n in g.nodes):,} output elements per image.",
         "# flops = 2 x macs. He et al.'s original stride placement gives 3.8e9 (Table 1).",
         "name: resnet-50",
         "nodes:",

@@ -1,0 +1,117 @@
+"""An op graph as a model to train: the per-sample sums the graph cost model reads as model.*.
+
+Transformers are planned from their `ModelSpec`; any other model (a native graph file, an ONNX
+model, the `resnet-50` preset) is planned from its op graph. `GraphModelSpec.from_graph` sums
+the graph's node attributes into what rules/cost/graph.yaml needs, for one sample (one input of
+the graph, e.g. one image): the graph is read at batch 1, so an ONNX model's dynamic batch
+dimension is bound to 1 and the cost model scales by the micro-batch itself.
+
+Channel (tensor) parallelism follows the seed's ModelParallel for Conv2d: a Conv2d or MatMul
+splits its output channels (features) over the tensor-parallel ranks, and the per-channel nodes
+that follow (BatchNorm) and an Embedding's table split with them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from parplan_gen.errors import InputError, SourceRef
+from parplan_gen.graph import ModelGraph, Node
+
+SPLIT_LAYERS = ("Conv2d", "MatMul")  # channel-parallel layers: their outputs are exchanged
+SPLIT_PARAMS = (*SPLIT_LAYERS, "BatchNorm", "Embedding")  # nodes whose weights are split
+WIDTH_ATTRS = {"Conv2d": "out_channels", "MatMul": "out_features"}
+
+
+class GraphModelSpec(BaseModel):
+    """What the graph cost model knows of an op-graph model (per sample)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["graph"] = Field("graph", description="Always `graph` (a transformer has none).")
+    name: str = Field(min_length=1, description="The graph's name.")
+    nodes: int = Field(ge=1, description="Nodes of the op graph.")
+    weighted_nodes: int = Field(ge=0, description="Nodes that hold parameters.")
+    params: int = Field(ge=0, description="All parameters.")
+    forward_flops: float = Field(gt=0, description="Forward FLOPs of one sample.")
+    activation_elements: float = Field(gt=0, description="Output elements of every node.")
+    split_params: int = Field(ge=0, description="Parameters channel parallelism splits.")
+    split_outputs: float = Field(ge=0, description="Output elements of Conv2d/MatMul nodes.")
+    split_nodes: int = Field(ge=0, description="Conv2d and MatMul nodes.")
+    split_width_gcd: int = Field(
+        ge=0, description="GCD of the Conv2d/MatMul output widths (0: not known)."
+    )
+    batchnorm_layers: int = Field(ge=0, description="BatchNorm nodes.")
+    batchnorm_channels: int = Field(ge=0, description="Channels of all BatchNorm nodes.")
+    _graph: ModelGraph | None = PrivateAttr(default=None)  # kept by from_graph, not serialised
+
+    @property
+    def graph(self) -> ModelGraph:
+        """The op graph this was summed from (the rules engine's proposals read it)."""
+        if self._graph is None:
+            raise ValueError(
+                f"{self.name}: this GraphModelSpec was read back without its graph; load the "
+                "model again (parplan_gen.model_source.load_model)"
+            )
+        return self._graph
+
+    @property
+    def is_moe(self) -> bool:
+        """An op graph has no routed experts (expert parallelism is for transformers)."""
+        return False
+
+    @classmethod
+    def from_graph(cls, graph: ModelGraph, where: SourceRef | None = None) -> GraphModelSpec:
+        """Sum `graph`'s node attributes (`params`, `flops`, `activation_elements`, `channels`,
+        `out_channels`, `out_features`); an InputError when it lacks FLOPs or activation sizes,
+        which the cost model cannot do without."""
+        where = where or SourceRef(graph.name)
+        if not graph.nodes:
+            raise InputError("the graph has no nodes: nothing to train", where)
+        flops = _total(graph.nodes, "flops")
+        elements = _total(graph.nodes, "activation_elements")
+        for total, attr in ((flops, "flops"), (elements, "activation_elements")):
+            if total <= 0:
+                raise InputError(
+                    f"no node gives `{attr}`: estimate and plan need each node's forward FLOPs "
+                    "(`flops`) and output size (`activation_elements`) for one sample; the ONNX "
+                    "importer and the graph presets set both",
+                    where,
+                )
+        split = [n for n in graph.nodes if n.op in SPLIT_LAYERS]
+        norms = [n for n in graph.nodes if n.op == "BatchNorm"]
+        spec = cls(
+            name=graph.name,
+            nodes=len(graph.nodes),
+            weighted_nodes=sum(_number(n, "params") > 0 for n in graph.nodes),
+            params=round(_total(graph.nodes, "params")),
+            forward_flops=flops,
+            activation_elements=elements,
+            split_params=round(_total([n for n in graph.nodes if n.op in SPLIT_PARAMS], "params")),
+            split_outputs=_total(split, "activation_elements"),
+            split_nodes=len(split),
+            split_width_gcd=math.gcd(*(_width(n) for n in split)),
+            batchnorm_layers=len(norms),
+            batchnorm_channels=round(_total(norms, "channels")),
+        )
+        spec._graph = graph
+        return spec
+
+
+def _number(node: Node, attr: str) -> float:
+    value = node.attrs.get(attr)
+    return value if type(value) is int or type(value) is float else 0  # bools are not numbers
+
+
+def _total(nodes: list[Node] | tuple[Node, ...], attr: str) -> float:
+    return math.fsum(_number(n, attr) for n in nodes)
+
+
+def _width(node: Node) -> int:
+    """The node's output channels (features) when it says them as an integer, else 0 (which
+    leaves the gcd unchanged)."""
+    value = node.attrs.get(WIDTH_ATTRS[node.op])
+    return value if type(value) is int and value > 0 else 0
