@@ -44,14 +44,14 @@ def best_of(repeat: int, fn: Callable[[], Any]) -> tuple[float, float, Any]:
 
 def stages(repeat: int) -> None:
     """Each stage of the 405B command, in this process."""
-    from parplan_gen.api import load_model_spec, proposals_for
+    from parplan_gen.api import load_model, proposals_for
     from parplan_gen.hardware import cluster_from_flags
     from parplan_gen.planner import Planner
     from parplan_gen.ruleset import load_rules
     from parplan_gen.search_space import Request, SearchOptions
 
     rules = load_rules()
-    spec = load_model_spec("llama-3-405b")
+    spec = load_model("llama-3-405b")
     cluster = cluster_from_flags(16384, "h100")
     options = SearchOptions.from_proposals(proposals_for(spec, cluster, rules, 8192))
     request = Request(spec, cluster, 2048, 8192, options=options)

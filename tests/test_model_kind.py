@@ -1,0 +1,129 @@
+"""Rules for one kind of model: `model_kind` on constraints and estimate sections, the load-time
+check of the model.* names a formula reads, and which rules reach which planner."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from parplan_gen.constraints import Constraints
+from parplan_gen.errors import FormulaError, RuleError
+from parplan_gen.estimate import CostModel
+from parplan_gen.ruleset import load_rules
+
+
+def test_a_constraint_for_any_model_may_not_read_a_transformer_name(write):
+    path = write(
+        "r/c.yaml",
+        """
+        constraints:
+          - id: my.heads
+            require: "model.heads % plan.tp == 0"
+            reason: "heads"
+        """,
+    )
+    with pytest.raises(FormulaError) as info:
+        load_rules([path.parent])
+    assert info.value.message == (
+        "formula 'model.heads % plan.tp == 0': 'model.heads' has no value for graph models, which "
+        "this rule applies to (it has one for transformer models: `model_kind: transformer`)"
+    )
+    assert (info.value.where.file, info.value.where.line) == (str(path), 3)
+
+
+def test_the_check_follows_named_formulas(write):
+    path = write(
+        "r/c.yaml",
+        """
+        formulas:
+          wide: "model.split_width_gcd >= 64"
+        constraints:
+          - id: my.wide
+            model_kind: transformer
+            require: "wide"
+            reason: "narrow"
+        """,
+    )
+    with pytest.raises(FormulaError) as info:
+        load_rules([path.parent])
+    assert "'model.split_width_gcd' (read by named formula 'wide') has no value for " in str(
+        info.value
+    )
+    assert "transformer models" in str(info.value)
+    assert info.value.where.line == 6
+
+
+def test_a_graph_estimate_may_not_read_a_transformer_name(write):
+    path = write(
+        "r/e.yaml",
+        """
+        estimate:
+          model_kind: graph
+          memory:
+            activations: "model.hidden * plan.mbs"
+        """,
+    )
+    with pytest.raises(FormulaError, match="'model.hidden' has no value for graph models"):
+        load_rules([path.parent])
+
+
+def test_a_kind_specific_constraint_reaches_only_its_planner(write):
+    path = write(
+        "r/c.yaml",
+        """
+        constraints:
+          - id: my.graph_only
+            model_kind: graph
+            require: "plan.mbs <= 64"
+            reason: "micro-batch above 64"
+          - id: my.both
+            require: "plan.mbs <= 1024"
+            reason: "micro-batch above 1024"
+        """,
+    )
+    rules = load_rules([path.parent])
+    transformer = {c.rule.id for c in Constraints(rules, "transformer").all}
+    graph = {c.rule.id for c in Constraints(rules, "graph").all}
+    assert {"my.both", "parallel.heads_divisible_by_tp"} <= transformer
+    assert "my.graph_only" not in transformer and "graph.channels_divisible_by_tp" not in transformer
+    assert {"my.graph_only", "my.both", "graph.channels_divisible_by_tp"} <= graph
+    assert "parallel.heads_divisible_by_tp" not in graph
+    # kind-neutral built-in rules apply to both
+    assert {"batch.divisible", "memory.fits"} <= transformer & graph
+
+
+def test_an_estimate_figure_is_replaced_only_for_its_kind(write):
+    path = write(
+        "r/e.yaml",
+        """
+        estimate:
+          model_kind: graph
+          time:
+            optimizer_s: 0.25
+        """,
+    )
+    rules = load_rules([path.parent])
+    graph = CostModel(rules, "graph").formulas[("time", "optimizer_s")]
+    transformer = CostModel(rules, "transformer").formulas[("time", "optimizer_s")]
+    assert graph.formula.evaluate({}) == 0.25
+    assert transformer.origin.where.file.endswith("time.yaml")
+    assert graph.label == "estimate.time.optimizer_s (graph models)"
+    assert transformer.label == "estimate.time.optimizer_s"
+
+
+def test_a_cost_model_needs_every_figure_of_its_kind(write):
+    path = write("r/d.yaml", "disable: []\n")
+    rules = load_rules([path.parent])
+    trimmed = replace(rules, estimate=tuple(e for e in rules.estimate if e.key != "bn_comm_s"))
+    with pytest.raises(RuleError, match=r"no formula for estimate\.time\.bn_comm_s \(graph models\)"):
+        CostModel(trimmed, "graph")
+    with pytest.raises(RuleError, match=r"no formula for estimate\.time\.bn_comm_s$"):
+        CostModel(trimmed, "transformer")
+
+
+def test_rules_list_names_graph_figures_by_kind(cli):
+    run = cli("rules", "list")
+    assert run.code == 0
+    assert "estimate.time.bn_comm_s (graph models)" in run.out
+    assert "graph.channels_divisible_by_tp" in run.out
