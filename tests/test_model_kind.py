@@ -64,7 +64,7 @@ def test_a_graph_estimate_may_not_read_a_transformer_name(write):
             activations: "model.hidden * plan.mbs"
         """,
     )
-    with pytest.raises(FormulaError, match="'model.hidden' has no value for graph models"):
+    with pytest.raises(FormulaError, match=r"'model\.hidden' has no value for graph models"):
         load_rules([path.parent])
 
 
