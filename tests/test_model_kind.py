@@ -86,7 +86,9 @@ def test_a_kind_specific_constraint_reaches_only_its_planner(write):
     transformer = {c.rule.id for c in Constraints(rules, "transformer").all}
     graph = {c.rule.id for c in Constraints(rules, "graph").all}
     assert {"my.both", "parallel.heads_divisible_by_tp"} <= transformer
-    assert "my.graph_only" not in transformer and "graph.channels_divisible_by_tp" not in transformer
+    assert (
+        "my.graph_only" not in transformer and "graph.channels_divisible_by_tp" not in transformer
+    )
     assert {"my.graph_only", "my.both", "graph.channels_divisible_by_tp"} <= graph
     assert "parallel.heads_divisible_by_tp" not in graph
     # kind-neutral built-in rules apply to both
@@ -116,7 +118,9 @@ def test_a_cost_model_needs_every_figure_of_its_kind(write):
     path = write("r/d.yaml", "disable: []\n")
     rules = load_rules([path.parent])
     trimmed = replace(rules, estimate=tuple(e for e in rules.estimate if e.key != "bn_comm_s"))
-    with pytest.raises(RuleError, match=r"no formula for estimate\.time\.bn_comm_s \(graph models\)"):
+    with pytest.raises(
+        RuleError, match=r"no formula for estimate\.time\.bn_comm_s \(graph models\)"
+    ):
         CostModel(trimmed, "graph")
     with pytest.raises(RuleError, match=r"no formula for estimate\.time\.bn_comm_s$"):
         CostModel(trimmed, "transformer")
