@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from parplan_gen import __version__
-from parplan_gen.cli_common import add_rules_option, positive_int
+from parplan_gen.cli_common import add_micro_batch_option, add_rules_option, positive_int
 from parplan_gen.errors import ParplanError, UsageError
 from parplan_gen.source import gc_paused
 
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     analyze.add_argument("graph", metavar="GRAPH", help=MODEL_HELP)
+    add_micro_batch_option(analyze)
     add_rules_option(analyze)
     analyze.add_argument("--json", action="store_true", help="print JSON (the seed contract)")
     analyze.set_defaults(handler=_cmd_analyze)
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     propose.add_argument(
         "--devices", type=positive_int, required=True, metavar="N", help="number of devices"
     )
+    add_micro_batch_option(propose)
     add_rules_option(propose)
     propose.add_argument("--json", action="store_true", help="print JSON (the seed contract)")
     propose.set_defaults(handler=_cmd_propose)
@@ -116,7 +118,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     from parplan_gen.textview import opportunities_table
 
     rules = load_rules(args.rules)
-    graph = load_graph_for(args.graph)
+    graph = load_graph_for(args.graph, batch_size=args.micro_batch)
     found = analyze(graph, rules)
     if args.json:
         _print_json_list("opportunities", _opportunity_lines(found))
@@ -132,7 +134,7 @@ def _cmd_propose(args: argparse.Namespace) -> int:
     from parplan_gen.textview import proposals_table
 
     rules = load_rules(args.rules)
-    graph = load_graph_for(args.graph)
+    graph = load_graph_for(args.graph, batch_size=args.micro_batch)
     made = propose(graph, rules, args.devices)
     if args.json:
         _print_json_list(

@@ -52,6 +52,18 @@ def add_rules_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_micro_batch_option(parser: argparse.ArgumentParser) -> None:
+    """--micro-batch N: the batch an ONNX model's dynamic batch dimension is bound to."""
+    parser.add_argument(
+        "--micro-batch",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="bind an ONNX model's dynamic batch dimension to N samples, so that node FLOPs and "
+        "sizes are those of one micro-batch (default 1; other models carry their own sizes)",
+    )
+
+
 def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     """--cluster FILE, or --gpus N --gpu NAME [--gpus-per-node G] [--inter-node-gbps X]."""
     group = parser.add_argument_group("cluster (a file, or the flags)")

@@ -12,7 +12,12 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from parplan_gen.cli_common import add_rules_option, positive_int, print_json
+from parplan_gen.cli_common import (
+    add_micro_batch_option,
+    add_rules_option,
+    positive_int,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from parplan_gen.ruleset import RuleOrigin, RuleSet
@@ -96,6 +101,7 @@ def _add_explain(sub: argparse._SubParsersAction[Any]) -> None:
     explain.add_argument(
         "--devices", type=positive_int, metavar="N", help="also explain the proposals for N devices"
     )
+    add_micro_batch_option(explain)
     add_rules_option(explain)
     explain.set_defaults(handler=_cmd_explain)
 
@@ -157,7 +163,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from parplan_gen.ruleset import load_rules
 
     rules = load_rules(args.rules)
-    graph = load_graph_for(args.graph)
+    graph = load_graph_for(args.graph, batch_size=args.micro_batch)
     sys.stdout.write(explain_rules(graph, rules, args.node, args.devices))
     return 0
 

@@ -502,3 +502,30 @@ def test_source_unknown_suffix(write: Any) -> None:
     assert caught.value.render() == (
         f"{path}: unknown model file type '.txt'; expected .yaml, .yml, .json, .onnx"
     )
+
+
+def test_micro_batch_binds_the_dynamic_batch_for_rules_that_read_node_sizes(
+    ox: Any, tmp_path: Path, cli: Any, write: Any
+) -> None:
+    # A rule that reports a MatMul's forward FLOPs as its memory: fc1 does 2 * rows * 256 * 784
+    # FLOPs, 401,408 for one row and 3,211,264 for a micro-batch of 8 rows.
+    rules = write(
+        "r/flops.yaml",
+        """
+        opportunities:
+          - id: seed.matmul.data_parallel
+            op: MatMul
+            type: DataParallel
+            min_devices: 2
+            memory_per_device: "node.attr.flops"
+            communication_overhead: 0.05
+            speedup: 9
+        """,
+    ).parent
+    path = mlp(ox, tmp_path)
+    memory = {}
+    for batch in ("1", "8"):
+        run = cli("analyze", path, "--micro-batch", batch, "--rules", rules, "--json")
+        found = {o["node_id"]: o for o in run.json()["opportunities"]}
+        memory[batch] = found["fc1"]["resource_requirements"]["memory_per_device"]
+    assert memory == {"1": 401_408, "8": 3_211_264}
