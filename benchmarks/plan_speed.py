@@ -23,8 +23,9 @@ COMMAND = [
     "--global-batch", "2048", "--seq-len", "8192",
 ]  # fmt: skip
 CLI_CODE = "import sys; from parplan_gen.cli import main; sys.exit(main(sys.argv[1:]))"
-OTHER = [  # (model, gpus, gpu, global batch, seq len)
+OTHER = [  # (model, gpus, gpu, global batch, seq len; None for a graph model)
     ("llama-3-8b", 8, "h100", 512, 8192),
+    ("resnet-50", 64, "a100-80gb", 4096, None),  # op graph: its own cost model
     ("gpt3-175b", 1536, "a100-80gb", 1536, 2048),
     ("mixtral-8x7b", 64, "h100", 256, 4096),
     ("llama-3-405b", 8, "h100", 64, 8192),  # infeasible: closest candidate and advice

@@ -131,9 +131,20 @@ def _cmd_models(args: argparse.Namespace) -> int:
                 "layers": spec.num_layers,
             }
         )
-    graphs = list(graph_preset_names())
+    from parplan_gen.graph_model import GraphModelSpec
+    from parplan_gen.presets import load_graph_preset
+
+    graphs = [GraphModelSpec.from_graph(load_graph_preset(n)) for n in graph_preset_names()]
     if args.json:
-        print_json({"transformers": rows, "graphs": graphs})
+        print_json(
+            {
+                "transformers": rows,
+                "graphs": [
+                    {"name": g.name, "params": g.params, "forward_flops": g.forward_flops}
+                    for g in graphs
+                ],
+            }
+        )
         return 0
     from parplan_gen.textview import table
 
@@ -148,7 +159,10 @@ def _cmd_models(args: argparse.Namespace) -> int:
         for r in rows
     ]
     out = table(["preset", "model_type", "params", "active", "layers"], cells, right={2, 3, 4})
-    sys.stdout.write(out + f"\nop graphs: {', '.join(graphs)}\n")
+    sys.stdout.write(out + "\nop graphs (per sample):\n")
+    for g in graphs:
+        flops = f"{g.forward_flops / 1e9:,.2f} GFLOP forward"
+        sys.stdout.write(f"  {g.name}  {g.params / 1e6:,.2f}M params, {flops}\n")
     return 0
 
 

@@ -105,3 +105,18 @@ def test_module_entry_point_runs(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["opportunities"][0]["node_id"] == "fc1"
+
+
+def test_models_lists_transformer_and_graph_presets(cli):
+    run = cli("models", "--json")
+    assert run.code == 0
+    found = run.json()
+    llama = next(r for r in found["transformers"] if r["name"] == "llama-3-8b")
+    # Meta's model card: 8,030,261,248 parameters, 32 layers.
+    assert (llama["params"], llama["layers"]) == (8_030_261_248, 32)
+    # torchvision resnet50: 25,557,032 parameters, 4.09 G multiply-adds (2 FLOPs each) per image.
+    assert found["graphs"] == [
+        {"name": "resnet-50", "params": 25_557_032, "forward_flops": 2 * 4_089_184_256}
+    ]
+    text = cli("models").out
+    assert "  resnet-50  25.56M params, 8.18 GFLOP forward\n" in text
