@@ -138,14 +138,15 @@ class Plan(BaseModel):
 
     def megatron_args(self) -> list[str]:
         """The `pretrain_gpt.py` argument list of megatron_args.sh as rendered (transformers
-        only: a graph model is launched with DeepSpeed / torchrun)."""
+        only: for an op-graph model, launched with DeepSpeed / torchrun, a RenderError)."""
         from parplan_gen.render import megatron_args
 
         return megatron_args(self.document())
 
     def write(self, out_dir: str | Path, *, force: bool = False) -> list[Path]:
-        """Render every file (plan.json, ds_config.json, megatron_args.sh, nccl.env, launchers,
-        plan.md) into `out_dir`; an existing different file is refused unless `force`."""
+        """Render every file (plan.json, ds_config.json, megatron_args.sh for a transformer,
+        nccl.env, launchers, plan.md) into `out_dir`; an existing different file is refused
+        unless `force`."""
         from parplan_gen.render import render_plan, write_rendered
 
         files = render_plan(self.document())

@@ -1,5 +1,8 @@
 """Render a PlanDocument through Jinja templates into the files that launch it, and write them.
 
+A transformer's plan renders every file; an op-graph model's plan (ResNet-50, an ONNX model)
+renders all but megatron_args.sh, as Megatron-LM trains transformers only.
+
 Templates live in the shipped `templates/` folder (a user folder given with `--templates`
 overrides any of them, and mapping.yaml, by relative name). They run in Jinja's immutable
 sandbox with StrictUndefined: a template that names a missing value fails, and one that reaches
@@ -25,6 +28,7 @@ import jinja2
 from jinja2.sandbox import SecurityError
 
 from parplan_gen import render_mapping
+from parplan_gen.estimate import model_kind
 from parplan_gen.plan_document import PlanDocument
 from parplan_gen.render_checks import RenderError, check_ds_config, check_files
 from parplan_gen.render_facts import facts
@@ -32,6 +36,7 @@ from parplan_gen.render_mapping import (
     MAPPING_FILE,
     EnvDefault,
     LoadedMapping,
+    applied_as,
     load_mapping,
     megatron_groups,
     nccl_entries,
@@ -59,6 +64,9 @@ OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the cho
     ("plan_time.svg", "report/time.svg.j2"),
     ("plan.md", "report/plan.md.j2"),
 )
+# The backends whose files a kind of model gets: Megatron-LM trains transformers only, an
+# op-graph model runs under DeepSpeed (or PyTorch DDP) through torchrun.
+BACKENDS_BY_KIND = {"transformer": ("megatron", "deepspeed"), "graph": ("deepspeed",)}
 PLAN_JSON = "plan.json"
 NCCL_REFERENCE = Path("nccl", "nccl_env.yaml")  # shared/reference/nccl_env.yaml, shipped
 EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
@@ -160,15 +168,25 @@ def _template_line(tb: TracebackType | None, name: str) -> str:
 
 def resolve_versions(
     doc: PlanDocument, templates: Templates, mapping: LoadedMapping
-) -> dict[str, str]:
-    """The Megatron-LM and DeepSpeed template versions: the document's choice, else the latest."""
+) -> dict[str, str | None]:
+    """The Megatron-LM and DeepSpeed template versions: the document's choice, else the latest;
+    None for a backend the plan's kind of model does not use."""
     chosen = {
         "megatron": doc.render.megatron_version,
         "deepspeed": doc.render.deepspeed_version,
     }
     sections = {"megatron": mapping.data.megatron, "deepspeed": mapping.data.deepspeed}
-    out = {}
+    used = BACKENDS_BY_KIND[model_kind(doc.model)]
+    out: dict[str, str | None] = {}
     for backend, wanted in chosen.items():
+        if backend not in used:
+            if wanted is not None:
+                raise RenderError(
+                    f"--{backend}-version {wanted!r}: {doc.model.name} is an op-graph model, "
+                    f"rendered for {' and '.join(used)} only"
+                )
+            out[backend] = None
+            continue
         shipped = [v for v in templates.versions(backend) if v in sections[backend]]
         if not shipped:
             raise RenderError(f"no {backend} templates with a section in {MAPPING_FILE}")
@@ -181,6 +199,17 @@ def resolve_versions(
     return out
 
 
+def outputs(versions: dict[str, str | None]) -> list[tuple[str, str]]:
+    """(file, template) of every file a plan with these backend versions renders: a backend's
+    files only when the plan uses it."""
+    skipped = [b for b, version in versions.items() if version is None]
+    return [
+        (name, template.format(**versions))
+        for name, template in OUTPUTS
+        if not any(f"{{{b}}}" in template for b in skipped)
+    ]
+
+
 def build_context(
     doc: PlanDocument,
     templates: Templates,
@@ -188,14 +217,21 @@ def build_context(
     hf_trainer: bool = False,
     force_nccl_algo: bool = False,
 ) -> dict[str, Any]:
-    """Everything the templates format, computed from the document and the mapping."""
+    """Everything the templates format, computed from the document and the mapping.
+
+    `megatron` is None for a plan that Megatron-LM does not train (an op-graph model)."""
     mapping = load_mapping(templates.find(MAPPING_FILE))
     versions = resolve_versions(doc, templates, mapping)
     values = facts(doc, mapping.data, hf_trainer=hf_trainer)
-    megatron = _megatron_context(mapping, versions["megatron"], values)
+    megatron = (
+        None
+        if versions["megatron"] is None
+        else _megatron_context(mapping, versions["megatron"], values)
+    )
     deepspeed = _deepspeed_context(mapping, versions["deepspeed"], values, hf_trainer)
+    launch = _launch(doc, mapping, values)
     cluster = doc.cluster
-    all_notes = [f"megatron_args.sh: {n}" for n in megatron["notes"]]
+    all_notes = [f"megatron_args.sh: {n}" for n in (megatron["notes"] if megatron else [])]
     all_notes += [f"ds_config.json: {n}" for n in deepspeed["notes"]]
     return {
         "versions": versions,
@@ -213,9 +249,13 @@ def build_context(
         "nccl": {
             "entries": nccl_entries(mapping, values, doc.proposals, force_algo=force_nccl_algo),
         },
-        "launch": _launch(doc),
+        "launch": launch,
         "report": report_context(
-            doc, mapping.data.report, mapping.data.proposal_settings, all_notes
+            doc,
+            mapping.data.report,
+            applied_as(mapping.data, values["model.kind"]),
+            all_notes,
+            launch["notes"],
         ),
     }
 
@@ -252,10 +292,11 @@ def _env_var(entry: EnvDefault) -> dict[str, Any]:
     return {**entry.model_dump(), "expansion": f"${{{entry.name}:-{entry.default}}}"}
 
 
-def _launch(doc: PlanDocument) -> dict[str, Any]:
+def _launch(doc: PlanDocument, mapping: LoadedMapping, values: dict[str, Any]) -> dict[str, Any]:
     cluster = doc.cluster
     per_node = cluster.procs_per_node
     hosts = [{"name": f"node-{i}", "slots": per_node} for i in range(cluster.num_nodes)]
+    launch = mapping.data.launch
     return {
         "nnodes": cluster.num_nodes,
         "nproc_per_node": per_node,
@@ -265,6 +306,9 @@ def _launch(doc: PlanDocument) -> dict[str, Any]:
         "first_host": hosts[0]["name"],
         "last_host": hosts[-1]["name"],
         "job_name": "parplan-" + (_SAFE_NAME.sub("-", doc.model.name).strip("-") or "plan"),
+        "master_port": _env_var(launch.master_port),
+        # What the training script does for the plan (an op-graph model's; plan.md says why).
+        "notes": notes(mapping, launch.notes, values, ("launch", "notes")),
     }
 
 
@@ -286,10 +330,7 @@ def render_plan(
         deepspeed_version=context["versions"]["deepspeed"],
     )
     env = _environment(templates)
-    files = {
-        out: _render(env, template.format(**context["versions"]), context)
-        for out, template in OUTPUTS
-    }
+    files = {out: _render(env, template, context) for out, template in outputs(context["versions"])}
     files[PLAN_JSON] = doc.to_json()
     check_files(files, nccl_reference=templates.builtin / NCCL_REFERENCE)
     return files
@@ -313,8 +354,14 @@ def megatron_args(doc: PlanDocument, *, templates_dir: str | Path | None = None)
     """The model and plan arguments of megatron_args.sh, in its order, unquoted.
 
     Data, tokenizer, checkpoint and run-length arguments come from the environment in the
-    script and are not part of this list.
+    script and are not part of this list. An op-graph model has none (RenderError).
     """
+    if "megatron" not in BACKENDS_BY_KIND[model_kind(doc.model)]:
+        raise RenderError(
+            f"{doc.model.name} is an op-graph model: it has no Megatron-LM arguments "
+            "(Megatron-LM trains transformers); launch your training script with "
+            "launch_torchrun.sh and ds_config.json (parplan render / Plan.write)"
+        )
     templates = Templates.at(templates_dir)
     context = build_context(doc, templates)
     return [

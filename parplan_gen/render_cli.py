@@ -17,7 +17,8 @@ def add_render_commands(sub: Any) -> None:
         "render",
         help="render a plan.json into DeepSpeed, Megatron-LM, NCCL and launch files",
         description="Render the plan in PLAN_JSON (written by `parplan plan --out`) into "
-        "ds_config.json, megatron_args.sh, nccl.env, launch scripts, a hostfile and plan.md. "
+        "ds_config.json, megatron_args.sh (transformers only), nccl.env, launch scripts, a "
+        "hostfile and plan.md. "
         "Every file is checked before it is written; an existing different file is kept "
         "unless --force is given.",
         epilog="example:\n  parplan render runs/llama/plan.json --out runs/llama-hf --hf-trainer",
@@ -56,7 +57,8 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
         "--megatron-version",
         metavar="V",
         default=None,
-        help="Megatron-LM template version, e.g. core_r0.13 (default: the latest shipped)",
+        help="Megatron-LM template version, e.g. core_r0.13 (default: the latest shipped; "
+        "not for op-graph models)",
     )
     group.add_argument(
         "--deepspeed-version",

@@ -2,6 +2,8 @@
 
 `facts(doc, mapping)` returns one flat dict with the same keys for every plan (a value is None
 where it does not apply): model.*, plan.*, train.*, cluster.*, comm.*, megatron.*, deepspeed.*.
+A transformer has no graph-model fields and an op-graph model no transformer fields (None), and
+no Megatron-LM spelling (every megatron.* None): a mapping that names a key reads for both.
 Decisions that follow a backend's rules (Megatron-LM's uneven pipeline split, its
 CUDA_DEVICE_MAX_CONNECTIONS assertion, DeepSpeed's ZeRO stage for a distributed-optimizer
 plan) are made here, each with its source in a comment.
@@ -9,9 +11,13 @@ plan) are made here, each with its source in a comment.
 
 from __future__ import annotations
 
+import math
+from dataclasses import asdict, dataclass, fields
 from itertools import groupby
 from typing import Any
 
+from parplan_gen.estimate import TrainedModel, model_kind
+from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import Cluster
 from parplan_gen.layout import Layout
 from parplan_gen.model_spec import ModelSpec
@@ -27,6 +33,7 @@ MEGATRON_ACTIVATION_FLAGS = {"swiglu": "swiglu", "squared_relu": "squared_relu",
 SIXTEEN_BIT = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}  # fp8 matmuls run inside bf16
 ZERO_GRADS_STAGE = 2  # the ZeRO stage that also shards the gradients
 ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
+MODEL_FIELDS_NOT_FACTS = {"sliding_window_layers", "moe_layers"}  # per-layer lists
 
 
 def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) -> dict[str, Any]:
@@ -36,10 +43,10 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= _model_facts(doc.model)
     out |= _plan_facts(layout)
     out |= _train_facts(layout, mapping)
+    out |= _graph_training_facts(doc)
     out |= _cluster_facts(doc.cluster, mapping)
     out |= _comm_facts(doc.proposals)
-    out |= _megatron_shape_facts(doc.model, layout, out)
-    out |= _megatron_parallel_facts(doc.model, layout, doc.cluster, mapping, out)
+    out |= _megatron_facts(doc.model, layout, doc.cluster, mapping, out)
     out |= _deepspeed_facts(layout)
     out |= {
         "deepspeed.hf_trainer": hf_trainer,
@@ -48,13 +55,18 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     return out
 
 
-def _model_facts(spec: ModelSpec) -> dict[str, Any]:
-    fields = spec.model_dump(exclude={"sliding_window_layers", "moe_layers"})
-    out = {f"model.{k}": v for k, v in fields.items()}
+def _model_facts(spec: TrainedModel) -> dict[str, Any]:
+    """model.<field> of both kinds of model (None where `spec` has no such field), model.kind."""
+    names = [*ModelSpec.model_fields, *GraphModelSpec.model_fields]
+    out = {f"model.{n}": None for n in names if n not in MODEL_FIELDS_NOT_FACTS}
+    values = spec.model_dump(exclude=MODEL_FIELDS_NOT_FACTS)
+    out |= {f"model.{k}": v for k, v in values.items()}
+    transformer = isinstance(spec, ModelSpec)
     out |= {
-        "model.gqa": spec.num_kv_heads < spec.num_attention_heads,
+        "model.kind": model_kind(spec),
+        "model.gqa": transformer and spec.num_kv_heads < spec.num_attention_heads,
         "model.moe": spec.is_moe,
-        "model.mla": spec.uses_mla,
+        "model.mla": transformer and spec.uses_mla,
     }
     return out
 
@@ -86,6 +98,22 @@ def _train_facts(layout: Layout, mapping: MappingFile) -> dict[str, Any]:
     return out
 
 
+def _graph_training_facts(doc: PlanDocument) -> dict[str, Any]:
+    """What an op-graph model's training script does for the plan to hold (False / None for a
+    transformer, whose Megatron-LM or DeepSpeed code does it)."""
+    graph = doc.model if isinstance(doc.model, GraphModelSpec) else None
+    layout = doc.chosen.plan
+    full = graph is not None and layout.recompute == "full"
+    return {
+        # rules/cost/graph.yaml sync_batchnorm: the estimate pays for SyncBatchNorm exactly then.
+        "train.sync_batchnorm": graph is not None and doc.chosen.time.bn_comm_s > 0,
+        # Channel-parallel Conv2d / MatMul layers (graph_model.py): the script splits them.
+        "train.channel_parallel": graph is not None and layout.tp > 1,
+        # Chen et al. 2016 (graph.yaml graph_stored_fraction): sqrt(n) checkpointed segments.
+        "train.checkpoint_segments": round(math.sqrt(graph.nodes)) if full and graph else None,
+    }
+
+
 def _cluster_facts(cluster: Cluster, mapping: MappingFile) -> dict[str, Any]:
     arch = cluster.gpu.architecture
     return {
@@ -112,34 +140,89 @@ def _comm_facts(proposals: list[ProposalRecord]) -> dict[str, Any]:
     return {"comm.overlap_grad_reduce": overlap}
 
 
-def _megatron_shape_facts(spec: ModelSpec, layout: Layout, known: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MegatronSpelling:
+    """How a transformer plan is spelled in Megatron-LM arguments (the keys megatron.<field>),
+    each by Megatron-LM's own rules. An op-graph model has none: for it every key is None."""
+
+    # model shape
+    ffn_hidden_size: int | None
+    max_position_embeddings: int
+    position_embedding_type: str
+    normalization: str
+    swiglu: bool
+    squared_relu: bool
+    unsupported_mlp: bool
+    untied: bool
+    disable_bias_linear: bool
+    add_qkv_bias: bool
+    shared_expert_size: int | None
+    moe_layer_pattern: str | None  # None: every layer is MoE (or none is)
+    grouped_gemm: bool
+    alibi: bool
+    rope: bool
+    parallel_block: bool
+    sliding_window: bool
+    # parallelism
+    first_stage_layers: int | None  # None: every pipeline stage holds as many layers
+    last_stage_layers: int | None
+    layers_per_virtual_stage: int | None
+    virtual_stages_per_rank: int | None
+    distributed_optimizer: bool
+    zero_above_1: bool
+    overlap_param_gather: bool
+    one_cuda_connection: bool
+
+    def facts(self) -> dict[str, Any]:
+        return {f"megatron.{k}": v for k, v in asdict(self).items()}
+
+    @classmethod
+    def absent(cls) -> dict[str, None]:
+        """The keys of a plan that Megatron-LM does not train, each None."""
+        return {f"megatron.{f.name}": None for f in fields(cls)}
+
+
+def _megatron_facts(
+    spec: TrainedModel,
+    layout: Layout,
+    cluster: Cluster,
+    mapping: MappingFile,
+    known: dict[str, Any],
+) -> dict[str, Any]:
+    """megatron.*: for a transformer, its spelling; an op-graph model has none (all None)."""
+    if not isinstance(spec, ModelSpec):
+        return MegatronSpelling.absent()
+    shape = _megatron_shape(spec, layout, known)
+    parallel = _megatron_parallel(spec, layout, cluster, mapping, known)
+    return MegatronSpelling(**shape, **parallel).facts()
+
+
+def _megatron_shape(spec: ModelSpec, layout: Layout, known: dict[str, Any]) -> dict[str, Any]:
     """How the model's shape is spelled in Megatron-LM arguments."""
     shared = spec.num_shared_experts * spec.shared_expert_ffn_hidden_size
     return {
-        "megatron.ffn_hidden_size": spec.ffn_hidden_size or None,
-        "megatron.max_position_embeddings": _max_positions(spec, layout.seq_len),
-        "megatron.position_embedding_type": MEGATRON_POSITION[spec.position_embedding],
-        "megatron.normalization": MEGATRON_NORM[spec.norm],
-        "megatron.swiglu": spec.mlp_kind == "swiglu",
-        "megatron.squared_relu": spec.mlp_kind == "squared_relu",
-        "megatron.unsupported_mlp": spec.mlp_kind not in MEGATRON_ACTIVATION_FLAGS,
-        "megatron.untied": not spec.tied_embeddings,
-        "megatron.disable_bias_linear": not spec.mlp_bias,
-        "megatron.add_qkv_bias": spec.qkv_bias and not spec.mlp_bias,
-        "megatron.shared_expert_size": shared if spec.is_moe and shared else None,
-        "megatron.moe_layer_pattern": _moe_pattern(spec),
+        "ffn_hidden_size": spec.ffn_hidden_size or None,
+        "max_position_embeddings": _max_positions(spec, layout.seq_len),
+        "position_embedding_type": MEGATRON_POSITION[spec.position_embedding],
+        "normalization": MEGATRON_NORM[spec.norm],
+        "swiglu": spec.mlp_kind == "swiglu",
+        "squared_relu": spec.mlp_kind == "squared_relu",
+        "unsupported_mlp": spec.mlp_kind not in MEGATRON_ACTIVATION_FLAGS,
+        "untied": not spec.tied_embeddings,
+        "disable_bias_linear": not spec.mlp_bias,
+        "add_qkv_bias": spec.qkv_bias and not spec.mlp_bias,
+        "shared_expert_size": shared if spec.is_moe and shared else None,
+        "moe_layer_pattern": _moe_pattern(spec),
         # validate_args: grouped GEMM needs bf16; it pays off with several experts per rank.
-        "megatron.grouped_gemm": spec.is_moe
-        and known["train.bf16"]
-        and spec.num_experts // layout.ep > 1,
-        "megatron.alibi": spec.position_embedding == "alibi",
-        "megatron.rope": spec.position_embedding == "rope",
-        "megatron.parallel_block": spec.parallel_attn_mlp,
-        "megatron.sliding_window": spec.sliding_window is not None,
+        "grouped_gemm": spec.is_moe and known["train.bf16"] and spec.num_experts // layout.ep > 1,
+        "alibi": spec.position_embedding == "alibi",
+        "rope": spec.position_embedding == "rope",
+        "parallel_block": spec.parallel_attn_mlp,
+        "sliding_window": spec.sliding_window is not None,
     }
 
 
-def _megatron_parallel_facts(
+def _megatron_parallel(
     spec: ModelSpec, layout: Layout, cluster: Cluster, mapping: MappingFile, known: dict[str, Any]
 ) -> dict[str, Any]:
     """How the layout is spelled in Megatron-LM arguments, by its validate_args rules."""
@@ -148,19 +231,19 @@ def _megatron_parallel_facts(
     dist_opt = layout.distributed_optimizer or layout.zero_stage >= 1
     exempt = mapping.nccl.one_connection_exempt_architectures
     return {
-        "megatron.first_stage_layers": first,
-        "megatron.last_stage_layers": last,
+        "first_stage_layers": first,
+        "last_stage_layers": last,
         # Uneven stages take the virtual stages per rank; even ones the layers per virtual stage.
-        "megatron.layers_per_virtual_stage": (
+        "layers_per_virtual_stage": (
             spec.num_layers // (layout.pp * layout.vpp) if interleaved and not uneven else None
         ),
-        "megatron.virtual_stages_per_rank": layout.vpp if interleaved and uneven else None,
-        "megatron.distributed_optimizer": dist_opt,
-        "megatron.zero_above_1": layout.zero_stage >= ZERO_GRADS_STAGE,
+        "virtual_stages_per_rank": layout.vpp if interleaved and uneven else None,
+        "distributed_optimizer": dist_opt,
+        "zero_above_1": layout.zero_stage >= ZERO_GRADS_STAGE,
         # --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce.
-        "megatron.overlap_param_gather": dist_opt and bool(known["comm.overlap_grad_reduce"]),
+        "overlap_param_gather": dist_opt and bool(known["comm.overlap_grad_reduce"]),
         # CUDA_DEVICE_MAX_CONNECTIONS=1 is asserted for TP/CP > 1 before Blackwell.
-        "megatron.one_cuda_connection": (layout.tp > 1 or layout.cp > 1)
+        "one_cuda_connection": (layout.tp > 1 or layout.cp > 1)
         and cluster.gpu.architecture not in exempt,
     }
 

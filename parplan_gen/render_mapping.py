@@ -2,7 +2,8 @@
 
 This module owns the mapping's schema, reads it (with file:line errors), and applies it to the
 canonical facts of one plan (`render_facts.facts`): the DeepSpeed config as nested JSON data, the
-Megatron-LM argument groups, the nccl.env entries and the notes. Values are computed here or in
+Megatron-LM argument groups, the nccl.env entries and the notes (the launchers' notes are what
+an op-graph model's training script must do). Values are computed here or in
 render_facts; the templates only format them.
 """
 
@@ -24,6 +25,7 @@ from parplan_gen.validation import validate
 
 MAPPING_FILE = "mapping.yaml"
 COMMUNICATION = "communication"  # the proposal group whose settings concern NCCL
+NOT_RENDERED = "not rendered"  # a proposal setting the mapping does not place
 HF_AUTO = (
     "auto"  # what the Hugging Face Trainer fills in itself (transformers.integrations.deepspeed)
 )
@@ -106,6 +108,17 @@ class MegatronMapping(_Strict):
     notes: list[Note] = []
 
 
+class LaunchMapping(_Strict):
+    """What the torchrun launch scripts read, for every plan, and what they say to the training
+    script they start."""
+
+    source: str
+    master_port: EnvDefault = Field(description="torchrun's rendezvous port.")
+    notes: list[Note] = Field(
+        [], description="What the training script must do for the plan (plan.md, launcher)."
+    )
+
+
 class NcclVariable(_Sourced):
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     example: str | None = Field(None, description="A commented example when there is no value.")
@@ -144,6 +157,13 @@ class ReportMapping(_Strict):
     colors: dict[str, str]
 
 
+class KindTexts(_Strict):
+    """One text for each kind of model, where they differ."""
+
+    transformer: str
+    graph: str
+
+
 class Default(_Strict):
     value: Scalar
     source: str
@@ -153,8 +173,9 @@ class MappingFile(_Strict):
     defaults: dict[str, Default]
     deepspeed: dict[str, DeepSpeedMapping]
     megatron: dict[str, MegatronMapping]
+    launch: LaunchMapping
     nccl: NcclMapping
-    proposal_settings: dict[str, str]
+    proposal_settings: dict[str, str | KindTexts]
     report: ReportMapping
 
 
@@ -260,12 +281,21 @@ def nccl_entries(
             entries.append({"comment": note, "line": example, "active": False})
     proposals = list(proposals)
     entries.extend(_proposal_entries(nccl, proposals, force_algo=force_algo))
+    placed = applied_as(m.data, facts["model.kind"])
     for proposal in proposals:  # the other communication proposals: where they went instead
         other = [k for k in proposal.settings if k not in nccl.proposal_settings]
         if proposal.group == COMMUNICATION and other:
-            applied = "; ".join(m.data.proposal_settings.get(k, "not rendered") for k in other)
+            applied = "; ".join(placed.get(k, NOT_RENDERED) for k in other)
             entries.append({"comment": f"proposal {proposal.rule_id}: {applied}", "line": None})
     return entries
+
+
+def applied_as(mapping: MappingFile, kind: str) -> dict[str, str]:
+    """Where each proposal setting ends up in a plan for `kind` of model."""
+    return {
+        setting: getattr(text, kind) if isinstance(text, KindTexts) else text
+        for setting, text in mapping.proposal_settings.items()
+    }
 
 
 def _proposal_entries(

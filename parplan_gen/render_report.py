@@ -11,10 +11,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parplan_gen.defaults import GIB
-from parplan_gen.estimate import MEMORY_PARTS, Estimate
+from parplan_gen.estimate import MEMORY_PARTS, TIME_PARTS_BY_KIND, Estimate, model_kind
 from parplan_gen.estimate import TIME_PARTS as ESTIMATE_TIME_PARTS
+from parplan_gen.estimate_view import model_title, sample_unit
 from parplan_gen.plan_document import PlanDocument
-from parplan_gen.render_mapping import ChartStyle, ReportMapping
+from parplan_gen.render_mapping import NOT_RENDERED, ChartStyle, ReportMapping
 
 TIME_PARTS = tuple(p for p in ESTIMATE_TIME_PARTS if p != "step_s")  # the parts of a step
 PART_LABELS = {p: p.removesuffix("_s").replace("_", " ") for p in (*MEMORY_PARTS, *TIME_PARTS)}
@@ -28,20 +29,32 @@ def report_context(
     report: ReportMapping,
     applied_as: Mapping[str, str],
     notes: Iterable[str],
+    script_notes: Iterable[str],
 ) -> dict[str, Any]:
-    """Everything plan.md shows, as strings, plus the two charts."""
+    """Everything plan.md shows, as strings, plus the two charts.
+
+    The time parts are those the model's kind has (estimate.TIME_PARTS_BY_KIND); throughput
+    counts tokens for a transformer and samples for an op-graph model. `script_notes`: what
+    the training script must do (an op-graph model's plan)."""
     chosen = doc.chosen
+    kind = model_kind(doc.model)
+    time_parts = TIME_PARTS_BY_KIND[kind]
+    unit = sample_unit(doc.model)
     rows = _chart_estimates(doc, report.chart_rows)
     return {
+        "kind": kind,
+        "model_title": model_title(doc.model),
+        "unit": unit,
         "headline": _headline(chosen),
-        "layout": _layout_rows(chosen),
+        "layout": _layout_rows(chosen, unit),
         "proposals": [_proposal_row(p, applied_as) for p in doc.proposals],
         "advice": [md(a) for a in doc.advice],
         "notes": [md(n) for n in notes],
+        "script_notes": [md(n) for n in script_notes],
         "memory": _part_rows(chosen.memory.model_dump(), MEMORY_PARTS, gib),
         "memory_total": gib(chosen.memory.total),
         "memory_capacity": gib(chosen.memory.capacity),
-        "time": _part_rows(chosen.time.model_dump(), TIME_PARTS, seconds),
+        "time": _part_rows(chosen.time.model_dump(), time_parts, seconds),
         "step": seconds(chosen.time.step_s),
         "candidates": [_candidate_row(i, e, e == chosen) for i, e in enumerate(doc.candidates)],
         "rejected": [
@@ -49,7 +62,7 @@ def report_context(
             for reason, count in sorted(doc.rejected.items(), key=lambda kv: (-kv[1], kv[0]))
         ],
         "memory_chart": memory_chart(rows, report),
-        "time_chart": time_chart(rows, report),
+        "time_chart": time_chart(rows, report, time_parts),
     }
 
 
@@ -69,7 +82,7 @@ def seconds(value: float) -> str:
 def _headline(e: Estimate) -> dict[str, str]:
     return {
         "step": seconds(e.time.step_s),
-        "tokens_per_s": f"{e.throughput.tokens_per_s:,.0f}",
+        "per_s": f"{e.throughput.tokens_per_s:,.0f}",  # tokens or samples (report `unit`)
         "mfu": f"{e.throughput.mfu:.1%}",
         "model_tflops": f"{e.throughput.model_tflops_per_gpu:,.1f}",
         "memory": f"{gib(e.memory.total)} of {gib(e.memory.capacity)}",
@@ -84,8 +97,9 @@ def _memory_mode(e: Estimate) -> str:
     return f"ZeRO-{p.zero_stage}" if p.zero_stage else "none"
 
 
-def _layout_rows(e: Estimate) -> list[list[str]]:
+def _layout_rows(e: Estimate, unit: str) -> list[list[str]]:
     p = e.plan
+    each = f"sequences of {p.seq_len:,} tokens" if unit == "tokens" else unit
     return [
         ["data parallel (dp)", str(p.dp)],
         ["tensor parallel (tp)", str(p.tp)],
@@ -95,7 +109,7 @@ def _layout_rows(e: Estimate) -> list[list[str]]:
         ["expert parallel (ep)", str(p.ep)],
         ["micro-batch (mbs)", str(p.mbs)],
         ["gradient accumulation", str(p.grad_accum)],
-        ["global batch", f"{p.global_batch:,} sequences of {p.seq_len:,} tokens"],
+        ["global batch", f"{p.global_batch:,} {each}"],
         ["optimizer sharding", _memory_mode(e)],
         ["sequence parallel", "yes" if p.sequence_parallel else "no"],
         ["activation recompute", p.recompute],
@@ -105,7 +119,7 @@ def _layout_rows(e: Estimate) -> list[list[str]]:
 
 def _proposal_row(p: Any, applied_as: Mapping[str, str]) -> dict[str, str]:
     settings = ", ".join(f"{k}={v}" for k, v in p.settings.items())
-    where = "; ".join(applied_as.get(k, "not rendered") for k in p.settings)
+    where = "; ".join(applied_as.get(k, NOT_RENDERED) for k in p.settings)
     return {
         "rule": p.rule_id,
         "description": md(p.description),
@@ -262,13 +276,15 @@ def memory_chart(rows: list[tuple[str, Estimate]], report: ReportMapping) -> dic
     return _chart(report, title, data, ("capacity", "capacity"), float(top))
 
 
-def time_chart(rows: list[tuple[str, Estimate]], report: ReportMapping) -> dict[str, Any]:
-    """Step time by part (before overlap), the overlapped step marked."""
+def time_chart(
+    rows: list[tuple[str, Estimate]], report: ReportMapping, parts: Iterable[str]
+) -> dict[str, Any]:
+    """Step time by `parts` (before overlap), the overlapped step marked."""
     data = []
     top = 0.0
     for label, e in rows:
         values = e.time.model_dump()
-        segments = [(p, values[p], seconds(values[p])) for p in TIME_PARTS]
+        segments = [(p, values[p], seconds(values[p])) for p in parts]
         top = max(top, sum(v for _, v, _ in segments), e.time.step_s)
         data.append((f"{label} {seconds(e.time.step_s)}", segments, e.time.step_s))
     title = "Step time by part (bars: parts added up; mark: the step once overlap is applied)"

@@ -1,8 +1,9 @@
 """Rendering a plan: golden files, parse-back checks, the sandbox, safe writes, determinism.
 
-The three golden plans (dense multi-node, MoE, single node) are built by hand here from model
-presets, a hand-written GPU and hand-written estimates, so they do not move when the planner,
-the cost model or the hardware catalog change. tests/golden/<case>/ holds their files, reviewed
+The three transformer golden plans (dense multi-node, MoE, single node) are built by hand here
+from model presets, a hand-written GPU and hand-written estimates, and the op-graph one (a
+ResNet-50-like GraphModelSpec with SyncBatchNorm and channel parallelism) from hand-picked sums,
+so they do not move when the planner, the cost model or the hardware catalog change. tests/golden/<case>/ holds their files, reviewed
 by hand; a difference is shown as a diff.
 """
 
@@ -13,6 +14,7 @@ import difflib
 import json
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import jinja2
@@ -21,6 +23,7 @@ from jinja2 import nodes
 
 from parplan_gen.engine import Proposal
 from parplan_gen.estimate import Estimate, MemoryBreakdown, Throughput, TimeBreakdown
+from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import GIB, GPU, Cluster, ReferenceNode
 from parplan_gen.layout import build_layout
 from parplan_gen.plan_document import PlanDocument, PlanDocumentError, load_plan_document
@@ -40,7 +43,8 @@ from parplan_gen.render_checks import (
     check_hostfile,
 )
 from parplan_gen.render_cli import add_render_commands
-from parplan_gen.render_facts import stage_layers
+from parplan_gen.render_facts import facts, stage_layers
+from parplan_gen.render_mapping import load_mapping
 
 from conftest import REPO
 
@@ -93,8 +97,9 @@ def cluster(name: str, g: GPU, gpus: int, **nccl: object) -> Cluster:
     )
 
 
-def estimate(layout, memory_gib, step_s, parts_s, tokens_per_s, mfu, capacity_gib=80):
-    """An estimate with hand-picked numbers; memory parts in GiB, time parts in seconds."""
+def estimate(layout, memory_gib, step_s, parts_s, tokens_per_s, mfu, capacity_gib=80, peak=989):
+    """An estimate with hand-picked numbers; memory parts in GiB, time parts in seconds, the
+    GPU's peak in TFLOP/s (tokens_per_s counts samples for an op-graph model)."""
     parts = ("params", "grads", "optimizer", "activations", "other")
     memory = dict(zip(parts, memory_gib, strict=True))
     memory = {k: round(v * GIB) for k, v in memory.items()}
@@ -107,8 +112,8 @@ def estimate(layout, memory_gib, step_s, parts_s, tokens_per_s, mfu, capacity_gi
         time=TimeBreakdown(step_s=step_s, **times),
         throughput=Throughput(
             tokens_per_s=tokens_per_s,
-            model_tflops_per_gpu=mfu * 989,
-            hardware_tflops_per_gpu=mfu * 989 * 1.1,
+            model_tflops_per_gpu=mfu * peak,
+            hardware_tflops_per_gpu=mfu * peak * 1.1,
             mfu=mfu,
         ),
     )
@@ -290,7 +295,90 @@ def single_node() -> PlanDocument:
     )
 
 
-CASES = {"dense_multinode": dense_multinode, "moe": moe, "single_node": single_node}
+RESNET_LIKE = GraphModelSpec(
+    name="resnet-50",
+    nodes=174,
+    weighted_nodes=107,
+    params=25_557_032,
+    forward_flops=8.2e9,
+    activation_elements=3.76e7,
+    split_params=25_557_032,
+    split_outputs=1.11e7,
+    split_nodes=54,
+    split_width_gcd=8,
+    batchnorm_layers=53,
+    batchnorm_channels=26_560,
+)
+
+
+def graph_channel_parallel() -> PlanDocument:
+    """An op graph on 2 nodes of 8 A100s: tp 2 (channel-parallel Conv2d / MatMul), 16 samples
+    per GPU (SyncBatchNorm on), ZeRO-1, full recompute; the runner-up is data parallel only."""
+    c = cluster("a100-2nodes", A100, 16)
+    common = {"global_batch": 512, "seq_len": 1, "zero_stage": 1, "recompute": "full"}
+    chosen = build_layout(16, tp=2, mbs=16, **common)
+    second = build_layout(16, tp=1, mbs=32, **common)
+    e1 = estimate(
+        chosen,
+        (0.02, 0.05, 0.02, 0.09, 1.6),
+        0.0318,
+        {
+            "compute_s": 0.021,
+            "tp_comm_s": 0.006,
+            "dp_comm_s": 0.0015,
+            "bn_comm_s": 0.0032,
+            "optimizer_s": 0.0001,
+        },
+        16101.0,
+        0.079,
+        peak=312,
+    )
+    e2 = estimate(
+        second,
+        (0.05, 0.1, 0.02, 0.17, 1.6),
+        0.0331,
+        {"compute_s": 0.029, "dp_comm_s": 0.0041, "optimizer_s": 0.0004},
+        15468.0,
+        0.076,
+        peak=312,
+    )
+    channel = proposal(
+        "seed.tensor.channel_parallel",
+        "tensor",
+        "TensorParallel",
+        "Apply channel-parallel splitting to 53 Conv2d operations",
+        2.0,
+        conv_split="channel",
+    )
+    overlap = proposal(
+        "seed.communication.overlap",
+        "communication",
+        COMM,
+        "Overlap gradient all-reduce with backward computation for 16 devices",
+        1.3,
+        overlap_grad_reduce=True,
+    )
+    return PlanDocument.from_parts(
+        model=RESNET_LIKE,
+        cluster=c,
+        chosen=e1,
+        candidates=[e1, e2],
+        rejected={
+            "channel parallelism needs every Conv2d / MatMul output width to divide by tp (16); "
+            "their greatest common divisor is 8": 12,
+        },
+        advice=[],
+        proposals=[channel, overlap],
+    )
+
+
+CASES = {
+    "dense_multinode": dense_multinode,
+    "moe": moe,
+    "single_node": single_node,
+    "graph_channel_parallel": graph_channel_parallel,
+}
+TRANSFORMER_CASES = sorted(c for c in CASES if not c.startswith("graph"))
 
 
 @pytest.fixture(scope="module")
@@ -336,9 +424,11 @@ def test_ds_config_batch_identity_holds_with_the_plan_dp(case, rendered):
 
 @pytest.mark.skipif(not HAS_BASH, reason="bash is not installed")
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("name", ["megatron_args.sh", "launch_torchrun.sh", "launch_slurm.sbatch"])
-def test_scripts_pass_bash_n(case, name, rendered):
-    check_bash(rendered[case][name])
+def test_scripts_pass_bash_n(case, rendered):
+    scripts = [n for n in rendered[case] if n.endswith((".sh", ".sbatch"))]
+    assert len(scripts) == (2 if case.startswith("graph") else 3)
+    for name in scripts:
+        check_bash(rendered[case][name])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -368,6 +458,96 @@ def test_megatron_arguments_follow_validate_args(rendered):
 
 def test_deepspeed_config_api_matches_the_file(rendered):
     assert deepspeed_config(moe()) == json.loads(rendered["moe"]["ds_config.json"])
+
+
+# ---- op-graph models: DeepSpeed / torchrun only ---------------------------------------------------
+
+
+def test_a_graph_plan_renders_no_megatron_arguments(rendered):
+    files = rendered["graph_channel_parallel"]
+    assert "megatron_args.sh" not in files and "megatron_args.sh" in rendered["moe"]
+    assert "megatron" not in files["launch_slurm.sbatch"].lower()
+    assert "megatron" not in files["launch_torchrun.sh"].lower()
+    assert json.loads(files["plan.json"])["render"] == {
+        "megatron_version": None,
+        "deepspeed_version": "0.16",
+    }
+    with pytest.raises(
+        RenderError, match=r"^resnet-50 is an op-graph model: it has no Megatron-LM arguments"
+    ):
+        megatron_args(graph_channel_parallel())
+
+
+def test_a_megatron_version_for_a_graph_plan_is_refused():
+    doc = graph_channel_parallel().with_render_options(megatron_version="core_r0.13")
+    with pytest.raises(RenderError, match=r"--megatron-version 'core_r0.13': resnet-50 is an op"):
+        render_plan(doc)
+
+
+def test_graph_facts_have_every_key_with_megatron_ones_none():
+    mapping = load_mapping(TEMPLATES / "mapping.yaml").data
+    graph = facts(graph_channel_parallel(), mapping)
+    transformer = facts(moe(), mapping)
+    assert graph.keys() == transformer.keys()
+    megatron = [k for k in graph if k.startswith("megatron.")]
+    assert len(megatron) == 25 and all(graph[k] is None for k in megatron)
+    assert transformer["megatron.one_cuda_connection"] is True  # tp 2, cp 2 on Hopper
+    assert (graph["model.kind"], graph["model.nodes"], graph["model.num_layers"]) == (
+        "graph",
+        174,
+        None,
+    )
+    assert (transformer["model.kind"], transformer["model.nodes"]) == ("transformer", None)
+    assert graph["train.sync_batchnorm"] and graph["train.channel_parallel"]
+    assert graph["train.checkpoint_segments"] == 13  # round(sqrt(174 nodes))
+    assert not transformer["train.sync_batchnorm"] and not transformer["train.channel_parallel"]
+
+
+def test_a_graph_report_shows_its_kinds_time_parts_and_samples(rendered):
+    graph_md = rendered["graph_channel_parallel"]["plan.md"]
+    assert "| bn comm | 3.2 ms | 10% |" in graph_md
+    assert "| pp comm |" not in graph_md and "| bubble |" not in graph_md
+    assert "| step time | samples/s |" in graph_md and "tokens" not in graph_md
+    assert "| global batch | 512 samples |" in graph_md
+    assert "Model: resnet-50 (25.6M params, op graph)." in graph_md
+    assert "`torch.nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group)`" in graph_md
+    assert "over 2 consecutive ranks" in graph_md
+    assert "bn comm" in rendered["graph_channel_parallel"]["plan_time.svg"]
+    for case in TRANSFORMER_CASES:
+        assert "bn comm" not in rendered[case]["plan.md"] + rendered[case]["plan_time.svg"]
+        assert "samples/s" not in rendered[case]["plan.md"]
+
+
+def test_sync_batchnorm_follows_the_estimate(rendered):
+    """SyncBatchNorm is explained exactly when the estimate pays for it (bn_comm_s > 0)."""
+    doc = graph_channel_parallel()
+    off = doc.chosen.model_copy(
+        update={"time": doc.chosen.time.model_copy(update={"bn_comm_s": 0.0})}
+    )
+    files = render_plan(doc.model_copy(update={"chosen": off, "candidates": [off]}))
+    assert "SyncBatchNorm" not in files["plan.md"] + files["launch_torchrun.sh"]
+    assert "SyncBatchNorm" in rendered["graph_channel_parallel"]["launch_torchrun.sh"]
+    assert "channel parallelism (tp 2)" in files["plan.md"]
+
+
+@pytest.mark.skipif(not HAS_BASH, reason="bash is not installed")
+@pytest.mark.parametrize("script", ["launch_torchrun.sh", "launch_slurm.sbatch"])
+def test_graph_launchers_want_a_training_script(script, rendered, tmp_path):
+    write_rendered(tmp_path, rendered["graph_channel_parallel"])
+    done = subprocess.run(
+        ["bash", str(tmp_path / script)], capture_output=True, text=True, check=False, timeout=30
+    )
+    assert done.returncode == 2
+    assert "TRAINING_SCRIPT [ARGUMENTS...]" in done.stderr
+
+
+def test_a_graph_plan_json_renders_again_through_the_command(rendered, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(rendered["graph_channel_parallel"]["plan.json"], encoding="utf-8")
+    assert run_render("render", plan, "--out", tmp_path / "out") == 0
+    written = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "out").iterdir()}
+    assert written == rendered["graph_channel_parallel"]
+    assert "megatron_args.sh" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
