@@ -1,5 +1,5 @@
 """docs/rules.md against the code: its tables are checked against the one declaration of the
-vocabulary and the rule schema, and its tutorial runs, command by command, through the CLI."""
+vocabulary and the rule schema, and its tutorials run, command by command, through the CLI."""
 
 from __future__ import annotations
 
@@ -31,18 +31,37 @@ def table(marker: str) -> list[list[str]]:
     return rows
 
 
+def _models_cell(models: tuple[str, ...]) -> str:
+    """The *models* column: `any` for every kind of model, else the kinds in declared order."""
+    assert models and len(set(models)) == len(models), models
+    if set(models) == set(vocabulary.MODEL_KINDS):
+        return "any"
+    return ", ".join(models)
+
+
 def test_names_table_is_the_vocabulary():
-    documented = {row[0]: tuple(row[1:4]) for row in table("names")}
+    rows = table("names")
+    assert all(len(row) == 6 for row in rows), "name | type | unit | contexts | models | meaning"
+    documented = {row[0]: tuple(row[1:5]) for row in rows}
+    assert len(documented) == len(rows), "each name once"
     declared = {
         n.name: (
             n.kind,
             n.unit,
             ", ".join(c for c, spaces in vocabulary.CONTEXTS.items() if n.namespace in spaces),
+            _models_cell(n.models),
         )
         for n in vocabulary.NAMES
     }
     assert documented == declared
-    assert all(row[4] for row in table("names")), "every name has a meaning"
+    assert all(row[5] for row in rows), "every name has a meaning"
+
+
+def test_only_model_names_depend_on_the_kind_of_model():
+    """As docs/rules.md says: only model.* names lack a value for some kind of model."""
+    for n in vocabulary.NAMES:
+        if n.namespace != "model":
+            assert set(n.models) == set(vocabulary.MODEL_KINDS), n.name
 
 
 def test_functions_table_is_the_vocabulary():
@@ -117,9 +136,28 @@ def _commands(console: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def test_the_tutorial_runs_as_written(cli, tmp_path, monkeypatch):
+def _tutorial(title: str) -> str:
+    """The text of the section `## Tutorial: <title>`, up to the next `## ` heading."""
+    start = TEXT.index(f"\n## Tutorial: {title}\n")
+    end = TEXT.find("\n## ", start + 1)
+    return TEXT[start : end if end >= 0 else len(TEXT)]
+
+
+TUTORIALS = [  # (title, commands it runs at least)
+    ("a new op type and a new proposal", 9),
+    ("a constraint for graph models", 9),
+]
+
+
+def test_every_tutorial_is_run():
+    titles = re.findall(r"^## Tutorial: (.+)$", TEXT, re.MULTILINE)
+    assert sorted(titles) == sorted(title for title, _ in TUTORIALS)
+
+
+@pytest.mark.parametrize(("title", "commands"), TUTORIALS, ids=[t for t, _ in TUTORIALS])
+def test_the_tutorial_runs_as_written(title, commands, cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    tutorial = TEXT[TEXT.index("## Tutorial") :]
+    tutorial = _tutorial(title)
     ran = 0
     for kind, body in BLOCK.findall(tutorial):
         if kind == "yaml":
@@ -137,7 +175,7 @@ def test_the_tutorial_runs_as_written(cli, tmp_path, monkeypatch):
                 assert result.code == (1 if errors else 0), command
                 assert _matches(expected, result.out), f"$ {command}\n{result.out}"
                 ran += 1
-    assert ran >= 8
+    assert ran >= commands
 
 
 def test_the_other_yaml_examples_are_valid_overlays(cli, tmp_path):
