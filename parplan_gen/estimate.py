@@ -151,6 +151,7 @@ def graph_model_env(spec: GraphModelSpec) -> dict[str, Any]:
         "model.weighted_nodes": spec.weighted_nodes,
         "model.forward_flops": spec.forward_flops,
         "model.activation_elements": spec.activation_elements,
+        "model.stored_elements": spec.stored_elements,
         "model.split_params": spec.split_params,
         "model.split_outputs": spec.split_outputs,
         "model.split_nodes": spec.split_nodes,

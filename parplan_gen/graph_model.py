@@ -22,6 +22,15 @@ from parplan_gen.errors import InputError, SourceRef
 from parplan_gen.graph import ModelGraph, Node
 
 SPLIT_LAYERS = ("Conv2d", "MatMul")  # channel-parallel layers: their outputs are exchanged
+# Ops whose backward keeps none of their inputs (PyTorch tools/autograd/derivatives.yaml: the
+# gradient of an addition, a reshape or an average pool needs only shapes). Every other op keeps
+# its inputs (convolution, mm, batch norm and max pool do), except activations, which keep one
+# tensor the size of their output and run in place (torchvision's ResNets: ReLU(inplace=True))
+# when they are their input's only consumer.
+SAVES_NO_INPUT = frozenset(
+    ("Add", "Sub", "Concat", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
+     "Identity", "AvgPool", "GlobalAveragePool")
+)  # fmt: skip
 SPLIT_PARAMS = (*SPLIT_LAYERS, "BatchNorm", "Embedding")  # nodes whose weights are split
 WIDTH_ATTRS = {"Conv2d": "out_channels", "MatMul": "out_features"}
 
@@ -38,6 +47,9 @@ class GraphModelSpec(BaseModel):
     params: int = Field(ge=0, description="All parameters.")
     forward_flops: float = Field(gt=0, description="Forward FLOPs of one sample.")
     activation_elements: float = Field(gt=0, description="Output elements of every node.")
+    stored_elements: float = Field(
+        ge=0, description="Elements the backward keeps (SAVES_NO_INPUT, in-place activations)."
+    )
     split_params: int = Field(ge=0, description="Parameters channel parallelism splits.")
     split_outputs: float = Field(ge=0, description="Output elements of Conv2d/MatMul nodes.")
     split_nodes: int = Field(ge=0, description="Conv2d and MatMul nodes.")
@@ -81,6 +93,15 @@ class GraphModelSpec(BaseModel):
                     "importer and the graph presets set both",
                     where,
                 )
+        unsized = [n.id for n in graph.nodes if n.op in SPLIT_LAYERS and "flops" not in n.attrs]
+        if unsized:
+            more = f" and {len(unsized) - 1} more" if len(unsized) > 1 else ""
+            raise InputError(
+                f"node {unsized[0]!r}{more}: a Conv2d/MatMul without `flops` (its shapes are "
+                "unknown: an ONNX model needs every dimension but the batch fixed); its work "
+                "would count as zero",
+                where,
+            )
         split = [n for n in graph.nodes if n.op in SPLIT_LAYERS]
         norms = [n for n in graph.nodes if n.op == "BatchNorm"]
         spec = cls(
@@ -90,6 +111,7 @@ class GraphModelSpec(BaseModel):
             params=round(_total(graph.nodes, "params")),
             forward_flops=flops,
             activation_elements=elements,
+            stored_elements=_stored_elements(graph),
             split_params=round(_total([n for n in graph.nodes if n.op in SPLIT_PARAMS], "params")),
             split_outputs=_total(split, "activation_elements"),
             split_nodes=len(split),
@@ -99,6 +121,27 @@ class GraphModelSpec(BaseModel):
         )
         spec._graph = graph
         return spec
+
+
+def _stored_elements(graph: ModelGraph) -> float:
+    """Elements of the node outputs some backward keeps, each output counted once; an in-place
+    activation's output replaces its input's."""
+    inputs: dict[str, list[str]] = {}
+    consumers: dict[str, int] = {}
+    for src, dst in graph.edges:
+        inputs.setdefault(dst, []).append(src)
+        consumers[src] = consumers.get(src, 0) + 1
+    kept: set[str] = set()
+    for node in graph.nodes:
+        if node.op == "Activation":
+            kept.add(node.id)
+        elif node.op not in SAVES_NO_INPUT:
+            kept.update(inputs.get(node.id, ()))
+    for node in graph.nodes:
+        sources = inputs.get(node.id, [])
+        if node.op == "Activation" and len(sources) == 1 and consumers[sources[0]] == 1:
+            kept.discard(sources[0])  # in place: one buffer, the activation's
+    return math.fsum(_number(graph.node(i), "activation_elements") for i in sorted(kept))
 
 
 def _number(node: Node, attr: str) -> float:

@@ -194,6 +194,14 @@ _GRAPH_MODEL_NAMES: tuple[Name, ...] = (
         "Output elements of every node for one sample: what the backward pass keeps.",
     ),
     Name(
+        "model.stored_elements",
+        "number",
+        "elements/sample",
+        "Output elements the backward keeps for one sample: the inputs of every op but "
+        "additions, reshapes and average pools, and the activations' outputs (in place when "
+        "they are their input's only consumer).",
+    ),
+    Name(
         "model.split_params",
         "number",
         "parameters",

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from parplan_gen.constraints import Constraints, estimate_env, phase_of, violation
 from parplan_gen.errors import FormulaError
 from parplan_gen.estimate import CostModel
+from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import cluster_from_flags
-from parplan_gen.presets import load_preset
+from parplan_gen.presets import load_graph_preset, load_preset
 from parplan_gen.ruleset import RuleSet, load_rules
 from parplan_gen.search_space import stage_layers
 
@@ -155,7 +156,75 @@ CASES = [
         {},
         "DeepSpeed ZeRO plans have no context parallelism",
     ),
+    (
+        "zero.needs_data_parallel",
+        {"zero_stage": 2, "dp": 1, "tp": 8},
+        {},
+        "optimizer sharding over a single data-parallel rank shards nothing",
+    ),
 ]
+
+# The graph-only rules (rules/constraints/graph.yaml), on ResNet-50: its Conv2d/MatMul widths
+# are 64..2048 channels and 1000 classes, whose greatest common divisor is 8.
+GRAPH_CASES = [
+    (
+        "graph.data_and_channel_parallel_only",
+        {"pp": 2, "dp": 4},
+        "graph models are planned with data and channel (tensor) parallelism only: pp, cp, ep "
+        "and vpp must be 1",
+    ),
+    (
+        "graph.channels_divisible_by_tp",
+        {"tp": 16, "dp": 1},
+        "channel parallelism needs every Conv2d / MatMul output width to divide by tp (16); "
+        "their greatest common divisor is 8 (0: the graph does not say them)",
+    ),
+    (
+        "graph.no_sequence_parallel",
+        {"tp": 2, "dp": 4, "sequence_parallel": True},
+        "sequence parallelism splits a transformer's sequence; a graph model has none",
+    ),
+    (
+        "graph.recompute_all_or_nothing",
+        {"recompute": "selective"},
+        "selective recomputation recomputes attention scores; a graph model recomputes all of "
+        "its nodes (full) or none",
+    ),
+    (
+        "graph.deepspeed_only",
+        {"distributed_optimizer": True},
+        "graph models are launched with DeepSpeed / torchrun, not Megatron-LM: shard the "
+        "optimizer with ZeRO instead of the distributed optimizer",
+    ),
+]
+
+
+def graph_env(rules: RuleSet, **plan: Any) -> dict[str, Any]:
+    """The names a graph-model constraint reads: ResNet-50 on 8 H100s, batch 512."""
+    spec = GraphModelSpec.from_graph(load_graph_preset("resnet-50"))
+    cost = CostModel(rules, "graph")
+    env = cost.base_env(spec, cluster_from_flags(8, "h100"), global_batch=512, seq_len=1)
+    env.update(PLAN_DEFAULTS)
+    env.update({f"plan.{k}": v for k, v in plan.items()})
+    return env
+
+
+@pytest.mark.parametrize(("rule_id", "plan", "reason"), GRAPH_CASES)
+def test_each_graph_rule_gives_its_exact_reason(
+    rules: RuleSet, rule_id: str, plan: dict[str, Any], reason: str
+) -> None:
+    found = {
+        v.rule_id: v.reason
+        for v in Constraints(rules, "graph").check(graph_env(rules, **plan), "layout")
+    }
+    assert found.get(rule_id) == reason
+
+
+def test_every_graph_layout_rule_has_a_case(rules: RuleSet) -> None:
+    graph_only = {c.rule.id for c in Constraints(rules, "graph").layout} - {c[0] for c in CASES}
+    assert graph_only == {case[0] for case in GRAPH_CASES}
+    # and the default graph layout (dp 8, data parallel only) breaks none of them
+    assert Constraints(rules, "graph").check(graph_env(rules), "layout") == []
 
 
 @pytest.mark.parametrize(("rule_id", "plan", "request_", "reason"), CASES)

@@ -302,6 +302,7 @@ RESNET_LIKE = GraphModelSpec(
     params=25_557_032,
     forward_flops=8.2e9,
     activation_elements=3.76e7,
+    stored_elements=2.09e7,
     split_params=25_557_032,
     split_outputs=1.11e7,
     split_nodes=54,
