@@ -270,6 +270,7 @@ class CheckReport(BaseModel):
     estimate: Estimate
     violations: list[Violation]
     better: Estimate | None  # the planner's choice when it is faster (or the layout cannot run)
+    planner_found: bool = True  # False: no layout of the request fits and meets every rule
 
     @property
     def runnable(self) -> bool:
@@ -318,5 +319,6 @@ def check(
         if not ok or best.chosen.time.step_s < estimate.time.step_s:
             better = best.chosen
     return CheckReport(
-        model=spec, cluster=machines, estimate=estimate, violations=violations, better=better
-    )
+        model=spec, cluster=machines, estimate=estimate, violations=violations, better=better,
+        planner_found=best is not None and best.feasible,
+    )  # fmt: skip

@@ -52,6 +52,11 @@ def add_rules_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+TRAINED_MODEL_HELP = (
+    "preset name (parplan models), Hugging Face config.json, graph file (.yaml/.json) or .onnx"
+)
+
+
 def add_micro_batch_option(parser: argparse.ArgumentParser) -> None:
     """--micro-batch N: the batch an ONNX model's dynamic batch dimension is bound to."""
     parser.add_argument(

@@ -31,8 +31,16 @@ TIME_LABELS = {
 def model_title(spec: TrainedModel) -> str:
     """`llama-3-8b (8.03B params)`, `resnet-50 (25.6M params, op graph)`."""
     if isinstance(spec, GraphModelSpec):
-        return f"{spec.name} ({spec.params / 1e6:,.1f}M params, op graph)"
+        count = f"{spec.params / 1e6:,.1f}M" if spec.params >= 1e5 else f"{spec.params:,}"
+        return f"{spec.name} ({count} params, op graph)"
     return f"{spec.name} ({spec.total_params() / 1e9:.2f}B params)"
+
+
+def memory_heading(spec: TrainedModel) -> str:
+    """The memory section's title (a graph model has no pipeline stages)."""
+    if isinstance(spec, GraphModelSpec):
+        return "Memory per GPU"
+    return "Memory per GPU (most loaded stage)"
 
 
 def sample_unit(spec: TrainedModel) -> str:
@@ -108,7 +116,7 @@ def estimate_text(spec: TrainedModel, cluster: Cluster, estimate: Estimate) -> s
     )
     body = [
         "",
-        "Memory per GPU (most loaded stage)",
+        memory_heading(spec),
         *memory_lines(estimate),
         "",
         "Time per step",

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from parplan_gen.layout import Layout
 
 from parplan_gen.cli_common import (
+    TRAINED_MODEL_HELP,
     add_cluster_options,
     add_rules_option,
     cluster_from_args,
@@ -39,9 +40,7 @@ def add_model_commands(sub: Any) -> None:
         "--mbs 2 --global-batch 512 --seq-len 8192 --distributed-optimizer",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    estimate.add_argument(
-        "model", metavar="MODEL", help="preset name (parplan models) or a Hugging Face config.json"
-    )
+    estimate.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
     add_cluster_options(estimate)
     add_layout_options(estimate)
     add_rules_option(estimate)

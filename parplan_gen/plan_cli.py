@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli_common import (
+    TRAINED_MODEL_HELP,
     add_cluster_options,
     add_rules_option,
     cluster_from_args,
@@ -72,7 +73,7 @@ def add_plan_commands(sub: Any) -> None:
         epilog=CHECK_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    check.add_argument("model", metavar="MODEL", help="preset name or a Hugging Face config.json")
+    check.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
     add_cluster_options(check)
     _add_layout_options(check)
     add_rules_option(check)
@@ -81,11 +82,7 @@ def add_plan_commands(sub: Any) -> None:
 
 
 def _add_request_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "model",
-        metavar="MODEL",
-        help="preset name, Hugging Face config.json, graph file (.yaml/.json) or .onnx",
-    )
+    parser.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
     add_cluster_options(parser)
     group = parser.add_argument_group("training")
     group.add_argument("--global-batch", type=positive_int, required=True, metavar="B")
@@ -185,6 +182,7 @@ def plan_text(plan: Plan) -> str:
     from parplan_gen.estimate_view import (
         batch_text,
         layout_line,
+        memory_heading,
         memory_lines,
         model_title,
         time_lines,
@@ -197,7 +195,7 @@ def plan_text(plan: Plan) -> str:
         "",
         ("Chosen: " if r.feasible else "NOTHING FITS. Closest candidate: ") + layout_line(r.chosen),
         "",
-        "Memory per GPU (most loaded stage)",
+        memory_heading(spec),
         *memory_lines(r.chosen),
         "",
         "Time per step",
@@ -292,12 +290,17 @@ def check_text(report: CheckReport) -> str:
     else:
         lines.append("Constraints: all met")
     better = report.better
-    if better is None:
-        lines.append("Better plan: none found (the planner does not beat this layout)")
+    if better is None and not report.planner_found:
+        lines.append("Better plan: none (no layout of this request fits and meets every rule)")
+    elif better is None:
+        lines.append("Better plan: none (the planner's best is not faster than this layout)")
     else:
         mine, theirs = report.estimate.time.step_s, better.time.step_s
-        gain = f", {mine / theirs:.2f}x faster" if report.runnable and theirs > 0 else ""
-        lines.append(f"Better plan: {layout_line(better)} ({theirs:.3f} s per step{gain})")
+        if report.violations or theirs >= mine:  # chosen because this layout breaks a rule
+            label, gain = "Plan that meets every rule", ""
+        else:
+            label, gain = "Better plan", f", {mine / theirs:.2f}x faster"
+        lines.append(f"{label}: {layout_line(better)} ({theirs:.3f} s per step{gain})")
     return "\n".join(lines) + "\n"
 
 

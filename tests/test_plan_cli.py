@@ -144,3 +144,17 @@ def test_check_refuses_shell_variables(cli: Callable[..., Run], write: Callable[
         "--tensor-model-parallel-size needs a whole number >= 1, got '$TP' "
         "(shell variables are not expanded)" in run.err
     )
+
+
+def test_check_says_what_the_planner_offers(cli: Callable[..., Run]) -> None:
+    # tp 8 for a 7B model on one node: the planner's tp 1 / ZeRO layout is faster.
+    run = cli("check", "llama-2-7b", *H100_8, "--tp", "8", "--global-batch", "64")
+    assert "Better plan: dp=" in run.out and "x faster)" in run.out
+    # a micro-batch of 32 breaks a reject rule: the planner's plan is shown as the one that meets
+    # every rule, without a speed-up over a layout that may not be chosen
+    run = cli("check", "llama-3-8b", *H100_8, "--tp", "8", "--global-batch", "64", "--mbs", "32")
+    assert "Plan that meets every rule: dp=" in run.out
+    assert "faster" not in run.out
+    # 405B on one 40 GB GPU: nothing the planner could offer fits
+    run = cli("check", "llama-3-405b", "--gpus", "1", "--gpu", "a100-40gb", "--global-batch", "8")
+    assert "Better plan: none (no layout of this request fits and meets every rule)" in run.out
