@@ -29,7 +29,7 @@ SPLIT_LAYERS = ("Conv2d", "MatMul")  # channel-parallel layers: their outputs ar
 # when they are their input's only consumer.
 SAVES_NO_INPUT = frozenset(
     ("Add", "Sub", "Concat", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
-     "Identity", "AvgPool", "GlobalAveragePool")
+     "Identity", "AvgPool", "AveragePool", "GlobalAveragePool")
 )  # fmt: skip
 SPLIT_PARAMS = (*SPLIT_LAYERS, "BatchNorm", "Embedding")  # nodes whose weights are split
 WIDTH_ATTRS = {"Conv2d": "out_channels", "MatMul": "out_features"}
@@ -83,6 +83,15 @@ class GraphModelSpec(BaseModel):
         where = where or SourceRef(graph.name)
         if not graph.nodes:
             raise InputError("the graph has no nodes: nothing to train", where)
+        unsized = [n.id for n in graph.nodes if n.op in SPLIT_LAYERS and not _is_number(n, "flops")]
+        if unsized:
+            more = f" and {len(unsized) - 1} more" if len(unsized) > 1 else ""
+            raise InputError(
+                f"node {unsized[0]!r}{more}: a Conv2d/MatMul without a number for `flops` "
+                "would count as no work (an ONNX model has none where a dimension other than "
+                "the batch is symbolic: export it with fixed sizes)",
+                where,
+            )
         flops = _total(graph.nodes, "flops")
         elements = _total(graph.nodes, "activation_elements")
         for total, attr in ((flops, "flops"), (elements, "activation_elements")):
@@ -93,15 +102,6 @@ class GraphModelSpec(BaseModel):
                     "importer and the graph presets set both",
                     where,
                 )
-        unsized = [n.id for n in graph.nodes if n.op in SPLIT_LAYERS and "flops" not in n.attrs]
-        if unsized:
-            more = f" and {len(unsized) - 1} more" if len(unsized) > 1 else ""
-            raise InputError(
-                f"node {unsized[0]!r}{more}: a Conv2d/MatMul without `flops` (its shapes are "
-                "unknown: an ONNX model needs every dimension but the batch fixed); its work "
-                "would count as zero",
-                where,
-            )
         split = [n for n in graph.nodes if n.op in SPLIT_LAYERS]
         norms = [n for n in graph.nodes if n.op == "BatchNorm"]
         spec = cls(
@@ -144,9 +144,13 @@ def _stored_elements(graph: ModelGraph) -> float:
     return math.fsum(_number(graph.node(i), "activation_elements") for i in sorted(kept))
 
 
-def _number(node: Node, attr: str) -> float:
+def _is_number(node: Node, attr: str) -> bool:
     value = node.attrs.get(attr)
-    return value if type(value) is int or type(value) is float else 0  # bools are not numbers
+    return type(value) is int or type(value) is float  # bools are not numbers
+
+
+def _number(node: Node, attr: str) -> float:
+    return node.attrs[attr] if _is_number(node, attr) else 0  # type: ignore[return-value]
 
 
 def _total(nodes: list[Node] | tuple[Node, ...], attr: str) -> float:

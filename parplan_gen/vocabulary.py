@@ -191,7 +191,8 @@ _GRAPH_MODEL_NAMES: tuple[Name, ...] = (
         "model.activation_elements",
         "number",
         "elements/sample",
-        "Output elements of every node for one sample: what the backward pass keeps.",
+        "Output elements of every node for one sample: what the memory-bound element-wise "
+        "work reads and writes (model.stored_elements is what the backward keeps).",
     ),
     Name(
         "model.stored_elements",
