@@ -22,15 +22,18 @@ from parplan_gen.errors import InputError, SourceRef
 from parplan_gen.graph import ModelGraph, Node
 
 SPLIT_LAYERS = ("Conv2d", "MatMul")  # channel-parallel layers: their outputs are exchanged
-# Ops whose backward keeps none of their inputs (PyTorch tools/autograd/derivatives.yaml: the
-# gradient of an addition, a reshape or an average pool needs only shapes). Every other op keeps
-# its inputs (convolution, mm, batch norm and max pool do), except activations, which keep one
-# tensor the size of their output and run in place (torchvision's ResNets: ReLU(inplace=True))
-# when they are their input's only consumer.
+# What each op's backward keeps (PyTorch tools/autograd/derivatives.yaml): its inputs, except
+# for the ops below, whose gradients need only shapes (an addition or ONNX's Sum, a reshape, a
+# global average pool, which runs as `mean`), and for Softmax and the activations whose
+# gradient reads their result (softmax_backward_data(grad, output); threshold_backward(grad,
+# result) for ReLU, sigmoid_backward, tanh_backward), which keep their output instead. An
+# Activation node says its function in `onnx_op` (ONNX) or `fn`; one that says none is taken
+# for a ReLU. Other activations (GELU, SiLU, ...) keep their input.
 SAVES_NO_INPUT = frozenset(
-    ("Add", "Sub", "Concat", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
-     "Identity", "AvgPool", "AveragePool", "GlobalAveragePool")
+    ("Add", "Sum", "Sub", "Concat", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
+     "Identity", "GlobalAveragePool")
 )  # fmt: skip
+KEEPS_RESULT = frozenset(("relu", "sigmoid", "tanh"))
 SPLIT_PARAMS = (*SPLIT_LAYERS, "BatchNorm", "Embedding")  # nodes whose weights are split
 WIDTH_ATTRS = {"Conv2d": "out_channels", "MatMul": "out_features"}
 
@@ -124,24 +127,25 @@ class GraphModelSpec(BaseModel):
 
 
 def _stored_elements(graph: ModelGraph) -> float:
-    """Elements of the node outputs some backward keeps, each output counted once; an in-place
-    activation's output replaces its input's."""
+    """Elements of the node outputs some backward keeps, each output counted once. A ReLU keeps
+    only its output, so its input is freed unless another node keeps it: what running it in
+    place (torchvision's ResNets: ReLU(inplace=True)) gives."""
     inputs: dict[str, list[str]] = {}
-    consumers: dict[str, int] = {}
     for src, dst in graph.edges:
         inputs.setdefault(dst, []).append(src)
-        consumers[src] = consumers.get(src, 0) + 1
     kept: set[str] = set()
     for node in graph.nodes:
-        if node.op == "Activation":
+        if node.op == "Softmax" or (node.op == "Activation" and _function(node) in KEEPS_RESULT):
             kept.add(node.id)
         elif node.op not in SAVES_NO_INPUT:
             kept.update(inputs.get(node.id, ()))
-    for node in graph.nodes:
-        sources = inputs.get(node.id, [])
-        if node.op == "Activation" and len(sources) == 1 and consumers[sources[0]] == 1:
-            kept.discard(sources[0])  # in place: one buffer, the activation's
     return math.fsum(_number(graph.node(i), "activation_elements") for i in sorted(kept))
+
+
+def _function(node: Node) -> str:
+    """An Activation's function, lower case (`relu` when the node does not say)."""
+    name = node.attrs.get("onnx_op", node.attrs.get("fn", "relu"))
+    return str(name).lower()
 
 
 def _is_number(node: Node, attr: str) -> bool:

@@ -15,6 +15,7 @@ import pytest
 from parplan_gen.engine import analyze
 from parplan_gen.errors import InputError
 from parplan_gen.graph import Node, build_graph, load_graph
+from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hf_config import load_hf_config
 from parplan_gen.model_source import load_graph_for
 from parplan_gen.onnx_import import MISSING_EXTRA, load_onnx_graph
@@ -389,6 +390,11 @@ def test_onnx_resnet50_matches_the_preset(ox: Any) -> None:
         assert graph.stats.attr_sums[key] == preset.stats.attr_sums[key]
     for op in ("Conv2d", "BatchNorm", "MatMul"):
         assert graph.stats.op_counts[op] == preset.stats.op_counts[op]
+    # What the backward keeps, from two graphs built independently (ONNX: Sum for the residual
+    # adds, AveragePool + Reshape before the fc, a final Softmax): the same tensors, plus the
+    # Softmax's 1,000 outputs, which its gradient reads.
+    onnx_spec, preset_spec = GraphModelSpec.from_graph(graph), GraphModelSpec.from_graph(preset)
+    assert onnx_spec.stored_elements == preset_spec.stored_elements + 1000 == 20_926_440
 
 
 # --- errors ----------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ def build(stride_on_3x3: bool = True) -> Graph:
     size = IMAGE // 2  # conv1 7x7 stride 2, padding 3
     x = g.conv("conv1", None, 3, 64, 7, 2, size)
     x = g.bn("bn1", x, 64)
-    x = g.add("relu", "Activation", [x])
+    x = g.add("relu", "Activation", [x], fn="relu")
     size //= 2  # 3x3 max pool stride 2
     x = g.add("maxpool", "MaxPool", [x], kernel=3, stride=2, activation_elements=64 * size * size)
     cin = 64
@@ -84,18 +84,19 @@ def build(stride_on_3x3: bool = True) -> Graph:
             p, cout = f"layer{stage}.{block}", width * EXPANSION
             s1, s2 = (1, stride) if stride_on_3x3 else (stride, 1)
             y = g.conv(f"{p}.conv1", x, cin, width, 1, s1, size // s1)
-            y = g.add(f"{p}.relu1", "Activation", [g.bn(f"{p}.bn1", y, width)])
+            y = g.add(f"{p}.relu1", "Activation", [g.bn(f"{p}.bn1", y, width)], fn="relu")
             y = g.conv(f"{p}.conv2", y, width, width, 3, s2, out)
-            y = g.add(f"{p}.relu2", "Activation", [g.bn(f"{p}.bn2", y, width)])
+            y = g.add(f"{p}.relu2", "Activation", [g.bn(f"{p}.bn2", y, width)], fn="relu")
             y = g.bn(f"{p}.bn3", g.conv(f"{p}.conv3", y, width, cout, 1, 1, out), cout)
             shortcut = x
             if block == 0:  # projection shortcut (He et al. Sec. 3.3, option B)
                 d = g.conv(f"{p}.downsample.conv", x, cin, cout, 1, stride, out)
                 shortcut = g.bn(f"{p}.downsample.bn", d, cout)
             y = g.add(f"{p}.add", "Add", [y, shortcut])
-            x = g.add(f"{p}.relu3", "Activation", [y])
+            x = g.add(f"{p}.relu3", "Activation", [y], fn="relu")
             cin, size = cout, out
-    x = g.add("avgpool", "AvgPool", [x], kernel=size, activation_elements=cin)
+    # torchvision's AdaptiveAvgPool2d(1), exported to ONNX as GlobalAveragePool
+    x = g.add("avgpool", "GlobalAveragePool", [x], kernel=size, activation_elements=cin)
     macs = cin * CLASSES
     g.add(
         "fc",
