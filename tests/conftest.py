@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -54,3 +57,13 @@ def chain_graph(ops: Sequence[str], name: str = "chain") -> str:
     nodes = "\n".join(f"  - {{id: n{i}, op: {op}}}" for i, op in enumerate(ops))
     edges = "\n".join(f"  - [n{i}, n{i + 1}]" for i in range(len(ops) - 1))
     return f"name: {name}\nnodes:\n{nodes or '  []'}\nedges:\n{edges or '  []'}\n"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """benchmarks/<name>.py as module `name` (the benchmarks import each other by name)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

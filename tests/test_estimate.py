@@ -7,9 +7,7 @@ running the code under test.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from parplan_gen.model_spec import ModelSpec
 from parplan_gen.presets import load_preset, preset_names
 from parplan_gen.ruleset import RuleSet, load_rules
 
-from conftest import REPO, Run
+from conftest import Run, load_benchmark
 
 GB = 1e9  # the ZeRO paper's GB
 
@@ -387,13 +385,7 @@ configs:
 
 
 def _calibration_module() -> Any:
-    path = REPO / "benchmarks" / "calibration.py"
-    spec = importlib.util.spec_from_file_location("calibration", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["calibration"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("calibration")
 
 
 def test_calibration_script_on_an_inline_file(tmp_path: Path) -> None:

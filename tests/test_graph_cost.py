@@ -11,9 +11,7 @@ check).
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from types import ModuleType
 from typing import Any
 
@@ -28,7 +26,7 @@ from parplan_gen.layout import build_layout
 from parplan_gen.presets import load_graph_preset
 from parplan_gen.ruleset import RuleSet, load_rules
 
-from conftest import REPO
+from conftest import REPO, load_benchmark
 
 GIB = 2**30
 
@@ -510,20 +508,10 @@ def test_full_recompute_stores_2_over_sqrt_n_and_adds_a_forward(
 # ---- calibration check: the published DeepLearningExamples rows --------------------------------
 
 
-def _benchmark(name: str) -> ModuleType:
-    """benchmarks/<name>.py as module `name` (the benchmarks import each other by name)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def calibration_graph() -> ModuleType:
-    _benchmark("calibration")
-    return _benchmark("calibration_graph")
+    load_benchmark("calibration")
+    return load_benchmark("calibration_graph")
 
 
 def test_single_gpu_dle_rows_within_10_percent(

@@ -5,10 +5,6 @@ here a handful of them, copied inline (CI may not have ../shared/calibration).""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -23,7 +19,7 @@ from parplan_gen.presets import load_preset
 from parplan_gen.ruleset import RuleSet, load_rules
 from parplan_gen.search_space import Request, mbs_options, outside_search
 
-REPO = Path(__file__).resolve().parent.parent
+from conftest import load_benchmark
 
 SELENE = """\
   hardware: {gpu: NVIDIA A100-SXM 80GB, gpu_memory_gb: 80, gpus_per_node: 8,
@@ -110,16 +106,6 @@ ENTRIES: list[dict[str, Any]] = YAML(typ="safe").load(RUNS)
 NAMES = [entry["name"] for entry in ENTRIES]
 
 
-def _load(name: str) -> ModuleType:
-    """benchmarks/<name>.py as module `name` (the benchmarks import each other by name)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def rules() -> RuleSet:
     return load_rules()
@@ -128,8 +114,8 @@ def rules() -> RuleSet:
 @pytest.fixture(scope="module")
 def comparisons(rules: RuleSet) -> dict[str, Any]:
     """Each inline run through the benchmark: the published layout estimated, then planned."""
-    calibration, _ = _load("calibration"), _load("plan_speed")
-    bench = _load("plan_vs_published")
+    calibration, _ = load_benchmark("calibration"), load_benchmark("plan_speed")
+    bench = load_benchmark("plan_vs_published")
     return {
         entry["name"]: bench.compare(calibration.case_from_entry(entry), rules) for entry in ENTRIES
     }
