@@ -91,11 +91,11 @@ def first_violation(
 
 
 class Constraints:
-    """The constraint rules of a RuleSet that apply to one kind of model (`model_kind` `any`
-    or that kind), split by phase (rule file order is kept)."""
+    """The constraint rules of a RuleSet that apply to one kind of model, split by phase (rule
+    file order is kept)."""
 
     def __init__(self, rules: RuleSet, model_kind: ModelKind = "transformer") -> None:
-        self.all = tuple(c for c in rules.constraints if c.rule.model_kind in ("any", model_kind))
+        self.all = tuple(c for c in rules.constraints if model_kind in c.model_kinds)
         self.layout = tuple(c for c in self.all if phase_of(c) == "layout")
         self.estimate = tuple(c for c in self.all if phase_of(c) == "estimate")
 

@@ -117,11 +117,12 @@ class ConstraintRule(_Strict):
         description="`invalid`: such a layout cannot run at all (`estimate` refuses it); "
         "`reject`: it could run but the planner must not choose it (e.g. it does not fit).",
     )
-    model_kind: Literal["transformer", "graph", "any"] = Field(
-        "any",
+    model_kind: Literal["transformer", "graph", "any"] | None = Field(
+        None,
         description="The models the constraint applies to: `transformer` (presets and Hugging "
-        "Face configs), `graph` (graph files, ONNX, graph presets) or `any`. Its formulas may "
-        "only read model.* names that have a value for each of them.",
+        "Face configs), `graph` (graph files, ONNX, graph presets) or `any`; its formulas may "
+        "only read model.* names that have a value for each of them. Left out: the kinds whose "
+        "model.* names its formulas read (every kind when they read none).",
     )
     source: str | None = Field(None, description="Where the constraint comes from.")
 

@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from parplan_gen import vocabulary
 from parplan_gen.errors import RuleError, SourceRef
 from parplan_gen.formulas import Formula, FormulaLibrary, TextTemplate
 from parplan_gen.graph import canonical_op
@@ -77,6 +78,7 @@ class CompiledConstraint:
     when: Formula
     require: Formula
     reason: TextTemplate
+    model_kinds: tuple[ModelKind, ...] = MODEL_KINDS  # the kinds of model it applies to
 
 
 @dataclass(frozen=True)
@@ -367,14 +369,31 @@ def _compile_constraint(library: FormulaLibrary, entry: _Entry) -> CompiledConst
     def ref(key: str) -> SourceRef:
         return entry.doc.ref((*entry.path, key))
 
-    models = MODEL_KINDS if rule.model_kind == "any" else (rule.model_kind,)
-    return CompiledConstraint(
-        rule=rule,
-        origin=entry.origin,
-        when=library.compile(rule.when, ref("when"), "constraint", "bool", models),
-        require=library.compile(rule.require, ref("require"), "constraint", "bool", models),
-        reason=library.compile_text(rule.reason, ref("reason"), "constraint", models),
+    given = {None: None, "any": MODEL_KINDS}.get(rule.model_kind, (rule.model_kind,))
+    when = library.compile(rule.when, ref("when"), "constraint", "bool", given)
+    require = library.compile(rule.require, ref("require"), "constraint", "bool", given)
+    reason = library.compile_text(rule.reason, ref("reason"), "constraint", given)
+    kinds = given or _kinds_with_values(
+        rule.id, when.names | require.names | reason.names, ref("require")
     )
+    return CompiledConstraint(rule, entry.origin, when, require, reason, kinds)  # type: ignore[arg-type]
+
+
+def _kinds_with_values(
+    rule_id: str, names: frozenset[str], where: SourceRef
+) -> tuple[ModelKind, ...]:
+    """For a constraint that does not say its `model_kind`: the kinds of model that give every
+    name it reads a value (every kind when it reads no model.* name)."""
+    models = {n: entry.models for n in sorted(names) if (entry := vocabulary.lookup(n))}
+    kinds = tuple(k for k in MODEL_KINDS if all(k in m for m in models.values()))
+    if not kinds:
+        by_kind = {k: next(n for n, m in models.items() if m == (k,)) for k in MODEL_KINDS}
+        raise RuleError(
+            f"constraint '{rule_id}' reads names of transformer models ({by_kind['transformer']}) "
+            f"and of graph models ({by_kind['graph']}): no model has both; split it in two",
+            where,
+        )
+    return kinds
 
 
 def _compile_opportunity(library: FormulaLibrary, entry: _Entry) -> CompiledOpportunity:

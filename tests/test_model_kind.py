@@ -19,6 +19,7 @@ def test_a_constraint_for_any_model_may_not_read_a_transformer_name(write):
         """
         constraints:
           - id: my.heads
+            model_kind: any
             require: "model.heads % plan.tp == 0"
             reason: "heads"
         """,
@@ -29,7 +30,54 @@ def test_a_constraint_for_any_model_may_not_read_a_transformer_name(write):
         "formula 'model.heads % plan.tp == 0': 'model.heads' has no value for graph models, which "
         "this rule applies to (it has one for transformer models: `model_kind: transformer`)"
     )
-    assert (info.value.where.file, info.value.where.line) == (str(path), 3)
+    assert (info.value.where.file, info.value.where.line) == (str(path), 4)
+
+
+def test_without_model_kind_a_constraint_applies_where_its_names_have_values(write):
+    # Overlays written before model kinds existed keep loading: the names say the kind.
+    path = write(
+        "r/c.yaml",
+        """
+        formulas:
+          narrow: "model.split_width_gcd < 64"
+        constraints:
+          - id: my.heads
+            require: "model.heads % plan.tp == 0"
+            reason: "heads"
+          - id: my.narrow
+            require: "not narrow"
+            reason: "narrow"
+          - id: my.batch
+            require: "plan.mbs <= 64"
+            reason: "micro-batch"
+        """,
+    )
+    rules = load_rules([path.parent])
+    kinds = {c.rule.id: c.model_kinds for c in rules.constraints if c.rule.id.startswith("my.")}
+    assert kinds == {
+        "my.heads": ("transformer",),
+        "my.narrow": ("graph",),  # through the named formula
+        "my.batch": ("transformer", "graph"),
+    }
+
+
+def test_a_constraint_reading_both_kinds_names_is_refused(write):
+    path = write(
+        "r/c.yaml",
+        """
+        constraints:
+          - id: my.mixed
+            require: "model.heads % plan.tp == 0 or model.split_width_gcd > 0"
+            reason: "mixed"
+        """,
+    )
+    with pytest.raises(RuleError) as info:
+        load_rules([path.parent])
+    assert info.value.message == (
+        "constraint 'my.mixed' reads names of transformer models (model.heads) and of graph "
+        "models (model.split_width_gcd): no model has both; split it in two"
+    )
+    assert info.value.where.line == 3
 
 
 def test_the_check_follows_named_formulas(write):
@@ -131,3 +179,17 @@ def test_rules_list_names_graph_figures_by_kind(cli):
     assert run.code == 0
     assert "estimate.time.bn_comm_s (graph models)" in run.out
     assert "graph.channels_divisible_by_tp" in run.out
+
+
+def test_each_kind_gives_exactly_its_model_names():
+    from parplan_gen import vocabulary
+    from parplan_gen.estimate import graph_model_env, model_env
+    from parplan_gen.graph_model import GraphModelSpec
+    from parplan_gen.presets import load_graph_preset, load_preset
+
+    def declared(kind: str) -> set[str]:
+        return {n.name for n in vocabulary.NAMES if n.namespace == "model" and kind in n.models}
+
+    resnet = GraphModelSpec.from_graph(load_graph_preset("resnet-50"))
+    assert set(graph_model_env(resnet)) == declared("graph")
+    assert set(model_env(load_preset("llama-3-8b"), 2048)) == declared("transformer")
