@@ -217,9 +217,10 @@ def _try_change(
     env = planner.cost.layout_env(
         request.spec, request.cluster, layout, flash_attention=request.flash_attention
     )
-    invalid = [v for v in planner.constraints.check(env, "layout") if v.severity == "invalid"]
-    if invalid:
-        note = f"{label}: not possible with this layout ({invalid[0].reason})"
+    # A change the planner would not choose (an `invalid` or a `reject` rule) is no advice.
+    broken = planner.constraints.check(env, "layout")
+    if broken:
+        note = f"{label}: not possible with this layout ({broken[0].reason})"
         return Advice(change=label, fits=False, memory_total=None, note=note)
     figures = planner.cost.figures(env)
     env.update(estimate_env(figures))

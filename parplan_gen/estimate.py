@@ -16,10 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from parplan_gen.errors import FormulaError, RuleError
-from parplan_gen.graph_model import GraphModelSpec
+from parplan_gen.graph_model import GraphModelSpec, TrainedModel
 from parplan_gen.hardware import Cluster
 from parplan_gen.layout import Layout
-from parplan_gen.model_spec import ModelSpec
 from parplan_gen.ruleset import RuleSet, figure_label
 from parplan_gen.vocabulary import ModelKind
 
@@ -101,9 +100,6 @@ class Estimate(BaseModel):
         return self.model_dump(mode="json")
 
 
-TrainedModel = ModelSpec | GraphModelSpec  # what the cost model and the planner take
-
-
 def model_kind(spec: TrainedModel) -> ModelKind:
     """Which cost model and constraints apply to `spec`."""
     return "graph" if isinstance(spec, GraphModelSpec) else "transformer"
@@ -144,21 +140,8 @@ def model_env(spec: TrainedModel, seq_len: int) -> dict[str, Any]:
 
 
 def graph_model_env(spec: GraphModelSpec) -> dict[str, Any]:
-    """model.* values of an op-graph model (per sample)."""
-    return {
-        "model.params": spec.params,
-        "model.nodes": spec.nodes,
-        "model.weighted_nodes": spec.weighted_nodes,
-        "model.forward_flops": spec.forward_flops,
-        "model.activation_elements": spec.activation_elements,
-        "model.stored_elements": spec.stored_elements,
-        "model.split_params": spec.split_params,
-        "model.split_outputs": spec.split_outputs,
-        "model.split_nodes": spec.split_nodes,
-        "model.split_width_gcd": spec.split_width_gcd,
-        "model.batchnorm_layers": spec.batchnorm_layers,
-        "model.batchnorm_channels": spec.batchnorm_channels,
-    }
+    """model.* values of an op-graph model (per sample): its fields, by the same names."""
+    return {f"model.{k}": v for k, v in spec.model_dump(exclude={"kind", "name"}).items()}
 
 
 def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:

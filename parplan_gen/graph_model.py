@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from parplan_gen.errors import InputError, SourceRef
 from parplan_gen.graph import ModelGraph, Node
+from parplan_gen.model_spec import ModelSpec
 
 SPLIT_LAYERS = ("Conv2d", "MatMul")  # channel-parallel layers: their outputs are exchanged
 # What each op's backward keeps (PyTorch tools/autograd/derivatives.yaml): its inputs, except
@@ -57,7 +58,7 @@ class GraphModelSpec(BaseModel):
     split_outputs: float = Field(ge=0, description="Output elements of Conv2d/MatMul nodes.")
     split_nodes: int = Field(ge=0, description="Conv2d and MatMul nodes.")
     split_width_gcd: int = Field(
-        ge=0, description="GCD of the Conv2d/MatMul output widths (0: not known)."
+        ge=0, description="GCD of the Conv2d/MatMul output widths (0: some width is not known)."
     )
     batchnorm_layers: int = Field(ge=0, description="BatchNorm nodes.")
     batchnorm_channels: int = Field(ge=0, description="Channels of all BatchNorm nodes.")
@@ -86,17 +87,19 @@ class GraphModelSpec(BaseModel):
         where = where or SourceRef(graph.name)
         if not graph.nodes:
             raise InputError("the graph has no nodes: nothing to train", where)
-        unsized = [n.id for n in graph.nodes if n.op in SPLIT_LAYERS and not _is_number(n, "flops")]
-        if unsized:
-            more = f" and {len(unsized) - 1} more" if len(unsized) > 1 else ""
-            raise InputError(
-                f"node {unsized[0]!r}{more}: a Conv2d/MatMul without a number for `flops` "
-                "would count as no work (an ONNX model has none where a dimension other than "
-                "the batch is symbolic: export it with fixed sizes)",
-                where,
-            )
-        flops = _total(graph.nodes, "flops")
-        elements = _total(graph.nodes, "activation_elements")
+        split = [n for n in graph.nodes if n.op in SPLIT_LAYERS]
+        for attr, lost in (("flops", "no work"), ("activation_elements", "no memory or traffic")):
+            unsized = [n.id for n in split if not _is_number(n, attr)]
+            if unsized:
+                more = f" and {len(unsized) - 1} more" if len(unsized) > 1 else ""
+                raise InputError(
+                    f"node {unsized[0]!r}{more}: a Conv2d/MatMul without a number for `{attr}` "
+                    f"would count as {lost} (an ONNX model has none where a dimension other "
+                    "than the batch is symbolic: export it with fixed sizes)",
+                    where,
+                )
+        sums = graph.stats.attr_sums  # the rules' graph.sum.*: numeric attributes, exactly summed
+        flops, elements = sums.get("flops", 0.0), sums.get("activation_elements", 0.0)
         for total, attr in ((flops, "flops"), (elements, "activation_elements")):
             if total <= 0:
                 raise InputError(
@@ -105,20 +108,20 @@ class GraphModelSpec(BaseModel):
                     "importer and the graph presets set both",
                     where,
                 )
-        split = [n for n in graph.nodes if n.op in SPLIT_LAYERS]
         norms = [n for n in graph.nodes if n.op == "BatchNorm"]
+        widths = [_width(n) for n in split]
         spec = cls(
             name=graph.name,
             nodes=len(graph.nodes),
             weighted_nodes=sum(_number(n, "params") > 0 for n in graph.nodes),
-            params=round(_total(graph.nodes, "params")),
+            params=round(sums.get("params", 0.0)),
             forward_flops=flops,
             activation_elements=elements,
             stored_elements=_stored_elements(graph),
             split_params=round(_total([n for n in graph.nodes if n.op in SPLIT_PARAMS], "params")),
             split_outputs=_total(split, "activation_elements"),
             split_nodes=len(split),
-            split_width_gcd=math.gcd(*(_width(n) for n in split)),
+            split_width_gcd=math.gcd(*widths) if all(widths) else 0,
             batchnorm_layers=len(norms),
             batchnorm_channels=round(_total(norms, "channels")),
         )
@@ -162,7 +165,10 @@ def _total(nodes: list[Node] | tuple[Node, ...], attr: str) -> float:
 
 
 def _width(node: Node) -> int:
-    """The node's output channels (features) when it says them as an integer, else 0 (which
-    leaves the gcd unchanged)."""
+    """The node's output channels (features) when it says them as an integer, else 0 (unknown:
+    then no tensor-parallel size is known to divide every width)."""
     value = node.attrs.get(WIDTH_ATTRS[node.op])
     return value if type(value) is int and value > 0 else 0
+
+
+TrainedModel = ModelSpec | GraphModelSpec  # what the cost model and the planner take

@@ -20,7 +20,7 @@ from pathlib import Path
 from parplan_gen.defaults import DEFAULT_SEQ_LEN
 from parplan_gen.errors import InputError, SourceRef
 from parplan_gen.graph import ModelGraph, graph_from_document
-from parplan_gen.graph_model import GraphModelSpec
+from parplan_gen.graph_model import GraphModelSpec, TrainedModel
 from parplan_gen.hf_config import load_hf_config
 from parplan_gen.model_spec import ModelSpec
 from parplan_gen.presets import graph_preset_names, load_graph_preset, load_preset, preset_names
@@ -49,18 +49,16 @@ def load_graph_for(
     raise _unknown(path_or_name)
 
 
-def load_model(path_or_name: str) -> ModelSpec | GraphModelSpec:
+def load_model(path_or_name: str) -> TrainedModel:
     """The model to train: a transformer's ModelSpec (a preset name or a Hugging Face
     config.json), else the GraphModelSpec of the op graph (a graph file, an ONNX model read at
     batch 1, a graph preset such as `resnet-50`), which keeps its graph for the proposals."""
     path = Path(path_or_name)
     if path.is_file() and path.suffix.lower() in DOCUMENT_SUFFIXES:
-        with gc_paused():
-            doc = load_document(path)
-            if isinstance(doc.data, dict) and "model_type" in doc.data:
-                return load_hf_config(path)
-            graph = graph_from_document(doc)
-        return GraphModelSpec.from_graph(graph, SourceRef(str(path)))
+        found = _read_document(path)
+        if isinstance(found, ModelSpec):
+            return found
+        return GraphModelSpec.from_graph(found, SourceRef(str(path)))
     if path.is_file() or path_or_name in graph_preset_names():
         where = SourceRef(path_or_name)
         return GraphModelSpec.from_graph(load_graph_for(path_or_name, batch_size=1), where)
@@ -69,7 +67,7 @@ def load_model(path_or_name: str) -> ModelSpec | GraphModelSpec:
     raise _unknown(path_or_name)
 
 
-def sequence_length(spec: ModelSpec | GraphModelSpec, asked: int | None) -> int:
+def sequence_length(spec: TrainedModel, asked: int | None) -> int:
     """The sequence length to plan `spec` at: `asked`, or the default for a transformer; 1 for
     a graph model, whose sample is one input of the graph (an InputError if another is asked)."""
     if isinstance(spec, ModelSpec):
@@ -94,10 +92,17 @@ def _load_file(path: Path, *, batch_size: int, seq_len: int) -> ModelGraph:
             f"unknown model file type {suffix or '(none)'!r}; expected {known}",
             SourceRef(str(path)),
         )
+    found = _read_document(path)
+    return model_graph(found, seq_len=seq_len) if isinstance(found, ModelSpec) else found
+
+
+def _read_document(path: Path) -> ModelSpec | ModelGraph:
+    """A YAML/JSON model file: a Hugging Face config (it has a top-level `model_type`) or a
+    native graph file."""
     with gc_paused():  # as in graph.load_graph: 100k small objects would trigger the cyclic GC
         doc = load_document(path)
         if isinstance(doc.data, dict) and "model_type" in doc.data:
-            return model_graph(load_hf_config(path), seq_len=seq_len)
+            return load_hf_config(path)
         return graph_from_document(doc)
 
 

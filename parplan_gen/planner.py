@@ -177,12 +177,10 @@ class Planner:
     """Plans for one RuleSet: its layout rules by search level, its estimate rules split into
     memory rules (they read memory figures only) and the others, and the cost model."""
 
-    def __init__(
-        self, rules: RuleSet, cost: CostModel | None = None, model_kind: ModelKind = "transformer"
-    ) -> None:
-        self.rules, self.cost = rules, cost or CostModel(rules, model_kind)
-        self.model_kind = self.cost.model_kind
-        self.constraints = Constraints(rules, self.model_kind)
+    def __init__(self, rules: RuleSet, model_kind: ModelKind = "transformer") -> None:
+        self.rules, self.model_kind = rules, model_kind
+        self.cost = CostModel(rules, model_kind)
+        self.constraints = Constraints(rules, model_kind)
         levels: list[list[CompiledConstraint]] = [[] for _ in range(MEMORY + 1)]
         for constraint in self.constraints.layout:
             levels[_level(constraint)].append(constraint)

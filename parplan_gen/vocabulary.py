@@ -224,7 +224,7 @@ _GRAPH_MODEL_NAMES: tuple[Name, ...] = (
         "number",
         "channels",
         "Greatest common divisor of the Conv2d output channels and MatMul output features "
-        "(0 when no node says them): channel parallelism must divide it.",
+        "(0 when a node does not say its width): channel parallelism must divide it.",
     ),
     Name("model.batchnorm_layers", "number", "nodes", "BatchNorm nodes."),
     Name(

@@ -177,7 +177,7 @@ GRAPH_CASES = [
         "graph.channels_divisible_by_tp",
         {"tp": 16, "dp": 1},
         "channel parallelism needs every Conv2d / MatMul output width to divide by tp (16); "
-        "their greatest common divisor is 8 (0: the graph does not say them)",
+        "their greatest common divisor is 8 (0: a node does not say its width)",
     ),
     (
         "graph.no_sequence_parallel",

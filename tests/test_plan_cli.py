@@ -158,3 +158,14 @@ def test_check_says_what_the_planner_offers(cli: Callable[..., Run]) -> None:
     # 405B on one 40 GB GPU: nothing the planner could offer fits
     run = cli("check", "llama-3-405b", "--gpus", "1", "--gpu", "a100-40gb", "--global-batch", "8")
     assert "Better plan: none (no layout of this request fits and meets every rule)" in run.out
+
+
+def test_advice_never_offers_what_a_rule_rules_out(cli: Callable[..., Run]) -> None:
+    # Llama 3 8B on one H100 does not fit; ZeRO-3 on a single replica shards nothing
+    # (zero.needs_data_parallel), so it is not offered as a way to fit, and two GPUs are.
+    run = cli("plan", "llama-3-8b", "--gpus", "1", "--gpu", "h100", "--global-batch", "16")
+    assert (
+        "  - ZeRO-3: not possible with this layout (optimizer sharding over a single "
+        "data-parallel rank shards nothing)\n" in run.out
+    )
+    assert "  - 2 GPUs: dp=2 tp=1 pp=1 fits with" in run.out
