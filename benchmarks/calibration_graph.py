@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from calibration import load_rules_with, named_value
+from calibration import NotEvaluableError, Skipped, load_rules_with, named_value
 from ruamel.yaml import YAML
 
 from parplan_gen.errors import ParplanError
@@ -68,10 +68,6 @@ FIT_TOLERANCE = 1e-5
 GOLDEN = (math.sqrt(5) - 1) / 2
 
 
-class NotEvaluableError(Exception):
-    """A row the cost model cannot take; the message says why."""
-
-
 @dataclass(frozen=True)
 class Case:
     """One published row, ready for the cost model."""
@@ -83,14 +79,6 @@ class Case:
     role: Role
     published: float  # images/s
     source: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A row that is not evaluated, and why."""
-
-    name: str
-    reason: str
 
 
 @dataclass(frozen=True)
