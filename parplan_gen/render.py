@@ -220,7 +220,7 @@ def build_context(
     """Everything the templates format, computed from the document and the mapping.
 
     `megatron` is None for a plan that Megatron-LM does not train (an op-graph model)."""
-    mapping = load_mapping(templates.find(MAPPING_FILE))
+    mapping = load_mapping(templates.find(MAPPING_FILE), templates.builtin / MAPPING_FILE)
     versions = resolve_versions(doc, templates, mapping)
     values = facts(doc, mapping.data, hf_trainer=hf_trainer)
     megatron = (
@@ -269,7 +269,8 @@ def _megatron_context(
         "script": meg.script,
         "groups": megatron_groups(mapping, version, values),
         "run_env": [_env_var(e) for e in meg.run_env],
-        "data_env": {k: _env_var(e) for k, e in meg.data_env.items()},
+        # With master_port, the launch section's entry (templates of before it read it here).
+        "data_env": {k: _env_var(e) for k, e in mapping.data_env(version).items()},
         "one_cuda_connection": values["megatron.one_cuda_connection"],
         "notes": notes(mapping, meg.notes, values, ("megatron", version, "notes")),
     }
@@ -296,7 +297,7 @@ def _launch(doc: PlanDocument, mapping: LoadedMapping, values: dict[str, Any]) -
     cluster = doc.cluster
     per_node = cluster.procs_per_node
     hosts = [{"name": f"node-{i}", "slots": per_node} for i in range(cluster.num_nodes)]
-    launch = mapping.data.launch
+    launch = mapping.launch
     return {
         "nnodes": cluster.num_nodes,
         "nproc_per_node": per_node,
@@ -308,7 +309,7 @@ def _launch(doc: PlanDocument, mapping: LoadedMapping, values: dict[str, Any]) -
         "job_name": "parplan-" + (_SAFE_NAME.sub("-", doc.model.name).strip("-") or "plan"),
         "master_port": _env_var(launch.master_port),
         # What the training script does for the plan (an op-graph model's; plan.md says why).
-        "notes": notes(mapping, launch.notes, values, ("launch", "notes")),
+        "notes": notes(mapping, launch.notes, values, ("launch", "notes"), mapping.launch_doc),
     }
 
 

@@ -11,7 +11,6 @@ plan) are made here, each with its source in a comment.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from itertools import groupby
 from typing import Any
@@ -109,8 +108,9 @@ def _graph_training_facts(doc: PlanDocument) -> dict[str, Any]:
         "train.sync_batchnorm": graph is not None and doc.chosen.time.bn_comm_s > 0,
         # Channel-parallel Conv2d / MatMul layers (graph_model.py): the script splits them.
         "train.channel_parallel": graph is not None and layout.tp > 1,
-        # Chen et al. 2016 (graph.yaml graph_stored_fraction): sqrt(n) checkpointed segments.
-        "train.checkpoint_segments": round(math.sqrt(graph.nodes)) if full and graph else None,
+        # Full recompute: the script checkpoints about every sqrt(n)-th node (Chen et al. 2016),
+        # as rules/cost/graph.yaml graph_stored_fraction assumes.
+        "train.graph_checkpointing": full,
     }
 
 

@@ -5,6 +5,12 @@ canonical facts of one plan (`render_facts.facts`): the DeepSpeed config as nest
 Megatron-LM argument groups, the nccl.env entries and the notes (the launchers' notes are what
 an op-graph model's training script must do). Values are computed here or in
 render_facts; the templates only format them.
+
+A mapping file written before the `launch:` section existed (a `--templates` override) still
+loads: without a `launch:` section the built-in mapping's is used, and its `master_port` is the
+one the file names in a Megatron version's `data_env`, where it lived before. A file may name
+the port in one place only. Templates read it as `launch.master_port` and, for a transformer's
+plan, as `megatron.data_env.master_port` too: the same entry (`LoadedMapping.data_env`).
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from parplan_gen.plan_document import ProposalRecord
 from parplan_gen.render_checks import RenderError
+from parplan_gen.resources import shipped_dir
 from parplan_gen.source import Document, KeyPath, load_document
 from parplan_gen.validation import validate
 
 MAPPING_FILE = "mapping.yaml"
+MASTER_PORT = "master_port"  # launch.master_port; before the launch section, in data_env
 COMMUNICATION = "communication"  # the proposal group whose settings concern NCCL
 NOT_RENDERED = "not rendered"  # a proposal setting the mapping does not place
 HF_AUTO = (
@@ -173,7 +181,9 @@ class MappingFile(_Strict):
     defaults: dict[str, Default]
     deepspeed: dict[str, DeepSpeedMapping]
     megatron: dict[str, MegatronMapping]
-    launch: LaunchMapping
+    launch: LaunchMapping | None = Field(
+        None, description="Absent (a mapping written before it existed): the built-in one."
+    )
     nccl: NcclMapping
     proposal_settings: dict[str, str | KindTexts]
     report: ReportMapping
@@ -181,27 +191,81 @@ class MappingFile(_Strict):
 
 @dataclass(frozen=True)
 class LoadedMapping:
-    """The validated mapping and its document (for positioned errors)."""
+    """The validated mapping and its document (for positioned errors), with the launch section
+    it uses: its own, else the built-in mapping's (read from `launch_doc`)."""
 
     data: MappingFile
     doc: Document
+    launch: LaunchMapping
+    launch_doc: Document
 
-    def check_key(self, facts: Mapping[str, Any], key: str | None, path: KeyPath) -> None:
+    def check_key(
+        self, facts: Mapping[str, Any], key: str | None, path: KeyPath, doc: Document | None = None
+    ) -> None:
         if key is not None and key not in facts:
             known = ", ".join(sorted(k for k in facts if k.split(".")[0] == key.split(".")[0]))
-            raise RenderError(f"unknown canonical key '{key}' (known: {known})", self.doc.ref(path))
+            where = (self.doc if doc is None else doc).ref(path)
+            raise RenderError(f"unknown canonical key '{key}' (known: {known})", where)
+
+    def data_env(self, version: str) -> dict[str, EnvDefault]:
+        """A Megatron version's data_env with `master_port`: the launch section's entry, where
+        templates written before that section read it."""
+        return {**self.data.megatron[version].data_env, MASTER_PORT: self.launch.master_port}
 
 
-def load_mapping(path: str | Path) -> LoadedMapping:
-    """Read and validate a mapping file (parsed once while the file stays the same)."""
+def load_mapping(path: str | Path, builtin: str | Path | None = None) -> LoadedMapping:
+    """Read and validate a mapping file (parsed once while the file stays the same).
+
+    A file without a `launch:` section (written for an earlier version) takes the `builtin`
+    mapping's (default: the shipped templates/mapping.yaml), with the `master_port` the file
+    names in a Megatron version's `data_env` where it has one.
+    """
+    data, doc = _read(path)
+    old_ports = _data_env_ports(data)
+    if data.launch is not None:
+        if old_ports:
+            version, _ = old_ports[0]
+            raise RenderError(
+                "master_port is read from launch.master_port; remove it from data_env",
+                doc.ref(("megatron", version, "data_env", MASTER_PORT)),
+            )
+        return LoadedMapping(data, doc, data.launch, doc)
+    base, base_doc = _read(builtin or shipped_dir("templates") / MAPPING_FILE)
+    if base.launch is None:
+        raise RenderError("missing required key 'launch'", base_doc.ref(()))
+    launch = base.launch
+    if old_ports:
+        (first, port), *others = old_ports
+        for version, other in others:
+            if other != port:
+                raise RenderError(
+                    f"master_port differs from megatron.{first}.data_env.master_port; "
+                    "give it once, as launch.master_port",
+                    doc.ref(("megatron", version, "data_env", MASTER_PORT)),
+                )
+        launch = launch.model_copy(update={"master_port": port})
+    return LoadedMapping(data, doc, launch, base_doc)
+
+
+def _read(path: str | Path) -> tuple[MappingFile, Document]:
     stat = Path(path).stat()
     return _load_mapping(str(path), stat.st_mtime_ns, stat.st_size)
 
 
 @lru_cache(maxsize=8)
-def _load_mapping(path: str, mtime_ns: int, size: int) -> LoadedMapping:
+def _load_mapping(path: str, mtime_ns: int, size: int) -> tuple[MappingFile, Document]:
     doc = load_document(path)
-    return LoadedMapping(validate(MappingFile, doc.data, doc, error=RenderError), doc)
+    return validate(MappingFile, doc.data, doc, error=RenderError), doc
+
+
+def _data_env_ports(data: MappingFile) -> list[tuple[str, EnvDefault]]:
+    """(version, entry) of each Megatron version whose data_env names master_port (the place
+    of the rendezvous port before the launch section)."""
+    return [
+        (version, meg.data_env[MASTER_PORT])
+        for version, meg in data.megatron.items()
+        if MASTER_PORT in meg.data_env
+    ]
 
 
 def _enabled(
@@ -320,15 +384,20 @@ def _proposal_entries(
 
 
 def notes(
-    m: LoadedMapping, items: list[Note], facts: Mapping[str, Any], path: KeyPath
+    m: LoadedMapping,
+    items: list[Note],
+    facts: Mapping[str, Any],
+    path: KeyPath,
+    doc: Document | None = None,
 ) -> list[str]:
-    """The texts of the notes whose `when` holds, with `{key}` placeholders filled in."""
+    """The texts of the notes whose `when` holds, with `{key}` placeholders filled in (`doc`:
+    the file they were read from, when not the mapping's own)."""
     out = []
     for index, note in enumerate(items):
-        m.check_key(facts, note.when, (*path, index, "when"))
+        m.check_key(facts, note.when, (*path, index, "when"), doc)
         if not facts[note.when]:
             continue
         for key in _PLACEHOLDER.findall(note.text):
-            m.check_key(facts, key, (*path, index, "text"))
+            m.check_key(facts, key, (*path, index, "text"), doc)
         out.append(_PLACEHOLDER.sub(lambda match: str(facts[match.group(1)]), note.text))
     return out

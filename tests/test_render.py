@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import shutil
 import stat
 import subprocess
@@ -500,7 +501,7 @@ def test_graph_facts_have_every_key_with_megatron_ones_none():
     )
     assert (transformer["model.kind"], transformer["model.nodes"]) == ("transformer", None)
     assert graph["train.sync_batchnorm"] and graph["train.channel_parallel"]
-    assert graph["train.checkpoint_segments"] == 13  # round(sqrt(174 nodes))
+    assert graph["train.graph_checkpointing"] and not transformer["train.graph_checkpointing"]
     assert not transformer["train.sync_batchnorm"] and not transformer["train.channel_parallel"]
 
 
@@ -792,6 +793,59 @@ def test_unknown_canonical_key_in_a_user_mapping_points_at_its_line(tmp_path):
         RenderError, match=r"mapping.yaml:\d+:\d+: .*unknown canonical key 'plan.global_bach'"
     ):
         render_plan(single_node(), templates_dir=folder)
+
+
+OLD_PORT = '      master_port: {name: MASTER_PORT, default: "29600", doc: "rendezvous port"}\n'
+MEGATRON_NOTES = "    notes:\n      - when: megatron.zero_above_1"  # after core_r0.13's data_env
+
+
+def shipped_mapping(*, launch: bool = True, port_in_data_env: bool = False) -> str:
+    """The shipped mapping.yaml, optionally as one written before its `launch:` section: without
+    that section, and with a master_port (29600) in megatron's data_env, where the port was."""
+    text = (TEMPLATES / "mapping.yaml").read_text(encoding="utf-8")
+    if not launch:
+        text, removed = re.subn(r"(?ms)^(#[^\n]*\n)*launch:\n.*?(?=^nccl:)", "", text)
+        assert removed == 1 and "\nlaunch:" not in text
+    if port_in_data_env:
+        assert text.count(MEGATRON_NOTES) == 1
+        text = text.replace(MEGATRON_NOTES, OLD_PORT + MEGATRON_NOTES)
+    return text
+
+
+@pytest.mark.parametrize("case", ["dense_multinode", "graph_channel_parallel"])
+def test_a_user_mapping_without_a_launch_section_takes_the_built_in_one(case, rendered, tmp_path):
+    folder = user_templates(tmp_path, {"mapping.yaml": shipped_mapping(launch=False)})
+    assert render_plan(CASES[case](), templates_dir=folder) == rendered[case]
+
+
+@pytest.mark.parametrize("case", ["dense_multinode", "graph_channel_parallel"])
+def test_a_user_mapping_without_a_launch_section_keeps_its_data_env_port(case, tmp_path):
+    mapping = shipped_mapping(launch=False, port_in_data_env=True)
+    folder = user_templates(tmp_path, {"mapping.yaml": mapping})
+    files = render_plan(CASES[case](), templates_dir=folder)
+    scripts = [text for name, text in files.items() if name.endswith((".sh", ".sbatch"))]
+    assert len(scripts) == (3 if case == "dense_multinode" else 2)
+    for text in scripts:
+        assert "${MASTER_PORT:-29600}" in text and "29500" not in text
+
+
+def test_a_port_in_both_launch_and_data_env_is_refused(tmp_path):
+    folder = user_templates(tmp_path, {"mapping.yaml": shipped_mapping(port_in_data_env=True)})
+    with pytest.raises(
+        RenderError,
+        match=r"mapping.yaml:\d+:\d+: .*master_port is read from launch.master_port",
+    ):
+        render_plan(single_node(), templates_dir=folder)
+
+
+def test_an_old_launch_template_reads_the_port_in_megatrons_data_env(rendered, tmp_path):
+    """A launch_torchrun.sh.j2 written before the launch section read the port from
+    megatron.data_env: the same entry as launch.master_port, for a transformer's plan."""
+    template = (TEMPLATES / "launch" / "launch_torchrun.sh.j2").read_text(encoding="utf-8")
+    old = template.replace("launch.master_port.", "megatron.data_env.master_port.")
+    assert old != template and "launch.master_port" not in old
+    folder = user_templates(tmp_path, {"launch/launch_torchrun.sh.j2": old})
+    assert render_plan(dense_multinode(), templates_dir=folder) == rendered["dense_multinode"]
 
 
 def test_versions_default_to_the_latest_and_an_unknown_one_is_named(tmp_path):

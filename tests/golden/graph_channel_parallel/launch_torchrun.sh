@@ -11,17 +11,18 @@
 #   - SyncBatchNorm: call `torch.nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group)`
 #     before wrapping the model (`deepspeed.initialize` or DDP), process_group the rank's
 #     data-parallel group of 8 ranks (every rank, the default, when tp is 1). Why: a micro-batch
-#     of 16 samples per GPU is below 32, too few for accurate BatchNorm statistics (Goyal et al.
-#     2017, Sec. 2.3; rules/cost/graph.yaml sync_batchnorm); the step time counts the exchange (bn
-#     comm).
+#     of 16 samples per GPU is below the per-GPU BatchNorm batch of rules/cost/graph.yaml
+#     (bn_min_local_batch, Goyal et al. 2017, Sec. 2.3), too few for accurate BatchNorm statistics
+#     (sync_batchnorm there); the step time counts the exchange (bn comm).
 #   - channel parallelism (tp 2) is done by the training script, no DeepSpeed option does it:
 #     split the Conv2d and MatMul layers over 2 consecutive ranks in pairs, the first by output
 #     channels (with the BatchNorm after it), the second by input channels, with one all-reduce
 #     forward and one backward per pair (as the tp comm time assumes); and give
 #     `deepspeed.initialize(mpu=...)` the data-parallel groups of 8 ranks, 2 apart.
-#   - full activation recompute: checkpoint the model in 13 segments (about the square root of its
-#     174 nodes, Chen et al. 2016), e.g. `torch.utils.checkpoint.checkpoint_sequential(model, 13,
-#     x)`, as the memory estimate assumes.
+#   - full activation recompute: checkpoint about every sqrt(n)-th of the model's n = 174 nodes
+#     (Chen et al. 2016), e.g. with `torch.utils.checkpoint.checkpoint_sequential(model, segments,
+#     x)` and about sqrt(n) segments, as the memory estimate assumes (rules/cost/graph.yaml
+#     graph_stored_fraction).
 set -euo pipefail
 if [[ $# -eq 0 ]]; then
     echo "usage: $0 TRAINING_SCRIPT [ARGUMENTS...]" >&2
