@@ -29,6 +29,7 @@ from parplan_gen.render_checks import RenderError
 from parplan_gen.resources import shipped_dir
 from parplan_gen.source import Document, KeyPath, load_document
 from parplan_gen.validation import validate
+from parplan_gen.vocabulary import ModelKind
 
 MAPPING_FILE = "mapping.yaml"
 MASTER_PORT = "master_port"  # launch.master_port; before the launch section, in data_env
@@ -354,7 +355,7 @@ def nccl_entries(
     return entries
 
 
-def applied_as(mapping: MappingFile, kind: str) -> dict[str, str]:
+def applied_as(mapping: MappingFile, kind: ModelKind) -> dict[str, str]:
     """Where each proposal setting ends up in a plan for `kind` of model."""
     return {
         setting: getattr(text, kind) if isinstance(text, KindTexts) else text

@@ -11,13 +11,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parplan_gen.defaults import GIB
-from parplan_gen.estimate import MEMORY_PARTS, TIME_PARTS_BY_KIND, Estimate, model_kind
-from parplan_gen.estimate import TIME_PARTS as ESTIMATE_TIME_PARTS
+from parplan_gen.estimate import MEMORY_PARTS, TIME_PARTS, TIME_PARTS_BY_KIND, Estimate, model_kind
 from parplan_gen.estimate_view import model_title, sample_unit
 from parplan_gen.plan_document import PlanDocument
 from parplan_gen.render_mapping import NOT_RENDERED, ChartStyle, ReportMapping
 
-TIME_PARTS = tuple(p for p in ESTIMATE_TIME_PARTS if p != "step_s")  # the parts of a step
 PART_LABELS = {p: p.removesuffix("_s").replace("_", " ") for p in (*MEMORY_PARTS, *TIME_PARTS)}
 MS_PER_S = 1000
 LEGEND_BOX_EM = 0.9  # legend swatch side, in font sizes
