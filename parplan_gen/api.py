@@ -147,7 +147,8 @@ class Plan(BaseModel):
         """Render every file (plan.json, ds_config.json, megatron_args.sh for a transformer,
         nccl.env, launchers, plan.md) into `out_dir`; an existing different file is refused
         unless `force`."""
-        from parplan_gen.render import render_plan, write_rendered
+        from parplan_gen.render import render_plan
+        from parplan_gen.render_writer import write_rendered
 
         files = render_plan(self.document())
         write_rendered(out_dir, files, force=force)

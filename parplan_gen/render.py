@@ -8,17 +8,14 @@ overrides any of them, and mapping.yaml, by relative name). They run in Jinja's 
 sandbox with StrictUndefined: a template that names a missing value fails, and one that reaches
 for Python internals is refused (render_sandbox checks each template when it is loaded and
 bounds what it may cost when it runs). Every rendered file is parsed back (render_checks) before
-it is returned or written; writes are atomic and never overwrite a different file without
-`force`.
+it is returned; render_writer writes them.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -49,6 +46,7 @@ from parplan_gen.render_sandbox import (
     TemplateBudgetError,
     TemplateRefused,
 )
+from parplan_gen.render_writer import NCCL_REFERENCE
 from parplan_gen.resources import shipped_dir
 
 JSON_INDENT = 2
@@ -68,10 +66,6 @@ OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the cho
 # op-graph model runs under DeepSpeed (or PyTorch DDP) through torchrun.
 BACKENDS_BY_KIND = {"transformer": ("megatron", "deepspeed"), "graph": ("deepspeed",)}
 PLAN_JSON = "plan.json"
-NCCL_REFERENCE = Path("nccl", "nccl_env.yaml")  # shared/reference/nccl_env.yaml, shipped
-EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
-EXECUTABLE_MODE = 0o755
-FILE_MODE = 0o644
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -368,80 +362,3 @@ def megatron_args(doc: PlanDocument, *, templates_dir: str | Path | None = None)
     return [
         word for group in context["megatron"]["groups"] for arg in group["args"] for word in arg
     ]
-
-
-def write_rendered(
-    out_dir: str | Path, files: dict[str, str], *, force: bool = False
-) -> dict[str, str]:
-    """Write `files` into `out_dir` atomically; returns name -> "written" | "unchanged".
-
-    Every file is checked first, and every existing file compared first: if one differs and
-    `force` is not given, nothing is written at all.
-    """
-    check_files(files, nccl_reference=shipped_dir("templates") / NCCL_REFERENCE)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise RenderError(f"--out {out} exists and is not a folder")
-    status, pending, conflicts = {}, {}, []
-    for name, text in files.items():
-        if Path(name).name != name or name in ("", ".", ".."):
-            raise RenderError(f"rendered file name {name!r} is not a plain file name")
-        target, data = out / name, text.encode("utf-8")
-        if target.is_dir():
-            conflicts.append(f"{name} (a folder)")
-        elif target.is_file() and target.read_bytes() == data:
-            status[name] = "unchanged"
-        elif target.exists() and not force:
-            conflicts.append(name)
-        else:
-            pending[name] = data
-    if conflicts:
-        raise RenderError(
-            f"{out}: will not overwrite {', '.join(conflicts)} (content differs); "
-            "pass --force to replace them"
-        )
-    _write_all(out, pending)
-    status |= dict.fromkeys(pending, "written")
-    return {name: status[name] for name in files}
-
-
-def _write_all(out: Path, pending: dict[str, bytes]) -> None:
-    """Write every file in two steps: each into a temporary file next to its target, then, once
-    all are written, each renamed into place. A failure while writing (a full disk) changes
-    nothing; folders made here are removed again when the files could not all be placed."""
-    created = [p for p in (out, *out.parents) if not p.exists()]  # innermost first
-    staged: list[tuple[Path, Path]] = []
-    placed: list[Path] = []
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, data in pending.items():
-            mode = EXECUTABLE_MODE if name.endswith(EXECUTABLE_SUFFIXES) else FILE_MODE
-            staged.append((_staged_write(out / name, data, mode), out / name))
-        for tmp, target in staged:
-            tmp.replace(target)  # os.replace: atomic within one file system
-            placed.append(target)
-    except OSError as exc:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
-        if created:
-            for path in placed:
-                path.unlink(missing_ok=True)
-            for folder in created:
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
-        raise RenderError(f"cannot write into {out}: {exc.strerror or exc}") from None
-
-
-def _staged_write(target: Path, data: bytes, mode: int) -> Path:
-    """`data` in a new temporary file in the target's folder (synced, with `mode`); its path."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        Path(tmp).chmod(mode)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return Path(tmp)

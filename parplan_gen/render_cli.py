@@ -73,7 +73,8 @@ def write_plan_files(
 ) -> int:
     """Render `doc` with the rendering options in `args`, write it into `out`, and list the
     files on `stream` (default stdout; `parplan plan --json --out` passes stderr)."""
-    from parplan_gen.render import render_plan, write_rendered
+    from parplan_gen.render import render_plan
+    from parplan_gen.render_writer import write_rendered
 
     doc = doc.with_render_options(
         megatron_version=args.megatron_version, deepspeed_version=args.deepspeed_version

@@ -34,7 +34,6 @@ from parplan_gen.render import (
     deepspeed_config,
     megatron_args,
     render_plan,
-    write_rendered,
 )
 from parplan_gen.render_checks import (
     RenderError,
@@ -46,6 +45,7 @@ from parplan_gen.render_checks import (
 from parplan_gen.render_cli import add_render_commands
 from parplan_gen.render_facts import facts, stage_layers
 from parplan_gen.render_mapping import load_mapping
+from parplan_gen.render_writer import write_rendered
 
 from conftest import REPO
 
