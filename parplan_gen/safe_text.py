@@ -1,0 +1,49 @@
+"""User-supplied text made safe to show: on a terminal, in an error line, in a comment.
+
+A model name, a file name or a value from an input file may hold control characters (ESC
+sequences that repaint a terminal, NUL, carriage returns and the other line breaks that some
+readers honour and others do not) and may be megabytes long. Everything that shows such text
+to a person goes through `printable`, which escapes what is not plain printable text and
+bounds the length; `safe_name` reduces a name to a character set that is inert in any file
+format we write (shell comments included).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# An error line or a table cell shows at most this many characters of one user value: enough
+# for any real model name, path or key, short enough to keep a one-line error one line.
+MAX_SHOWN_CHARS = 200
+# Unicode general categories that are not plain visible text: controls (Cc: NUL, ESC, CR, ...),
+# format characters (Cf: bidi overrides, zero-width joiners), surrogates, private use,
+# unassigned, and the line/paragraph separators U+2028/U+2029 (Zl, Zp) that some line readers
+# split on.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def printable(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` with every non-printable character written as an escape (`\\x1b`, `\\u2028`) and
+    cut to `limit` characters (saying how many were left out)."""
+    text = str(text)
+    cut = text[:limit]
+    shown = "".join(_escape(c) if unicodedata.category(c) in _UNSAFE_CATEGORIES else c for c in cut)
+    if len(text) > limit:
+        shown += f"... ({len(text) - limit} more characters)"
+    return shown
+
+
+def safe_name(text: str, fallback: str = "model", limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` reduced to `[A-Za-z0-9._+-]` (runs of anything else become one `-`), at most
+    `limit` characters; `fallback` when nothing is left."""
+    reduced = _NAME_UNSAFE.sub("-", str(text)[: limit * 4]).strip("-")[:limit]
+    return reduced or fallback
