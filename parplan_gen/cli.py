@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from parplan_gen import __version__
-from parplan_gen.cli_common import add_micro_batch_option, add_rules_option, positive_int
+from parplan_gen.cli_common import (
+    add_micro_batch_option,
+    add_rules_option,
+    positive_int,
+)
 from parplan_gen.errors import ParplanError, UsageError
-from parplan_gen.source import gc_paused
+from parplan_gen.number_text import whole_number
+from parplan_gen.source import INPUT_LIMIT_ENV, MIB, gc_paused, input_limit
 
 PROG = "parplan"
 MODEL_HELP = "graph .yaml/.yml/.json, Hugging Face config.json, .onnx, or a preset name"
+# The largest --max-input-mib: 64 GiB, more memory than parplan could load such a file into on
+# a workstation; the bound only keeps the number sane.
+MAX_INPUT_MIB = 1 << 16
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example:\n  parplan analyze examples/transformer_block.yaml",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument(
+        "--max-input-mib",
+        type=_input_mib,
+        metavar="N",
+        help="read input files of up to N MiB, whatever their kind (default: each kind of "
+        f"input has its cap, which the error refusing a file names); or set {INPUT_LIMIT_ENV}",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     analyze = sub.add_parser(
@@ -86,6 +102,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_render_commands(sub)
     return parser
+
+
+def _input_mib(text: str) -> int:
+    """The argparse type of --max-input-mib."""
+    try:
+        return whole_number(text, MAX_INPUT_MIB)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _max_input_bytes(args: argparse.Namespace) -> int | None:
+    """--max-input-mib, else PARPLAN_MAX_INPUT_MIB (when set and not empty), in bytes."""
+    mib = args.max_input_mib
+    text = os.environ.get(INPUT_LIMIT_ENV, "")
+    if mib is None and text:
+        try:
+            mib = whole_number(text, MAX_INPUT_MIB)
+        except ValueError as exc:
+            raise UsageError(f"{INPUT_LIMIT_ENV}: {exc}") from None
+    return None if mib is None else mib * MIB
 
 
 def _print_json_list(key: str, lines: list[str]) -> None:
@@ -165,7 +201,8 @@ def _run(argv: Sequence[str] | None) -> int:
         if handler is None:
             parser.print_help()
             return 2
-        return handler(args)
+        with input_limit(_max_input_bytes(args)):
+            return handler(args)
     except ParplanError as exc:
         sys.stderr.write(f"{PROG}: error: {exc.render()}\n")
         return exc.exit_code

@@ -9,7 +9,6 @@ built only when someone asks for it.
 
 from __future__ import annotations
 
-import difflib
 import math
 import sys
 from collections import Counter, defaultdict
@@ -17,13 +16,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
-from pydantic import BaseModel, Field, FiniteFloat, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+from pydantic.dataclasses import dataclass
 
 if TYPE_CHECKING:
     import networkx as nx
 
-from parplan_gen.errors import GraphError, SourceRef
+from parplan_gen.errors import GraphError, SourceRef, did_you_mean, shown_value
+from parplan_gen.safe_text import printable
 from parplan_gen.source import (
+    MIB,
     Document,
     KeyPath,
     format_path,
@@ -32,6 +42,10 @@ from parplan_gen.source import (
     load_document,
 )
 
+# A native graph or model file: 16 MiB holds ~200,000 nodes with their sizes (~80 bytes each
+# as JSON), which load in ~2 s and ~300 MB. Loading is linear, ~6 us and ~850 bytes a node
+# (2 million bare nodes, 63 MB: ~11 s, 1.7 GB): raise the limit for such graphs.
+MAX_GRAPH_BYTES = 16 * MIB
 ALIAS_PREFIX = "Compute::"  # the seed's spelling: "Compute::MatMul" is "MatMul"
 TOP_LEVEL_KEYS = ("name", "nodes", "edges")
 _INT_MAX = int(sys.float_info.max)  # a larger int cannot be summed into the stats
@@ -43,8 +57,10 @@ def canonical_op(op: str) -> str:
     return op.removeprefix(ALIAS_PREFIX)
 
 
-class Node(BaseModel, frozen=True, extra="forbid"):
-    """One operation of the model graph."""
+@dataclass(frozen=True, slots=True, config=ConfigDict(extra="forbid"))
+class Node:
+    """One operation of the model graph (validated when made). A slotted dataclass: a graph
+    may hold millions, and a node takes ~250 bytes with its attributes (a BaseModel: ~670)."""
 
     id: str = Field(min_length=1, description="Unique node id.")
     op: str = Field(description="Canonical op type; `Compute::X` is stored as `X`.")
@@ -57,11 +73,14 @@ class Node(BaseModel, frozen=True, extra="forbid"):
     def _canonical(cls, op: str) -> str:
         canonical = canonical_op(op)
         if not canonical:
-            raise ValueError(f"op {op!r} names no op")
-        return canonical
+            raise ValueError(f"op {printable(repr(op))} names no op")
+        return sys.intern(canonical)  # a graph has few ops: one string each, not one a node
 
 
 _NODE_LIST = TypeAdapter(list[Node])
+# Nodes validated per call: pydantic's cost per call is spread over many nodes, and the field
+# mappings of one chunk only are alive at a time (for all 2 million nodes at once: ~700 MB).
+_CHUNK = 4096
 
 
 class GraphStats(BaseModel, frozen=True):
@@ -199,13 +218,17 @@ def build_graph(
     return ModelGraph(name, nodes, edges, layout, _stats(nodes, len(edges), levels, where))
 
 
+def _edge_name(a: str, b: str) -> str:
+    return f"edge [{printable(a)}, {printable(b)}]"
+
+
 def _duplicate_node_error(nodes: tuple[Node, ...], where: _Locator) -> GraphError:
     first: dict[str, int] = {}
     for i, node in enumerate(nodes):
         j = first.setdefault(node.id, i)
         if j != i:
             at = where.line(("nodes", j, "id"))
-            message = f"duplicate node id {node.id!r} (first defined at {at})"
+            message = f"duplicate node id {shown_value(node.id)} (first defined at {at})"
             return GraphError(message, where.ref(("nodes", i, "id")))
     raise AssertionError("no duplicate node id found")  # unreachable: the caller saw one
 
@@ -236,13 +259,14 @@ def _edge_error(
     for j, (a, b) in enumerate(edges):
         for end, node_id in enumerate((a, b)):
             if node_id not in index:
-                message = f"edge [{a}, {b}]: unknown node {node_id!r}"
+                message = f"{_edge_name(a, b)}: unknown node {shown_value(node_id)}"
                 return GraphError(message, where.ref(where.edge_end(j, end)))
         if a == b:
-            return GraphError(f"edge [{a}, {b}]: self-loop on node {a!r}", where.ref(("edges", j)))
+            message = f"{_edge_name(a, b)}: self-loop on node {shown_value(a)}"
+            return GraphError(message, where.ref(("edges", j)))
         k = first.setdefault((a, b), j)
         if k != j:
-            message = f"duplicate edge [{a}, {b}] (first at {where.line(('edges', k))})"
+            message = f"duplicate {_edge_name(a, b)} (first at {where.line(('edges', k))})"
             return GraphError(message, where.ref(("edges", j)))
     raise AssertionError("no bad edge found")  # unreachable: the caller saw one
 
@@ -278,7 +302,7 @@ def _cycle_error(
     cycle = cycle[start:] + cycle[:start]
     closing = edges.index((cycle[-1], cycle[0]))
     text = " -> ".join([*cycle, cycle[0]])
-    return GraphError(f"cycle: {text}", where.ref(("edges", closing)))
+    return GraphError(f"cycle: {printable(text)}", where.ref(("edges", closing)))
 
 
 def _stats(
@@ -303,7 +327,7 @@ def _sum(key: str, values: list[int | float], where: _Locator) -> float:
     try:
         return math.fsum(values)
     except OverflowError:
-        message = f"attribute {key!r}: the sum over all nodes overflows a float"
+        message = f"attribute {shown_value(key)}: the sum over all nodes overflows a float"
         raise GraphError(message, where.ref(("nodes",))) from None
 
 
@@ -313,21 +337,29 @@ def _sum(key: str, values: list[int | float], where: _Locator) -> float:
 def load_graph(path: str | Path) -> ModelGraph:
     """Read a native graph file (`.json`, or YAML otherwise)."""
     with gc_paused():
-        return graph_from_document(load_document(path))
+        return graph_from_document(load_document(path, max_bytes=MAX_GRAPH_BYTES))
 
 
 def graph_from_document(doc: Document) -> ModelGraph:
     """Build the graph a parsed native graph document describes."""
     name, raw_nodes, raw_edges = _top_level(doc)
-    fields = [_node_fields(doc, i, raw) for i, raw in enumerate(raw_nodes)]
     edges = [_edge(doc, j, raw) for j, raw in enumerate(raw_edges)]
-    try:
-        nodes = _NODE_LIST.validate_python(fields)
-    except ValidationError:  # an attribute value; find the first, precisely
-        for i, raw in enumerate(raw_nodes):
-            _checked_node_fields(doc, i, raw)
-        raise
-    return build_graph(name, nodes, edges, doc=doc)
+    return build_graph(name, _nodes(doc, raw_nodes), edges, doc=doc)
+
+
+def _nodes(doc: Document, raw_nodes: list[Any]) -> list[Node]:
+    """The Nodes of the raw node mappings, validated a chunk at a time."""
+    nodes: list[Node] = []
+    for start in range(0, len(raw_nodes), _CHUNK):
+        chunk = raw_nodes[start : start + _CHUNK]
+        fields = [_node_fields(doc, start + k, raw) for k, raw in enumerate(chunk)]
+        try:
+            nodes += _NODE_LIST.validate_python(fields)
+        except ValidationError:  # an attribute value; find the first, precisely
+            for k, raw in enumerate(chunk):
+                _checked_node_fields(doc, start + k, raw)
+            raise
+    return nodes
 
 
 def _top_level(doc: Document) -> tuple[str, list[Any], list[Any]]:
@@ -338,9 +370,8 @@ def _top_level(doc: Document) -> tuple[str, list[Any], list[Any]]:
         raise GraphError(f"{message}, got {_describe(data)}", doc.ref())
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            close = difflib.get_close_matches(key, TOP_LEVEL_KEYS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            message = f"unknown key {key!r}{hint}; allowed: {', '.join(TOP_LEVEL_KEYS)}"
+            hint = did_you_mean(key, TOP_LEVEL_KEYS)
+            message = f"unknown key {shown_value(key)}{hint} (allowed: {', '.join(TOP_LEVEL_KEYS)})"
             raise GraphError(message, doc.ref((key,)))
     if "nodes" not in data:
         raise GraphError("missing `nodes` (a list of {id, op, ...})", doc.ref())
@@ -359,6 +390,7 @@ def _node_fields(doc: Document, i: int, raw: Any) -> dict[str, Any]:
     """Check one node mapping; return the fields of its Node."""
     if type(raw) is dict:  # fast path: attribute values are left to Node's own validation
         node_id, op = raw.get("id"), raw.get("op")
+        node_id = str(node_id) if type(node_id) is int else node_id
         if type(node_id) is str and node_id and type(op) is str and canonical_op(op):
             attrs = dict(raw)
             del attrs["id"], attrs["op"]
@@ -379,18 +411,20 @@ def _checked_node_fields(doc: Document, i: int, raw: Any) -> dict[str, Any]:
         message = f"node `id` must be a non-empty string or an integer, got {_describe(raw['id'])}"
         raise GraphError(message, doc.ref((*path, "id")))
     if "op" not in raw:
-        raise GraphError(f"node {node_id!r} has no `op`", doc.ref(path))
+        raise GraphError(f"node {shown_value(node_id)} has no `op`", doc.ref(path))
     op = raw["op"]
     if not isinstance(op, str) or not canonical_op(op):
-        got = f"{op!r}, which names no op" if isinstance(op, str) and op else _describe(op)
-        message = f"node {node_id!r}: `op` must be a non-empty string, got {got}"
+        got = (
+            f"{shown_value(op)}, which names no op" if isinstance(op, str) and op else _describe(op)
+        )
+        message = f"node {shown_value(node_id)}: `op` must be a non-empty string, got {got}"
         raise GraphError(message, doc.ref((*path, "op")))
     attrs = {k: v for k, v in raw.items() if k not in ("id", "op")}
     for key, value in attrs.items():
         if not _is_attr_value(value):
             message = (
-                f"node {node_id!r}: attribute {key!r} must be a finite number, a string "
-                f"or a boolean, got {_describe(value)}"
+                f"node {shown_value(node_id)}: attribute {shown_value(key)} must be a finite "
+                f"number, a string or a boolean, got {_describe(value)}"
             )
             raise GraphError(message, doc.ref((*path, key)))
     return {"id": node_id, "op": op, "attrs": attrs}
@@ -409,6 +443,8 @@ def _edge(doc: Document, j: int, raw: Any) -> tuple[str, str]:
     """Check one edge, `[from, to]` or `{from: a, to: b}`; return its two ids."""
     if type(raw) is list and len(raw) == 2:  # fast path for the common, valid edge
         a, b = raw
+        a = str(a) if type(a) is int else a
+        b = str(b) if type(b) is int else b
         if type(a) is str and type(b) is str and a and b:
             return a, b
     keys: tuple[str | int, str | int]
@@ -450,5 +486,5 @@ def _describe(value: Any) -> str:
     if isinstance(value, int) and abs(value) > _INT_MAX:
         return f"an integer of {len(str(abs(value)))} digits, too large for a float"
     if isinstance(value, str):
-        return "an empty string" if not value else f"a string ({value!r})"
+        return "an empty string" if not value else f"a string ({shown_value(value)})"
     return f"a number ({value!r})"

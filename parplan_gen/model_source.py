@@ -15,16 +15,19 @@ is expanded like a config, a graph preset (e.g. `resnet-50`) is its native graph
 from __future__ import annotations
 
 import difflib
+import errno
+import stat
 from pathlib import Path
 
 from parplan_gen.defaults import DEFAULT_SEQ_LEN
-from parplan_gen.errors import InputError, SourceRef
-from parplan_gen.graph import ModelGraph, graph_from_document
+from parplan_gen.errors import MAX_HINT_CHARS, InputError, SourceRef
+from parplan_gen.graph import MAX_GRAPH_BYTES, ModelGraph, graph_from_document
 from parplan_gen.graph_model import GraphModelSpec, TrainedModel
 from parplan_gen.hf_config import load_hf_config
 from parplan_gen.model_spec import ModelSpec
 from parplan_gen.presets import graph_preset_names, load_graph_preset, load_preset, preset_names
-from parplan_gen.source import gc_paused, load_document
+from parplan_gen.safe_text import printable
+from parplan_gen.source import gc_paused, load_document, not_regular_file
 from parplan_gen.transformer_graph import model_graph
 
 ONNX_SUFFIXES = (".onnx",)
@@ -40,7 +43,7 @@ def load_graph_for(
     length of a transformer (config or preset). Native graphs carry their own numbers.
     """
     path = Path(path_or_name)
-    if path.is_file():
+    if _is_file(path):
         return _load_file(path, batch_size=batch_size, seq_len=seq_len)
     if path_or_name in graph_preset_names():
         return load_graph_preset(path_or_name)
@@ -54,12 +57,12 @@ def load_model(path_or_name: str) -> TrainedModel:
     config.json), else the GraphModelSpec of the op graph (a graph file, an ONNX model read at
     batch 1, a graph preset such as `resnet-50`), which keeps its graph for the proposals."""
     path = Path(path_or_name)
-    if path.is_file() and path.suffix.lower() in DOCUMENT_SUFFIXES:
+    if _is_file(path) and path.suffix.lower() in DOCUMENT_SUFFIXES:
         found = _read_document(path)
         if isinstance(found, ModelSpec):
             return found
         return GraphModelSpec.from_graph(found, SourceRef(str(path)))
-    if path.is_file() or path_or_name in graph_preset_names():
+    if _is_file(path) or path_or_name in graph_preset_names():
         where = SourceRef(path_or_name)
         return GraphModelSpec.from_graph(load_graph_for(path_or_name, batch_size=1), where)
     if path_or_name in preset_names():
@@ -80,6 +83,15 @@ def sequence_length(spec: TrainedModel, asked: int | None) -> int:
     return 1
 
 
+def _is_file(path: Path) -> bool:
+    """Whether `path` is a regular file; False too for a name no file can have (too long, a
+    NUL), which `_unknown` then explains."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _load_file(path: Path, *, batch_size: int, seq_len: int) -> ModelGraph:
     suffix = path.suffix.lower()
     if suffix in ONNX_SUFFIXES:
@@ -88,10 +100,8 @@ def _load_file(path: Path, *, batch_size: int, seq_len: int) -> ModelGraph:
         return load_onnx_graph(path, batch_size=batch_size)
     if suffix not in DOCUMENT_SUFFIXES:
         known = ", ".join((*DOCUMENT_SUFFIXES, *ONNX_SUFFIXES))
-        raise InputError(
-            f"unknown model file type {suffix or '(none)'!r}; expected {known}",
-            SourceRef(str(path)),
-        )
+        shown = printable(repr(path.suffix)) if suffix else "'(none)'"
+        raise InputError(f"unknown model file type {shown}; expected {known}", SourceRef(str(path)))
     found = _read_document(path)
     return model_graph(found, seq_len=seq_len) if isinstance(found, ModelSpec) else found
 
@@ -100,18 +110,29 @@ def _read_document(path: Path) -> ModelSpec | ModelGraph:
     """A YAML/JSON model file: a Hugging Face config (it has a top-level `model_type`) or a
     native graph file."""
     with gc_paused():  # as in graph.load_graph: 100k small objects would trigger the cyclic GC
-        doc = load_document(path)
+        doc = load_document(path, max_bytes=MAX_GRAPH_BYTES)
         if isinstance(doc.data, dict) and "model_type" in doc.data:
             return load_hf_config(path)
         return graph_from_document(doc)
 
 
 def _unknown(path_or_name: str) -> InputError:
-    """A "file not found" error for what looks like a path, else an unknown-name error."""
+    """For what is no regular file: a "not a regular file" error (a folder, a pipe, a device:
+    never opened), "file not found" for what looks like a path, else an unknown-name error."""
     path = Path(path_or_name)
-    if path.is_dir():
+    try:
+        mode: int | None = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except (OSError, ValueError) as exc:  # a loop of links, no permission; NUL, or too long
+        if isinstance(exc, OSError) and exc.errno != errno.ENAMETOOLONG:
+            return InputError(f"cannot read file: {exc.strerror}", SourceRef(path_or_name))
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
         message = "is a folder; expected a model file or a preset name"
         return InputError(message, SourceRef(path_or_name))
+    if mode is not None:
+        return not_regular_file(path_or_name, mode)
     if path.suffix.lower() in (*DOCUMENT_SUFFIXES, *ONNX_SUFFIXES) or len(path.parts) > 1:
         return InputError("file not found", SourceRef(path_or_name))
     return InputError(
@@ -123,6 +144,8 @@ def _unknown(path_or_name: str) -> InputError:
 
 def _did_you_mean(name: str) -> str:
     """A close preset name, compared without case (`ResNet-50` -> `resnet-50`)."""
+    if len(name) > MAX_HINT_CHARS:  # no misspelling, and difflib's time grows with its length
+        return ""
     known = {n.lower(): n for n in (*graph_preset_names(), *preset_names())}
     close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.5)
     return f"; did you mean '{known[close[0]]}'?" if close else ""

@@ -36,16 +36,33 @@ every graph input is bound to `batch_size`; other symbolic dimensions can be bou
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parplan_gen.errors import GraphError, InputError, SourceRef
+from parplan_gen.errors import SHOWN_MESSAGE_CHARS, GraphError, InputError, SourceRef
 from parplan_gen.graph import ModelGraph, Node, build_graph
+from parplan_gen.safe_text import printable
+from parplan_gen.source import MIB, RAISE_HINT, read_bytes, size_limit
 
 MISSING_EXTRA = "reading .onnx files needs the onnx extra: pip install 'parplan-gen[onnx]'"
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# An .onnx file is read and parsed whole, its embedded weights too (the weights' data is then
+# dropped, before shape inference copies the model): about twice the file in memory at the
+# peak. Every CNN and BERT-base fit; larger models keep their weights in external data files,
+# which are never read.
+MAX_ONNX_BYTES = 512 * MIB
+# Each node counts this much against the limit: importing one costs ~4 KB of memory and
+# ~40 us, a hundred times its bytes in the file. 512 MiB allows 262,144 nodes (~10 s); the
+# largest exported LLMs have ~30,000. Counted in the file's bytes, before it is parsed.
+ONNX_NODE_BYTES = 2048
+_GRAPH_FIELD, _NODE_FIELD = 7, 1  # ModelProto.graph, GraphProto.node (protobuf field numbers)
+# A floating-point tensor of more elements than this is a weight: shape inference never reads
+# its values (shapes, axes and pads are integers; Resize scales have a few elements).
+_SHAPE_DATA_ELEMENTS = 64
+_FLOAT_TYPES = ("FLOAT", "FLOAT16", "BFLOAT16", "DOUBLE")
+_DATA_FIELDS = ("raw_data", "float_data", "double_data", "int32_data")
 
 _ACTIVATION_NAMES = (  # element-wise nonlinearities (ONNX and com.microsoft spellings)
     "Relu LeakyRelu PRelu Elu Selu Celu Gelu FastGelu BiasGelu QuickGelu Sigmoid HardSigmoid "
@@ -169,7 +186,7 @@ def load_onnx_graph(
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:  # noqa: BLE001  # InferenceError, ValidationError, RuntimeError
-        message = str(exc).strip().replace("\n", " ")
+        message = printable(str(exc).strip().replace("\n", " "), SHOWN_MESSAGE_CHARS)
         raise InputError(f"ONNX shape inference failed: {message}", where) from None
     nodes, edges = _convert(model.graph, _Tensors(onnx, model.graph))
     try:
@@ -187,20 +204,81 @@ def _import_onnx(where: SourceRef) -> Any:
 
 
 def _read_model(onnx: Any, path: Path, where: SourceRef) -> Any:
-    """The ModelProto in `path`, without external weight data (only shapes are needed)."""
-    if not path.exists():
-        raise InputError("file not found", where)
-    if not path.is_file():
-        raise InputError("not a regular file", where)
+    """The ModelProto in `path`, its weights without their data (only shapes are needed);
+    external weight data is never read. The size and the node count are checked first."""
+    raw = read_bytes(path, max_bytes=MAX_ONNX_BYTES)
+    limit = size_limit(MAX_ONNX_BYTES)
+    max_nodes = limit // ONNX_NODE_BYTES
     try:
-        model = onnx.load(str(path), load_external_data=False)
-    except OSError as exc:
-        raise InputError(f"cannot read file: {exc.strerror or exc}", where) from None
-    except Exception:  # noqa: BLE001  # protobuf's DecodeError: the bytes are not a ModelProto
+        if _count_nodes(raw, stop=max_nodes + 1) > max_nodes:
+            raise InputError(
+                f"the ONNX graph has more than {max_nodes:,} nodes, the most the limit of "
+                f"{limit / MIB:g} MiB allows at {ONNX_NODE_BYTES // 1024} KiB a node "
+                f"({RAISE_HINT})",
+                where,
+            )
+        model = onnx.load_model_from_string(raw)
+    except (ValueError, IndexError):  # see _count_nodes; protobuf's DecodeError too
         raise InputError("not an ONNX model (the file does not parse as one)", where) from None
+    del raw
     if not model.HasField("graph") or not model.graph.node:
         raise InputError("not an ONNX model (it holds no graph nodes)", where)
+    _drop_weight_data(onnx, model.graph)
     return model
+
+
+def _count_nodes(raw: bytes, stop: int) -> int:
+    """The nodes of the main graph of a serialized ModelProto, counted from the wire format
+    without parsing it (up to `stop`); a ValueError or IndexError when it is malformed."""
+    count = 0
+    for number, start, end in _fields(raw, 0, len(raw)):
+        if number == _GRAPH_FIELD:
+            for inner, _, _ in _fields(raw, start, end):
+                count += inner == _NODE_FIELD
+                if count >= stop:
+                    return count
+    return count
+
+
+def _fields(raw: bytes, at: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(field number, start, end) of each length-delimited field of the message in
+    raw[at:end] (protobuf's wire format); the other fields are stepped over."""
+    sizes = {0: None, 1: 8, 5: 4}  # wire type -> bytes (None: a varint)
+    while at < end:
+        tag, at = _varint(raw, at)
+        wire = tag & 7
+        if wire == 2:
+            length, at = _varint(raw, at)
+            yield tag >> 3, at, at + length
+            at += length
+        elif wire in sizes:
+            size = sizes[wire]
+            at = _varint(raw, at)[1] if size is None else at + size
+        else:
+            raise ValueError(f"wire type {wire}")
+    if at != end:
+        raise ValueError("truncated")
+
+
+def _varint(raw: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while raw[at] & 0x80:
+        value |= (raw[at] & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if shift > 63:
+            raise ValueError("varint too long")
+    return value | raw[at] << shift, at + 1
+
+
+def _drop_weight_data(onnx: Any, graph: Any) -> None:
+    """Clear the data of floating-point weights, initializers and Constant values alike:
+    shape inference copies the model several times and needs only their shapes."""
+    floats = {getattr(onnx.TensorProto, name) for name in _FLOAT_TYPES}
+    constants = [a.t for n in graph.node if n.op_type == "Constant" for a in n.attribute]
+    for tensor in (*graph.initializer, *constants):
+        if tensor.data_type in floats and math.prod(tensor.dims) > _SHAPE_DATA_ELEMENTS:
+            for name in _DATA_FIELDS:
+                tensor.ClearField(name)
 
 
 def _bind_dims(graph: Any, batch_size: int, dims: dict[str, int]) -> None:

@@ -14,17 +14,17 @@ installed wheel as well as from a checkout; only the file asked for is parsed.
 
 from __future__ import annotations
 
-import difflib
 from functools import lru_cache
 from importlib.resources import files
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from parplan_gen.errors import InputError
+from parplan_gen.errors import InputError, did_you_mean
 from parplan_gen.graph import ModelGraph, graph_from_document
 from parplan_gen.hf_config import spec_from_hf_dict
 from parplan_gen.model_spec import ModelSpec
+from parplan_gen.safe_text import printable
 from parplan_gen.source import Document, parse_document
 from parplan_gen.validation import validate
 
@@ -98,10 +98,9 @@ def _document(name: str, graph: bool) -> Document:
     entry = _entries(graph).get(name)
     if entry is None:
         known = graph_preset_names() if graph else preset_names()
-        hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-        did_you_mean = f"; did you mean '{hint[0]}'?" if hint else ""
+        hint = did_you_mean(name, known, cutoff=0.5)
         kind = "graph preset" if graph else "model preset"
-        raise InputError(f"unknown {kind} '{name}'{did_you_mean} (`parplan models` lists them)")
+        raise InputError(f"unknown {kind} '{printable(name)}'{hint} (`parplan models` lists them)")
     kind = "json" if entry.name.endswith(".json") else "yaml"
     folder = "graphs" if graph else "models"
     text = entry.read_text(encoding="utf-8")

@@ -23,7 +23,7 @@ from parplan_gen.errors import FormulaError, InputError, ParplanError, RuleError
 from parplan_gen.formulas import MAX_TEXT, Expect, Formula, FormulaLibrary, TextTemplate
 from parplan_gen.resources import builtin_rules_dir
 from parplan_gen.rules_schema import RuleFile, Value
-from parplan_gen.ruleset import RuleSet, load_rule_file, load_rules
+from parplan_gen.ruleset import MAX_RULE_FILE_BYTES, RuleSet, load_rule_file, load_rules
 from parplan_gen.source import Document, KeyPath, load_document
 from parplan_gen.validation import all_errors
 
@@ -132,7 +132,7 @@ class Checker:
             return None
 
     def _without_invalid(self, path: Path, first: RuleError) -> tuple[Document, RuleFile] | None:
-        doc = load_document(path)
+        doc = load_document(path, max_bytes=MAX_RULE_FILE_BYTES)
         data = {} if doc.data is None else doc.data
         try:
             if not isinstance(data, dict):

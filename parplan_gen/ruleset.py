@@ -21,16 +21,20 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from parplan_gen import vocabulary
-from parplan_gen.errors import RuleError, SourceRef
+from parplan_gen.errors import MAX_HINT_CHARS, RuleError, SourceRef
 from parplan_gen.formulas import Formula, FormulaLibrary, TextTemplate
 from parplan_gen.graph import canonical_op
 from parplan_gen.resources import builtin_rules_dir
 from parplan_gen.rules_schema import ConstraintRule, OpportunityRule, ProposalRule, RuleFile, Value
-from parplan_gen.source import Document, load_document
+from parplan_gen.safe_text import printable
+from parplan_gen.source import MIB, Document, load_document
 from parplan_gen.validation import validate
 from parplan_gen.vocabulary import MODEL_KINDS, ModelKind
 
 BUILTIN_LAYER = "built-in"
+# A rule file is written by hand: the built-in ones together are under 100 KB. Each rule is
+# validated and its formulas compiled, ~1 ms per rule: 1 MiB of rules loads in seconds.
+MAX_RULE_FILE_BYTES = MIB
 SETTING_KEY = r"^[a-z][a-z0-9_]*$"
 T = TypeVar("T")
 
@@ -188,16 +192,35 @@ def _load_layer(directory: Path, collect: Collector | None) -> list[tuple[Docume
 
 
 def rule_files(directory: Path) -> list[Path]:
-    """The rule files of a directory, recursively, in a stable (sorted) order."""
+    """The rule files of a directory, recursively, in a stable (sorted) order. A rule file is
+    read and an error may quote it, so a link (to a file or a folder) that leads out of the
+    directory is refused; links to folders are not followed."""
     if not directory.is_dir():
         raise RuleError("rules directory not found", SourceRef(str(directory)))
-    found = [p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()]
+    root = directory.resolve()
+    found = []
+    for path in sorted(directory.rglob("*")):  # sorted: the first bad link is always the same
+        if path.is_symlink():
+            _check_inside(path, root, directory)
+        if path.suffix in (".yaml", ".yml") and not path.is_dir():
+            found.append(path)
     return sorted(found, key=lambda p: p.relative_to(directory).as_posix())
+
+
+def _check_inside(link: Path, root: Path, directory: Path) -> None:
+    """Refuse a link whose target (every link on the way followed) is outside `root`."""
+    try:
+        inside = link.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # a loop of links
+        raise RuleError("a link that cannot be followed (a loop?)", SourceRef(str(link))) from None
+    if not inside:
+        message = f"a link out of the rules directory {directory}; rule files must be inside it"
+        raise RuleError(message, SourceRef(str(link)))
 
 
 def load_rule_file(path: Path) -> tuple[Document, RuleFile]:
     """Parse and validate one rule file."""
-    doc = load_document(path)
+    doc = load_document(path, max_bytes=MAX_RULE_FILE_BYTES)
     data = {} if doc.data is None else doc.data
     if not isinstance(data, dict):
         raise RuleError(
@@ -265,9 +288,10 @@ def _merge_rule(merged: _Merged, seen: dict[str, RuleOrigin], entry: _Entry) -> 
 def _disable(merged: _Merged, rule_id: str, origin: RuleOrigin) -> None:
     """Switch off the rule `rule_id` of an earlier layer."""
     entry = merged.rules.get(rule_id)
+    shown = printable(rule_id)
     if entry is not None and entry.origin.layer == origin.layer:
         raise RuleError(
-            f"cannot disable rule '{rule_id}': it is defined in this same layer at "
+            f"cannot disable rule '{shown}': it is defined in this same layer at "
             f"{entry.origin.where}; delete it there instead",
             origin.where,
         )
@@ -277,12 +301,13 @@ def _disable(merged: _Merged, rule_id: str, origin: RuleOrigin) -> None:
             reason = f"it is already disabled at {earlier[-1].by.where}"
         elif rule_id in merged.formulas:
             reason = "it is a named formula (redefine it instead)"
-        else:
-            hint = difflib.get_close_matches(rule_id, list(merged.rules), n=1)
+        else:  # a long id is no misspelling, and difflib's time grows with its length
+            close = len(rule_id) <= MAX_HINT_CHARS
+            hint = difflib.get_close_matches(rule_id, list(merged.rules), n=1) if close else []
             reason = "no earlier layer defines it" + (
                 f" (did you mean '{hint[0]}'?)" if hint else ""
             )
-        raise RuleError(f"cannot disable rule '{rule_id}': {reason}", origin.where)
+        raise RuleError(f"cannot disable rule '{shown}': {reason}", origin.where)
     del merged.rules[rule_id]
     merged.overrides.append(Override(rule_id, entry.origin, origin, disabled=True))
 
@@ -324,7 +349,8 @@ def _merge_figure(
 def _refuse_duplicate(seen: dict[str, RuleOrigin], key: str, origin: RuleOrigin, what: str) -> None:
     if key in seen:
         raise RuleError(
-            f"duplicate {what} '{key}' (first defined at {seen[key].where})", origin.where
+            f"duplicate {what} '{printable(key)}' (first defined at {seen[key].where})",
+            origin.where,
         )
     seen[key] = origin
 
@@ -428,7 +454,8 @@ def _compile_proposal(library: FormulaLibrary, entry: _Entry) -> CompiledProposa
     settings: dict[str, Formula] = {}
     for key, value in rule.settings.items():
         if not re.match(SETTING_KEY, key):
-            raise RuleError(f"setting name '{key}' must match {SETTING_KEY}", ref("settings", key))
+            message = f"setting name '{printable(key)}' must match {SETTING_KEY}"
+            raise RuleError(message, ref("settings", key))
         settings[key] = library.compile(value, ref("settings", key), "proposal")
     return CompiledProposal(
         rule=rule,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 from pathlib import Path
 
 import networkx as nx
@@ -207,7 +206,7 @@ def test_graph_is_immutable():
     g = graph_of(DIAMOND)
     with pytest.raises(AttributeError, match="immutable"):
         g.name = "other"  # type: ignore[misc]
-    with pytest.raises(Exception, match="frozen"):
+    with pytest.raises(AttributeError, match="cannot assign to field 'op'"):
         g.nodes[0].op = "Add"  # type: ignore[misc]
 
 
@@ -279,12 +278,50 @@ def test_load_100k_node_chain_from_json(tmp_path):
     }
     path = tmp_path / "chain.json"
     path.write_text(json.dumps(data), encoding="utf-8")
-    start = time.perf_counter()
-    g = load_graph(path)
-    elapsed = time.perf_counter() - start
+    g = load_graph(path)  # its speed is measured by benchmarks/large_graph.py
     assert (g.stats.node_count, g.stats.depth, g.level(f"n{n - 1}")) == (n, n, n)
     assert g.stats.attr_sums == {"flops": float(n)}
-    assert elapsed < 10  # about 1 s on a slow CI box; a quadratic step would take minutes
+
+
+def test_integer_ids_are_their_strings_on_every_path():
+    ints = graph_of('{"nodes": [{"id": 1, "op": "A"}, {"id": 2, "op": "B"}], "edges": [[1, 2]]}')
+    strings = graph_of("nodes: [{id: '1', op: A}, {id: '2', op: B}]\nedges: [{from: 1, to: '2'}]\n")
+    assert (
+        (ints.nodes, ints.edges)
+        == (strings.nodes, strings.edges)
+        == (
+            (Node(id="1", op="A"), Node(id="2", op="B")),
+            (("1", "2"),),
+        )
+    )
+
+
+def test_nodes_share_their_op_strings_and_are_slotted():
+    g = graph_of("nodes: [{id: a, op: Compute::MatMul}, {id: b, op: MatMul}]\n")
+    assert g.nodes[0].op is g.nodes[1].op
+    assert not hasattr(g.nodes[0], "__dict__")  # ~250 bytes a node with its attributes
+
+
+def test_a_graph_file_over_its_cap_is_refused_unread(tmp_path, monkeypatch):
+    from parplan_gen import graph
+
+    monkeypatch.setattr(graph, "MAX_GRAPH_BYTES", 1024)
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"nodes": [{"id": f"n{i}", "op": "A"} for i in range(100)]}))
+    with pytest.raises(
+        SourceError, match=r"^\S+: file is 2,[0-9]{3} bytes; the limit is 1,024 bytes"
+    ):
+        load_graph(path)
+
+
+def test_many_nodes_are_validated_in_chunks_and_errors_still_point_at_the_node():
+    nodes = [{"id": f"n{i}", "op": "A", "w": i} for i in range(10_000)]
+    nodes[9_000]["w"] = [1]
+    with pytest.raises(GraphError) as info:
+        graph_of(json.dumps({"nodes": nodes}, indent=0), "json")
+    # indent=0: `{`, `"nodes": [`, then five lines a node ({, id, op, w, }): w of node i is on
+    # line 6 + 5i
+    assert str(info.value).startswith("g.json:45006:1: nodes[9000].w: node 'n9000': attribute 'w'")
 
 
 # --- errors: exact message and position ---------------------------------------------------------
@@ -303,8 +340,8 @@ ATTR = "must be a finite number, a string or a boolean"
         ("- a\n", f"g.yaml:1:1: {MAPPING}, got a list of 1 item"),
         ("hello\n", f"g.yaml:1:1: {MAPPING}, got a string ('hello')"),
         ("name: g\nnodez: []\n",
-         "g.yaml:2:1: nodez: unknown key 'nodez' (did you mean 'nodes'?); allowed: name, nodes, edges"),
-        ("nodes: []\nextra: 1\n", "g.yaml:2:1: extra: unknown key 'extra'; allowed: name, nodes, edges"),
+         "g.yaml:2:1: nodez: unknown key 'nodez'; did you mean 'nodes'? (allowed: name, nodes, edges)"),
+        ("nodes: []\nextra: 1\n", "g.yaml:2:1: extra: unknown key 'extra' (allowed: name, nodes, edges)"),
         ("name: g\n", "g.yaml:1:1: missing `nodes` (a list of {id, op, ...})"),
         ("name: g\nnodes: {a: 1}\n", "g.yaml:2:1: nodes: `nodes` must be a list, got a mapping (keys: a)"),
         ("nodes:\n", "g.yaml:1:1: nodes: `nodes` must be a list, got null"),

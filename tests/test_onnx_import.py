@@ -6,21 +6,29 @@ The ONNX tests need the `onnx` extra and are skipped without it (fixture `ox`); 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from parplan_gen import source
 from parplan_gen.engine import analyze
 from parplan_gen.errors import InputError
 from parplan_gen.graph import Node, build_graph, load_graph
 from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hf_config import load_hf_config
 from parplan_gen.model_source import load_graph_for
-from parplan_gen.onnx_import import MISSING_EXTRA, load_onnx_graph
+from parplan_gen.onnx_import import (
+    MAX_ONNX_BYTES,
+    MISSING_EXTRA,
+    _drop_weight_data,
+    load_onnx_graph,
+)
 from parplan_gen.presets import load_graph_preset, load_preset
 from parplan_gen.ruleset import load_rules
+from parplan_gen.source import MIB
 from parplan_gen.transformer_graph import model_graph
 
 from conftest import REPO
@@ -413,13 +421,91 @@ def test_missing_extra_message(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
 
 def test_error_not_a_file(ox: Any, tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.onnx"
+    os.mkfifo(fifo)  # no writer: opening it to read would wait forever
     for path, message in [
         (tmp_path / "no.onnx", "file not found"),
-        (tmp_path, "not a regular file"),
+        (tmp_path, "not a regular file (a folder)"),
+        (fifo, "not a regular file (a named pipe)"),
     ]:
         with pytest.raises(InputError) as caught:
             load_onnx_graph(path)
         assert caught.value.render() == f"{path}: {message}"
+
+
+RAISE = "raise it with `parplan --max-input-mib N` or PARPLAN_MAX_INPUT_MIB=N"
+
+
+def chain(ox: Any, tmp_path: Path, count: int) -> Path:
+    """A chain of `count` Relu nodes."""
+    mk = ox.helper.make_node
+    nodes = [mk("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(count)]
+    return save(ox, tmp_path, nodes, [("t0", F32, ["batch", 4])], [f"t{count}"], [])
+
+
+def test_the_node_count_is_bounded_before_the_model_is_parsed(ox: Any, tmp_path: Path) -> None:
+    path = chain(ox, tmp_path, 600)
+    with source.input_limit(MIB):  # 1 MiB at 2 KiB a node: 512 nodes
+        with pytest.raises(InputError) as caught:
+            load_onnx_graph(path)
+        assert caught.value.render() == (
+            f"{path}: the ONNX graph has more than 512 nodes, the most the limit of 1 MiB "
+            f"allows at 2 KiB a node ({RAISE})"
+        )
+    assert load_onnx_graph(path).stats.node_count == 600
+
+
+def test_an_oversized_onnx_file_is_refused_unread(ox: Any, tmp_path: Path) -> None:
+    path = tmp_path / "huge.onnx"
+    with path.open("wb") as handle:
+        handle.truncate(MAX_ONNX_BYTES + 1)  # sparse
+    with pytest.raises(InputError) as caught:
+        load_onnx_graph(path)
+    assert caught.value.render() == (
+        f"{path}: file is 536,870,913 bytes; the limit is 512 MiB ({RAISE})"
+    )
+
+
+def test_weight_data_is_dropped_and_shapes_still_count(ox: Any, tmp_path: Path) -> None:
+    # A float Constant and a float initializer lose their data; an int64 Constant read by
+    # shape inference (Reshape's target) keeps it.
+    mk, h = ox.helper.make_node, ox.helper
+    nodes = [
+        mk("Constant", [], ["c"], value=weight(ox, "cv", 4, 784)),
+        mk("MatMul", ["x", "W"], ["h"], name="fc"),
+        mk("Constant", [], ["shape"], value=h.make_tensor("sv", I64, [2], [2, 128])),
+        mk("Reshape", ["h", "shape"], ["r"], name="reshape"),
+    ]
+    path = save(ox, tmp_path, nodes, [("x", F32, [4, 784])], ["r"], [weight(ox, "W", 784, 64)])
+    model = ox.load(str(path))
+    _drop_weight_data(ox, model.graph)
+    kept = [len(t.raw_data) + len(t.float_data) + len(t.int64_data) for t in (
+        model.graph.initializer[0], model.graph.node[0].attribute[0].t,
+        model.graph.node[2].attribute[0].t)]  # fmt: skip
+    assert kept == [0, 0, 2]
+    graph = load_onnx_graph(path)
+    assert attrs(graph, "fc")["params"] == 784 * 64
+    assert attrs(graph, "reshape")["activation_elements"] == 256
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\x3a\xff\xff\xff\x0f",  # graph (field 7) of 4 GiB in a 5-byte file
+        b"\x3a\x02\x0a",  # a node field cut short
+        b"\x3b",  # wire type 3 (a group): not in ONNX
+        b"\x08" + b"\xff" * 11,  # a varint of 11 bytes
+    ],
+    ids=["length-past-end", "truncated", "group", "long-varint"],
+)
+def test_a_malformed_wire_format_is_not_an_onnx_model(
+    ox: Any, tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(content)
+    with pytest.raises(InputError) as caught:
+        load_onnx_graph(path)
+    assert caught.value.render() == f"{path}: not an ONNX model (the file does not parse as one)"
 
 
 @pytest.mark.parametrize("content", [b"name: x\nnodes: []\n", b""])

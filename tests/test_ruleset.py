@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from parplan_gen.errors import RuleError
-from parplan_gen.ruleset import load_rules
+from parplan_gen.errors import InputError, RuleError
+from parplan_gen.ruleset import MAX_RULE_FILE_BYTES, load_rules
 
 from conftest import chain_graph
 
@@ -205,3 +207,98 @@ def test_missing_rules_dir_is_bad_input(cli, write, tmp_path):
     result = cli("analyze", graph, "--rules", tmp_path / "nope")
     assert result.code == 1
     assert result.err == f"parplan: error: {tmp_path / 'nope'}: rules directory not found\n"
+
+
+# --- what a rules directory may hold -------------------------------------------------------------
+
+SECRET = "root:$6$secret-hash:19000:0:99999:7:::\n"  # a file no rule loader may read
+
+
+@pytest.mark.parametrize(
+    ("link", "target"),
+    [
+        ("r/x.yaml", "../outside/shadow"),  # a rule file that is a link out
+        ("r/sub/x.yml", "../../outside/shadow"),  # deeper
+        ("r/x.yaml", "y.yaml"),  # a link to a link that leads out
+        ("r/etc", "../outside"),  # a folder link out (folder links are never followed)
+    ],
+    ids=["file", "nested", "chain", "folder"],
+)
+def test_a_link_out_of_the_rules_directory_is_refused_unread(cli, tmp_path, link, target):
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "shadow").write_text(SECRET, encoding="utf-8")
+    (tmp_path / link).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "r" / "y.yaml").symlink_to("../outside/shadow")  # the chain's second link
+    (tmp_path / link).unlink(missing_ok=True)
+    (tmp_path / link).symlink_to(target)
+    graph = tmp_path / "g.yaml"
+    graph.write_text(chain_graph(["MatMul"]), encoding="utf-8")
+    result = cli("analyze", graph, "--rules", tmp_path / "r")
+    first = tmp_path / (
+        "r/etc" if link == "r/etc" else "r/sub/x.yml" if "sub" in link else "r/x.yaml"
+    )
+    assert (result.code, result.out) == (1, "")
+    assert result.err == (
+        f"parplan: error: {first}: a link out of the rules directory {tmp_path / 'r'}; "
+        "rule files must be inside it\n"
+    )
+    assert "secret" not in result.err
+
+
+def test_links_inside_the_rules_directory_are_fine(write, tmp_path):
+    write("r/real/generic.yaml", GENERIC_SMALL)
+    (tmp_path / "r" / "alias.yaml").symlink_to("real/generic.yaml")  # the same file twice
+    (tmp_path / "r" / "again").symlink_to("real")  # a folder link: not followed
+    with pytest.raises(RuleError, match=r"duplicate rule id 'seed\.generic\.data_parallel'"):
+        load_rules([tmp_path / "r"])
+    (tmp_path / "r" / "alias.yaml").unlink()
+    assert len(load_rules([tmp_path / "r"]).overrides) == 1
+
+
+def test_a_link_loop_and_a_pipe_are_refused_without_waiting(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "a.yaml").symlink_to("b.yaml")
+    (tmp_path / "r" / "b.yaml").symlink_to("a.yaml")
+    with pytest.raises(RuleError) as info:
+        load_rules([tmp_path / "r"])
+    assert (
+        str(info.value) == f"{tmp_path / 'r' / 'a.yaml'}: a link that cannot be followed (a loop?)"
+    )
+    (tmp_path / "p").mkdir()
+    os.mkfifo(tmp_path / "p" / "x.yaml")  # no writer: opening it to read would wait forever
+    with pytest.raises(InputError) as info:
+        load_rules([tmp_path / "p"])
+    assert str(info.value) == f"{tmp_path / 'p' / 'x.yaml'}: not a regular file (a named pipe)"
+
+
+def test_a_rule_file_over_its_cap_is_refused_unread(tmp_path):
+    (tmp_path / "r").mkdir()
+    with (tmp_path / "r" / "big.yaml").open("wb") as handle:
+        handle.truncate(MAX_RULE_FILE_BYTES + 1)  # sparse
+    with pytest.raises(InputError) as info:
+        load_rules([tmp_path / "r"])
+    assert str(info.value) == (
+        f"{tmp_path / 'r' / 'big.yaml'}: file is 1,048,577 bytes; the limit is 1 MiB "
+        "(raise it with `parplan --max-input-mib N` or PARPLAN_MAX_INPUT_MIB=N)"
+    )
+
+
+def test_names_from_a_rule_file_are_escaped_and_bounded_in_messages(write):
+    long_id = "x\x1b[2J" + "y" * 5_000
+    path = write("r/a.yaml", f'disable: ["{long_id.encode("unicode_escape").decode()}"]\n')
+    with pytest.raises(RuleError) as info:
+        load_rules([path.parent])
+    message = info.value.message
+    assert message.startswith("cannot disable rule 'x\\x1b[2Jyyy") and len(message) < 300
+    assert message.endswith("more characters)': no earlier layer defines it")
+
+
+def test_rules_check_reports_a_link_out_without_reading_it(cli, tmp_path):
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "shadow").write_text(SECRET, encoding="utf-8")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "x.yaml").symlink_to("../outside/shadow")
+    result = cli("rules", "check", tmp_path / "r")
+    assert result.code == 1
+    assert f"{tmp_path / 'r' / 'x.yaml'}: a link out of the rules directory" in result.out
+    assert "secret" not in result.out + result.err
