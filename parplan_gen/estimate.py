@@ -163,6 +163,15 @@ def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
     }
 
 
+def figure_error(name: str, exc: FormulaError) -> FormulaError:
+    """`exc` from the formula of figure `name` (`<section>_<key>`), named as the rule file names
+    it (`estimate.memory.other`); not named twice when the error's place already names it."""
+    figure = f"estimate.{name.replace('_', '.', 1)}"
+    if exc.where is not None and exc.where.path == figure:
+        return exc
+    return FormulaError(f"{figure}: {exc.message}", exc.where)
+
+
 class CostModel:
     """The `estimate:` formulas of a RuleSet for one kind of model, ready to evaluate for many
     layouts."""
@@ -223,9 +232,7 @@ class CostModel:
             try:
                 out[name] = formula.evaluate(env)
             except FormulaError as exc:
-                raise FormulaError(
-                    f"estimate.{name.replace('_', '.', 1)}: {exc.message}", exc.where
-                ) from None
+                raise figure_error(name, exc) from None
         out["memory_total"] = sum(out[f"memory_{p}"] for p in MEMORY_PARTS)
         out["memory_capacity"] = env["cluster.gpu_memory"]
         return out

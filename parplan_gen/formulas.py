@@ -1,4 +1,5 @@
-"""Formulas: rule-file expressions, checked and compiled once at load, evaluated many times.
+"""Formulas: rule-file expressions, checked once at load, compiled when first evaluated (most
+rules go unused by a command), evaluated many times.
 
 A formula is data, never code. It is parsed with Python's parser (expression mode), every node
 is checked against an allow-list, and the checked tree is compiled once into a small function
@@ -24,11 +25,15 @@ that runs with no builtins. Anything outside this language is a load error at th
   need two values of one type, both branches of `x if c else y` need one type. `true` is not a
   number. `settings.*` may hold any type, so it is checked when the formula runs.
 - Semantics are Python's: `7 // 2` is 3, `7 / 2` is 3.5, `min(8, 3)` is the int 3, `**` is
-  right-associative. `**` refuses results above about 4096 bits (`9 ** 9 ** 9` fails at once);
-  `round(x, digits)` refuses digits beyond ±100.
-  Division by zero, math domain errors, overflow, a power too large and a name without a value
-  (e.g. `node.attr.x` on a node without `x`) are errors naming the formula. A formula that reads
-  no name is computed at load, so such errors show up at load.
+  right-associative. Every number stays within ±1e300 (MAX_MAGNITUDE), so it is never inf or
+  NaN and always converts to a float and prints: a literal beyond it is a load error, and so is
+  the result of `*`, `/`, `//`, `**` and `exp()` (checked as they run; `**` of integers before
+  it computes, so `9 ** 9 ** 9` fails at once) and the formula's result; a sum is checked where
+  it ends up. `round(x, digits)` refuses digits beyond ±100.
+  Division by zero, math domain errors, overflow, a number out of range and a name without a
+  value (e.g. `node.attr.x` on a node without `x`) are errors naming the formula (and the part
+  at fault). A part of a formula that reads no name (`10 ** 300 * 2`, even in a branch not
+  taken) is computed at load, so such errors show up at load.
 
 Named formulas (`formulas: {dp_speedup: "2.0 * clamp(graph.node_count / 10, 1, 2)"}`) are
 plain identifiers usable by name in any formula; recursion between them is an error, and so is
@@ -49,9 +54,9 @@ import difflib
 import keyword
 import math
 import re
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NoReturn
 
 from parplan_gen import vocabulary
 from parplan_gen.errors import FormulaError, SourceRef
@@ -66,7 +71,13 @@ MAX_NODES = 500
 MAX_DEPTH = 64
 MAX_INLINED_NODES = 5000  # after inlining named formulas: stops blow-up through diamonds
 MAX_INLINED_DEPTH = 200  # stays far below the depth at which Python's compiler gives up
-MAX_POWER_BITS = 4096
+# Every number a formula computes stays within ±MAX_MAGNITUDE: a float (max ~1.8e308) with room
+# for the sums made of it (a formula's at most MAX_INLINED_NODES terms, the five memory parts),
+# and an integer of at most 301 digits, which float() converts and str() prints (Python refuses
+# str() beyond 4300 digits). Checked where a number can grow far beyond its operands (literals,
+# `*`, `/`, `//`, `**`, exp()) and on the result; `+`/`-` at most double the larger operand.
+MAX_MAGNITUDE = 1e300
+_MAX_BITS = math.log2(MAX_MAGNITUDE) + 1  # `**` of integers above this is refused uncomputed
 MAX_ROUND_DIGITS = 100  # round(5, -10**9) would build 10**(10**9)
 ANY_NAMESPACES = frozenset({"settings"})  # declared "number", but settings may be any type
 _SPEC = re.compile(r"[+-]?\d{0,2}(\.\d{1,2})?[dfgeE%]?", re.ASCII)
@@ -84,13 +95,30 @@ def _show(x: object) -> str:
     return repr(x)
 
 
+def _out_of_range(value: object, what: str) -> NoReturn:
+    """Raise: `what` (quoted text of the formula, or "the result") gave `value` beyond the
+    limit. Called by the compiled code (see `_bounded`) only when the value is out of range."""
+    raise _RefusedError(
+        f"{what} is out of range ({_show(value)}; numbers are limited to ±{MAX_MAGNITUDE:g})"
+    )
+
+
 def _pow(base: float, exp: float) -> float:
-    """`base ** exp` that refuses huge results before computing them and never goes complex."""
+    """`base ** exp` that refuses results out of range (integer ones before computing them)
+    and never goes complex."""
     if isinstance(base, int) and isinstance(exp, int) and exp >= 0:
-        if abs(base) > 1 and (exp > MAX_POWER_BITS or math.log2(abs(base)) * exp > MAX_POWER_BITS):
-            raise _RefusedError(f"power too large: {_show(base)} ** {_show(exp)}")
-        return base**exp
-    return math.pow(base, exp)
+        if abs(base) > 1 and (exp > _MAX_BITS or math.log2(abs(base)) * exp > _MAX_BITS):
+            raise _power_too_large(base, exp)
+        value = base**exp
+    else:
+        value = math.pow(base, exp)
+    if -MAX_MAGNITUDE <= value <= MAX_MAGNITUDE:
+        return value
+    raise _power_too_large(base, exp)
+
+
+def _power_too_large(base: float, exp: float) -> _RefusedError:
+    return _RefusedError(f"power too large: {_show(base)} ** {_show(exp)}")
 
 
 def _round(x: float, *digits: int) -> float:
@@ -116,7 +144,7 @@ _CHECKERS = {
     "str": _checker("str", lambda v: isinstance(v, str)),
 }
 _IMPLS = {f.name: f.impl for f in vocabulary.FUNCTIONS} | {"round": _round}
-_GLOBALS: dict[str, object] = {"__builtins__": {}, "_pow": _pow}
+_GLOBALS: dict[str, object] = {"__builtins__": {}, "_pow": _pow, "_out_of_range": _out_of_range}
 _GLOBALS |= {f"_check_{k}": v for k, v in _CHECKERS.items()}
 _GLOBALS |= {f"_fn_{k}": v for k, v in _IMPLS.items()}
 _RUNTIME_ERRORS = (ArithmeticError, ValueError, TypeError, KeyError, _RefusedError)
@@ -124,7 +152,8 @@ _RUNTIME_ERRORS = (ArithmeticError, ValueError, TypeError, KeyError, _RefusedErr
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Formula:
-    """A compiled, immutable formula; `evaluate(env)` reads dotted names from `env`."""
+    """A checked, immutable formula; `evaluate(env)` reads dotted names from `env` (the code is
+    compiled at the first evaluation)."""
 
     source: str
     where: SourceRef
@@ -134,16 +163,13 @@ class Formula:
     _fn: Callable[[Mapping[str, object]], object] = field(repr=False)
 
     def evaluate(self, env: Mapping[str, object]) -> object:
-        """The formula's value for `env`; a runtime failure is a FormulaError at `where`."""
+        """The formula's value for `env`; a runtime failure is a FormulaError at `where`.
+        A number is within ±MAX_MAGNITUDE (so never inf or NaN, which JSON cannot hold)."""
         try:
-            value = self._fn(env)
+            return self._fn(env)
         except _RUNTIME_ERRORS as exc:
             message = f"formula {_short(self.source)!r} failed: {_reason(exc)}"
             raise FormulaError(message, self.where) from None
-        if value.__class__ is float and not math.isfinite(value):  # JSON has no inf or NaN
-            message = f"formula {_short(self.source)!r} failed: the result is not a finite number"
-            raise FormulaError(message, self.where)
-        return value
 
 
 def _reason(exc: Exception) -> str:
@@ -162,6 +188,19 @@ def _short(text: str) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _children(node: ast.AST) -> list[ast.AST]:
+    """`list(ast.iter_child_nodes(node))`, without its two generators: loading the rules walks
+    every tree several times (size, depth, positions)."""
+    found: list[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            found.append(value)
+        elif isinstance(value, list):
+            found += [item for item in value if isinstance(item, ast.AST)]
+    return found
+
+
 def _dag_depth(tree: ast.AST, shared: Mapping[int, int]) -> tuple[int, dict[int, int]]:
     """Nesting depth of a tree whose inlined named formulas are shared subtrees, and the depth
     of each node it visited. `shared` holds the depths of the named formulas' nodes (by id;
@@ -172,7 +211,7 @@ def _dag_depth(tree: ast.AST, shared: Mapping[int, int]) -> tuple[int, dict[int,
         node, children_done = stack.pop()
         if id(node) in depth or id(node) in shared:
             continue
-        children = list(ast.iter_child_nodes(node))
+        children = [node.value] if isinstance(node, _Bounded) else _children(node)
         if children_done or not children:
             known = (depth.get(id(c)) or shared[id(c)] for c in children)
             depth[id(node)] = 1 + max(known, default=0)
@@ -183,24 +222,18 @@ def _dag_depth(tree: ast.AST, shared: Mapping[int, int]) -> tuple[int, dict[int,
     return top, depth
 
 
-def _locate(tree: ast.AST, located: Set[int]) -> ast.AST:
-    """`ast.fix_missing_locations` that visits each node once and skips the (already located)
-    nodes of named formulas, whose ids are in `located`."""
-    seen: set[int] = set()
+def _locate(tree: ast.AST) -> ast.AST:
+    """`ast.fix_missing_locations` that does not enter located nodes: the compiler only ever
+    locates whole subtrees, so below a located node (a named formula's, a part translated
+    before) everything is located already."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if id(node) in seen or id(node) in located:
-            continue
-        seen.add(id(node))
         if "lineno" in node._attributes:
-            for attr, value in (("lineno", 1), ("col_offset", 0)):
-                if getattr(node, attr, None) is None:
-                    setattr(node, attr, value)
-            for attr, value in (("end_lineno", 1), ("end_col_offset", 0)):
-                if getattr(node, attr, None) is None:
-                    setattr(node, attr, value)
-        stack.extend(ast.iter_child_nodes(node))
+            if getattr(node, "lineno", None) is not None:
+                continue
+            _at(node)  # type: ignore[arg-type]
+        stack.extend(_children(node))
     return tree
 
 
@@ -210,7 +243,7 @@ def _measure(tree: ast.AST, max_nodes: int) -> tuple[int, int]:
     while stack and count <= max_nodes:
         node, level = stack.pop()
         count, depth = count + 1, max(depth, level)
-        stack.extend((child, level + 1) for child in ast.iter_child_nodes(node))
+        stack.extend((child, level + 1) for child in _children(node))
     return count, depth
 
 
@@ -225,6 +258,50 @@ _FORBIDDEN |= dict.fromkeys(
 )
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//"}
 _BINOPS |= {ast.Mod: "%", ast.Pow: "**"}
+# Operations whose result can be far larger than their operands: checked against MAX_MAGNITUDE
+# as they run (`**` by `_pow`). The others stay within twice their largest operand.
+_GROWING = frozenset({"*", "/", "//", "exp"})
+# An operand here needs no check of its own: the result's check covers it. An inf or NaN there
+# gives inf or NaN (inf * 0 is NaN), which the result's check refuses; a huge integer gives an
+# exact result, refused if it is out of range. Once only, so that what goes unchecked stays
+# small (at most two checked values multiplied). Not a divisor: x / inf is 0.0. This drops
+# about a third of the checks of the built-in cost model.
+_COVERS = {"*": ("left", "right"), "/": ("left",), "//": ("left",)}
+
+
+class _Bounded(ast.IfExp):
+    """`(_t if -MAX <= (_t := value) <= MAX else _out_of_range(_t, what))`: `value` checked
+    inline (a call would cost ~3x as much at run time). `_t` is local to the formula's lambda,
+    and no user name starts with `_`. Made located, so that `_locate` never walks it, and
+    `_dag_depth` counts it as one level over `value`. `covering`: `value` holds an operation
+    whose check this one covers (see _COVERS)."""
+
+    def __init__(self, value: ast.expr, what: str, covering: bool = False) -> None:
+        self.value, self.covering = _locate(value), covering
+        limits = [_at(ast.Constant(-MAX_MAGNITUDE)), _at(ast.Constant(MAX_MAGNITUDE))]
+        walrus = _at(ast.NamedExpr(_at(ast.Name("_t", ast.Store())), value))
+        test = _at(ast.Compare(limits[0], [ast.LtE(), ast.LtE()], [walrus, limits[1]]))
+        args = [_at(ast.Name("_t", ast.Load())), _at(ast.Constant(what))]
+        refuse = _at(ast.Call(_at(ast.Name("_out_of_range", ast.Load())), args, []))
+        super().__init__(test, _at(ast.Name("_t", ast.Load())), refuse)
+        _at(self)
+
+
+def _at(node: ast.expr) -> ast.expr:
+    """`node` with the position every made-up node has (line 1, column 0)."""
+    node.lineno, node.col_offset, node.end_lineno, node.end_col_offset = 1, 0, 1, 0
+    return node
+
+
+def _bounded(tree: ast.expr, what: str) -> ast.expr:
+    """`tree` checked against ±MAX_MAGNITUDE as it runs, unless it is checked already."""
+    if isinstance(tree, ast.Constant | _Bounded) or (
+        isinstance(tree, ast.Call) and getattr(tree.func, "id", None) == "_pow"
+    ):
+        return tree
+    return _Bounded(tree, what)
+
+
 _ORDERING = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 _EQUALITY = {ast.Eq: "==", ast.NotEq: "!="}
 
@@ -243,25 +320,6 @@ def _namespace_text(namespace: str) -> str:
     return namespace if vocabulary.lookup(namespace) else namespace + ".*"
 
 
-@dataclass
-class _Shared:
-    """What is known about the named formulas' trees (by node id), so that formulas inlining
-    them do not walk them again."""
-
-    depths: dict[int, int] = field(default_factory=dict)
-    located: set[int] = field(default_factory=set)
-
-    def add(self, tree: ast.AST, depths: Mapping[int, int]) -> None:
-        """Record a named formula's tree once it is translated (located, depths known)."""
-        self.depths.update(depths)
-        self.located.update(depths)
-        stack = [tree]
-        while stack:  # nodes reached only through other shared trees are recorded already
-            node = stack.pop()
-            stack.extend(c for c in ast.iter_child_nodes(node) if id(c) not in self.located)
-            self.located.add(id(node))
-
-
 class _Translator:
     """Checks one formula against the language and rewrites it into an evaluable tree.
 
@@ -276,15 +334,17 @@ class _Translator:
         where: SourceRef,
         context: str | None,
         named: Mapping[str, _Named],
-        shared: _Shared | None = None,
+        shared: dict[int, int] | None = None,
         models: tuple[str, ...] | None = None,
     ) -> None:
         self.text, self.where, self.named = text, where, named
-        self.shared = shared or _Shared()
+        self.shared = {} if shared is None else shared  # named formulas' node depths, by id
         self.allowed = None if context is None else vocabulary.CONTEXTS[context]
         self.models = models  # the kinds of model the rule applies to (None: any name goes)
         self.context_label = _CONTEXT_LABELS.get(str(context), f"{context} rules")
         self.names: set[str] = set()
+        self.reads = 0  # vocabulary names read so far, counting repeats (0: a constant part)
+        self.lines: tuple[bytes, list[int]] | None = None  # for `quote`, made when first needed
         self.budget = MAX_INLINED_NODES
 
     def fail(self, reason: str) -> FormulaError:
@@ -316,25 +376,42 @@ class _Translator:
 
     def translate(self, value: Value) -> tuple[ast.expr, Kind]:
         """The evaluable tree and kind of a rule value (a number, a bool or formula text)."""
-        if isinstance(value, bool):
-            return _locate(ast.Constant(value), frozenset()), "bool"
-        if isinstance(value, int | float):
-            return _locate(ast.Constant(value), frozenset()), "number"
+        if isinstance(value, bool | int | float):
+            return self.constant(ast.Constant(value))
         if not isinstance(value, str):
             raise self.fail(f"a formula must be a number, true/false or text, not {value!r}")
         tree, kind = self.visit(self.parse())
-        depth, self.depths = _dag_depth(tree, self.shared.depths)
+        depth, self.depths = _dag_depth(tree, self.shared)
         if depth > MAX_INLINED_DEPTH:
             raise self.fail(
                 f"nested deeper than {MAX_INLINED_DEPTH} once named formulas are inlined"
             )
-        return _locate(tree, self.shared.located), kind
+        return _locate(tree), kind
 
     def visit(self, node: ast.AST) -> tuple[ast.expr, Kind]:
+        """The evaluable tree and kind of `node`; a part that reads no name is computed now
+        (bottom-up, so each step evaluates one operation), so that its errors are load errors."""
         handler = _HANDLERS.get(type(node))
         if handler is None:
             raise self.fail(_FORBIDDEN.get(type(node), f"{type(node).__name__} is not allowed"))
-        return handler(self, node)
+        reads = self.reads
+        tree, kind = handler(self, node)
+        if self.reads == reads and not isinstance(tree, ast.Constant):
+            checked = _bounded(tree, self.quote(node)) if kind == "number" else tree
+            value = _build(self.text, self.where, checked, kind, frozenset()).evaluate({})
+            tree = _locate(ast.Constant(value))
+        return tree, kind
+
+    def quote(self, node: ast.AST) -> str:
+        """`node`'s text in the formula, quoted (and shortened) for messages."""
+        if self.lines is None:  # the parsed text as bytes: ast counts columns in UTF-8 bytes
+            source = self.text.strip().encode()
+            starts = [0, *(i + 1 for i, byte in enumerate(source) if byte == ord("\n"))]
+            self.lines = (source, starts)
+        source, starts = self.lines
+        start = starts[node.lineno - 1] + node.col_offset  # type: ignore[attr-defined]
+        end = starts[node.end_lineno - 1] + node.end_col_offset  # type: ignore[attr-defined]
+        return repr(_short(source[start:end].decode()))
 
     def coerce(
         self, tree: ast.expr, kind: Kind, want: Kind, what: str, node: ast.AST | str
@@ -354,11 +431,15 @@ class _Translator:
     def constant(self, node: ast.Constant) -> tuple[ast.expr, Kind]:
         value = node.value
         if isinstance(value, bool):
-            return _locate(ast.Constant(value), frozenset()), "bool"
+            return _locate(ast.Constant(value)), "bool"
         if isinstance(value, int | float):
             if isinstance(value, float) and not math.isfinite(value):
                 raise self.fail(f"{value!r} is not a finite number")
-            return _locate(ast.Constant(value), frozenset()), "number"
+            if not -MAX_MAGNITUDE <= value <= MAX_MAGNITUDE:
+                raise self.fail(
+                    f"{_show(value)} is out of range (numbers are limited to ±{MAX_MAGNITUDE:g})"
+                )
+            return _locate(ast.Constant(value)), "number"
         if isinstance(value, str):
             if len(value) > MAX_STRING:
                 raise self.fail(f"string literals are limited to {MAX_STRING} characters")
@@ -400,6 +481,7 @@ class _Translator:
             raise self.fail(f"unknown name {dotted!r}{_did_you_mean(dotted, self.named)}")
         self.check_available(dotted, "")
         self.names.add(dotted)
+        self.reads += 1
         kind: Kind = "any" if entry.namespace in ANY_NAMESPACES else entry.kind
         return ast.Subscript(ast.Name("_e", ast.Load()), ast.Constant(dotted), ast.Load()), kind
 
@@ -429,6 +511,7 @@ class _Translator:
         for dotted in sorted(named.names):
             self.check_available(dotted, f" (read by named formula {ident!r})")
         self.names |= named.names
+        self.reads += len(named.names)
         return named.tree, named.kind  # shared, never mutated: compile() accepts a DAG
 
     def binop(self, node: ast.BinOp) -> tuple[ast.expr, Kind]:
@@ -438,7 +521,16 @@ class _Translator:
         left, right = (self.need(side, "number", f"'{symbol}'") for side in (node.left, node.right))
         if symbol == "**":
             return ast.Call(ast.Name("_pow", ast.Load()), [left, right], []), "number"
-        return ast.BinOp(left, node.op, right), "number"
+        if symbol not in _GROWING:
+            return ast.BinOp(left, node.op, right), "number"
+        sides = {"left": left, "right": right}
+        covered = {
+            side: tree.value
+            for side, tree in sides.items()
+            if side in _COVERS[symbol] and isinstance(tree, _Bounded) and not tree.covering
+        }
+        tree = ast.BinOp(**{**sides, **covered}, op=node.op)
+        return _Bounded(tree, self.quote(node), covering=bool(covered)), "number"
 
     def unaryop(self, node: ast.UnaryOp) -> tuple[ast.expr, Kind]:
         if isinstance(node.op, ast.Invert):
@@ -501,7 +593,8 @@ class _Translator:
             )
             raise self.fail(f"{ident}() takes {wanted} argument(s) ({given} given)")
         args = [self.need(arg, "number", f"{ident}()") for arg in node.args]
-        return ast.Call(ast.Name(f"_fn_{ident}", ast.Load()), args, []), function.returns
+        tree = ast.Call(ast.Name(f"_fn_{ident}", ast.Load()), args, [])
+        return (_bounded(tree, self.quote(node)) if ident in _GROWING else tree), function.returns
 
 
 _HANDLED = (ast.Constant, ast.Name, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare)
@@ -529,20 +622,35 @@ def _build(
     tree: ast.expr,
     kind: Kind,
     names: frozenset[str],
-    located: Set[int] = frozenset(),
 ) -> Formula:
     args = ast.arguments(
         posonlyargs=[], args=[ast.arg("_e")], kwonlyargs=[], kw_defaults=[], defaults=[]
     )
-    lam = _locate(ast.Expression(ast.Lambda(args, tree)), located)
-    # Safe: the tree was rebuilt node by node from the allow-list above; no builtins are visible.
-    formula = Formula(
-        source, where, names, kind, not names, eval(compile(lam, "<formula>", "eval"), _GLOBALS)
-    )
+    if kind == "number":
+        tree = _bounded(tree, "the result")
+    lam = _locate(ast.Expression(ast.Lambda(args, tree)))
+    formula = Formula(source, where, names, kind, not names, lambda _e: None)
+    object.__setattr__(formula, "_fn", _compile_on_first_use(formula, lam))
     if names:
         return formula
     value = formula.evaluate({})  # computed now, so that its errors are load errors
     return Formula(source, where, names, kind, True, lambda _e: value)
+
+
+def _compile_on_first_use(
+    formula: Formula, lam: ast.Expression
+) -> Callable[[Mapping[str, object]], object]:
+    """A function that compiles `lam` (checked already), puts the result in `formula`'s place
+    and runs it. Compiling is most of the cost of loading rules, and a command evaluates few of
+    them (no graph-model formula for a transformer, ...)."""
+
+    def compile_and_run(env: Mapping[str, object]) -> object:
+        # Safe: the tree was rebuilt node by node from the allow-list; no builtins are visible.
+        fn = eval(compile(lam, "<formula>", "eval"), _GLOBALS)
+        object.__setattr__(formula, "_fn", fn)
+        return fn(env)
+
+    return compile_and_run
 
 
 class TextTemplate:
@@ -608,7 +716,7 @@ class FormulaLibrary:
             _check_formula_name(name, where)
         refs = {name: _references(value, where, named) for name, (value, where) in named.items()}
         self._named: dict[str, _Named] = {}
-        self._shared = _Shared()
+        self._shared: dict[int, int] = {}  # the named formulas' node depths, by id
         for name in _dependency_order(refs, {n: w for n, (_, w) in named.items()}):
             value, where = named[name]
             translator = _Translator(str(value), where, None, self._named, self._shared)
@@ -616,10 +724,10 @@ class FormulaLibrary:
             names = frozenset(translator.names)
             size = MAX_INLINED_NODES - translator.budget
             if not names:  # computed at load (its failure is reported here), inlined as a value
-                constant = _build(str(value), where, tree, kind, names, self._shared.located)
-                tree, size = _locate(ast.Constant(constant.evaluate({})), frozenset()), 1
+                constant = _build(str(value), where, tree, kind, names)
+                tree, size = _locate(ast.Constant(constant.evaluate({}))), 1
                 translator.depths = {id(tree): 1}
-            self._shared.add(tree, getattr(translator, "depths", {}))
+            self._shared.update(getattr(translator, "depths", {}))
             self._named[name] = _Named(tree, kind, names, size)
         self._order = tuple(named)
 
@@ -647,7 +755,7 @@ class FormulaLibrary:
             if kind != "any":
                 raise translator.fail(f"gives {_A[kind]}, but {_A[expect]} is needed here")
             tree, kind = translator.coerce(tree, kind, expect, "", source), expect
-        return _build(source, where, tree, kind, frozenset(translator.names), self._shared.located)
+        return _build(source, where, tree, kind, frozenset(translator.names))
 
     def compile_text(
         self, text: str, where: SourceRef, context: str, models: tuple[str, ...] | None = None

@@ -43,6 +43,7 @@ from parplan_gen.estimate import (
     CostModel,
     Estimate,
     estimate_from_figures,
+    figure_error,
     model_kind,
 )
 from parplan_gen.ruleset import CompiledConstraint, RuleSet
@@ -149,8 +150,7 @@ class FigureSubset:
             try:
                 out[name] = formula.evaluate(env)  # type: ignore[assignment]
             except FormulaError as exc:
-                figure = name.replace("_", ".", 1)
-                raise FormulaError(f"estimate.{figure}: {exc.message}", exc.where) from None
+                raise figure_error(name, exc) from None
         if self._memory:
             out["memory_total"] = sum(out[f"memory_{p}"] for p in MEMORY_PARTS)
             out["memory_capacity"] = env["cluster.gpu_memory"]  # type: ignore[assignment]

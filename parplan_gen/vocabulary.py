@@ -364,17 +364,19 @@ CONTEXTS: dict[str, frozenset[str]] = {
 
 FUNCTION_BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}
 
+# `lookup` runs for every name of every formula at load: two dicts instead of a scan of NAMES.
+# No fixed name lies inside a family (tests/test_formulas.py checks), so the order is free.
+_FIXED: dict[str, Name] = {e.name: e for e in NAMES if e.family_prefix is None}
+_FAMILIES: dict[str, Name] = {e.family_prefix: e for e in NAMES if e.family_prefix}
+
 
 def lookup(name: str) -> Name | None:
     """The declaration that covers the dotted `name`, or None."""
-    for entry in NAMES:
-        prefix = entry.family_prefix
-        if prefix is None:
-            if entry.name == name:
-                return entry
-        elif name.startswith(prefix) and len(name) > len(prefix) and "." not in name[len(prefix) :]:
-            return entry
-    return None
+    entry = _FIXED.get(name)
+    if entry is not None:
+        return entry
+    head, dot, last = name.rpartition(".")
+    return _FAMILIES.get(head + dot) if last else None
 
 
 def all_spellings() -> list[str]:

@@ -8,12 +8,8 @@ and without writing anything.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import resource
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +17,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from parplan_gen.cli import main
+
+from hostile_support import memory_ceiling, peak_rss
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "hostile"
@@ -35,7 +33,6 @@ MARKER = "MARKER"
 TIME_MARGIN_S = 0.100  # over a harmless run of the same command
 TIME_RETRIES = 2  # extra runs when the first is over the limit; the best one counts
 MAX_GROWTH = 64 * 1024 * 1024  # bytes the process's peak may grow by during one payload
-HEADROOM = 1024 * 1024 * 1024  # address space a run may add before allocations fail
 COMMANDS = {
     "propose": ["propose", str(REPO / "examples" / "tiny_mlp.yaml"), "--devices", "8"],
     "analyze": ["analyze", str(REPO / "examples" / "tiny_mlp.yaml")],
@@ -75,7 +72,8 @@ def named_formulas(spec: dict[str, Any]) -> dict[str, str]:
 
 
 def rule_file(case: dict[str, Any]) -> str:
-    """rules.yaml for a case: the proposal first (so that its lines never move), then the rest."""
+    """rules.yaml for a case: the proposal first (so that its lines never move), then the rest,
+    cost-model figures (`estimate.<section>.<key>`) last."""
     sections: dict[str, dict[str, Any]] = {
         "proposal": {
             "id": "hostile.p", "group": "data", "type": "DataParallel", "when": "true",
@@ -86,12 +84,16 @@ def rule_file(case: dict[str, Any]) -> str:
             "id": "hostile.o", "op": "MatMul", "type": "DataParallel", "min_devices": 2,
             "memory_per_device": 1, "communication_overhead": 0.1, "speedup": 1.5,
         },
+        "estimate": {},
     }  # fmt: skip
     used = {"proposal"}
     for dotted, value in case.get("set", {}).items():
         section, *path = dotted.split(".")
         used.add(section)
         target = sections[section]
+        if section == "estimate":
+            target = target.setdefault(path[0], {})
+            path = path[1:]
         for key in path[:-1]:
             target = target[key]
         target[path[-1]] = payload_text(value)
@@ -103,6 +105,10 @@ def rule_file(case: dict[str, Any]) -> str:
     if "formulas" in case:
         lines.append("formulas:")
         lines += [f"  {name}: {_scalar(v)}" for name, v in named_formulas(case["formulas"]).items()]
+    if "estimate" in used:
+        lines.append("estimate:")
+        for figures, formulas in sections["estimate"].items():
+            lines += [f"  {figures}:", *(f"    {k}: {_scalar(v)}" for k, v in formulas.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -125,49 +131,16 @@ def _item(fields: dict[str, Any]) -> list[str]:
 # ---- running one payload ---------------------------------------------------------------------
 
 
-def _mapped_bytes() -> int | None:
-    """The process's address space now (Linux), or None where it cannot be read."""
-    try:
-        status = Path("/proc/self/status").read_text(encoding="ascii")
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("VmSize:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
-@contextlib.contextmanager
-def memory_ceiling() -> Iterator[None]:
-    """Cap the address space at what is mapped now plus HEADROOM: a blow-up becomes a
-    MemoryError that escapes main() (and fails the test) instead of exhausting the machine."""
-    mapped = _mapped_bytes()
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    if mapped is None or (soft != resource.RLIM_INFINITY and soft < mapped + HEADROOM):
-        yield
-        return
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + HEADROOM, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
-def _peak_rss() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
-
-
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str, float, int]:
     """(exit code, stdout, stderr, seconds, growth of the peak RSS in bytes) of one run."""
     capsys.readouterr()
-    before = _peak_rss()
+    before = peak_rss()
     with memory_ceiling():
         start = time.perf_counter()
         code = main(argv)
         elapsed = time.perf_counter() - start
     out, err = capsys.readouterr()
-    return code, out, err, elapsed, _peak_rss() - before
+    return code, out, err, elapsed, peak_rss() - before
 
 
 _BASELINES: dict[str, float] = {}
@@ -227,6 +200,17 @@ def test_hostile_formula_is_refused_or_stopped(case, tmp_path, monkeypatch, caps
     harmless = [*COMMANDS[command], "--rules", "h0"]
     limit = baseline(command, harmless, capsys) + TIME_MARGIN_S
     check_refused([*COMMANDS[command], "--rules", "h"], case["error"], limit, tmp_path, capsys)
+
+
+@pytest.mark.parametrize("case", [_formula_case(c) for c in FORMULAS if c.get("check")])
+def test_rules_check_reports_the_load_errors(case, tmp_path, monkeypatch, capsys):
+    """`parplan rules check` names the same problem (a load error) at the same place."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "rules.yaml").write_text(rule_file(case), encoding="utf-8")
+    code, out, err, _, _ = run(["rules", "check", "h"], capsys)
+    assert (code, err) == (1, "")
+    assert out == f"{case['error']}\nchecked 1 rule file in h: 1 error\n"
 
 
 # ---- templates -------------------------------------------------------------------------------
