@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -30,14 +30,14 @@ from parplan_gen.engine import Proposal
 from parplan_gen.errors import InputError
 from parplan_gen.estimate import Estimate, TrainedModel, estimate_from_figures, model_kind
 from parplan_gen.graph_model import GraphModelSpec
-from parplan_gen.hardware import MAX_GPUS, Cluster
-from parplan_gen.layout import Layout
+from parplan_gen.hardware import Cluster
+from parplan_gen.layout import MAX_GPUS, Layout, check_sizes
 from parplan_gen.model_source import sequence_length
 from parplan_gen.model_spec import ModelSpec
 from parplan_gen.plan_document import PlanDocument
 from parplan_gen.planner import Advice, PlanError, Planner, PlanResult
 from parplan_gen.ruleset import RuleSet, load_rules
-from parplan_gen.search_space import Backend, Objective, Request, SearchOptions
+from parplan_gen.search_space import Backend, Objective, Request, SearchOptions, check_choice
 
 ADVICE_GPU_TRIES = 3  # "more GPUs": multiples tried, doubling from the memory ratio up
 CLUSTER_KEYS = ("gpus", "gpu", "gpus_per_node", "inter_node_gbps")
@@ -147,11 +147,11 @@ class Plan(BaseModel):
         """Render every file (plan.json, ds_config.json, megatron_args.sh for a transformer,
         nccl.env, launchers, plan.md) into `out_dir`; an existing different file is refused
         unless `force`."""
-        from parplan_gen.render import render_plan
+        from parplan_gen.render import output_names, render_plan
         from parplan_gen.render_writer import write_rendered
 
         files = render_plan(self.document())
-        write_rendered(out_dir, files, force=force)
+        write_rendered(out_dir, files, force=force, retire=output_names())
         return [Path(out_dir) / name for name in sorted(files)]
 
 
@@ -173,6 +173,8 @@ def plan(
     closest candidate with advice. `backend` limits the search to what Megatron-LM or DeepSpeed
     runs; `rules` layers rule directories over the built-in ones (or is a loaded RuleSet).
     `seq_len` defaults to 2048 tokens for a transformer; a graph model has none (1)."""
+    check_sizes(global_batch=global_batch, seq_len=seq_len)
+    check_choice("backend", backend, get_args(Backend))
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
     seq_len = sequence_length(spec, seq_len)

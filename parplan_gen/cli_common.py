@@ -5,34 +5,47 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.errors import UsageError
+from parplan_gen.number_text import ZERO_STAGES, positive_decimal, whole_number
 
 if TYPE_CHECKING:
     from parplan_gen.hardware import Cluster
 
 
-def positive_int(text: str) -> int:
-    """An argparse type for counts that must be >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _argument_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """An argparse type from a parser that raises ValueError with its reason."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = name
+    return convert
 
 
-def positive_float(text: str) -> float:
-    """An argparse type for finite quantities that must be > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
-    return value
+def size_type(field: str) -> Callable[[str], int]:
+    """The argparse type of a size: a whole number from 1 to `layout.SIZE_LIMITS[field]`."""
+
+    def parse(text: str) -> int:
+        from parplan_gen.layout import SIZE_LIMITS  # here: `parplan --help` imports no pydantic
+
+        return whole_number(text, SIZE_LIMITS[field])
+
+    return _argument_type(parse, field)
+
+
+# Counts of GPUs, devices or ranks, and of candidates shown: 1 to layout.MAX_GPUS.
+positive_int = size_type("gpus")
+zero_stage = _argument_type(lambda text: whole_number(text, max(ZERO_STAGES), 0), "zero_stage")
+
+
+# Finite quantities above 0; physical ranges are checked where the figure is used.
+positive_float = _argument_type(positive_decimal, "positive_float")
 
 
 def print_json(payload: Any) -> None:
@@ -61,7 +74,7 @@ def add_micro_batch_option(parser: argparse.ArgumentParser) -> None:
     """--micro-batch N: the batch an ONNX model's dynamic batch dimension is bound to."""
     parser.add_argument(
         "--micro-batch",
-        type=positive_int,
+        type=size_type("mbs"),
         default=1,
         metavar="N",
         help="bind an ONNX model's dynamic batch dimension to N samples, so that node FLOPs and "

@@ -2,7 +2,48 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+import math
+from collections.abc import Callable, Iterable
+
+from parplan_gen.safe_text import printable
+
+# An error is one line of bounded length, whatever the input held: the file name and key path
+# are shown up to SHOWN_PLACE_CHARS (Linux paths reach 4,096 bytes; real ones stay far below),
+# the message up to SHOWN_MESSAGE_CHARS (room for any message about one input; a planner refusal
+# that lists hundreds of rejection reasons is cut, saying how much was left out).
+SHOWN_PLACE_CHARS = 1000
+SHOWN_MESSAGE_CHARS = 2000
+# A word longer than this is no misspelling of a name we know (those are under 40 characters),
+# and difflib's time grows with its length (2.7 s for 10 MB): no suggestion is looked for.
+MAX_HINT_CHARS = 100
+# A number with more digits than this is shown by its power of ten, never converted to text in
+# full (Python refuses to convert an int of more than 4,300 digits).
+SHOWN_DIGITS = 24
+
+
+def shown_value(value: object) -> str:
+    """A value from an input file or argument, for a message: a number as written (a huge one
+    by its magnitude), text quoted, escaped and cut, a list or mapping by its type."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = abs(value)
+        if size < 10**SHOWN_DIGITS:
+            return str(value)
+        power = int(math.log10(size))
+        power -= 10**power > size  # the float log rounds 10^k - 1 up to k
+        sign, bound = ("-", "less than -") if value < 0 else ("", "more than ")
+        return f"{sign}10^{power}" if size == 10**power else f"{bound}10^{power}"
+    if isinstance(value, str | float | bool) or value is None:
+        return printable(repr(value))
+    return f"a {type(value).__name__}"
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> str:
+    """`; did you mean 'name'?` with the closest of `choices`, or "" when none is close."""
+    if len(word) > MAX_HINT_CHARS:
+        return ""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 class SourceRef:
@@ -63,7 +104,11 @@ class SourceRef:
         )
 
     def __str__(self) -> str:
-        where = self.file
+        return self.shown(len(self.file))
+
+    def shown(self, limit: int) -> str:
+        """`file:line:col` with the file name escaped and cut to `limit` characters."""
+        where = printable(self.file, limit)
         if self.line is not None:
             where += f":{self.line}"
             if self.column is not None:
@@ -82,13 +127,16 @@ class ParplanError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        """One line: `file:line:col: [key.path: ]message` when the place is known."""
-        if self.where is None:
-            return self.message
-        prefix = str(self.where)
-        if self.where.path:
-            return f"{prefix}: {self.where.path}: {self.message}"
-        return f"{prefix}: {self.message}"
+        """One bounded line: `file:line:col: [key.path: ]message` when the place is known, every
+        part that may hold user text escaped and cut (`safe_text.printable`)."""
+        message = printable(self.message, SHOWN_MESSAGE_CHARS)
+        where = self.where
+        if where is None:
+            return message
+        prefix = where.shown(SHOWN_PLACE_CHARS)
+        if where.path:
+            return f"{prefix}: {printable(where.path, SHOWN_PLACE_CHARS)}: {message}"
+        return f"{prefix}: {message}"
 
 
 class InputError(ParplanError):

@@ -10,7 +10,7 @@ documents the cluster file format and the catalog.
 
 from __future__ import annotations
 
-import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -28,7 +28,8 @@ from pydantic import (
 )
 
 from parplan_gen.defaults import GIB
-from parplan_gen.errors import InputError, SourceRef, UsageError
+from parplan_gen.errors import InputError, SourceRef, UsageError, did_you_mean, shown_value
+from parplan_gen.layout import MAX_GPUS, size_problem
 from parplan_gen.source import Document, KeyPath, is_finite_number, load_document, parse_document
 from parplan_gen.validation import validate
 
@@ -41,7 +42,6 @@ NANOS_PER_S = 10**9
 DIRECTIONS = 2  # vendors add both directions of a link ("bidirectional" bandwidth)
 
 DEFAULT_GPUS_PER_NODE = 8  # the documented CLI default (`--gpus-per-node 8`)
-MAX_GPUS = 1 << 20  # ~5x the largest clusters built; bounds the search and the launch files
 
 Vendor = Literal["nvidia", "amd"]
 Architecture = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3"]
@@ -112,7 +112,16 @@ class CatalogLink(_Sourced):
     latency_us: PositiveFloat
 
 
+class FigureRange(_Raw):
+    """The physical range of one figure (`ranges:` in the data files), in catalog units."""
+
+    min: PositiveFloat
+    max: PositiveFloat
+    source: str = Field(min_length=1, description="Where the ends come from.")
+
+
 class _GPUFile(_Raw):
+    ranges: dict[str, FigureRange]
     gpus: dict[str, CatalogGPU]
 
 
@@ -123,6 +132,7 @@ class _Links(_Raw):
 
 
 class _NetworkFile(_Raw):
+    ranges: dict[str, FigureRange]
     networks: dict[str, CatalogNetwork]
     intra_node_links: _Links
 
@@ -130,6 +140,30 @@ class _NetworkFile(_Raw):
 GPU_FIGURE_KEYS = (*GPUFigures.model_fields, "reference_node")
 NETWORK_FIGURE_KEYS = ("gbps_per_port", "latency_us")
 LINK_FIGURE_KEYS = ("latency_us",)
+# Figures with a physical range, by data file: every number a GPU, network, link or cluster has.
+GPU_RANGED_KEYS = (
+    "memory_gib", "bf16_dense_tflops", "fp16_dense_tflops", "fp8_dense_tflops",
+    "memory_bandwidth_tb_per_s", "intra_node_gb_per_s_bidirectional",
+)  # fmt: skip
+NETWORK_RANGED_KEYS = ("gbps_per_port", "gbps_per_gpu", "latency_us")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A figure's physical range and the data file entry that gives it (with its source)."""
+
+    low: float
+    high: float
+    origin: str  # `parplan_gen/data/gpus.yaml ranges.memory_gib`
+
+    def problem(self, value: float) -> str | None:
+        """Why `value` is not a physical value of the figure, or None."""
+        if self.low <= value <= self.high:
+            return None
+        return (
+            f"{shown_value(value)} is outside the physical range {self.low:g} to {self.high:g} "
+            f"({self.origin})"
+        )
 
 
 class _Model(BaseModel):
@@ -178,7 +212,7 @@ class Network(_Model):
 def whole_nodes_problem(num_gpus: int, gpus_per_node: int) -> str | None:
     """Why `num_gpus` cannot be laid out on nodes of `gpus_per_node`, or None."""
     if num_gpus > MAX_GPUS:
-        return f"num_gpus({num_gpus}) is above the limit of {MAX_GPUS} GPUs"
+        return f"num_gpus({shown_value(num_gpus)}) is above the limit of {MAX_GPUS} GPUs"
     if num_gpus > gpus_per_node and num_gpus % gpus_per_node:
         return f"num_gpus({num_gpus}) is not a multiple of gpus_per_node({gpus_per_node})"
     return None
@@ -239,6 +273,7 @@ class Catalog:
     link_latency_s: dict[str, float]  # intra-node link kind -> per-step latency, s
     gpu_names: dict[str, str]  # normalized name or alias -> canonical name
     network_names: dict[str, str]
+    ranges: dict[str, Bounds]  # figure key -> its physical range, catalog units
 
     def gpu(self, name: str) -> GPU:
         return self.gpus[_lookup("GPU", name, self.gpu_names)]
@@ -308,15 +343,50 @@ def gpu_from_figures(name: str, spec: CatalogGPU, figures: GPUFigures) -> GPU:
     )
 
 
+def _ranges(
+    doc: Document, ranges: dict[str, FigureRange], keys: tuple[str, ...]
+) -> dict[str, Bounds]:
+    """The `ranges:` of a data file, which must give exactly `keys`, each with min <= max."""
+    missing, unknown = sorted(set(keys) - set(ranges)), sorted(set(ranges) - set(keys))
+    if missing or unknown:
+        raise InputError(
+            f"ranges must give exactly {', '.join(keys)} (missing: {', '.join(missing) or '-'}; "
+            f"unknown: {', '.join(unknown) or '-'})",
+            doc.ref(("ranges",)),
+        )
+    bounds = {}
+    for key, r in ranges.items():
+        if r.min > r.max:
+            raise InputError(f"min({r.min:g}) > max({r.max:g})", doc.ref(("ranges", key)))
+        bounds[key] = Bounds(r.min, r.max, f"{doc.name} ranges.{key}")
+    return bounds
+
+
+def _check_ranges(
+    ranges: Mapping[str, Bounds], figures: Mapping[str, float | None], doc: Document, path: KeyPath
+) -> None:
+    """An InputError at `path.key` in `doc` for the first of `figures` (key -> value in catalog
+    units; None: not given) outside its physical range."""
+    for key, value in figures.items():
+        problem = None if value is None else ranges[key].problem(value)
+        if problem:
+            raise InputError(problem, doc.ref((*path, key)))
+
+
 @cache
 def load_catalog() -> Catalog:
-    """Read the shipped catalog (once per process), checking every figure has a source."""
+    """Read the shipped catalog (once per process), checking every figure has a source and lies
+    in its physical range."""
     gdoc, ndoc = _read_data("gpus.yaml"), _read_data("networks.yaml")
     gfile = validate(_GPUFile, gdoc.data, gdoc)
     nfile = validate(_NetworkFile, ndoc.data, ndoc)
+    ranges = _ranges(gdoc, gfile.ranges, GPU_RANGED_KEYS)
+    ranges |= _ranges(ndoc, nfile.ranges, NETWORK_RANGED_KEYS)
     networks: dict[str, Network] = {}
     for name, net in nfile.networks.items():
         _check_sources(ndoc, ("networks", name), net, NETWORK_FIGURE_KEYS)
+        figures = net.model_dump(include=set(NETWORK_FIGURE_KEYS))
+        _check_ranges(ranges, figures, ndoc, ("networks", name))
         networks[name] = Network(
             name=name,
             display_name=net.display_name,
@@ -328,10 +398,13 @@ def load_catalog() -> Catalog:
     for kind in _Links.model_fields:
         link: CatalogLink = getattr(nfile.intra_node_links, kind)
         _check_sources(ndoc, ("intra_node_links", kind), link, LINK_FIGURE_KEYS)
+        _check_ranges(ranges, {"latency_us": link.latency_us}, ndoc, ("intra_node_links", kind))
         link_latency[kind] = _seconds(link.latency_us)
     gpus: dict[str, GPU] = {}
     for name, spec in gfile.gpus.items():
         _check_sources(gdoc, ("gpus", name), spec, GPU_FIGURE_KEYS)
+        figures = spec.model_dump(include=set(GPU_RANGED_KEYS))
+        _check_ranges(ranges, figures, gdoc, ("gpus", name))
         if spec.reference_node.network not in networks:
             where = gdoc.ref(("gpus", name, "reference_node", "network"))
             raise InputError(f"unknown network '{spec.reference_node.network}'", where)
@@ -343,6 +416,7 @@ def load_catalog() -> Catalog:
         link_latency_s=link_latency,
         gpu_names=_alias_map(gdoc, "gpus", gfile.gpus),
         network_names=_alias_map(ndoc, "networks", nfile.networks),
+        ranges=ranges,
     )
 
 
@@ -355,10 +429,9 @@ def _lookup(kind: str, name: str, names: dict[str, str], where: SourceRef | None
     key = _normalize(name)
     if key in names:
         return names[key]
-    hint = difflib.get_close_matches(key, list(names), n=1)
-    did_you_mean = f"; did you mean '{hint[0]}'?" if hint else ""
     known = ", ".join(sorted(set(names.values())))
-    raise InputError(f"unknown {kind} '{name}'{did_you_mean} (known: {known})", where)
+    hint = did_you_mean(key, names)
+    raise InputError(f"unknown {kind} {shown_value(name)}{hint} (known: {known})", where)
 
 
 def gpu(name: str) -> GPU:
@@ -370,7 +443,9 @@ class InterNodeSpec(_Raw):
     """`inter_node:` in a cluster file: a catalog network, or a bandwidth per GPU."""
 
     network: str | None = Field(None, description="Catalog network name, e.g. `ndr`.")
-    nics_per_node: PositiveInt | None = Field(None, description="Default: one per GPU.")
+    nics_per_node: PositiveInt | None = Field(
+        None, le=MAX_GPUS, description="Default: one per GPU."
+    )
     gbps_per_gpu: PositiveFloat | None = Field(None, description="Gb/s per GPU, one direction.")
     latency_us: PositiveFloat | None = Field(None, description="Default: the network's.")
 
@@ -389,8 +464,8 @@ class ClusterFile(_Raw):
     gpu: str = Field(description="Catalog GPU name or alias.")
     overrides: dict[str, Any] | None = Field(None, description="GPU figures, catalog units.")
     num_gpus: PositiveInt | None = None
-    nodes: PositiveInt | None = None
-    gpus_per_node: PositiveInt = DEFAULT_GPUS_PER_NODE
+    nodes: PositiveInt | None = Field(None, le=MAX_GPUS)
+    gpus_per_node: PositiveInt = Field(DEFAULT_GPUS_PER_NODE, le=MAX_GPUS)
     inter_node: InterNodeSpec | None = None
     nccl: NcclSpec | None = None
 
@@ -423,16 +498,21 @@ def cluster_from_flags(
 ) -> Cluster:
     """`--gpus N --gpu NAME [--gpus-per-node 8] [--inter-node-gbps X]` (X: Gb/s per GPU)."""
     for flag, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"{flag} must be a positive integer (got {value!r})")
-    if inter_node_gbps is not None and not (
-        is_finite_number(inter_node_gbps) and inter_node_gbps > 0
-    ):
-        raise UsageError(f"--inter-node-gbps must be a positive number (got {inter_node_gbps!r})")
+        problem = size_problem("gpus", value)
+        if problem:
+            raise UsageError(f"{flag}: {problem}")
     problem = whole_nodes_problem(gpus, gpus_per_node)
     if problem:
         raise UsageError(f"--gpus/--gpus-per-node: {problem}")
     catalog = load_catalog()
+    if inter_node_gbps is not None:
+        if not is_finite_number(inter_node_gbps):
+            raise UsageError(
+                f"--inter-node-gbps: expected a number, got {shown_value(inter_node_gbps)}"
+            )
+        problem = catalog.ranges["gbps_per_gpu"].problem(inter_node_gbps)
+        if problem:
+            raise UsageError(f"--inter-node-gbps: {problem}")
     gpu_ = catalog.gpus[_lookup("GPU", gpu, catalog.gpu_names, SourceRef("--gpu"))]
     spec = InterNodeSpec(gbps_per_gpu=None if inter_node_gbps is None else float(inter_node_gbps))
     name = name or f"{gpus}x{gpu_.name}"
@@ -477,6 +557,8 @@ def load_cluster(path: str | Path) -> Cluster:
     if spec.overrides:
         merged = {**base.model_dump(include=set(GPUFigures.model_fields)), **spec.overrides}
         figures = validate(GPUFigures, merged, doc, ("overrides",))
+        given = figures.model_dump(include=set(spec.overrides) & set(GPU_RANGED_KEYS))
+        _check_ranges(catalog.ranges, given, doc, ("overrides",))
     try:
         gpu_ = gpu_from_figures(gpu_name, base, figures)
     except ValidationError as exc:  # a positive figure that rounds to 0 bytes or 0 FLOP/s
@@ -496,13 +578,15 @@ def load_cluster(path: str | Path) -> Cluster:
         raise InputError(problem, doc.ref(("num_gpus",)))
 
     if spec.inter_node is not None:
-        _check_inter_node(doc, spec.inter_node, catalog)
+        _check_inter_node(doc, spec.inter_node, catalog, gpn)
     inter, nccl = spec.inter_node or InterNodeSpec(), spec.nccl or NcclSpec()
     name = spec.name or Path(path).stem
     return _build(catalog, name, gpu_, num_gpus, gpn, inter, nccl)
 
 
-def _check_inter_node(doc: Document, inter: InterNodeSpec, catalog: Catalog) -> None:
+def _check_inter_node(doc: Document, inter: InterNodeSpec, catalog: Catalog, gpn: int) -> None:
+    figures = {"gbps_per_gpu": inter.gbps_per_gpu, "latency_us": inter.latency_us}
+    _check_ranges(catalog.ranges, figures, doc, ("inter_node",))
     where = doc.ref(("inter_node",))
     if (inter.network is None) == (inter.gbps_per_gpu is None):
         raise InputError("give either network (with nics_per_node) or gbps_per_gpu", where)
@@ -511,4 +595,13 @@ def _check_inter_node(doc: Document, inter: InterNodeSpec, catalog: Catalog) -> 
         raise InputError("nics_per_node goes with network, not with gbps_per_gpu", where)
     if inter.network is not None:
         where = doc.ref(("inter_node", "network"))
-        _lookup("network", inter.network, catalog.network_names, where)
+        net = catalog.networks[_lookup("network", inter.network, catalog.network_names, where)]
+        if inter.nics_per_node is not None:  # the ports' bandwidth, shared by a node's GPUs
+            port = net.port_bytes_per_s * BITS_PER_BYTE / GIGA
+            problem = catalog.ranges["gbps_per_gpu"].problem(port * inter.nics_per_node / gpn)
+            if problem:
+                where = doc.ref(("inter_node", "nics_per_node"))
+                share = (
+                    f"nics_per_node({inter.nics_per_node}) x {port:g} Gb/s / gpus_per_node({gpn})"
+                )
+                raise InputError(f"{share}: {problem}", where)

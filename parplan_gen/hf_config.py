@@ -12,15 +12,14 @@ parameter count and that ModelSpec cannot express are refused with the key that 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from parplan_gen.errors import InputError, SourceRef
-from parplan_gen.model_spec import MlpKind, ModelSpec
+from parplan_gen.errors import InputError, SourceRef, did_you_mean, shown_value
+from parplan_gen.model_spec import MAX_LAYERS, MAX_WIDTH, MlpKind, ModelSpec
 from parplan_gen.source import Document, KeyPath, format_path, load_document
 
 _GELUS = frozenset(
@@ -28,8 +27,6 @@ _GELUS = frozenset(
 )
 
 
-MAX_LAYERS = 4096  # 30x the deepest LLMs published; the op graph has ~12 nodes per layer
-MAX_INT = 1 << 24  # widths, vocabularies, positions (Llama 4 Scout: 10,485,760 positions)
 LAYER_KEYS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
 
 
@@ -40,14 +37,15 @@ class _Reader:
         self.data, self.doc, self.prefix, self.name = data, doc, where, name
         self.model_type = str(data.get("model_type"))
 
-    def ref(self, key: str | None = None) -> SourceRef:
-        path = (*self.prefix, key) if key else self.prefix
+    def ref(self, *path: str | int) -> SourceRef:
+        full = (*self.prefix, *path)
         if self.doc is None:
-            return SourceRef(self.name, path=format_path(path))
-        return self.doc.ref(path)
+            return SourceRef(self.name, path=format_path(full))
+        return self.doc.ref(full)
 
-    def fail(self, key: str | None, message: str) -> InputError:
-        return InputError(message, self.ref(key))
+    def fail(self, key: str | None, message: str, *item: int) -> InputError:
+        """An InputError at `key` (at its list item `item`, when given), or at the config."""
+        return InputError(message, self.ref(key, *item) if key else self.ref())
 
     def _first(self, keys: tuple[str, ...]) -> tuple[str, Any] | None:
         for key in keys:
@@ -75,10 +73,12 @@ class _Reader:
 
     def _int(self, key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.fail(key, f"'{key}' must be a non-negative integer, not {value!r}")
-        limit = MAX_LAYERS if key in LAYER_KEYS else MAX_INT
+            raise self.fail(
+                key, f"'{key}' must be a non-negative integer, not {shown_value(value)}"
+            )
+        limit = MAX_LAYERS if key in LAYER_KEYS else MAX_WIDTH
         if value > limit:  # per-layer tables and searches are sized by these numbers
-            raise self.fail(key, f"'{key}' is {value}; parplan reads at most {limit}")
+            raise self.fail(key, f"'{key}' is {shown_value(value)}; parplan reads at most {limit}")
         return value
 
     def opt_bool(self, key: str, default: bool) -> bool:
@@ -96,6 +96,15 @@ class _Reader:
         if value is not None and not isinstance(value, list):
             raise self.fail(key, f"'{key}' must be a list, not {type(value).__name__}")
         return value
+
+    def layer_indices(self, key: str) -> frozenset[int]:
+        """An optional list of 0-based layer indices (empty when absent or null)."""
+        indices = self.opt_list(key) or []
+        for i, value in enumerate(indices):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_LAYERS:
+                message = f"'{key}[{i}]' must be a layer index (0 to {MAX_LAYERS - 1})"
+                raise self.fail(key, f"{message}, not {shown_value(value)}", i)
+        return frozenset(indices)
 
     def head_dim(self, hidden: int, heads: int, default: int | None = None) -> int:
         """`head_dim` when given, else `default`, else hidden // heads (which must divide)."""
@@ -135,9 +144,11 @@ class _Reader:
         if len(types) != num_layers:
             raise self.fail("layer_types", f"has {len(types)} entries; num_layers is {num_layers}")
         known = {"sliding_attention": True, "full_attention": False}
-        for value in types:
-            if value not in known:
-                raise self.fail("layer_types", f"layer type {value!r} is not supported")
+        for i, value in enumerate(types):
+            if not isinstance(value, str) or value not in known:
+                use = " or ".join(map(repr, known))
+                message = f"layer type {shown_value(value)} is not supported (use {use})"
+                raise self.fail("layer_types", message, i)
         return tuple(known[t] for t in types)
 
 
@@ -337,7 +348,7 @@ def _qwen_moe(r: _Reader, *, shared: bool) -> Spec:
     """Qwen2-MoE / Qwen3-MoE: a layer is MoE unless in mlp_only_layers or off decoder_sparse_step."""
     s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 32768), norm="rmsnorm")
     layers, step = s["num_layers"], r.opt_int("decoder_sparse_step", 1)
-    dense_only = set(r.opt_list("mlp_only_layers") or [])
+    dense_only = r.layer_indices("mlp_only_layers")
     mask = [i not in dense_only and (i + 1) % max(step, 1) == 0 for i in range(layers)]
     s |= _moe(r, ("num_experts",), "moe_intermediate_size", mask)
     s |= _qwen_window(r, layers, alternate=shared)
@@ -421,11 +432,10 @@ def spec_from_hf_dict(
         raise r.fail(None, "missing required field 'model_type'")
     reader = READERS.get(model_type) if isinstance(model_type, str) else None
     if reader is None:
-        hint = difflib.get_close_matches(str(model_type), READERS, n=1)
-        did_you_mean = f"; did you mean '{hint[0]}'?" if hint else ""
+        hint = did_you_mean(model_type, READERS) if isinstance(model_type, str) else ""
         raise r.fail(
             "model_type",
-            f"unknown model_type {model_type!r}{did_you_mean} (supported: {', '.join(READERS)})",
+            f"unknown model_type {shown_value(model_type)}{hint} (supported: {', '.join(READERS)})",
         )
     fields = reader(r)
     title = name or (data["_name_or_path"] if isinstance(data.get("_name_or_path"), str) else "")

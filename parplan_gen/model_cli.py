@@ -11,11 +11,13 @@ if TYPE_CHECKING:
 
 from parplan_gen.cli_common import (
     TRAINED_MODEL_HELP,
+    ZERO_STAGES,
     add_cluster_options,
     add_rules_option,
     cluster_from_args,
-    positive_int,
     print_json,
+    size_type,
+    zero_stage,
 )
 from parplan_gen.defaults import DEFAULT_SEQ_LEN
 
@@ -51,34 +53,37 @@ def add_model_commands(sub: Any) -> None:
 def add_layout_options(parser: argparse.ArgumentParser) -> None:
     """--tp --pp [--dp --cp --ep --vpp] --mbs --global-batch [--seq-len] and memory options."""
     group = parser.add_argument_group("layout")
-    group.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel size")
-    group.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel size")
+    group.add_argument("--tp", type=size_type("tp"), default=1, help="tensor-parallel size")
+    group.add_argument("--pp", type=size_type("pp"), default=1, help="pipeline-parallel size")
     group.add_argument(
         "--dp",
-        type=positive_int,
+        type=size_type("dp"),
         default=None,
         help="data-parallel size (default: GPUs / (tp*pp*cp))",
     )
-    group.add_argument("--cp", type=positive_int, default=1, help="context-parallel size")
-    group.add_argument("--ep", type=positive_int, default=1, help="expert-parallel size")
+    group.add_argument("--cp", type=size_type("cp"), default=1, help="context-parallel size")
+    group.add_argument("--ep", type=size_type("ep"), default=1, help="expert-parallel size")
     group.add_argument(
         "--vpp",
-        type=positive_int,
+        type=size_type("vpp"),
         default=1,
         help="model chunks per pipeline rank (interleaved schedule when > 1)",
     )
-    group.add_argument("--mbs", type=positive_int, default=1, help="micro-batch size")
+    group.add_argument("--mbs", type=size_type("mbs"), default=1, help="micro-batch size")
     group.add_argument(
-        "--global-batch", type=positive_int, required=True, help="sequences per optimizer step"
+        "--global-batch",
+        type=size_type("global_batch"),
+        required=True,
+        help="sequences per optimizer step",
     )
     group.add_argument(
         "--seq-len",
-        type=positive_int,
+        type=size_type("seq_len"),
         default=None,
         help=f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models have none)",
     )
     zero = group.add_mutually_exclusive_group()
-    zero.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage")
+    zero.add_argument("--zero", type=zero_stage, choices=ZERO_STAGES, default=0, help="ZeRO stage")
     zero.add_argument(
         "--distributed-optimizer", action="store_true", help="Megatron's distributed optimizer"
     )

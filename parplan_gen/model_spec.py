@@ -27,6 +27,11 @@ TRAIN_FLOPS_PER_FORWARD = 3  # backward = 2x forward (Narayanan 2021, Appendix)
 ACT_BYTES = 2  # 16-bit activations (Korthikanti 2022, Sec. 4.1)
 MASK_BYTES = 1  # 1-byte dropout masks (Korthikanti 2022, Sec. 4.1)
 LOGIT_BYTES = 4  # fp32 logits (Korthikanti 2022, Sec. 4.3: 4sbh/t * (1 + v/h))
+# Size bounds: per-layer tables, op graphs (~12 nodes per layer) and searches are sized by them.
+MAX_LAYERS = 4096  # 30x the deepest LLMs published
+# Widths, head and expert counts, vocabularies, positions: above the largest published (the
+# longest context, Llama 4 Scout's 10,485,760 positions).
+MAX_WIDTH = 1 << 24
 
 
 def _linear(inputs: int, outputs: int, bias: bool) -> int:
@@ -41,19 +46,29 @@ class ModelSpec(BaseModel):
 
     name: str = Field(min_length=1, description="Display name, e.g. `llama-3-8b`.")
     model_type: str = Field(description="Hugging Face `model_type` it was read as, e.g. `llama`.")
-    num_layers: int = Field(gt=0, description="Transformer blocks (`L`).")
-    hidden_size: int = Field(gt=0, description="Residual stream width (`h`).")
-    num_attention_heads: int = Field(gt=0, description="Query heads (`a`).")
-    num_kv_heads: int = Field(gt=0, description="Key/value heads = GQA query groups (`g`).")
-    head_dim: int = Field(gt=0, description="Width of one query/key/value head (non-MLA).")
-    ffn_hidden_size: int = Field(ge=0, description="Inner width of the dense MLP layers.")
+    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="Transformer blocks (`L`).")
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="Residual stream width (`h`).")
+    num_attention_heads: int = Field(gt=0, le=MAX_WIDTH, description="Query heads (`a`).")
+    num_kv_heads: int = Field(
+        gt=0, le=MAX_WIDTH, description="Key/value heads = GQA query groups (`g`)."
+    )
+    head_dim: int = Field(
+        gt=0, le=MAX_WIDTH, description="Width of one query/key/value head (non-MLA)."
+    )
+    ffn_hidden_size: int = Field(
+        ge=0, le=MAX_WIDTH, description="Inner width of the dense MLP layers."
+    )
     mlp_kind: MlpKind = Field(
         description="MLP activation; `geglu`/`swiglu` are gated (gate, up, down matrices)."
     )
-    vocab_size: int = Field(gt=0, description="Rows of the token embedding (`V`), as stored.")
+    vocab_size: int = Field(
+        gt=0, le=MAX_WIDTH, description="Rows of the token embedding (`V`), as stored."
+    )
     tied_embeddings: bool = Field(description="The LM head reuses the token embedding matrix.")
     max_position_embeddings: int = Field(
-        gt=0, description="Longest context; rows of the position table when it is learned."
+        gt=0,
+        le=MAX_WIDTH,
+        description="Longest context; rows of the position table when it is learned.",
     )
     position_embedding: Literal["learned", "rope", "alibi"] = Field(
         description="`learned` adds a trainable table of max_position_embeddings x h."
@@ -78,19 +93,31 @@ class ModelSpec(BaseModel):
         default=False, description="One learned sink logit per head and layer (gpt-oss)."
     )
     sliding_window: int | None = Field(
-        default=None, gt=0, description="Keys a windowed layer attends to (None: no window)."
+        default=None,
+        gt=0,
+        le=MAX_WIDTH,
+        description="Keys a windowed layer attends to (None: no window).",
     )
     sliding_window_layers: tuple[bool, ...] = Field(
         default=(), description="Which layers use the window; empty = all, if a window is set."
     )
-    num_experts: int = Field(default=0, ge=0, description="Routed experts per MoE layer; 0=dense.")
-    experts_per_token: int = Field(default=0, ge=0, description="Routed experts a token uses (k).")
-    num_shared_experts: int = Field(
-        default=0, ge=0, description="Always-active experts per MoE layer (DeepSeek, Qwen2-MoE)."
+    num_experts: int = Field(
+        default=0, ge=0, le=MAX_WIDTH, description="Routed experts per MoE layer; 0=dense."
     )
-    moe_ffn_hidden_size: int = Field(default=0, ge=0, description="Inner width of one expert.")
+    experts_per_token: int = Field(
+        default=0, ge=0, le=MAX_WIDTH, description="Routed experts a token uses (k)."
+    )
+    num_shared_experts: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_WIDTH,
+        description="Always-active experts per MoE layer (DeepSeek, Qwen2-MoE).",
+    )
+    moe_ffn_hidden_size: int = Field(
+        default=0, ge=0, le=MAX_WIDTH, description="Inner width of one expert."
+    )
     shared_expert_ffn_hidden_size: int = Field(
-        default=0, ge=0, description="Inner width of one shared expert."
+        default=0, ge=0, le=MAX_WIDTH, description="Inner width of one shared expert."
     )
     shared_expert_gate: bool = Field(
         default=False, description="A sigmoid gate h -> 1 on the shared expert (Qwen2-MoE)."
@@ -101,14 +128,24 @@ class ModelSpec(BaseModel):
         description="Per layer, True where the MLP is MoE; empty = every layer when num_experts>0.",
     )
     q_lora_rank: int | None = Field(
-        default=None, gt=0, description="MLA query compression rank (None: full q_proj)."
+        default=None,
+        gt=0,
+        le=MAX_WIDTH,
+        description="MLA query compression rank (None: full q_proj).",
     )
     kv_lora_rank: int | None = Field(
-        default=None, gt=0, description="MLA key/value compression rank; set = MLA attention."
+        default=None,
+        gt=0,
+        le=MAX_WIDTH,
+        description="MLA key/value compression rank; set = MLA attention.",
     )
-    qk_nope_head_dim: int = Field(default=0, ge=0, description="MLA per-head q/k width, no RoPE.")
-    qk_rope_head_dim: int = Field(default=0, ge=0, description="MLA per-head q/k RoPE width.")
-    v_head_dim: int = Field(default=0, ge=0, description="MLA per-head value width.")
+    qk_nope_head_dim: int = Field(
+        default=0, ge=0, le=MAX_WIDTH, description="MLA per-head q/k width, no RoPE."
+    )
+    qk_rope_head_dim: int = Field(
+        default=0, ge=0, le=MAX_WIDTH, description="MLA per-head q/k RoPE width."
+    )
+    v_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA per-head value width.")
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

@@ -13,14 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli_common import (
     TRAINED_MODEL_HELP,
+    ZERO_STAGES,
     add_cluster_options,
     add_rules_option,
     cluster_from_args,
     positive_int,
     print_json,
+    size_type,
+    zero_stage,
 )
 from parplan_gen.defaults import DEFAULT_SEQ_LEN, GIB
-from parplan_gen.render_cli import add_render_options, write_plan_files
+from parplan_gen.render_cli import add_render_options, out_folder, write_plan_files
 
 if TYPE_CHECKING:
     from parplan_gen.api import CheckReport, Plan
@@ -60,7 +63,12 @@ def add_plan_commands(sub: Any) -> None:
     plan.add_argument("--objective", choices=("time", "memory"), default="time")
     plan.add_argument("--top", type=positive_int, default=5, metavar="K", help="candidates shown")
     plan.add_argument("--json", action="store_true", help="print JSON (the plan contract)")
-    plan.add_argument("--out", metavar="DIR", help="write plan.json and the launch files into DIR")
+    plan.add_argument(
+        "--out",
+        type=out_folder,
+        metavar="DIR",
+        help="write plan.json and the launch files into DIR",
+    )
     add_render_options(plan)
     plan.set_defaults(handler=_cmd_plan)
 
@@ -85,10 +93,10 @@ def _add_request_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
     add_cluster_options(parser)
     group = parser.add_argument_group("training")
-    group.add_argument("--global-batch", type=positive_int, required=True, metavar="B")
+    group.add_argument("--global-batch", type=size_type("global_batch"), required=True, metavar="B")
     group.add_argument(
         "--seq-len",
-        type=positive_int,
+        type=size_type("seq_len"),
         default=None,
         metavar="S",
         help=f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models have none)",
@@ -109,7 +117,7 @@ def _add_request_options(parser: argparse.ArgumentParser) -> None:
 def _add_layout_options(parser: argparse.ArgumentParser) -> None:
     """Layout flags; unset ones come from --from-* files, then from the defaults."""
     group = parser.add_argument_group("layout (flags override --from-* files)")
-    for flag, what in (
+    for flag, what in (  # each a size of layout.SIZE_LIMITS, named as the flag
         ("--tp", "tensor-parallel size (default 1)"),
         ("--pp", "pipeline-parallel size (default 1)"),
         ("--dp", "data-parallel size (default: GPUs / (tp*pp*cp))"),
@@ -120,9 +128,13 @@ def _add_layout_options(parser: argparse.ArgumentParser) -> None:
         ("--global-batch", "sequences per optimizer step"),
         ("--seq-len", f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models: none)"),
     ):
-        group.add_argument(flag, type=positive_int, default=None, help=what)
+        group.add_argument(
+            flag, type=size_type(flag[2:].replace("-", "_")), default=None, help=what
+        )
     zero = group.add_mutually_exclusive_group()
-    zero.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage")
+    zero.add_argument(
+        "--zero", type=zero_stage, choices=ZERO_STAGES, default=None, help="ZeRO stage"
+    )
     zero.add_argument("--distributed-optimizer", action="store_true", default=None)
     group.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
     group.add_argument("--sequence-parallel", action="store_true", default=None)
@@ -306,33 +318,12 @@ def check_text(report: CheckReport) -> str:
 
 # ---- reading existing layouts ------------------------------------------------------------------
 
-# Megatron-LM argument -> layout field (value arguments) and switches -> (field, value).
-MEGATRON_VALUES = {
-    "--tensor-model-parallel-size": "tp",
-    "--pipeline-model-parallel-size": "pp",
-    "--context-parallel-size": "cp",
-    "--expert-model-parallel-size": "ep",
-    "--micro-batch-size": "mbs",
-    "--global-batch-size": "global_batch",
-    "--seq-length": "seq_len",
-    "--num-virtual-stages-per-pipeline-rank": "vpp",
-    "--virtual-pipeline-model-parallel-size": "vpp",
-    "--num-layers-per-virtual-pipeline-stage": "layers_per_virtual_stage",
-    "--recompute-granularity": "recompute",
-    "--fp8-format": "precision",
-}
-MEGATRON_SWITCHES = {
-    "--sequence-parallel": ("sequence_parallel", True),
-    "--use-distributed-optimizer": ("distributed_optimizer", True),
-    "--recompute-activations": ("recompute", "selective"),
-    "--bf16": ("precision", "bf16"),
-    "--fp16": ("precision", "fp16"),
-}
 LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "global_batch", "seq_len")
 
 
 def layout_values(args: argparse.Namespace, spec: ModelSpec | GraphModelSpec) -> dict[str, Any]:
     """Layout fields: the defaults, then the --from-* files, then the explicit flags."""
+    from parplan_gen.config_readers import deepspeed_values, megatron_values
     from parplan_gen.errors import InputError, UsageError
     from parplan_gen.model_source import sequence_length
     from parplan_gen.model_spec import ModelSpec
@@ -361,88 +352,3 @@ def layout_values(args: argparse.Namespace, spec: ModelSpec | GraphModelSpec) ->
         raise UsageError("give --global-batch (or a file that sets it)")
     values["seq_len"] = sequence_length(spec, values.get("seq_len"))
     return values
-
-
-def deepspeed_values(path: str) -> dict[str, Any]:
-    """Batch, ZeRO stage and precision of a DeepSpeed ds_config.json."""
-    from parplan_gen.errors import InputError
-    from parplan_gen.source import load_document
-
-    doc = load_document(path)
-    if not isinstance(doc.data, dict):
-        got = "an empty file" if doc.data is None else type(doc.data).__name__
-        raise InputError(f"a DeepSpeed config is a JSON object (got {got})", doc.ref())
-    data = doc.data
-    out: dict[str, Any] = {}
-    for key, field in (
-        ("train_batch_size", "global_batch"),
-        ("train_micro_batch_size_per_gpu", "mbs"),
-        ("gradient_accumulation_steps", "grad_accum"),
-    ):
-        if key in data:
-            out[field] = _whole(doc, (key,), data[key])
-    zero = data.get("zero_optimization", {})
-    if isinstance(zero, dict) and "stage" in zero:
-        out["zero_stage"] = _whole(doc, ("zero_optimization", "stage"), zero["stage"])
-    for precision in ("bf16", "fp16"):
-        section = data.get(precision)
-        if isinstance(section, dict) and section.get("enabled") is True:
-            out["precision"] = precision
-    return out
-
-
-def _whole(doc: Any, path: tuple[str, ...], value: Any) -> int:
-    from parplan_gen.errors import InputError
-
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        hint = " (the HF Trainer fills 'auto'; give the value as a flag)" if value == "auto" else ""
-        raise InputError(f"expected a whole number, got {value!r}{hint}", doc.ref(path))
-    return value
-
-
-def megatron_values(path: str, num_layers: int) -> dict[str, Any]:
-    """Layout fields set by a Megatron-LM argument list or launch script (other args ignored)."""
-    import shlex
-
-    from parplan_gen.errors import InputError, SourceRef
-    from parplan_gen.source import read_text
-
-    try:
-        words = shlex.split(read_text(path).replace("\\\n", " "), comments=True)
-    except ValueError as exc:  # an unbalanced quote: "No closing quotation"
-        raise InputError(
-            f"cannot split into shell words: {exc} (is a quote unbalanced?)", SourceRef(path)
-        ) from None
-    out: dict[str, Any] = {}
-    for i, word in enumerate(words):
-        flag, eq, inline = word.partition("=")
-        if flag in MEGATRON_SWITCHES:
-            key, value = MEGATRON_SWITCHES[flag]
-            out[key] = value
-        elif flag in MEGATRON_VALUES:
-            raw = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
-            out[MEGATRON_VALUES[flag]] = _megatron_value(flag, raw, SourceRef(path))
-    if out.get("precision") in ("e4m3", "hybrid"):
-        out["precision"] = "fp8"
-    per_chunk = out.pop("layers_per_virtual_stage", None)
-    if per_chunk is not None:
-        stages = out.get("pp", 1)
-        if num_layers % (stages * per_chunk):
-            raise InputError(
-                f"--num-layers-per-virtual-pipeline-stage {per_chunk}: {num_layers} layers do not "
-                f"divide by pp({stages}) x {per_chunk}",
-                SourceRef(path),
-            )
-        out["vpp"] = num_layers // (stages * per_chunk)
-    return out
-
-
-def _megatron_value(flag: str, raw: str, where: Any) -> Any:
-    from parplan_gen.errors import InputError
-
-    if flag in ("--recompute-granularity", "--fp8-format"):
-        return raw
-    if not raw.isdigit() or int(raw) < 1:
-        hint = " (shell variables are not expanded)" if "$" in raw else ""
-        raise InputError(f"{flag} needs a whole number >= 1, got {raw!r}{hint}", where)
-    return int(raw)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, get_args
 
+from parplan_gen.errors import InputError, shown_value
 from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import Cluster
-from parplan_gen.layout import Layout, Precision
+from parplan_gen.layout import Layout, Precision, check_sizes
 from parplan_gen.model_spec import ModelSpec
 
 Objective = Literal["time", "memory"]
@@ -41,6 +42,13 @@ BACKEND_OPTIMIZERS: dict[str, tuple[tuple[int, bool], ...]] = {
     "megatron": ((0, False), (0, True)),
     "deepspeed": tuple(o for o in OPTIMIZERS if not o[1]),
 }
+
+
+def check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
+    """An InputError unless `value` is one of `allowed` (a request's option, e.g. `objective`)."""
+    if not any(value == a and type(value) is type(a) for a in allowed):
+        shown = ", ".join(map(str, allowed))
+        raise InputError(f"{name}: expected one of {shown}, got {shown_value(value)}")
 
 
 class Proposing(Protocol):
@@ -120,6 +128,13 @@ class Request:
     flash_attention: bool = True
     options: SearchOptions = SearchOptions()
 
+    def __post_init__(self) -> None:
+        check_sizes(global_batch=self.global_batch, seq_len=self.seq_len)
+        check_choice("precision", self.precision, get_args(Precision))
+        check_choice("objective", self.objective, get_args(Objective))
+        if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 1:
+            raise InputError(f"top: expected a whole number >= 1, got {shown_value(self.top)}")
+
     @property
     def layers(self) -> int:
         """Layers a pipeline splits (1 for a graph model, which is not pipelined)."""
@@ -135,10 +150,29 @@ class MemoryOption(NamedTuple):
     recompute: str
 
 
+def prime_factors(n: int) -> dict[int, int]:
+    """`n` (>= 1) as {prime: exponent}, by trial division that divides each factor out as it is
+    found: at most about sqrt(n) / 2 steps (11,586 for any size within layout.SIZE_LIMITS), far
+    fewer when n has small factors (2^62: 62)."""
+    factors: dict[int, int] = {}
+    p = 2
+    while p * p <= n:
+        while n % p == 0:
+            factors[p] = factors.get(p, 0) + 1
+            n //= p
+        p += 1 if p == 2 else 2
+    if n > 1:
+        factors[n] = factors.get(n, 0) + 1
+    return factors
+
+
 def divisors(n: int) -> list[int]:
-    """Divisors of n, ascending."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
+    """Divisors of n (>= 1), ascending, built from its prime factors: time grows with their
+    number (at most 1,152 up to 2^29), not with n."""
+    found = [1]
+    for prime, exponent in prime_factors(n).items():
+        found = [d * prime**k for d in found for k in range(exponent + 1)]
+    return sorted(found)
 
 
 def structures(

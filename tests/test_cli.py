@@ -25,8 +25,14 @@ def test_version(cli, capsys):
     [
         (["analyze"], "the following arguments are required: GRAPH"),
         (["propose", "g.yaml"], "the following arguments are required: --devices"),
-        (["propose", "g.yaml", "--devices", "0"], "must be at least 1, got 0"),
-        (["propose", "g.yaml", "--devices", "two"], "expected a whole number, got 'two'"),
+        (
+            ["propose", "g.yaml", "--devices", "0"],
+            "expected a whole number from 1 to 1048576, got 0",
+        ),
+        (
+            ["propose", "g.yaml", "--devices", "two"],
+            "expected a whole number (digits 0-9), got 'two'",
+        ),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
 )

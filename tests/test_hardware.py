@@ -186,6 +186,41 @@ def test_catalog_loader_refuses_a_figure_without_source():
     assert str(info.value) == "links.yaml:4:1: sources: figure 'latency_us' names no source"
 
 
+def test_every_number_of_the_catalog_has_a_physical_range_with_a_source():
+    ranges = load_catalog().ranges
+    assert set(ranges) == {*hardware.GPU_RANGED_KEYS, *hardware.NETWORK_RANGED_KEYS}
+    assert ranges["memory_gib"] == hardware.Bounds(
+        1, 4096, "parplan_gen/data/gpus.yaml ranges.memory_gib"
+    )
+    for filename in ("gpus.yaml", "networks.yaml"):
+        for key, entry in data_doc(filename).data["ranges"].items():
+            assert 0 < entry["min"] < entry["max"] and entry["source"].strip(), key
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "ranges:\n  latency_us: {min: 0.1, max: 10, source: x}\n",
+            "n.yaml:1:1: ranges: ranges must give exactly gbps_per_port, gbps_per_gpu, "
+            "latency_us (missing: gbps_per_gpu, gbps_per_port; unknown: -)",
+        ),
+        (
+            "ranges:\n  gbps_per_port: {min: 1, max: 9, source: x}\n"
+            "  gbps_per_gpu: {min: 1, max: 9, source: x}\n"
+            "  latency_us: {min: 10, max: 1, source: x}\n",
+            "n.yaml:4:3: ranges.latency_us: min(10) > max(1)",
+        ),
+    ],
+)
+def test_catalog_ranges_name_every_figure_once_low_to_high(text, message):
+    doc = parse_document(text, "n.yaml")
+    ranges = {k: hardware.FigureRange.model_validate(v) for k, v in doc.data["ranges"].items()}
+    with pytest.raises(InputError) as info:
+        hardware._ranges(doc, ranges, hardware.NETWORK_RANGED_KEYS)
+    assert str(info.value) == message
+
+
 # --- flag form -----------------------------------------------------------------------------
 
 
@@ -227,10 +262,25 @@ def test_flags_partial_single_node():
             (12, "h100"),
             "--gpus/--gpus-per-node: num_gpus(12) is not a multiple of gpus_per_node(8)",
         ),
-        ((0, "h100"), "--gpus must be a positive integer (got 0)"),
-        ((8, "h100", -8), "--gpus-per-node must be a positive integer (got -8)"),
-        ((8, "h100", 8, float("nan")), "--inter-node-gbps must be a positive number (got nan)"),
-        ((8, "h100", 8, 0), "--inter-node-gbps must be a positive number (got 0)"),
+        ((0, "h100"), "--gpus: expected a whole number from 1 to 1048576, got 0"),
+        ((8, "h100", -8), "--gpus-per-node: expected a whole number from 1 to 1048576, got -8"),
+        ((2**21, "h100"), "--gpus: expected a whole number from 1 to 1048576, got 2097152"),
+        ((8, "h100", 8, float("nan")), "--inter-node-gbps: expected a number, got nan"),
+        (
+            (8, "h100", 8, 0),
+            "--inter-node-gbps: 0 is outside the physical range 0.1 to 16000 "
+            "(parplan_gen/data/networks.yaml ranges.gbps_per_gpu)",
+        ),
+        (
+            (16, "h100", 8, 1e308),
+            "--inter-node-gbps: 1e+308 is outside the physical range 0.1 to 16000 "
+            "(parplan_gen/data/networks.yaml ranges.gbps_per_gpu)",
+        ),
+        (
+            (16, "h100", 8, 1e-320),
+            "--inter-node-gbps: 1e-320 is outside the physical range 0.1 to 16000 "
+            "(parplan_gen/data/networks.yaml ranges.gbps_per_gpu)",
+        ),
     ],
 )
 def test_flag_errors(args, message):
@@ -426,7 +476,39 @@ def test_json_cluster_file(tmp_path):
         ("# nothing\n", "1:1: a cluster file is a mapping of keys (got an empty file)"),
         (
             "gpu: h100\nnodes: 1\noverrides:\n  memory_gib: 1.0e-12\n",
-            "3:1: overrides: overrides give an impossible GPU: Input should be greater than 0",
+            "4:3: overrides.memory_gib: 1e-12 is outside the physical range 1 to 4096 "
+            "(parplan_gen/data/gpus.yaml ranges.memory_gib)",
+        ),
+        (
+            "gpu: h100\nnodes: 1\noverrides:\n  memory_gib: 1.0e+300\n",
+            "4:3: overrides.memory_gib: 1e+300 is outside the physical range 1 to 4096 "
+            "(parplan_gen/data/gpus.yaml ranges.memory_gib)",
+        ),
+        (
+            "gpu: h100\nnodes: 1\noverrides:\n  memory_gib: 80\n  bf16_dense_tflops: 1.0e+300\n",
+            "5:3: overrides.bf16_dense_tflops: 1e+300 is outside the physical range 1 to 100000 "
+            "(parplan_gen/data/gpus.yaml ranges.bf16_dense_tflops)",
+        ),
+        (
+            "gpu: h100\nnodes: 2\ninter_node:\n  gbps_per_gpu: 1.0e-300\n",
+            "4:3: inter_node.gbps_per_gpu: 1e-300 is outside the physical range 0.1 to 16000 "
+            "(parplan_gen/data/networks.yaml ranges.gbps_per_gpu)",
+        ),
+        (
+            "gpu: h100\nnodes: 2\ninter_node:\n  gbps_per_gpu: 100\n  latency_us: 1.0e-320\n",
+            "5:3: inter_node.latency_us: 1e-320 is outside the physical range 0.1 to 100000 "
+            "(parplan_gen/data/networks.yaml ranges.latency_us)",
+        ),
+        (
+            "gpu: h100\nnodes: 2\ninter_node:\n  network: ndr\n  nics_per_node: 1000\n",
+            "5:3: inter_node.nics_per_node: nics_per_node(1000) x 400 Gb/s / gpus_per_node(8): "
+            "50000.0 is outside the physical range 0.1 to 16000 "
+            "(parplan_gen/data/networks.yaml ranges.gbps_per_gpu)",
+        ),
+        (
+            "gpu: h100\nnum_gpus: 8\ngpus_per_node: 100000000000000000000000000000\n",
+            "3:1: gpus_per_node: Input should be less than or equal to 1048576 "
+            "(got 100000000000000000000000000000)",
         ),
     ],
 )

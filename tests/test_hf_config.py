@@ -238,6 +238,49 @@ def test_bad_configs(data: dict[str, Any], message: str) -> None:
         spec_from_hf_dict(data)
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"mlp_only_layers": [[1]]},
+            "<config>: mlp_only_layers[0]: 'mlp_only_layers[0]' must be a layer index "
+            "(0 to 4095), not a list",
+        ),
+        (
+            {"mlp_only_layers": [0, {"a": 1}]},
+            "<config>: mlp_only_layers[1]: 'mlp_only_layers[1]' must be a layer index "
+            "(0 to 4095), not a dict",
+        ),
+        (
+            {"mlp_only_layers": [4096]},
+            "<config>: mlp_only_layers[0]: 'mlp_only_layers[0]' must be a layer index "
+            "(0 to 4095), not 4096",
+        ),
+    ],
+)
+def test_layer_lists_hold_layer_indices(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(InputError) as info:
+        spec("qwen3_moe", **changes)
+    assert str(info.value) == message
+    dense_second = spec("qwen3_moe", mlp_only_layers=[1, 9], intermediate_size=160)
+    assert dense_second.moe_layers == (True, False, True, True)  # 9: no such layer, as in HF
+
+
+@pytest.mark.parametrize("item", [[1], {"a": 1}, None, 1, "sliding"])
+def test_layer_types_of_any_type_are_refused_by_name(item: Any) -> None:
+    with pytest.raises(InputError, match=r"^<config>: layer_types\[1\]: layer type .* is not sup"):
+        spec("gpt_oss", layer_types=["full_attention", item, "full_attention", "full_attention"])
+
+
+def test_a_huge_model_type_is_shown_cut_and_not_searched_for_a_match() -> None:
+    with pytest.raises(InputError) as info:
+        spec_from_hf_dict({"model_type": "x" * 10_000_000})
+    shown = str(info.value)
+    assert shown.startswith("<config>: model_type: unknown model_type 'xxxx")
+    assert "... (9999802 more characters) (supported: gpt2, " in shown
+    assert len(shown) < 600
+
+
 def test_not_a_mapping() -> None:
     with pytest.raises(InputError, match="must be a mapping, not list"):
         spec_from_hf_dict([1, 2])

@@ -140,9 +140,9 @@ def test_check_refuses_shell_variables(cli: Callable[..., Run], write: Callable[
     args = write("train.sh", "--tensor-model-parallel-size $TP --global-batch-size 64\n")
     run = cli("check", "llama-3-8b", *H100_8, "--from-megatron", args)
     assert run.code == 1
-    assert (
-        "--tensor-model-parallel-size needs a whole number >= 1, got '$TP' "
-        "(shell variables are not expanded)" in run.err
+    assert run.err == (
+        f"parplan: error: {args}:1: --tensor-model-parallel-size: expected a whole number "
+        "(digits 0-9), got '$TP' (shell variables are not expanded)\n"
     )
 
 
@@ -169,3 +169,22 @@ def test_advice_never_offers_what_a_rule_rules_out(cli: Callable[..., Run]) -> N
         "data-parallel rank shards nothing)\n" in run.out
     )
     assert "  - 2 GPUs: dp=2 tp=1 pp=1 fits with" in run.out
+
+
+def test_text_views_show_a_hostile_model_name_escaped(
+    cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    """A config named `\\x1b[2J<240 x>.json`: plan and check print the name escaped and cut."""
+    config = Path(__file__).resolve().parent.parent / "examples" / "hf" / "llama-3-8b.json"
+    path = tmp_path / ("\x1b[2J" + "x" * 240 + ".json")
+    path.write_bytes(config.read_bytes())
+    for argv in (
+        ("plan", path, *H100_8, "--global-batch", "64"),
+        ("check", path, *H100_8, "--global-batch", "64", "--tp", "2"),
+    ):
+        run = cli(*argv)
+        assert run.code == 0, run.err
+        first = run.out.splitlines()[0]
+        assert first.startswith("\\x1b[2Jxxxx"), first[:40]
+        assert "... (44 more characters) (8.03B params) on 8 x h100-sxm-80gb" in first
+        assert "\x1b" not in run.out
