@@ -12,6 +12,7 @@ from parplan_gen.estimate import (
 )
 from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import Cluster
+from parplan_gen.safe_text import printable
 
 BAR = 40  # characters for the whole capacity
 MAX_BAR = 3 * BAR  # a longer bar is cut and ends with ">" (a tiny GPU must not print megabytes)
@@ -29,11 +30,12 @@ TIME_LABELS = {
 
 
 def model_title(spec: TrainedModel) -> str:
-    """`llama-3-8b (8.03B params)`, `resnet-50 (25.6M params, op graph)`."""
+    """`llama-3-8b (8.03B params)`, `resnet-50 (25.6M params, op graph)`; the name printable."""
+    name = printable(spec.name)
     if isinstance(spec, GraphModelSpec):
         count = f"{spec.params / 1e6:,.1f}M" if spec.params >= 1e5 else f"{spec.params:,}"
-        return f"{spec.name} ({count} params, op graph)"
-    return f"{spec.name} ({spec.total_params() / 1e9:.2f}B params)"
+        return f"{name} ({count} params, op graph)"
+    return f"{name} ({spec.total_params() / 1e9:.2f}B params)"
 
 
 def memory_heading(spec: TrainedModel) -> str:
@@ -106,7 +108,7 @@ def estimate_text(spec: TrainedModel, cluster: Cluster, estimate: Estimate) -> s
     th = estimate.throughput
     head = (
         f"{model_title(spec)} on {cluster.num_gpus} x "
-        f"{cluster.gpu.name} ({cluster.num_nodes} node{'s' if cluster.num_nodes > 1 else ''})\n"
+        f"{printable(cluster.gpu.name)} ({cluster.num_nodes} node{'s' if cluster.num_nodes > 1 else ''})\n"
         f"layout: {layout_line(estimate)}, {batch_text(spec, estimate)}\n"
     )
     rates = (

@@ -23,11 +23,20 @@ from parplan_gen.estimate import Estimate
 from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import Cluster
 from parplan_gen.model_spec import ModelSpec
+from parplan_gen.safe_text import printable
 from parplan_gen.source import KeyPath, format_path, load_document
 from parplan_gen.validation import validate
 
 FORMAT_VERSION = 1
 JSON_INDENT = 2  # plan.json is meant to be read and diffed by people
+# The names a terminal shows and the launch files carry (in comments, reduced to a safe set):
+# none may hold a control, format or line-break character (safe_text.printable escapes them).
+NAMES: tuple[KeyPath, ...] = (
+    ("model", "name"),
+    ("cluster", "name"),
+    ("cluster", "gpu", "name"),
+    ("cluster", "gpu", "display_name"),
+)
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
 
@@ -81,7 +90,11 @@ class PlanDocument(BaseModel):
 
     @model_validator(mode="after")
     def _portable(self) -> PlanDocument:
-        for where, text in _strings(self.model_dump(mode="json")):
+        data = self.model_dump(mode="json")
+        bad_name = next(_unprintable_names(data), None)
+        if bad_name is not None:
+            raise ValueError(f"{format_path(bad_name[0])}: {bad_name[1]}")
+        for where, text in _strings(data):
             if _is_absolute(text):
                 raise ValueError(f"{where}: absolute path {text!r} does not belong in plan.json")
         world = self.cluster.num_gpus
@@ -113,6 +126,10 @@ class PlanDocument(BaseModel):
         """
         if _is_absolute(model.name):
             model = model.model_copy(update={"name": _last_component(model.name)})
+        parts = {"model": model.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json")}
+        bad_name = next(_unprintable_names(parts), None)
+        if bad_name is not None:
+            raise PlanDocumentError(f"{format_path(bad_name[0])}: {bad_name[1]}")
         records = [
             p if isinstance(p, ProposalRecord) else ProposalRecord.from_proposal(p)
             for p in proposals
@@ -173,7 +190,27 @@ def load_plan_document(path: str | Path) -> PlanDocument:
     bad = next(_non_finite(doc.data), None)
     if bad is not None:
         raise PlanDocumentError(f"{bad[1]} is not a finite number", doc.ref(bad[0]))
+    bad_name = next(_unprintable_names(doc.data), None)
+    if bad_name is not None:
+        raise PlanDocumentError(bad_name[1], doc.ref(bad_name[0]))
     return validate(PlanDocument, doc.data, doc, error=PlanDocumentError)
+
+
+def _unprintable_names(data: Any) -> Iterable[tuple[KeyPath, str]]:
+    """(path, problem) of each name in NAMES that holds a character safe_text.printable would
+    escape (NUL, ESC, a line break, a bidi override...)."""
+    for path in NAMES:
+        value: Any = data
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and printable(value, limit=len(value)) != value:
+            yield (
+                path,
+                (
+                    f"'{printable(value)}' holds a control, format or line-break character; a name "
+                    "is shown in terminals and written into launch files, so it must be plain text"
+                ),
+            )
 
 
 def _numbered(estimates: list[Estimate]) -> list[tuple[str, Estimate]]:

@@ -9,13 +9,18 @@ sandbox with StrictUndefined: a template that names a missing value fails, and o
 for Python internals is refused (render_sandbox checks each template when it is loaded and
 bounds what it may cost when it runs). Every rendered file is parsed back (render_checks) before
 it is returned; render_writer writes them.
+
+What the templates see is plain data made safe for the files a shell reads (shell_quote):
+every text is safe in a comment (no control or line-break character), the model's, the
+cluster's and the GPU's names are reduced to safe_text.safe_name's character set (inert
+anywhere in a shell line), nccl.env's lines are built by `shell_quote.assignment`, and the
+`sh` filter quotes a command's argument (`shell_quote.argument`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -43,11 +48,15 @@ from parplan_gen.render_report import report_context
 from parplan_gen.render_sandbox import (
     REFUSED,
     BoundedEnvironment,
+    OutsideFolderError,
     TemplateBudgetError,
     TemplateRefused,
+    file_inside,
 )
 from parplan_gen.render_writer import NCCL_REFERENCE
 from parplan_gen.resources import shipped_dir
+from parplan_gen.safe_text import printable, safe_name
+from parplan_gen.shell_quote import argument, comment
 
 JSON_INDENT = 2
 DS_CONFIG, DS_CONFIG_TEMPLATE = "ds_config.json", "deepspeed/{deepspeed}/ds_config.json.j2"
@@ -66,7 +75,7 @@ OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the cho
 # op-graph model runs under DeepSpeed (or PyTorch DDP) through torchrun.
 BACKENDS_BY_KIND = {"transformer": ("megatron", "deepspeed"), "graph": ("deepspeed",)}
 PLAN_JSON = "plan.json"
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+JOB_PREFIX = "parplan-"  # the SLURM job and rendezvous id: parplan-<model name>
 
 
 @dataclass(frozen=True)
@@ -87,9 +96,15 @@ class Templates:
         return [p for p in (self.user, self.builtin) if p is not None]
 
     def find(self, relative: str | Path) -> Path:
+        """The first folder's `relative` file; RenderError if none has it, or if it is a link
+        to a file outside its folder."""
         for folder in self.folders:
-            if (folder / relative).is_file():
-                return folder / relative
+            try:
+                path = file_inside(folder, relative)
+            except OutsideFolderError as exc:
+                raise RenderError(f"{REFUSED}: {exc}") from None
+            if path is not None:
+                return path
         raise RenderError(f"no template {relative} in {', '.join(map(str, self.folders))}")
 
     def versions(self, backend: str) -> list[str]:
@@ -108,6 +123,8 @@ def _version_key(name: str) -> tuple[tuple[int, ...], str]:
 
 
 def _environment(templates: Templates) -> BoundedEnvironment:
+    """A fresh sandbox over `templates` (its budgets are per render; the compiled templates
+    are kept across renders by render_sandbox)."""
     env = BoundedEnvironment(
         templates.folders,
         undefined=jinja2.StrictUndefined,
@@ -117,7 +134,7 @@ def _environment(templates: Templates) -> BoundedEnvironment:
         lstrip_blocks=True,
     )
     env.filters["json"] = lambda value: json.dumps(value, indent=JSON_INDENT, ensure_ascii=False)
-    env.filters["sh"] = lambda value: shlex.quote(str(value))
+    env.filters["sh"] = argument
     return env
 
 
@@ -176,8 +193,8 @@ def resolve_versions(
         if backend not in used:
             if wanted is not None:
                 raise RenderError(
-                    f"--{backend}-version {wanted!r}: {doc.model.name} is an op-graph model, "
-                    f"rendered for {' and '.join(used)} only"
+                    f"--{backend}-version '{printable(wanted)}': {printable(doc.model.name)} is "
+                    f"an op-graph model, rendered for {' and '.join(used)} only"
                 )
             out[backend] = None
             continue
@@ -187,10 +204,18 @@ def resolve_versions(
         version = wanted or shipped[-1]
         if version not in shipped:
             raise RenderError(
-                f"--{backend}-version {version!r} is not available (have: {', '.join(shipped)})"
+                f"--{backend}-version '{printable(version)}' is not available "
+                f"(have: {printable(', '.join(shipped))})"
             )
         out[backend] = version
     return out
+
+
+def output_names() -> list[str]:
+    """Every file name a plan of any kind may render: what a folder written by parplan can
+    hold, so that writing a new plan there removes a file of an earlier one (megatron_args.sh
+    of a transformer's plan under an op-graph model's)."""
+    return [PLAN_JSON, *(name for name, _ in OUTPUTS)]
 
 
 def outputs(versions: dict[str, str | None]) -> list[tuple[str, str]]:
@@ -227,13 +252,13 @@ def build_context(
     cluster = doc.cluster
     all_notes = [f"megatron_args.sh: {n}" for n in (megatron["notes"] if megatron else [])]
     all_notes += [f"ds_config.json: {n}" for n in deepspeed["notes"]]
-    return {
+    context = {
         "versions": versions,
-        "model": doc.model.model_dump(mode="json"),
+        "model": {**doc.model.model_dump(mode="json"), "name": safe_name(doc.model.name)},
         "plan": doc.chosen.plan.model_dump(mode="json"),
         "cluster": {
-            "name": cluster.name,
-            "gpu": cluster.gpu.display_name,
+            "name": safe_name(cluster.name, fallback="cluster"),
+            "gpu": safe_name(cluster.gpu.display_name, fallback="gpu"),
             "num_gpus": cluster.num_gpus,
             "num_nodes": cluster.num_nodes,
             "gpus_per_node": cluster.procs_per_node,
@@ -252,6 +277,21 @@ def build_context(
             launch["notes"],
         ),
     }
+    return _shown(context)
+
+
+def _shown(value: Any) -> Any:
+    """`value` (the templates' context) with every text safe in a comment line
+    (`shell_quote.comment`); anything but plain data is a bug here (TypeError)."""
+    if isinstance(value, str):
+        return comment(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        return [_shown(item) for item in value]
+    if isinstance(value, dict):
+        return {_shown(key): _shown(item) for key, item in value.items()}
+    raise TypeError(f"a template context holds plain data, not {type(value).__name__}")
 
 
 def _megatron_context(
@@ -300,7 +340,7 @@ def _launch(doc: PlanDocument, mapping: LoadedMapping, values: dict[str, Any]) -
         "hosts": hosts,
         "first_host": hosts[0]["name"],
         "last_host": hosts[-1]["name"],
-        "job_name": "parplan-" + (_SAFE_NAME.sub("-", doc.model.name).strip("-") or "plan"),
+        "job_name": JOB_PREFIX + safe_name(doc.model.name, fallback="plan"),
         "master_port": _env_var(launch.master_port),
         # What the training script does for the plan (an op-graph model's; plan.md says why).
         "notes": notes(mapping, launch.notes, values, ("launch", "notes"), mapping.launch_doc),
@@ -353,7 +393,7 @@ def megatron_args(doc: PlanDocument, *, templates_dir: str | Path | None = None)
     """
     if "megatron" not in BACKENDS_BY_KIND[model_kind(doc.model)]:
         raise RenderError(
-            f"{doc.model.name} is an op-graph model: it has no Megatron-LM arguments "
+            f"{printable(doc.model.name)} is an op-graph model: it has no Megatron-LM arguments "
             "(Megatron-LM trains transformers); launch your training script with "
             "launch_torchrun.sh and ds_config.json (parplan render / Plan.write)"
         )

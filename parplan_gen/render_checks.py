@@ -3,7 +3,10 @@
 `check_files` parses each file back the way its consumer will: JSON (ds_config.json's batch
 identity, plan.json's round trip), `bash -n` for scripts, NCCL's documented variables and value
 grammar for nccl.env (templates/nccl/nccl_env.yaml, a copy of shared/reference/nccl_env.yaml),
-DeepSpeed's hostfile grammar, well-formed SVG.
+DeepSpeed's hostfile grammar, well-formed SVG. Lines are split as bash and Python's file reader
+split them, at `\n` only; a text file (anything but JSON, which escapes them) may hold no other
+control, format or line-break character (safe_text.printable's set) but the tab, so no reader
+sees a line break that another does not.
 """
 
 from __future__ import annotations
@@ -18,13 +21,25 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from parplan_gen.errors import InputError, SourceRef
-from parplan_gen.source import load_document
+from parplan_gen.safe_text import printable
+from parplan_gen.source import format_path, load_document
 
 BASH_CHECK_TIMEOUT_S = 30  # `bash -n` parses a short script in milliseconds
-ENV_VALUE_CHARS = re.compile(r"^[A-Za-z0-9_.,:;^=/|@+-]*$")  # safe to source and for --env-file
-ENV_ASSIGNMENT = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
-ENV_COMMENTED = re.compile(r"^#\s*([A-Z][A-Z0-9_]*)=(\S*)\s*$")
+# The characters of an nccl.env value: inert when bash sources the file (no blank, quote, `$`,
+# backquote, `;`, `|`, `&`, `#`, `~`, glob or redirection) and read as written by
+# `docker run --env-file`, which cannot unquote. So NCCL's `;` lists (per-function NCCL_ALGO)
+# and `|` lists (NCCL_CTA_POLICY) cannot be written: bash would run what follows as a command.
+ENV_VALUE_SET = "A-Za-z0-9_.,:^=/@+-"
+ENV_VALUE = re.compile(f"[{ENV_VALUE_SET}]*")
+ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+ENV_ASSIGNMENT = re.compile(rf"^({ENV_NAME.pattern})=(.*)$")
+ENV_COMMENTED = re.compile(rf"^#\s*({ENV_NAME.pattern})=(\S*)\s*$")
+LINE_BREAK = "\n"  # the only line break bash splits on (check_characters refuses the others)
+TEXT_CONTROLS = "\t\n"  # the control characters a rendered text file may hold
+_MAYBE_UNSAFE = re.compile(r"[^\t\n\x20-\x7e]")  # plain ASCII text needs no closer look
 HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")  # deepspeed/launcher/runner.py _parse_hostfile
 SVG_TAG = "{http://www.w3.org/2000/svg}svg"
 AUTO = "auto"
@@ -55,7 +70,9 @@ def _check_one(name: str, text: str, plan: dict[str, Any], nccl_reference: Path)
             check_ds_config(data, plan.get("dp"))
         elif name == "plan.json":
             _check_plan_json(text)
-    elif name.endswith((".sh", ".sbatch")):
+        return
+    check_characters(text)
+    if name.endswith((".sh", ".sbatch")):
         check_bash(text)
     elif name.endswith(".env"):
         check_env(text, nccl_reference)
@@ -124,10 +141,25 @@ def _check_plan_json(text: str) -> None:
 
     try:
         doc = PlanDocument.model_validate_json(text)
-    except ValueError as exc:
-        raise RenderError(f"does not read back as a plan: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]  # one line, not pydantic's report
+        where = f"{format_path(tuple(first['loc']))}: " if first["loc"] else ""
+        raise RenderError(f"does not read back as a plan: {where}{first['msg']}") from None
     if doc.to_json() != text:
         raise RenderError("does not read back to the same bytes")
+
+
+def check_characters(text: str) -> None:
+    """No control, format or line-break character but tab and `\\n` (RenderError at the first)."""
+    for match in _MAYBE_UNSAFE.finditer(text):
+        char = match.group()
+        if char not in TEXT_CONTROLS and printable(char) != char:
+            line = text.count(LINE_BREAK, 0, match.start()) + 1
+            column = match.start() - (text.rfind(LINE_BREAK, 0, match.start()) + 1) + 1
+            raise RenderError(
+                f"line {line}, column {column}: character {printable(char)} (only tab and "
+                "newline may break plain text: readers disagree on the others)"
+            )
 
 
 def check_bash(text: str) -> None:
@@ -150,13 +182,13 @@ def check_bash(text: str) -> None:
 def check_hostfile(text: str, nodes: int | None, slots: int | None) -> None:
     """DeepSpeed's hostfile grammar (`HOST slots=N`, '#' comments), one line per node."""
     hosts: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    for number, raw in enumerate(text.split(LINE_BREAK), start=1):
+        line = raw.strip(" \t")  # the blanks of bash
         if not line or line.startswith("#"):
             continue
         match = HOSTFILE_LINE.search(line)
         if match is None or match.group(1) in hosts:
-            raise RenderError(f"line {number}: bad or repeated entry {line!r}")
+            raise RenderError(f"line {number}: bad or repeated entry '{printable(line)}'")
         hosts[match.group(1)] = int(match.group(2))
     if not hosts:
         raise RenderError("no host lines")
@@ -195,12 +227,12 @@ def check_env(text: str, reference: Path) -> None:
     ref = nccl_reference(reference)
     seen: set[str] = set()
     previous = ""
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    for number, raw in enumerate(text.split(LINE_BREAK), start=1):
+        line = raw.strip(" \t")  # the blanks of bash
         commented = ENV_COMMENTED.match(line)
         assigned = commented or ENV_ASSIGNMENT.match(line)
         if assigned is None and line and not line.startswith("#"):
-            raise RenderError(f"line {number}: not NAME=VALUE or a comment: {line!r}")
+            raise RenderError(f"line {number}: not NAME=VALUE or a comment: '{printable(line)}'")
         if assigned is not None:
             name, value = assigned.group(1), assigned.group(2)
             if not previous.startswith("#") or ENV_COMMENTED.match(previous):
@@ -211,7 +243,7 @@ def check_env(text: str, reference: Path) -> None:
                 seen.add(name)
             problem = env_problem(name, value, ref)
             if problem:
-                raise RenderError(f"line {number}: {name}={value}: {problem}")
+                raise RenderError(f"line {number}: {name}={printable(value)}: {problem}")
         previous = line
 
 
@@ -224,8 +256,8 @@ def env_problem(name: str, value: str, ref: dict[str, Any]) -> str | None:
     spec = ref["variables"].get(name)
     if spec is None:
         return "not a documented NCCL variable (shared/reference/nccl_env.yaml)"
-    if not ENV_VALUE_CHARS.match(value):
-        return "characters outside [A-Za-z0-9_.,:;^=/|@+-] (unsafe to source)"
+    if not ENV_VALUE.fullmatch(value):
+        return f"characters outside [{ENV_VALUE_SET}] (unsafe to source)"
     check = _VALUE_CHECKS.get(spec["type"])
     if check is None or check(value, spec):
         return None

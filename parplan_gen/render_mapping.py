@@ -24,9 +24,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from parplan_gen.errors import SourceRef
 from parplan_gen.plan_document import ProposalRecord
 from parplan_gen.render_checks import RenderError
 from parplan_gen.resources import shipped_dir
+from parplan_gen.safe_text import printable
+from parplan_gen.shell_quote import assignment
 from parplan_gen.source import Document, KeyPath, load_document
 from parplan_gen.validation import validate
 from parplan_gen.vocabulary import ModelKind
@@ -40,6 +43,8 @@ HF_AUTO = (
 )
 Scalar = bool | int | float | str
 _PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z_.]+)\}")
+# megatron.script stands in a shell word of megatron_args.sh: a relative path of plain names.
+SCRIPT_PATH = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$"
 
 
 class _Strict(BaseModel):
@@ -110,7 +115,9 @@ class DeepSpeedMapping(_Strict):
 
 class MegatronMapping(_Strict):
     source: str
-    script: str
+    script: str = Field(
+        pattern=SCRIPT_PATH, description="Megatron-LM's training script, relative to its checkout."
+    )
     groups: list[ArgGroup]
     run_env: list[EnvDefault]
     data_env: dict[str, EnvDefault]
@@ -339,9 +346,11 @@ def nccl_entries(
         m.check_key(facts, var.example_when, (*path, "example_when"))
         comment = f"{var.rule}: {var.reason}"
         if value is not None:
-            entries.append({"comment": comment, "line": f"{var.name}={value}", "active": True})
+            source = (*path, "key" if var.key is not None else "value")
+            line = _assignment(var.name, value, var.rule, m.doc.ref(source))
+            entries.append({"comment": comment, "line": line, "active": True})
         elif var.example is not None and var.example_when and facts[var.example_when]:
-            example = f"{var.name}={var.example}"
+            example = _assignment(var.name, var.example, var.rule, m.doc.ref((*path, "example")))
             note = f"{var.rule} not given; example to adapt: {var.reason}"
             entries.append({"comment": note, "line": example, "active": False})
     proposals = list(proposals)
@@ -378,10 +387,21 @@ def _proposal_entries(
         spec = nccl.proposal_settings[setting]
         values = list(dict.fromkeys(v for _, v in pairs))
         rules = ", ".join(dict.fromkeys(r for r, _ in pairs))
+        for rule, value in pairs:  # each alone, so that the error names the rule
+            _assignment(spec.name, value, f"proposal {rule}: {setting}")
         comment = f"proposal {rules}" + ("" if force_algo else f": {spec.reason}")
-        line = f"{spec.name}={','.join(values)}"
+        line = assignment(spec.name, ",".join(values))
         entries.append({"comment": comment, "line": line, "active": force_algo})
     return entries
+
+
+def _assignment(name: str, value: Scalar, who: str, where: SourceRef | None = None) -> str:
+    """`NAME=VALUE` for nccl.env (active or commented out alike), or a RenderError naming
+    `who` set it."""
+    try:
+        return assignment(name, value)
+    except RenderError as exc:
+        raise RenderError(f"{printable(who)}: {exc.message}", where) from None
 
 
 def notes(

@@ -119,7 +119,7 @@ def _proposal_row(p: Any, applied_as: Mapping[str, str]) -> dict[str, str]:
     settings = ", ".join(f"{k}={v}" for k, v in p.settings.items())
     where = "; ".join(applied_as.get(k, NOT_RENDERED) for k in p.settings)
     return {
-        "rule": p.rule_id,
+        "rule": md(p.rule_id),
         "description": md(p.description),
         "speedup": f"{p.estimated_speedup:.1f}x",
         "settings": md(settings),

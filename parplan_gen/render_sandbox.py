@@ -21,22 +21,37 @@ at most MAX_LOOP_ITEMS items in all, each text a filter or `~` makes at most MAX
 characters (so a chain of filters cannot grow without bound), its output at most
 MAX_OUTPUT_CHARS characters (the three grow with the cluster), and an include that reaches
 itself is stopped: a rendered file costs bounded time and memory.
+
+A template sees plain data only (PLAIN: text, numbers, booleans, None, lists and mappings):
+there are no globals (`range`, `cycler`, `lipsum`...), an attribute or item that is anything
+else (a method, a loop object, a class) is refused when it is reached, by a filter
+(`map(attribute=...)`, `sort(attribute=...)`, `selectattr`) as much as by `.name`, and so is
+printing, joining or filtering a special name (`self`, `loop`): nothing non-deterministic,
+such as an object's address, reaches a file. An attribute the sandbox finds unsafe is refused
+where it is reached, not turned into an undefined value. Templates are read from inside their
+folder only: a link that leads out of it (to /etc/passwd, say) is refused, and its content
+never shown. A checked template is compiled once per process (COMPILED, by its text and the
+environment's options), however many environments render it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
+from types import CodeType
+from typing import Any, NoReturn
 
 import jinja2
 from jinja2 import nodes
 from jinja2.loaders import split_template_path
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.visitor import NodeTransformer
 
+from parplan_gen.safe_text import printable
 from parplan_gen.source import read_text
 
 # Per rendered file, plus as much again per unit of `scale` (render.py: the cluster's nodes,
@@ -47,6 +62,19 @@ MAX_VALUE_CHARS, VALUE_CHARS_PER_UNIT = 1024 * 1024, 64
 MAX_LITERAL_ARG = 1000  # widths, counts and precisions given to filters
 MAX_LITERAL_TEXT = 64  # text given to filters: one filter grows a text ~65x at most
 REFUSED = "refused by the template sandbox"
+# Compiled templates kept for the process, across environments (a few dozen: the shipped
+# templates, the ones of a --templates folder), least recently used dropped first.
+COMPILED_KEPT = 256
+COMPILED: OrderedDict[tuple[Any, ...], CodeType] = OrderedDict()
+_COMPILE_OPTIONS = (  # what Jinja's lexer and compiler read besides the text (get_lexer's key)
+    "block_start_string", "block_end_string", "variable_start_string", "variable_end_string",
+    "comment_start_string", "comment_end_string", "line_statement_prefix",
+    "line_comment_prefix", "trim_blocks", "lstrip_blocks", "newline_sequence",
+    "keep_trailing_newline", "optimized", "is_async",
+)  # fmt: skip
+PLAIN = (str, int, float, bool, type(None), list, tuple, dict)  # what a template may handle
+INTERNAL = "_"  # prefix of the filters the sandbox adds (a template cannot name them: FILTERS)
+_HANDLED = (*PLAIN, jinja2.Undefined)  # an undefined value raises its own error when used
 
 FILTERS = frozenset(
     {
@@ -94,6 +122,14 @@ class TemplateRefused(jinja2.TemplateSyntaxError):
 
 class TemplateBudgetError(Exception):
     """A template ran past a bound while rendering (loop items or output size)."""
+
+
+class NotPlainDataError(SecurityError):
+    """A template reached for something that is not plain data (a method, a loop object)."""
+
+
+class OutsideFolderError(SecurityError):
+    """A template (or mapping.yaml) is a link to a file outside its template folder."""
 
 
 def _refuse(node: nodes.Node, name: str, message: str) -> TemplateRefused:
@@ -188,24 +224,47 @@ def _check(node: nodes.Node, name: str) -> None:
 
 
 class _Metered(NodeTransformer):
-    """Rewrites a checked template so that each loop pays for its items from the budget and
-    each text a filter or `~` makes is measured."""
+    """Rewrites a checked template so that each loop pays for its items from the budget, each
+    value a filter, `~` or `{{ }}` takes or makes is checked to be plain data (and each text
+    measured), and `.items()`, `.values()`, `.keys()` give lists."""
 
     @staticmethod
-    def _through(method: str, node: nodes.Expr) -> nodes.Call:
-        call = nodes.EnvironmentAttribute(method, lineno=node.lineno)
-        return nodes.Call(call, [node], [], None, None, lineno=node.lineno)
+    def _through(method: str, node: nodes.Expr, *more: nodes.Expr) -> nodes.Filter:
+        """`node` passed to the environment's `method`, as one of its INTERNAL filters (a
+        filter is called directly; a call would go through the sandbox's checks each time)."""
+        return nodes.Filter(node, INTERNAL + method, list(more), [], None, None, lineno=node.lineno)
+
+    def _plain(self, node: nodes.Expr) -> nodes.Expr:
+        return node if isinstance(node, nodes.Const) else self._through("plain", node)
 
     def visit_For(self, node: nodes.For) -> nodes.For:  # noqa: N802 - jinja2 visitor name
         node = self.generic_visit(node)
         node.iter = self._through("loop_items", node.iter)
         return node
 
-    def visit_Filter(self, node: nodes.Filter) -> nodes.Call:  # noqa: N802
-        return self._through("measured", self.generic_visit(node))
+    def visit_Output(self, node: nodes.Output) -> nodes.Output:  # noqa: N802
+        node = self.generic_visit(node)
+        node.nodes = [
+            n if isinstance(n, nodes.TemplateData) else self._plain(n) for n in node.nodes
+        ]
+        return node
 
-    def visit_Concat(self, node: nodes.Concat) -> nodes.Call:  # noqa: N802
-        return self._through("measured", self.generic_visit(node))
+    def visit_Filter(self, node: nodes.Filter) -> nodes.Filter:  # noqa: N802
+        node = self.generic_visit(node)
+        node.node = self._plain(node.node)
+        node.args = [self._plain(arg) for arg in node.args]
+        for keyword in node.kwargs:
+            keyword.value = self._plain(keyword.value)
+        return self._through("measured", node)
+
+    def visit_Concat(self, node: nodes.Concat) -> nodes.Filter:  # noqa: N802
+        node = self.generic_visit(node)
+        node.nodes = [self._plain(n) for n in node.nodes]
+        return self._through("measured", node)
+
+    def visit_Call(self, node: nodes.Call) -> nodes.Filter:  # noqa: N802
+        called = self.generic_visit(node).node  # `x.items` (the only calls _check lets through)
+        return self._through("mapping_view", called.node, nodes.Const(called.attr))
 
 
 def check_template(tree: nodes.Template, name: str) -> nodes.Template:
@@ -214,8 +273,34 @@ def check_template(tree: nodes.Template, name: str) -> nodes.Template:
     return _Metered().visit(tree)
 
 
-def _unchanged(path: Path, mtime: float) -> bool:
-    return path.is_file() and path.stat().st_mtime == mtime
+def file_inside(folder: Path, relative: str | Path) -> Path | None:
+    """`folder/relative` when it is a file, None when there is none; OutsideFolderError when it is a
+    link (or under a linked folder) that leads outside `folder`."""
+    path = folder / relative
+    if not path.is_file():
+        return None
+    if not path.resolve().is_relative_to(folder.resolve()):
+        raise OutsideFolderError(
+            f"{Path(relative).as_posix()} in {folder} is a link to a file outside that folder "
+            "(templates are read from inside their folder only)"
+        )
+    return path
+
+
+def _stamp(path: Path) -> tuple[int, int, int, int]:
+    """What changes when a file is edited or another one (a link, too) takes its place."""
+    info = path.stat()
+    return info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size
+
+
+def _unchanged(earlier: list[Path], path: Path, stamp: tuple[int, int, int, int]) -> bool:
+    """Whether a template read from `path` still is: no folder before its own has gained the
+    file (`earlier`), and `path` is the file it was (a link put in its place is checked again
+    when it is read)."""
+    try:
+        return not any(p.is_file() for p in earlier) and _stamp(path) == stamp
+    except OSError:
+        return False
 
 
 class _CheckedLoader(jinja2.BaseLoader):
@@ -227,11 +312,13 @@ class _CheckedLoader(jinja2.BaseLoader):
     def get_source(
         self, environment: jinja2.Environment, template: str
     ) -> tuple[str, str, Callable[[], bool]]:
-        pieces = split_template_path(template)  # refuses '..'
-        for folder in self.folders:
-            path = folder.joinpath(*pieces)
-            if path.is_file():
-                return read_text(path), str(path), partial(_unchanged, path, path.stat().st_mtime)
+        relative = Path(*split_template_path(template))  # refuses '..'
+        for index, folder in enumerate(self.folders):
+            path = file_inside(folder, relative)
+            if path is not None:
+                earlier = [f / relative for f in self.folders[:index]]
+                uptodate = partial(_unchanged, earlier, path, _stamp(path))
+                return read_text(path), str(path), uptodate
         raise jinja2.TemplateNotFound(template)
 
     def load(
@@ -241,12 +328,29 @@ class _CheckedLoader(jinja2.BaseLoader):
         globals: Any = None,  # jinja2's own parameter name
     ) -> jinja2.Template:
         source, filename, uptodate = self.get_source(environment, name)
+        code = _compiled(environment, name, filename, source)
+        return environment.template_class.from_code(environment, code, globals or {}, uptodate)
+
+
+def _compiled(environment: jinja2.Environment, name: str, filename: str, source: str) -> CodeType:
+    """The checked, metered template compiled: from COMPILED when the same text was compiled
+    for the same name, file and options before (by this environment or another)."""
+    options = tuple(getattr(environment, option) for option in _COMPILE_OPTIONS)
+    escapes = environment.autoescape
+    escaped = escapes(name) if callable(escapes) else escapes
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest()
+    key = (name, filename, digest, escaped, options)
+    code = COMPILED.pop(key, None)
+    if code is None:
         try:
             tree = check_template(environment.parse(source, name, filename), name)
             code = environment.compile(tree, name, filename)
         except RecursionError:  # Jinja's parser and compiler recurse once per level
             raise TemplateRefused("expressions or blocks nested too deeply", 1, name) from None
-        return environment.template_class.from_code(environment, code, globals or {}, uptodate)
+    COMPILED[key] = code  # the most recently used last
+    while len(COMPILED) > COMPILED_KEPT:
+        COMPILED.popitem(last=False)
+    return code
 
 
 class BoundedEnvironment(ImmutableSandboxedEnvironment):
@@ -254,17 +358,57 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def __init__(self, folders: list[Path], **options: Any) -> None:
         super().__init__(loader=_CheckedLoader(folders), **options)
+        self.globals.clear()  # range, cycler, joiner, lipsum, namespace, dict: not data
+        for method in (self.loop_items, self.measured, self.plain, self.mapping_view):
+            self.filters[INTERNAL + method.__name__] = method
         self.items_budget = self.items_left = MAX_LOOP_ITEMS
         self.value_limit = MAX_VALUE_CHARS
 
     def measured(self, value: Any) -> Any:
-        """`value`, unless it is a text longer than the limit."""
+        """`value` as plain data (what an iterator yields, as a list paid from the loop
+        budget), unless it is a text longer than the limit."""
+        if isinstance(value, Iterator):  # map, select, unique, reverse...: yield lazily
+            value = list(self._paid(value))
+            for item in value:
+                self.plain(item)
         if isinstance(value, str) and len(value) > self.value_limit:
             raise TemplateBudgetError(
                 f"a filter or '~' made a text of {len(value)} characters (the limit is "
                 f"{self.value_limit})"
             )
-        return value
+        return self.plain(value)
+
+    def plain(self, value: Any, name: object = None) -> Any:
+        """`value` when it is plain data (or undefined, which fails on its own), else
+        NotPlainDataError: a method or a loop object prints an address or Python internals."""
+        if isinstance(value, _HANDLED):
+            return value
+        what = type(value).__name__
+        named = "a value" if name is None else f"'{printable(str(name))}'"
+        raise NotPlainDataError(
+            f"{named} is a {what}, not plain data (text, number, boolean, list or mapping)"
+        )
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        return self.plain(super().getattr(obj, attribute), attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        return self.plain(super().getitem(obj, argument), argument)
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> NoReturn:
+        """Refuse an unsafe attribute where it is reached (Jinja would return an undefined
+        value that a filter such as `map(attribute=...)` prints as `Undefined`)."""
+        raise SecurityError(
+            f"access to attribute '{printable(attribute)}' of a {type(obj).__name__} is unsafe"
+        )
+
+    def mapping_view(self, mapping: Any, method: str) -> list[Any]:
+        """`mapping.items()`, `.values()` or `.keys()` as a list."""
+        if not isinstance(mapping, dict):
+            raise NotPlainDataError(
+                f".{method}() works on a mapping, not on a {type(mapping).__name__}"
+            )
+        return list(getattr(mapping, method)())
 
     def loop_items(self, iterable: Iterable[Any]) -> Iterable[Any]:
         """`iterable`, its items paid for from the budget (all at once when it has a length)."""

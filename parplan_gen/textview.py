@@ -1,4 +1,8 @@
-"""Readable text views of analysis results (the non-JSON output of the CLI)."""
+"""Readable text views of analysis results (the non-JSON output of the CLI).
+
+Names and texts from input files (a graph's name, node ids, rule ids and descriptions) pass
+through safe_text.printable: an ESC or NUL in them reaches the terminal as a visible escape.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,15 @@ from collections.abc import Sequence
 
 from parplan_gen.engine import Opportunity, Proposal
 from parplan_gen.graph import ModelGraph
+from parplan_gen.safe_text import printable
 
 _BYTES_PER_MIB = 1024 * 1024
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
-    """A plain aligned table; columns in `right` are right-aligned."""
+    """A plain aligned table; columns in `right` are right-aligned, cells shown printable."""
+    headers = [printable(h) for h in headers]
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]
@@ -30,7 +37,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]
 
 def _graph_line(graph: ModelGraph) -> str:
     s = graph.stats
-    return f"{graph.name}: {s.node_count} nodes, {s.edge_count} edges, depth {s.depth}"
+    return f"{printable(graph.name)}: {s.node_count} nodes, {s.edge_count} edges, depth {s.depth}"
 
 
 def opportunities_table(graph: ModelGraph, found: Sequence[Opportunity]) -> str:
@@ -62,8 +69,9 @@ def proposals_table(graph: ModelGraph, devices: int, made: Sequence[Proposal]) -
     lines = []
     for i, p in enumerate(made, 1):
         settings = ", ".join(f"{k}={_show(v)}" for k, v in p.settings.items()) or "-"
-        lines.append(f"{i:>2}. [{p.type}] {p.estimated_speedup:.2f}x  {p.description}")
-        lines.append(f"    settings: {settings}   (rule {p.rule_id})")
+        head = f"[{p.type}] {p.estimated_speedup:.2f}x  {p.description}"
+        lines.append(f"{i:>2}. {printable(head, limit=len(head))}")
+        lines.append(f"    settings: {printable(settings)}   (rule {printable(p.rule_id)})")
     return head + "\n".join(lines) + "\n"
 
 

@@ -1,5 +1,8 @@
 """Output safety through `parplan plan --out` and `parplan render`: atomic writes, no partial
 folder on failure, no silent overwrite, byte-identical output, no timestamps or absolute paths.
+
+The plan is made once per module (`parplan plan --out`); the tests that write again re-render
+its plan.json (`parplan render`, the same writer, without planning again).
 """
 
 from __future__ import annotations
@@ -41,13 +44,24 @@ def contents(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-@pytest.fixture
-def planned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    """A folder written by `parplan plan --out`."""
-    out = tmp_path / "run"
-    code, _, err = cli(capsys, *PLAN, "--out", out)
-    assert code == 0, err
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder written by `parplan plan --out`, once per module; never changed."""
+    out = tmp_path_factory.mktemp("first") / "run"
+    assert main([*PLAN, "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture
+def planned(first_run: Path, tmp_path: Path) -> Path:
+    """A copy of `first_run` (modes and times kept) that a test may change."""
+    return Path(shutil.copytree(first_run, tmp_path / "run"))
+
+
+@pytest.fixture
+def render(first_run: Path) -> tuple[str, ...]:
+    """`parplan render` of the module's plan.json, less `--out DIR`."""
+    return ("render", str(first_run / "plan.json"))
 
 
 def test_plan_out_writes_every_file_with_its_mode(planned: Path) -> None:
@@ -58,7 +72,10 @@ def test_plan_out_writes_every_file_with_its_mode(planned: Path) -> None:
 
 
 def test_each_file_is_written_to_a_temporary_file_then_renamed_in_its_folder(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    render: tuple[str, ...],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     renames: list[tuple[Path, Path]] = []
     original = Path.replace
@@ -68,7 +85,7 @@ def test_each_file_is_written_to_a_temporary_file_then_renamed_in_its_folder(
         return original(self, target)
 
     monkeypatch.setattr(Path, "replace", recording_replace)
-    code, _, err = cli(capsys, *PLAN, "--out", tmp_path / "run")
+    code, _, err = cli(capsys, *render, "--out", tmp_path / "run")
     assert code == 0, err
     assert {target.name for _, target in renames} == FILES
     for temporary, target in renames:
@@ -78,7 +95,10 @@ def test_each_file_is_written_to_a_temporary_file_then_renamed_in_its_folder(
 
 
 def test_every_file_is_staged_before_any_is_renamed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    render: tuple[str, ...],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """All temporary files exist before the first rename: a full disk changes nothing."""
     seen: list[set[str]] = []
@@ -89,15 +109,17 @@ def test_every_file_is_staged_before_any_is_renamed(
         return original(self, target)
 
     monkeypatch.setattr(Path, "replace", spying_replace)
-    code, _, err = cli(capsys, *PLAN, "--out", tmp_path / "run")
+    code, _, err = cli(capsys, *render, "--out", tmp_path / "run")
     assert code == 0, err
     staged = {name for name in seen[0] if name.endswith(".tmp")}
-    assert len(staged) == len(FILES) and not seen[0] - staged
+    assert len(staged) == len(FILES)
+    assert not {name for name in seen[0] if not name.startswith(".")}  # none in place yet
 
 
 @pytest.mark.parametrize("fail_at", [1, 5, 10])
 def test_a_write_failure_leaves_no_folder_and_no_temporary_file(
     fail_at: int,
+    render: tuple[str, ...],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -113,14 +135,17 @@ def test_a_write_failure_leaves_no_folder_and_no_temporary_file(
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
     out = tmp_path / "deep" / "er" / "run"
-    code, out_text, err = cli(capsys, *PLAN, "--out", out)
+    code, out_text, err = cli(capsys, *render, "--out", out)
     assert (code, out_text) == (1, "")
     assert err == f"parplan: error: cannot write into {out}: No space left on device\n"
     assert list(tmp_path.iterdir()) == []  # not even the parent folders made on the way
 
 
 def test_a_write_failure_in_an_existing_folder_changes_nothing(
-    planned: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    planned: Path,
+    render: tuple[str, ...],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     before = contents(planned)
     calls = []
@@ -133,17 +158,16 @@ def test_a_write_failure_in_an_existing_folder_changes_nothing(
         original(fd)
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    args = ("plan", "llama-2-7b", "--gpus", "16", "--gpu", "h100", "--global-batch", "128")
-    code, _, err = cli(capsys, *args, "--out", planned, "--force")
+    code, _, err = cli(capsys, *render, "--hf-trainer", "--out", planned, "--force")
     assert code == 1 and err.endswith(": No space left on device\n")
     assert contents(planned) == before
 
 
-def test_a_failed_render_leaves_no_folder(tmp_path: Path, capsys) -> None:
+def test_a_failed_render_leaves_no_folder(render, tmp_path: Path, capsys) -> None:
     templates = tmp_path / "t" / "nccl"
     templates.mkdir(parents=True)
     (templates / "nccl.env.j2").write_text("{{ nccl.no_such_key }}\n", encoding="utf-8")
-    code, _, err = cli(capsys, *PLAN, "--out", tmp_path / "run", "--templates", tmp_path / "t")
+    code, _, err = cli(capsys, *render, "--out", tmp_path / "run", "--templates", tmp_path / "t")
     assert code == 1
     assert err == (
         "parplan: error: nccl/nccl.env.j2:1: undefined value: "
@@ -162,23 +186,23 @@ def test_a_non_finite_cost_formula_writes_nothing(tmp_path: Path, capsys) -> Non
     assert not (tmp_path / "run").exists()
 
 
-def test_a_different_existing_file_is_kept_unless_forced(planned: Path, capsys) -> None:
+def test_a_different_existing_file_is_kept_unless_forced(planned: Path, render, capsys) -> None:
     before = contents(planned)
-    bigger = ("plan", "llama-2-7b", "--gpus", "16", "--gpu", "h100", "--global-batch", "128")
-    code, out, err = cli(capsys, *bigger, "--out", planned)
+    other = (*render, "--hf-trainer")  # ds_config.json and plan.md differ
+    code, out, err = cli(capsys, *other, "--out", planned)
     assert (code, out) == (1, "")
     assert err.startswith(f"parplan: error: {planned}: will not overwrite ds_config.json, ")
     assert err.endswith(" (content differs); pass --force to replace them\n")
     assert contents(planned) == before
 
-    code, _, err = cli(capsys, *bigger, "--out", planned, "--force")
+    code, _, err = cli(capsys, *other, "--out", planned, "--force")
     assert code == 0, err
-    assert json.loads((planned / "ds_config.json").read_text())["train_batch_size"] == 128
+    assert json.loads((planned / "ds_config.json").read_text())["train_batch_size"] == "auto"
 
 
-def test_a_hand_edited_file_is_kept(planned: Path, capsys) -> None:
+def test_a_hand_edited_file_is_kept(planned: Path, render, capsys) -> None:
     (planned / "nccl.env").write_text("NCCL_DEBUG=INFO  # mine\n", encoding="utf-8")
-    code, _, err = cli(capsys, *PLAN, "--out", planned)
+    code, _, err = cli(capsys, *render, "--out", planned)
     assert code == 1
     assert err == (
         f"parplan: error: {planned}: will not overwrite nccl.env (content differs); "
@@ -187,39 +211,39 @@ def test_a_hand_edited_file_is_kept(planned: Path, capsys) -> None:
     assert (planned / "nccl.env").read_text() == "NCCL_DEBUG=INFO  # mine\n"
 
 
-def test_rerunning_the_same_plan_rewrites_nothing(planned: Path, capsys) -> None:
+def test_rerunning_the_same_plan_rewrites_nothing(planned: Path, render, capsys) -> None:
     stamps = {p.name: p.stat().st_mtime_ns for p in planned.iterdir()}
     inodes = {p.name: p.stat().st_ino for p in planned.iterdir()}
-    code, out, err = cli(capsys, *PLAN, "--out", planned)
-    assert (code, out) == (0, out)
-    assert sorted(err.splitlines()) == sorted(f"unchanged  {planned / n}" for n in FILES)
+    code, out, err = cli(capsys, *render, "--out", planned)
+    assert (code, err) == (0, "")
+    assert sorted(out.splitlines()) == sorted(f"unchanged  {planned / n}" for n in FILES)
     assert {p.name: p.stat().st_mtime_ns for p in planned.iterdir()} == stamps
     assert {p.name: p.stat().st_ino for p in planned.iterdir()} == inodes
 
 
-def test_force_replaces_a_symlink_and_never_writes_through_it(planned: Path, tmp_path, capsys):
+def test_force_replaces_a_symlink_and_never_writes_through_it(planned, render, tmp_path, capsys):
     outside = tmp_path / "outside.txt"
     outside.write_text("precious\n", encoding="utf-8")
     (planned / "hostfile").unlink()
     (planned / "hostfile").symlink_to(outside)
-    code, _, err = cli(capsys, *PLAN, "--out", planned)
+    code, _, err = cli(capsys, *render, "--out", planned)
     assert code == 1 and "will not overwrite hostfile" in err
-    code, _, err = cli(capsys, *PLAN, "--out", planned, "--force")
+    code, _, err = cli(capsys, *render, "--out", planned, "--force")
     assert code == 0, err
     assert outside.read_text() == "precious\n"
     assert not (planned / "hostfile").is_symlink()
 
 
-def test_identical_input_gives_identical_bytes(planned: Path, tmp_path: Path, capsys) -> None:
+def test_identical_input_gives_identical_bytes(first_run: Path, render, tmp_path, capsys) -> None:
     again = tmp_path / "again"
     code, _, err = cli(capsys, *PLAN, "--out", again)
     assert code == 0, err
-    assert contents(again) == contents(planned)
+    assert contents(again) == contents(first_run)
 
     rendered = tmp_path / "rendered"
-    code, _, err = cli(capsys, "render", planned / "plan.json", "--out", rendered)
+    code, _, err = cli(capsys, *render, "--out", rendered)
     assert code == 0, err
-    assert contents(rendered) == contents(planned)
+    assert contents(rendered) == contents(first_run)
 
 
 def test_outputs_hold_no_timestamp_and_no_absolute_path(tmp_path: Path, capsys) -> None:
@@ -243,9 +267,10 @@ def test_outputs_hold_no_timestamp_and_no_absolute_path(tmp_path: Path, capsys) 
 
 
 def test_a_tiny_gpu_does_not_blow_up_the_text_report(tmp_path: Path, capsys) -> None:
-    """Memory bars are cut at a fixed width: 1 MiB of GPU memory once printed 244 MB."""
+    """Memory bars are cut at a fixed width: 1 MiB of GPU memory once printed 244 MB (the
+    smallest GPU a cluster file may describe now has 1 GiB, gpus.yaml ranges.memory_gib)."""
     cluster = tmp_path / "tiny.yaml"
-    cluster.write_text("gpu: h100\nnum_gpus: 1\noverrides:\n  memory_gib: 0.001\n")
+    cluster.write_text("gpu: h100\nnum_gpus: 1\noverrides:\n  memory_gib: 1\n")
     code, out, err = cli(capsys, "plan", "llama-3-405b", "--cluster", cluster, "--global-batch", 8)
     assert code == 0, err
     assert "NOTHING FITS" in out and len(out) < 20_000

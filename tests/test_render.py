@@ -642,6 +642,11 @@ def test_ds_config_check_names_the_broken_identity():
         ("# ok\n# NCCL_ALGO=Rings\n", "not a valid func_list value"),
         ("# ok\nCUDA_DEVICE_MAX_CONNECTIONS=64\n", "not a valid int value"),
         ("export NCCL_DEBUG=INFO\n", "not NAME=VALUE"),
+        # NCCL's grammar, but bash would run `broadcast:^ring` and `ZERO` as commands
+        ("# ok\nNCCL_ALGO=allreduce:tree;broadcast:^ring\n", "unsafe to source"),
+        ("# ok\nNCCL_CTA_POLICY=EFFICIENCY|ZERO\n", "unsafe to source"),
+        # Python's splitlines() would see a second, commented line after the carriage return
+        ("# ok\nNCCL_ALGO=Ring\r#x touch PWNED\n", "unsafe to source"),
     ],
 )
 def test_env_check_refuses_undocumented_or_invalid_settings(text, problem):
@@ -652,7 +657,7 @@ def test_env_check_refuses_undocumented_or_invalid_settings(text, problem):
 @pytest.mark.parametrize(
     "line",
     [
-        "NCCL_ALGO=allreduce:tree;broadcast:^ring",
+        "NCCL_ALGO=allreduce:^tree,ring",
         "NCCL_DEBUG_SUBSYS=^INIT,COLL",
         "NCCL_SOCKET_IFNAME=^docker,lo",
     ],
