@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -25,7 +26,9 @@ def add_render_commands(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     render.add_argument("plan", metavar="PLAN_JSON", help="a plan.json written by parplan")
-    render.add_argument("--out", required=True, metavar="DIR", help="folder to write into")
+    render.add_argument(
+        "--out", required=True, type=out_folder, metavar="DIR", help="folder to write into"
+    )
     add_render_options(render)
     render.set_defaults(handler=_cmd_render)
 
@@ -68,13 +71,28 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def out_folder(text: str) -> str:
+    """An argparse type for --out: a name that can be a folder ('' is not the current one)."""
+    from parplan_gen.errors import UsageError
+    from parplan_gen.render_writer import output_folder
+
+    try:
+        output_folder(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
+
+
 def write_plan_files(
     doc: PlanDocument, out: str | Path, args: argparse.Namespace, *, stream: TextIO | None = None
 ) -> int:
     """Render `doc` with the rendering options in `args`, write it into `out`, and list the
-    files on `stream` (default stdout; `parplan plan --json --out` passes stderr)."""
-    from parplan_gen.render import render_plan
-    from parplan_gen.render_writer import write_rendered
+    files on `stream` (default stdout; `parplan plan --json --out` passes stderr). A file that
+    an earlier plan wrote and this one has not (megatron_args.sh, for an op-graph model) is
+    removed with the write, so the folder holds one plan's files."""
+    from parplan_gen.cli import PROG
+    from parplan_gen.render import output_names, render_plan
+    from parplan_gen.render_writer import WriteWarning, write_rendered
 
     doc = doc.with_render_options(
         megatron_version=args.megatron_version, deepspeed_version=args.deepspeed_version
@@ -85,7 +103,13 @@ def write_plan_files(
         hf_trainer=args.hf_trainer,
         force_nccl_algo=args.force_nccl_algo,
     )
-    status = write_rendered(out, files, force=args.force)
+    with warnings.catch_warnings(record=True) as repairs:
+        warnings.simplefilter("always", WriteWarning)
+        try:
+            status = write_rendered(out, files, force=args.force, retire=output_names())
+        finally:  # what was repaired is told even when the write is then refused
+            for repair in repairs:
+                sys.stderr.write(f"{PROG}: warning: {repair.message}\n")
     stream = stream or sys.stdout
     for name, state in status.items():
         stream.write(f"{state:9}  {Path(out) / name}\n")
