@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
 from parplan_gen.errors import GraphError, SourceRef, did_you_mean, shown_value
-from parplan_gen.safe_text import printable
+from parplan_gen.safe_text import NOT_PLAIN_NAME, is_plain, name_from_path, printable
 from parplan_gen.source import (
     MIB,
     Document,
@@ -375,10 +375,12 @@ def _top_level(doc: Document) -> tuple[str, list[Any], list[Any]]:
             raise GraphError(message, doc.ref((key,)))
     if "nodes" not in data:
         raise GraphError("missing `nodes` (a list of {id, op, ...})", doc.ref())
-    name = data.get("name", Path(doc.name).stem)
+    name = data.get("name", name_from_path(Path(doc.name).stem))
     if not isinstance(name, str) or not name:
         message = f"`name` must be a non-empty string, got {_describe(name)}"
         raise GraphError(message, doc.ref(("name",)))
+    if not is_plain(name):
+        raise GraphError(f"'{printable(name)}' {NOT_PLAIN_NAME}", doc.ref(("name",)))
     for key in ("nodes", "edges"):
         if not isinstance(data.get(key, []), list):
             message = f"`{key}` must be a list, got {_describe(data[key])}"

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from parplan_gen.errors import InputError, SourceRef, did_you_mean, shown_value
 from parplan_gen.model_spec import MAX_LAYERS, MAX_WIDTH, MlpKind, ModelSpec
+from parplan_gen.safe_text import name_from_path
 from parplan_gen.source import Document, KeyPath, format_path, load_document
 
 _GELUS = frozenset(
@@ -454,5 +455,5 @@ def load_hf_config(path: str | Path, *, name: str | None = None) -> ModelSpec:
     else the file's stem (`llama-3-8b.json` -> `llama-3-8b`)."""
     p = Path(path)
     doc = load_document(p)
-    default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
+    default = name_from_path(p.parent.name if p.name == "config.json" and p.parent.name else p.stem)
     return spec_from_hf_dict(doc.data, doc, name=name or default)

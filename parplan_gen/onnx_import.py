@@ -43,7 +43,7 @@ from typing import Any
 
 from parplan_gen.errors import SHOWN_MESSAGE_CHARS, GraphError, InputError, SourceRef
 from parplan_gen.graph import ModelGraph, Node, build_graph
-from parplan_gen.safe_text import printable
+from parplan_gen.safe_text import name_from_path, printable
 from parplan_gen.source import MIB, RAISE_HINT, read_bytes, size_limit
 
 MISSING_EXTRA = "reading .onnx files needs the onnx extra: pip install 'parplan-gen[onnx]'"
@@ -190,7 +190,7 @@ def load_onnx_graph(
         raise InputError(f"ONNX shape inference failed: {message}", where) from None
     nodes, edges = _convert(model.graph, _Tensors(onnx, model.graph))
     try:
-        return build_graph(Path(path).stem, nodes, edges)
+        return build_graph(name_from_path(Path(path).stem), nodes, edges)
     except GraphError as exc:
         raise GraphError(exc.message, where) from None
 

@@ -23,7 +23,7 @@ from parplan_gen.estimate import Estimate
 from parplan_gen.graph_model import GraphModelSpec
 from parplan_gen.hardware import Cluster
 from parplan_gen.model_spec import ModelSpec
-from parplan_gen.safe_text import printable
+from parplan_gen.safe_text import NOT_PLAIN_NAME, is_plain, printable
 from parplan_gen.source import KeyPath, format_path, load_document
 from parplan_gen.validation import validate
 
@@ -203,14 +203,8 @@ def _unprintable_names(data: Any) -> Iterable[tuple[KeyPath, str]]:
         value: Any = data
         for key in path:
             value = value.get(key) if isinstance(value, dict) else None
-        if isinstance(value, str) and printable(value, limit=len(value)) != value:
-            yield (
-                path,
-                (
-                    f"'{printable(value)}' holds a control, format or line-break character; a name "
-                    "is shown in terminals and written into launch files, so it must be plain text"
-                ),
-            )
+        if isinstance(value, str) and not is_plain(value):
+            yield path, f"'{printable(value)}' {NOT_PLAIN_NAME}"
 
 
 def _numbered(estimates: list[Estimate]) -> list[tuple[str, Estimate]]:

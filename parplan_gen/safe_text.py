@@ -47,3 +47,20 @@ def safe_name(text: str, fallback: str = "model", limit: int = MAX_SHOWN_CHARS) 
     `limit` characters; `fallback` when nothing is left."""
     reduced = _NAME_UNSAFE.sub("-", str(text)[: limit * 4]).strip("-")[:limit]
     return reduced or fallback
+
+
+def is_plain(text: str) -> bool:
+    """True when `text` holds nothing that `printable` would escape."""
+    return all(unicodedata.category(c) not in _UNSAFE_CATEGORIES for c in str(text))
+
+
+NOT_PLAIN_NAME = (
+    "holds a control, format or line-break character; a name is shown in terminals and "
+    "written into launch files, so it must be plain text"
+)
+
+
+def name_from_path(component: str) -> str:
+    """A model name taken from a file or folder name: escaped where it is not plain text (a
+    path component is at most a few hundred characters, so it is kept whole)."""
+    return printable(component, limit=len(component))

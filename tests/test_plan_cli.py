@@ -174,7 +174,8 @@ def test_advice_never_offers_what_a_rule_rules_out(cli: Callable[..., Run]) -> N
 def test_text_views_show_a_hostile_model_name_escaped(
     cli: Callable[..., Run], tmp_path: Path
 ) -> None:
-    """A config named `\\x1b[2J<240 x>.json`: plan and check print the name escaped and cut."""
+    """A config named `\\x1b[2J<240 x>.json`: plan and check print the name escaped and cut (the
+    name taken from the path is already escaped: 7 + 240 characters, 200 shown)."""
     config = Path(__file__).resolve().parent.parent / "examples" / "hf" / "llama-3-8b.json"
     path = tmp_path / ("\x1b[2J" + "x" * 240 + ".json")
     path.write_bytes(config.read_bytes())
@@ -186,5 +187,5 @@ def test_text_views_show_a_hostile_model_name_escaped(
         assert run.code == 0, run.err
         first = run.out.splitlines()[0]
         assert first.startswith("\\x1b[2Jxxxx"), first[:40]
-        assert "... (44 more characters) (8.03B params) on 8 x h100-sxm-80gb" in first
+        assert "... (47 more characters) (8.03B params) on 8 x h100-sxm-80gb" in first
         assert "\x1b" not in run.out
