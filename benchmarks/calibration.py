@@ -26,13 +26,13 @@ from typing import Any, Literal
 
 from ruamel.yaml import YAML
 
-from parplan_gen.errors import ParplanError, SourceRef
-from parplan_gen.estimate import CostModel
-from parplan_gen.hardware import Cluster, cluster_from_flags, load_catalog
-from parplan_gen.layout import Layout, Recompute, build_layout
-from parplan_gen.model_spec import ModelSpec
-from parplan_gen.resources import builtin_rules_dir
-from parplan_gen.ruleset import RuleSet, load_rules
+from parplan_gen.cost.estimate import CostModel
+from parplan_gen.cost.hardware import Cluster, cluster_from_flags, load_catalog
+from parplan_gen.cost.layout import Layout, Recompute, build_layout
+from parplan_gen.inputs.errors import ParplanError, SourceRef
+from parplan_gen.inputs.resources import builtin_rules_dir
+from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_RUNS = REPO.parent / "shared" / "calibration" / "published_runs.yaml"

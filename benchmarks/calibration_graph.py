@@ -34,14 +34,14 @@ from typing import Any, Literal
 from calibration import NotEvaluableError, Skipped, load_rules_with, named_value
 from ruamel.yaml import YAML
 
-from parplan_gen.errors import ParplanError
-from parplan_gen.estimate import CostModel
-from parplan_gen.graph_model import GraphModelSpec
-from parplan_gen.hardware import Cluster, load_cluster
-from parplan_gen.layout import Layout, build_layout
-from parplan_gen.model_source import load_model
-from parplan_gen.resources import builtin_rules_dir
-from parplan_gen.ruleset import RuleSet, load_rules
+from parplan_gen.cost.estimate import CostModel
+from parplan_gen.cost.hardware import Cluster, load_cluster
+from parplan_gen.cost.layout import Layout, build_layout
+from parplan_gen.inputs.errors import ParplanError
+from parplan_gen.inputs.resources import builtin_rules_dir
+from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.load import load_model
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO / "benchmarks" / "data" / "resnet50_dle.yaml"

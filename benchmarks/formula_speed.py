@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import timeit
 
-from parplan_gen.errors import SourceRef
-from parplan_gen.formulas import FormulaLibrary
+from parplan_gen.inputs.errors import SourceRef
+from parplan_gen.rules.formulas import FormulaLibrary
 
 WHERE = SourceRef("bench.yaml", 1, 1)
 ENV = {

@@ -53,7 +53,7 @@ def write_graph(folder: Path, nodes: int) -> Path:
 
 
 def command(path: Path) -> list[str]:
-    return [sys.executable, "-m", "parplan_gen.cli", "analyze", str(path), "--json"]
+    return [sys.executable, "-m", "parplan_gen.cli.main", "analyze", str(path), "--json"]
 
 
 def time_command(argv: list[str], repeat: int) -> float:
@@ -72,9 +72,9 @@ def time_command(argv: list[str], repeat: int) -> float:
 def phases(path: Path) -> str:
     """Seconds spent in each stage of one in-process `analyze --json` (no interpreter start)."""
     start = time.perf_counter()
-    from parplan_gen.engine import analyze
-    from parplan_gen.graph import load_graph
-    from parplan_gen.ruleset import load_rules
+    from parplan_gen.models.graph import load_graph
+    from parplan_gen.rules.engine import analyze
+    from parplan_gen.rules.ruleset import load_rules
 
     marks = [("imports", time.perf_counter())]
     rules = load_rules()
@@ -95,7 +95,7 @@ def phases(path: Path) -> str:
 
 def profile(path: Path, top: int = 25) -> str:
     """cProfile of one in-process run of the command, by cumulative time."""
-    from parplan_gen.cli import main
+    from parplan_gen.cli.main import main
 
     profiler = cProfile.Profile()
     real_stdout, sys.stdout = sys.stdout, io.StringIO()
@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        startup = time_command([sys.executable, "-m", "parplan_gen.cli", "--help"], args.repeat)
+        startup = time_command(
+            [sys.executable, "-m", "parplan_gen.cli.main", "--help"], args.repeat
+        )
         print(f"interpreter + `parplan --help`: {startup:.3f} s")
         print(f"{'nodes':>8} {'seconds':>8} {'us/node':>8} {'marginal us/node':>17}")
         previous: tuple[int, float] | None = None

@@ -22,7 +22,7 @@ COMMAND = [
     "plan", "llama-3-405b", "--gpus", "16384", "--gpu", "h100",
     "--global-batch", "2048", "--seq-len", "8192",
 ]  # fmt: skip
-CLI_CODE = "import sys; from parplan_gen.cli import main; sys.exit(main(sys.argv[1:]))"
+CLI_CODE = "import sys; from parplan_gen.cli.main import main; sys.exit(main(sys.argv[1:]))"
 OTHER = [  # (model, gpus, gpu, global batch, seq len; None for a graph model)
     ("llama-3-8b", 8, "h100", 512, 8192),
     ("resnet-50", 64, "a100-80gb", 4096, None),  # op graph: its own cost model
@@ -46,10 +46,10 @@ def best_of(repeat: int, fn: Callable[[], Any]) -> tuple[float, float, Any]:
 def stages(repeat: int) -> None:
     """Each stage of the 405B command, in this process."""
     from parplan_gen.api import load_model, proposals_for
-    from parplan_gen.hardware import cluster_from_flags
-    from parplan_gen.planner import Planner
-    from parplan_gen.ruleset import load_rules
-    from parplan_gen.search_space import Request, SearchOptions
+    from parplan_gen.cost.hardware import cluster_from_flags
+    from parplan_gen.planning.planner import Planner
+    from parplan_gen.planning.search_space import Request, SearchOptions
+    from parplan_gen.rules.ruleset import load_rules
 
     rules = load_rules()
     spec = load_model("llama-3-405b")
@@ -77,7 +77,7 @@ def stages(repeat: int) -> None:
 def others(repeat: int) -> None:
     """The search alone for other requests."""
     from parplan_gen.api import plan
-    from parplan_gen.ruleset import load_rules
+    from parplan_gen.rules.ruleset import load_rules
 
     rules = load_rules()
     print(f"\napi.plan() with the rules loaded (best of {repeat})")

@@ -28,12 +28,12 @@ from calibration import DEFAULT_RUNS, Case, load_cases
 from plan_speed import COMMAND, best_of, time_command
 
 from parplan_gen.api import Plan, plan
-from parplan_gen.constraints import Violation, estimate_env
-from parplan_gen.estimate import Estimate, estimate_from_figures
-from parplan_gen.layout import Layout
-from parplan_gen.planner import PlanError, Planner
-from parplan_gen.ruleset import RuleSet, load_rules
-from parplan_gen.search_space import Request, SearchOptions, outside_search
+from parplan_gen.cost.estimate import Estimate, estimate_from_figures
+from parplan_gen.cost.layout import Layout
+from parplan_gen.planning.constraints import Violation, estimate_env
+from parplan_gen.planning.planner import PlanError, Planner
+from parplan_gen.planning.search_space import Request, SearchOptions, outside_search
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 # Ties are exact in the model, but the two layouts reach them through different arithmetic.
 RATIO_TOLERANCE = 1e-9
@@ -171,7 +171,7 @@ def rows(comparisons: Sequence[Comparison]) -> list[list[str]]:
 
 def text_table(comparisons: Sequence[Comparison]) -> str:
     """The table as aligned text."""
-    from parplan_gen.textview import table
+    from parplan_gen.cli.textview import table
 
     return table(HEADERS, rows(comparisons), right=RIGHT_COLUMNS)
 

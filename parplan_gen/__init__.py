@@ -24,15 +24,15 @@ __all__ = ["__version__", "analyze", "load_graph", "load_rules", "plan", "propos
 
 if TYPE_CHECKING:
     from parplan_gen.api import plan
-    from parplan_gen.engine import analyze, propose
-    from parplan_gen.graph import load_graph
-    from parplan_gen.ruleset import load_rules
+    from parplan_gen.models.graph import load_graph
+    from parplan_gen.rules.engine import analyze, propose
+    from parplan_gen.rules.ruleset import load_rules
 
 _LAZY = {
-    "analyze": "parplan_gen.engine",
-    "propose": "parplan_gen.engine",
-    "load_graph": "parplan_gen.graph",
-    "load_rules": "parplan_gen.ruleset",
+    "analyze": "parplan_gen.rules.engine",
+    "propose": "parplan_gen.rules.engine",
+    "load_graph": "parplan_gen.models.graph",
+    "load_rules": "parplan_gen.rules.ruleset",
     "plan": "parplan_gen.api",
 }
 

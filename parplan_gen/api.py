@@ -24,20 +24,26 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from parplan_gen.constraints import Violation, estimate_env
-from parplan_gen.defaults import GIB
-from parplan_gen.engine import Proposal
-from parplan_gen.errors import InputError
-from parplan_gen.estimate import Estimate, TrainedModel, estimate_from_figures, model_kind
-from parplan_gen.graph_model import GraphModelSpec
-from parplan_gen.hardware import Cluster
-from parplan_gen.layout import MAX_GPUS, Layout, check_sizes
-from parplan_gen.model_source import sequence_length
-from parplan_gen.model_spec import ModelSpec
-from parplan_gen.plan_document import PlanDocument
-from parplan_gen.planner import Advice, PlanError, Planner, PlanResult
-from parplan_gen.ruleset import RuleSet, load_rules
-from parplan_gen.search_space import Backend, Objective, Request, SearchOptions, check_choice
+from parplan_gen.cost.estimate import Estimate, TrainedModel, estimate_from_figures, model_kind
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.layout import MAX_GPUS, Layout, check_sizes
+from parplan_gen.inputs.defaults import GIB
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.load import sequence_length
+from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.planning.constraints import Violation, estimate_env
+from parplan_gen.planning.document import PlanDocument
+from parplan_gen.planning.planner import Advice, PlanError, Planner, PlanResult
+from parplan_gen.planning.search_space import (
+    Backend,
+    Objective,
+    Request,
+    SearchOptions,
+    check_choice,
+)
+from parplan_gen.rules.engine import Proposal
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 ADVICE_GPU_TRIES = 3  # "more GPUs": multiples tried, doubling from the memory ratio up
 CLUSTER_KEYS = ("gpus", "gpu", "gpus_per_node", "inter_node_gbps")
@@ -48,7 +54,7 @@ def load_model(model: TrainedModel | str | Path) -> TrainedModel:
     Hugging Face config.json, a graph file or an ONNX model describes."""
     if isinstance(model, ModelSpec | GraphModelSpec):
         return model
-    from parplan_gen.model_source import load_model as resolve
+    from parplan_gen.models.load import load_model as resolve
 
     return resolve(str(model))
 
@@ -56,7 +62,7 @@ def load_model(model: TrainedModel | str | Path) -> TrainedModel:
 def load_cluster_spec(cluster: Cluster | Mapping[str, Any] | str | Path) -> Cluster:
     """A Cluster, a cluster file, or the CLI flags as a dict: `{"gpus": 8, "gpu": "h100",
     "gpus_per_node": 8, "inter_node_gbps": 400}` (the last two optional)."""
-    from parplan_gen.hardware import cluster_from_flags, load_cluster
+    from parplan_gen.cost.hardware import cluster_from_flags, load_cluster
 
     if isinstance(cluster, Cluster):
         return cluster
@@ -75,8 +81,8 @@ def proposals_for(
     spec: TrainedModel, cluster: Cluster, rules: RuleSet, seq_len: int
 ) -> list[Proposal]:
     """The rules engine's proposals for the model's op graph on the cluster's GPUs."""
-    from parplan_gen.engine import propose
-    from parplan_gen.transformer_graph import model_graph
+    from parplan_gen.models.transformer_graph import model_graph
+    from parplan_gen.rules.engine import propose
 
     graph = spec.graph if isinstance(spec, GraphModelSpec) else model_graph(spec, seq_len=seq_len)
     return propose(graph, rules, cluster.num_gpus)
@@ -118,7 +124,7 @@ class Plan(BaseModel):
 
     def document(self) -> PlanDocument:
         """The plan.json document of this plan (what `render` turns into launch files)."""
-        from parplan_gen.plan_document import PlanDocument
+        from parplan_gen.planning.document import PlanDocument
 
         return PlanDocument.from_parts(
             model=self.model,
@@ -132,14 +138,14 @@ class Plan(BaseModel):
 
     def deepspeed_config(self) -> dict[str, Any]:
         """The dict for `deepspeed.initialize(config=...)`: ds_config.json as rendered."""
-        from parplan_gen.render import deepspeed_config
+        from parplan_gen.render.plan_files import deepspeed_config
 
         return deepspeed_config(self.document())
 
     def megatron_args(self) -> list[str]:
         """The `pretrain_gpt.py` argument list of megatron_args.sh as rendered (transformers
         only: for an op-graph model, launched with DeepSpeed / torchrun, a RenderError)."""
-        from parplan_gen.render import megatron_args
+        from parplan_gen.render.plan_files import megatron_args
 
         return megatron_args(self.document())
 
@@ -147,8 +153,8 @@ class Plan(BaseModel):
         """Render every file (plan.json, ds_config.json, megatron_args.sh for a transformer,
         nccl.env, launchers, plan.md) into `out_dir`; an existing different file is refused
         unless `force`."""
-        from parplan_gen.render import output_names, render_plan
-        from parplan_gen.render_writer import write_rendered
+        from parplan_gen.render.plan_files import output_names, render_plan
+        from parplan_gen.render.writer import write_rendered
 
         files = render_plan(self.document())
         write_rendered(out_dir, files, force=force, retire=output_names())

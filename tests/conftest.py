@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from parplan_gen.cli import main
+from parplan_gen.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from parplan_gen.safe_text import printable
+from parplan_gen.inputs.safe_text import printable
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "hostile"

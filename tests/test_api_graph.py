@@ -10,7 +10,7 @@ import pytest
 
 import parplan_gen
 from parplan_gen.api import Plan
-from parplan_gen.render_checks import RenderError
+from parplan_gen.render.checks import RenderError
 
 RESNET = ("resnet-50", "--gpus", "64", "--gpu", "a100-80gb", "--global-batch", "4096")
 GPUS, GLOBAL_BATCH = 64, 4096

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-import parplan_gen.ruleset
-from parplan_gen.cli import main
-from parplan_gen.ruleset import load_rules
+import parplan_gen.rules.ruleset
+from parplan_gen.cli.main import main
+from parplan_gen.rules.ruleset import load_rules
 
 REPO = Path(__file__).resolve().parent.parent
 CASES_FILE = REPO / "tests" / "bad_inputs" / "cases.yaml"
@@ -104,7 +104,7 @@ def _load_rules(extra_dirs: Any = (), **options: Any) -> Any:
 def test_bad_input_gives_one_clear_line(case, tmp_path, monkeypatch, capsys):
     materialize(tmp_path, case["files"])
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(parplan_gen.ruleset, "load_rules", _load_rules)
+    monkeypatch.setattr(parplan_gen.rules.ruleset, "load_rules", _load_rules)
     before = snapshot(tmp_path)
 
     code = main([str(a) for a in case["argv"]])

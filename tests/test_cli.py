@@ -99,7 +99,7 @@ def test_module_entry_point_runs(tmp_path):
         [
             sys.executable,
             "-m",
-            "parplan_gen.cli",
+            "parplan_gen.cli.main",
             "analyze",
             str(REPO / "examples" / "tiny_mlp.yaml"),
             "--json",

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parplan_gen.constraints import Constraints, estimate_env, phase_of, violation
-from parplan_gen.errors import FormulaError
-from parplan_gen.estimate import CostModel
-from parplan_gen.graph_model import GraphModelSpec
-from parplan_gen.hardware import cluster_from_flags
-from parplan_gen.presets import load_graph_preset, load_preset
-from parplan_gen.ruleset import RuleSet, load_rules
-from parplan_gen.search_space import stage_layers
+from parplan_gen.cost.estimate import CostModel
+from parplan_gen.cost.hardware import cluster_from_flags
+from parplan_gen.inputs.errors import FormulaError
+from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.presets import load_graph_preset, load_preset
+from parplan_gen.planning.constraints import Constraints, estimate_env, phase_of, violation
+from parplan_gen.planning.search_space import stage_layers
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 PLAN_DEFAULTS: dict[str, Any] = {
     "plan.dp": 8, "plan.tp": 1, "plan.pp": 1, "plan.cp": 1, "plan.ep": 1, "plan.vpp": 1,

@@ -1,4 +1,4 @@
-"""The cost model (rules/cost/*.yaml through parplan_gen.estimate) against numbers from papers.
+"""The cost model (rules/cost/*.yaml through parplan_gen.cost.estimate) against numbers from papers.
 
 Every expected number is printed in the cited source or worked by hand in the comment next to
 it (the arithmetic is written out so it can be checked with a pencil); none was produced by
@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from parplan_gen.errors import SourceRef
-from parplan_gen.estimate import CostModel
-from parplan_gen.hardware import Cluster, cluster_from_flags, load_catalog
-from parplan_gen.layout import Layout, build_layout
-from parplan_gen.model_spec import ModelSpec
-from parplan_gen.presets import load_preset, preset_names
-from parplan_gen.ruleset import RuleSet, load_rules
+from parplan_gen.cost.estimate import CostModel
+from parplan_gen.cost.hardware import Cluster, cluster_from_flags, load_catalog
+from parplan_gen.cost.layout import Layout, build_layout
+from parplan_gen.inputs.errors import SourceRef
+from parplan_gen.models.presets import load_preset, preset_names
+from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 from conftest import Run, load_benchmark
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from parplan_gen import vocabulary
-from parplan_gen.errors import FormulaError, SourceRef
-from parplan_gen.formulas import MAX_MAGNITUDE, Formula, FormulaLibrary
+from parplan_gen.inputs.errors import FormulaError, SourceRef
+from parplan_gen.rules import vocabulary
+from parplan_gen.rules.formulas import MAX_MAGNITUDE, Formula, FormulaLibrary
 
 W = SourceRef("rules/extra.yaml", 7, 12, "opportunities[0].speedup")
 

@@ -21,16 +21,16 @@ from unittest import mock
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-import parplan_gen.ruleset
+import parplan_gen.rules.ruleset
 from parplan_gen.api import plan
-from parplan_gen.cli import main
-from parplan_gen.engine import analyze, propose
-from parplan_gen.errors import FormulaError, ParplanError
-from parplan_gen.graph import load_graph
-from parplan_gen.hardware import cluster_from_flags
-from parplan_gen.render import render_plan
-from parplan_gen.rules_schema import RuleFile
-from parplan_gen.ruleset import load_rules
+from parplan_gen.cli.main import main
+from parplan_gen.cost.hardware import cluster_from_flags
+from parplan_gen.inputs.errors import FormulaError, ParplanError
+from parplan_gen.models.graph import load_graph
+from parplan_gen.render.plan_files import render_plan
+from parplan_gen.rules.engine import analyze, propose
+from parplan_gen.rules.ruleset import load_rules
+from parplan_gen.rules.schema import RuleFile
 
 REPO = Path(__file__).resolve().parent.parent
 FUZZ = settings(
@@ -61,7 +61,9 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     """main(argv) with the built-in rules loaded once (they do not change between runs)."""
     out, err = io.StringIO(), io.StringIO()
     with (
-        mock.patch.object(parplan_gen.ruleset, "load_rules", lambda d=(): _load_rules(tuple(d))),
+        mock.patch.object(
+            parplan_gen.rules.ruleset, "load_rules", lambda d=(): _load_rules(tuple(d))
+        ),
         contextlib.redirect_stdout(out),
         contextlib.redirect_stderr(err),
     ):

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parplan_gen.errors import GraphError, SourceError
-from parplan_gen.graph import (
+from parplan_gen.inputs.errors import GraphError, SourceError
+from parplan_gen.inputs.source import parse_document
+from parplan_gen.models.graph import (
     GraphStats,
     ModelGraph,
     Node,
@@ -21,7 +22,6 @@ from parplan_gen.graph import (
     graph_from_document,
     load_graph,
 )
-from parplan_gen.source import parse_document
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -303,7 +303,7 @@ def test_nodes_share_their_op_strings_and_are_slotted():
 
 
 def test_a_graph_file_over_its_cap_is_refused_unread(tmp_path, monkeypatch):
-    from parplan_gen import graph
+    from parplan_gen.models import graph
 
     monkeypatch.setattr(graph, "MAX_GRAPH_BYTES", 1024)
     path = tmp_path / "g.json"

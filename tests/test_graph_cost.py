@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from parplan_gen.errors import InputError, SourceRef
-from parplan_gen.estimate import CostModel, Estimate
-from parplan_gen.graph import Node, build_graph
-from parplan_gen.graph_model import SAVES_NO_INPUT, GraphModelSpec
-from parplan_gen.hardware import cluster_from_flags
-from parplan_gen.layout import build_layout
-from parplan_gen.presets import load_graph_preset
-from parplan_gen.ruleset import RuleSet, load_rules
+from parplan_gen.cost.estimate import CostModel, Estimate
+from parplan_gen.cost.hardware import cluster_from_flags
+from parplan_gen.cost.layout import build_layout
+from parplan_gen.inputs.errors import InputError, SourceRef
+from parplan_gen.models.graph import Node, build_graph
+from parplan_gen.models.graph_model import SAVES_NO_INPUT, GraphModelSpec
+from parplan_gen.models.presets import load_graph_preset
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 from conftest import REPO, load_benchmark
 

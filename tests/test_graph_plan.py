@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parplan_gen.api import check, plan
-from parplan_gen.estimate import Estimate
-from parplan_gen.graph_model import GraphModelSpec
-from parplan_gen.layout import build_layout
-from parplan_gen.model_source import load_model
-from parplan_gen.ruleset import load_rules
+from parplan_gen.cost.estimate import Estimate
+from parplan_gen.cost.layout import build_layout
+from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.load import load_model
+from parplan_gen.rules.ruleset import load_rules
 
 from conftest import Run
 

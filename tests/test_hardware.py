@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from parplan_gen import hardware
-from parplan_gen.errors import InputError, UsageError
-from parplan_gen.hardware import (
+from parplan_gen.cost import hardware
+from parplan_gen.cost.hardware import (
     GIB,
     GPU_FIGURE_KEYS,
     LINK_FIGURE_KEYS,
@@ -23,7 +22,8 @@ from parplan_gen.hardware import (
     load_catalog,
     load_cluster,
 )
-from parplan_gen.source import parse_document
+from parplan_gen.inputs.errors import InputError, UsageError
+from parplan_gen.inputs.source import parse_document
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_GPUS = [

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from parplan_gen.errors import InputError, SourceError
-from parplan_gen.hf_config import load_hf_config, spec_from_hf_dict, supported_model_types
-from parplan_gen.model_spec import ModelSpec
-from parplan_gen.source import parse_document
+from parplan_gen.inputs.errors import InputError, SourceError
+from parplan_gen.inputs.source import parse_document
+from parplan_gen.models.hf_config import load_hf_config, spec_from_hf_dict, supported_model_types
+from parplan_gen.models.transformer import ModelSpec
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "hf"
 LLAMA = {"hidden_size": 64, "num_attention_heads": 8, "num_hidden_layers": 4, "vocab_size": 100}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from parplan_gen.cli import main
+from parplan_gen.cli.main import main
 
 from hostile_support import memory_ceiling, peak_rss
 

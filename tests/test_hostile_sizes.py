@@ -17,13 +17,13 @@ from ruamel.yaml import YAML
 
 import parplan_gen
 import parplan_gen.api
-import parplan_gen.ruleset
-from parplan_gen import errors
-from parplan_gen.cli import main
-from parplan_gen.errors import InputError, ParplanError
-from parplan_gen.layout import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, Layout, build_layout
-from parplan_gen.ruleset import RuleSet, load_rules
-from parplan_gen.search_space import divisors, prime_factors
+import parplan_gen.rules.ruleset
+from parplan_gen.cli.main import main
+from parplan_gen.cost.layout import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, Layout, build_layout
+from parplan_gen.inputs import errors
+from parplan_gen.inputs.errors import InputError, ParplanError
+from parplan_gen.planning.search_space import divisors, prime_factors
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 from hostile_support import HOSTILE, PREFIX, check_one_line, materialize, text
 
@@ -57,7 +57,7 @@ def builtin_rules_once(monkeypatch: pytest.MonkeyPatch) -> None:
             _BUILTIN_RULES.append(load_rules())
         return _BUILTIN_RULES[0]
 
-    monkeypatch.setattr(parplan_gen.ruleset, "load_rules", cached)
+    monkeypatch.setattr(parplan_gen.rules.ruleset, "load_rules", cached)
     monkeypatch.setattr(parplan_gen.api, "load_rules", cached)
 
 

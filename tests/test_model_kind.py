@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from parplan_gen.constraints import Constraints
-from parplan_gen.errors import FormulaError, RuleError
-from parplan_gen.estimate import CostModel
-from parplan_gen.ruleset import load_rules
+from parplan_gen.cost.estimate import CostModel
+from parplan_gen.inputs.errors import FormulaError, RuleError
+from parplan_gen.planning.constraints import Constraints
+from parplan_gen.rules.ruleset import load_rules
 
 
 def test_a_constraint_for_any_model_may_not_read_a_transformer_name(write):
@@ -182,10 +182,10 @@ def test_rules_list_names_graph_figures_by_kind(cli):
 
 
 def test_each_kind_gives_exactly_its_model_names():
-    from parplan_gen import vocabulary
-    from parplan_gen.estimate import graph_model_env, model_env
-    from parplan_gen.graph_model import GraphModelSpec
-    from parplan_gen.presets import load_graph_preset, load_preset
+    from parplan_gen.cost.estimate import graph_model_env, model_env
+    from parplan_gen.models.graph_model import GraphModelSpec
+    from parplan_gen.models.presets import load_graph_preset, load_preset
+    from parplan_gen.rules import vocabulary
 
     def declared(kind: str) -> set[str]:
         return {n.name for n in vocabulary.NAMES if n.namespace == "model" and kind in n.models}

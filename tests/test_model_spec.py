@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from parplan_gen.errors import InputError
-from parplan_gen.hf_config import load_hf_config
-from parplan_gen.model_spec import ModelSpec
-from parplan_gen.presets import (
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.models.hf_config import load_hf_config
+from parplan_gen.models.presets import (
     graph_preset_names,
     load_graph_preset,
     load_preset,
     preset_info,
     preset_names,
 )
-from parplan_gen.transformer_graph import model_graph
+from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.models.transformer_graph import model_graph
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "hf"
 
@@ -390,7 +390,7 @@ def test_spec_is_frozen_and_moe_masks() -> None:
 
 
 def test_docs_cover_every_field_model_type_and_preset() -> None:
-    from parplan_gen.hf_config import supported_model_types
+    from parplan_gen.models.hf_config import supported_model_types
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "models.md").read_text()
     for field in ModelSpec.model_fields:

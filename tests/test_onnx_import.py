@@ -13,23 +13,23 @@ from typing import Any
 
 import pytest
 
-from parplan_gen import source
-from parplan_gen.engine import analyze
-from parplan_gen.errors import InputError
-from parplan_gen.graph import Node, build_graph, load_graph
-from parplan_gen.graph_model import GraphModelSpec
-from parplan_gen.hf_config import load_hf_config
-from parplan_gen.model_source import load_graph_for
-from parplan_gen.onnx_import import (
+from parplan_gen.inputs import source
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.inputs.source import MIB
+from parplan_gen.models.graph import Node, build_graph, load_graph
+from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.hf_config import load_hf_config
+from parplan_gen.models.load import load_graph_for
+from parplan_gen.models.onnx_import import (
     MAX_ONNX_BYTES,
     MISSING_EXTRA,
     _drop_weight_data,
     load_onnx_graph,
 )
-from parplan_gen.presets import load_graph_preset, load_preset
-from parplan_gen.ruleset import load_rules
-from parplan_gen.source import MIB
-from parplan_gen.transformer_graph import model_graph
+from parplan_gen.models.presets import load_graph_preset, load_preset
+from parplan_gen.models.transformer_graph import model_graph
+from parplan_gen.rules.engine import analyze
+from parplan_gen.rules.ruleset import load_rules
 
 from conftest import REPO
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from parplan_gen.cli import main
+from parplan_gen.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 PLAN = ("plan", "llama-2-7b", "--gpus", "16", "--gpu", "h100", "--global-batch", "64")

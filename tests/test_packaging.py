@@ -58,7 +58,7 @@ def test_installed_wheel_runs_analyze_on_a_shipped_example(installed, tmp_path):
     where = run(
         installed / "bin" / "python",
         "-c",
-        "import parplan_gen.resources as r; print(r.shipped_dir('examples'))",
+        "import parplan_gen.inputs.resources as r; print(r.shipped_dir('examples'))",
         cwd=tmp_path,
         env=env,
     )
@@ -79,7 +79,7 @@ def test_installed_wheel_runs_analyze_on_a_shipped_example(installed, tmp_path):
     rules = run(
         installed / "bin" / "python",
         "-c",
-        "import parplan_gen.resources as r; print(r.builtin_rules_dir())",
+        "import parplan_gen.inputs.resources as r; print(r.builtin_rules_dir())",
         cwd=tmp_path,
         env=env,
     )

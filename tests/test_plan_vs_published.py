@@ -11,13 +11,13 @@ import pytest
 from ruamel.yaml import YAML
 
 from parplan_gen.api import plan
-from parplan_gen.constraints import Constraints
-from parplan_gen.estimate import CostModel
-from parplan_gen.hardware import cluster_from_flags
-from parplan_gen.layout import build_layout
-from parplan_gen.presets import load_preset
-from parplan_gen.ruleset import RuleSet, load_rules
-from parplan_gen.search_space import Request, mbs_options, outside_search
+from parplan_gen.cost.estimate import CostModel
+from parplan_gen.cost.hardware import cluster_from_flags
+from parplan_gen.cost.layout import build_layout
+from parplan_gen.models.presets import load_preset
+from parplan_gen.planning.constraints import Constraints
+from parplan_gen.planning.search_space import Request, mbs_options, outside_search
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 from conftest import load_benchmark
 

@@ -12,14 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parplan_gen.api import Plan, check, plan
-from parplan_gen.constraints import Constraints, estimate_env
-from parplan_gen.errors import InputError
-from parplan_gen.hardware import Cluster, cluster_from_flags
-from parplan_gen.layout import build_layout
-from parplan_gen.planner import DOMINATED, PlanError, Planner, ranking_key
-from parplan_gen.presets import load_preset
-from parplan_gen.ruleset import load_rules
-from parplan_gen.search_space import (
+from parplan_gen.cost.hardware import Cluster, cluster_from_flags
+from parplan_gen.cost.layout import build_layout
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.models.presets import load_preset
+from parplan_gen.planning.constraints import Constraints, estimate_env
+from parplan_gen.planning.planner import DOMINATED, PlanError, Planner, ranking_key
+from parplan_gen.planning.search_space import (
     PLAN_FIELDS,
     Request,
     SearchOptions,
@@ -28,6 +27,7 @@ from parplan_gen.search_space import (
     structures,
     vpp_options,
 )
+from parplan_gen.rules.ruleset import load_rules
 
 CONTRACT_PLAN_KEYS = {
     "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "global_batch", "grad_accum", "zero_stage",

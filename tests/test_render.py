@@ -22,30 +22,30 @@ import jinja2
 import pytest
 from jinja2 import nodes
 
-from parplan_gen.engine import Proposal
-from parplan_gen.estimate import Estimate, MemoryBreakdown, Throughput, TimeBreakdown
-from parplan_gen.graph_model import GraphModelSpec
-from parplan_gen.hardware import GIB, GPU, Cluster, ReferenceNode
-from parplan_gen.layout import build_layout
-from parplan_gen.plan_document import PlanDocument, PlanDocumentError, load_plan_document
-from parplan_gen.presets import load_preset
-from parplan_gen.render import (
-    Templates,
-    deepspeed_config,
-    megatron_args,
-    render_plan,
-)
-from parplan_gen.render_checks import (
+from parplan_gen.cli.render import add_render_commands
+from parplan_gen.cost.estimate import Estimate, MemoryBreakdown, Throughput, TimeBreakdown
+from parplan_gen.cost.hardware import GIB, GPU, Cluster, ReferenceNode
+from parplan_gen.cost.layout import build_layout
+from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.presets import load_preset
+from parplan_gen.planning.document import PlanDocument, PlanDocumentError, load_plan_document
+from parplan_gen.render.checks import (
     RenderError,
     check_bash,
     check_ds_config,
     check_env,
     check_hostfile,
 )
-from parplan_gen.render_cli import add_render_commands
-from parplan_gen.render_facts import facts, stage_layers
-from parplan_gen.render_mapping import load_mapping
-from parplan_gen.render_writer import write_rendered
+from parplan_gen.render.facts import facts, stage_layers
+from parplan_gen.render.mapping import load_mapping
+from parplan_gen.render.plan_files import (
+    Templates,
+    deepspeed_config,
+    megatron_args,
+    render_plan,
+)
+from parplan_gen.render.writer import write_rendered
+from parplan_gen.rules.engine import Proposal
 
 from conftest import REPO
 
@@ -918,10 +918,10 @@ def test_render_command_writes_every_file_and_refuses_to_clobber(rendered, tmp_p
 
 
 def test_render_command_through_main_once_wired(rendered, tmp_path, cli):
-    from parplan_gen.cli import build_parser
+    from parplan_gen.cli.main import build_parser
 
     if "render" not in build_parser().format_help():
-        pytest.skip("`parplan render` is not wired into parplan_gen/cli.py yet")
+        pytest.skip("`parplan render` is not wired into parplan_gen/cli/main.py yet")
     plan = tmp_path / "plan.json"
     plan.write_text(rendered["single_node"]["plan.json"])
     run = cli("render", plan, "--out", tmp_path / "out", "--megatron-version", "core_r0.99")

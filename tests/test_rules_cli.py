@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from parplan_gen.resources import builtin_rules_dir
-from parplan_gen.rules_schema import RuleFile
-from parplan_gen.ruleset import load_rules
+from parplan_gen.inputs.resources import builtin_rules_dir
+from parplan_gen.rules.ruleset import load_rules
+from parplan_gen.rules.schema import RuleFile
 
 from conftest import chain_graph
 

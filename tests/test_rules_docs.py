@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from parplan_gen import rules_schema, vocabulary
-from parplan_gen.cli import build_parser
+from parplan_gen.cli.main import build_parser
+from parplan_gen.rules import schema as rules_schema
+from parplan_gen.rules import vocabulary
 
 from conftest import REPO
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from parplan_gen.errors import InputError, RuleError
-from parplan_gen.ruleset import MAX_RULE_FILE_BYTES, load_rules
+from parplan_gen.inputs.errors import InputError, RuleError
+from parplan_gen.rules.ruleset import MAX_RULE_FILE_BYTES, load_rules
 
 from conftest import chain_graph
 

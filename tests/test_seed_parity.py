@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parplan_gen.engine import analyze, propose
-from parplan_gen.graph import Node, build_graph
-from parplan_gen.ruleset import load_rules
+from parplan_gen.models.graph import Node, build_graph
+from parplan_gen.rules.engine import analyze, propose
+from parplan_gen.rules.ruleset import load_rules
 
 import seed_oracle
 from conftest import REPO, chain_graph

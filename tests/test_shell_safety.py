@@ -2,7 +2,7 @@
 (tests/hostile/shell*.yaml).
 
 A value from an input file reaches nccl.env, megatron_args.sh and the launchers through one
-quoting function for its place (parplan_gen.shell_quote): a comment, an argument, an nccl.env
+quoting function for its place (parplan_gen.render.shell_quote): a comment, an argument, an nccl.env
 assignment; names are reduced to a safe set. Every rendered plan is then run the way a user
 runs it, in a bash with an empty environment whose PATH holds only fake `torchrun`, `srun`,
 `scontrol` that log their arguments (and the real `bash`, `dirname`, `head` the scripts use):
@@ -22,18 +22,18 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from parplan_gen import plan_document
-from parplan_gen.cli import main
-from parplan_gen.plan_document import (
+from parplan_gen.cli.main import main
+from parplan_gen.planning import document as plan_document
+from parplan_gen.planning.document import (
     PlanDocument,
     PlanDocumentError,
     ProposalRecord,
     load_plan_document,
 )
-from parplan_gen.render import render_plan
-from parplan_gen.render_checks import RenderError
-from parplan_gen.render_mapping import COMMUNICATION
-from parplan_gen.shell_quote import argument, assignment, comment
+from parplan_gen.render.checks import RenderError
+from parplan_gen.render.mapping import COMMUNICATION
+from parplan_gen.render.plan_files import render_plan
+from parplan_gen.render.shell_quote import argument, assignment, comment
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "hostile"

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parplan_gen import source
-from parplan_gen.errors import GraphError, SourceError, SourceRef
-from parplan_gen.source import MIB, format_path, load_document, parse_document
+from parplan_gen.inputs import source
+from parplan_gen.inputs.errors import GraphError, SourceError, SourceRef
+from parplan_gen.inputs.source import MIB, format_path, load_document, parse_document
 
 
 def error_of(text: str, kind: str = "yaml") -> str:

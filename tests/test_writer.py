@@ -26,10 +26,12 @@ import pytest
 from ruamel.yaml import YAML
 from test_hostile import MAX_GROWTH, run
 
-from parplan_gen import folder_lock, render, render_writer
-from parplan_gen.errors import UsageError
-from parplan_gen.render_checks import RenderError
-from parplan_gen.render_writer import (
+from parplan_gen.inputs.errors import UsageError
+from parplan_gen.render import folder_lock
+from parplan_gen.render import plan_files as render
+from parplan_gen.render import writer as render_writer
+from parplan_gen.render.checks import RenderError
+from parplan_gen.render.writer import (
     JOURNAL_NAME,
     LOCK_NAME,
     STAGED_INFIX,

@@ -1,0 +1,130 @@
+"""Readable view of one estimate: memory stacked against capacity, time by part, throughput."""
+
+from __future__ import annotations
+
+from parplan_gen.cost.estimate import (
+    MEMORY_PARTS,
+    TIME_PARTS_BY_KIND,
+    Estimate,
+    TrainedModel,
+    model_kind,
+)
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.inputs.defaults import GIB
+from parplan_gen.inputs.safe_text import printable
+from parplan_gen.models.graph_model import GraphModelSpec
+
+BAR = 40  # characters for the whole capacity
+MAX_BAR = 3 * BAR  # a longer bar is cut and ends with ">" (a tiny GPU must not print megabytes)
+TIME_LABELS = {
+    "compute_s": "compute",
+    "tp_comm_s": "tensor-parallel comm",
+    "cp_comm_s": "context-parallel comm",
+    "pp_comm_s": "pipeline p2p",
+    "dp_comm_s": "data-parallel comm (before overlap)",
+    "ep_comm_s": "expert all-to-all",
+    "bn_comm_s": "SyncBatchNorm statistics",
+    "bubble_s": "pipeline bubble",
+    "optimizer_s": "optimizer step",
+}
+
+
+def model_title(spec: TrainedModel) -> str:
+    """`llama-3-8b (8.03B params)`, `resnet-50 (25.6M params, op graph)`; the name printable."""
+    name = printable(spec.name)
+    if isinstance(spec, GraphModelSpec):
+        count = f"{spec.params / 1e6:,.1f}M" if spec.params >= 1e5 else f"{spec.params:,}"
+        return f"{name} ({count} params, op graph)"
+    return f"{name} ({spec.total_params() / 1e9:.2f}B params)"
+
+
+def memory_heading(spec: TrainedModel) -> str:
+    """The memory section's title (a graph model has no pipeline stages)."""
+    if isinstance(spec, GraphModelSpec):
+        return "Memory per GPU"
+    return "Memory per GPU (most loaded stage)"
+
+
+def sample_unit(spec: TrainedModel) -> str:
+    """What a throughput counts: tokens of a transformer, samples of a graph model."""
+    return "samples" if isinstance(spec, GraphModelSpec) else "tokens"
+
+
+def batch_text(spec: TrainedModel, estimate: Estimate) -> str:
+    """`global batch 512 x 8192 tokens`, or `global batch 4096 samples` for a graph model."""
+    p = estimate.plan
+    if isinstance(spec, GraphModelSpec):
+        return f"global batch {p.global_batch} samples"
+    return f"global batch {p.global_batch} x {p.seq_len} tokens"
+
+
+def layout_line(estimate: Estimate) -> str:
+    """`tp=8 pp=12 dp=16 ...` for the non-default parts of a layout."""
+    p = estimate.plan
+    parts = [f"dp={p.dp}", f"tp={p.tp}", f"pp={p.pp}"]
+    parts += [f"{k}={v}" for k, v in (("cp", p.cp), ("ep", p.ep), ("vpp", p.vpp)) if v > 1]
+    parts += [f"mbs={p.mbs}", f"grad_accum={p.grad_accum}", f"recompute={p.recompute}"]
+    if p.zero_stage:
+        parts.append(f"zero={p.zero_stage}")
+    if p.distributed_optimizer:
+        parts.append("distributed_optimizer")
+    if p.sequence_parallel:
+        parts.append("sequence_parallel")
+    return " ".join(parts)
+
+
+def memory_lines(estimate: Estimate) -> list[str]:
+    """Memory per GPU by part, as GiB and a bar scaled to the capacity."""
+    m = estimate.memory
+    lines = []
+    for part in MEMORY_PARTS:
+        value = getattr(m, part)
+        length = round(BAR * value / m.capacity) if m.capacity else 0
+        bar = "#" * length if length <= MAX_BAR else "#" * MAX_BAR + ">"
+        lines.append(f"  {part:<12} {value / GIB:8.2f} GiB  {bar}")
+    verdict = (
+        f"fits, {(m.capacity - m.total) / GIB:.2f} GiB free"
+        if m.fits
+        else f"DOES NOT FIT by {(m.total - m.capacity) / GIB:.2f} GiB"
+    )
+    lines.append(f"  {'total':<12} {m.total / GIB:8.2f} GiB of {m.capacity / GIB:.2f}: {verdict}")
+    return lines
+
+
+def time_lines(estimate: Estimate, spec: TrainedModel) -> list[str]:
+    """Time per step by the parts `spec`'s kind of model has, with each part's share."""
+    t = estimate.time
+    lines = []
+    for key in TIME_PARTS_BY_KIND[model_kind(spec)]:
+        label, value = TIME_LABELS[key], getattr(t, key)
+        share = value / t.step_s if t.step_s else 0.0
+        lines.append(f"  {label:<36} {value:10.4f} s  {share:6.1%}")
+    lines.append(f"  {'step':<36} {t.step_s:10.4f} s")
+    return lines
+
+
+def estimate_text(spec: TrainedModel, cluster: Cluster, estimate: Estimate) -> str:
+    """The whole human view of `parplan estimate`."""
+    th = estimate.throughput
+    head = (
+        f"{model_title(spec)} on {cluster.num_gpus} x "
+        f"{printable(cluster.gpu.name)} ({cluster.num_nodes} node{'s' if cluster.num_nodes > 1 else ''})\n"
+        f"layout: {layout_line(estimate)}, {batch_text(spec, estimate)}\n"
+    )
+    rates = (
+        f"  {sample_unit(spec)}/s {th.tokens_per_s:,.0f}   model TFLOP/s per GPU "
+        f"{th.model_tflops_per_gpu:.1f}"
+        f"   hardware TFLOP/s per GPU {th.hardware_tflops_per_gpu:.1f}   MFU {th.mfu:.1%}"
+    )
+    body = [
+        "",
+        memory_heading(spec),
+        *memory_lines(estimate),
+        "",
+        "Time per step",
+        *time_lines(estimate, spec),
+        "",
+        "Throughput",
+        rates,
+    ]
+    return head + "\n".join(body) + "\n"

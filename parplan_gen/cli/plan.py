@@ -1,0 +1,354 @@
+"""`parplan plan` and `parplan check`: choose a layout, or check one a user already has.
+
+A thin shell over `api` and `planner`; heavy modules are imported inside the handlers so that
+`parplan --help` stays fast. `check` also reads an existing layout from a DeepSpeed
+ds_config.json or a Megatron-LM argument file (the `--from-*` readers at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from parplan_gen.cli.common import (
+    TRAINED_MODEL_HELP,
+    ZERO_STAGES,
+    add_cluster_options,
+    add_rules_option,
+    cluster_from_args,
+    positive_int,
+    print_json,
+    size_type,
+    zero_stage,
+)
+from parplan_gen.cli.render import add_render_options, out_folder, write_plan_files
+from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN, GIB
+
+if TYPE_CHECKING:
+    from parplan_gen.api import CheckReport, Plan
+    from parplan_gen.cost.estimate import Estimate
+    from parplan_gen.models.graph_model import GraphModelSpec
+    from parplan_gen.models.transformer import ModelSpec
+    from parplan_gen.planning.planner import PlanResult
+
+PLAN_EXAMPLE = (
+    "example:\n"
+    "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --seq-len 8192\n"
+    "  parplan plan llama-3-405b --gpus 16384 --gpu h100 --global-batch 2048 --seq-len 8192 "
+    "--json\n"
+    "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --out plan/"
+)
+CHECK_EXAMPLE = (
+    "example:\n"
+    "  parplan check llama-3-70b --gpus 64 --gpu h100 --tp 8 --pp 2 --mbs 1 --global-batch 256\n"
+    "  parplan check llama-3-8b --gpus 8 --gpu h100 --from-deepspeed ds_config.json\n"
+    "  parplan check llama-3-70b --gpus 64 --gpu h100 --from-megatron train_args.sh"
+)
+
+
+def add_plan_commands(sub: Any) -> None:
+    """Register `plan` and `check` on the CLI's subparsers."""
+    plan = sub.add_parser(
+        "plan",
+        help="search every layout, keep what fits, pick the fastest, explain why",
+        description="Search every parallel layout of the model on the cluster, reject those "
+        "that break a constraint rule or do not fit, rank the rest by estimated step time "
+        "(or memory) and show the best, the runners-up and what was rejected and why. When "
+        "nothing fits, the closest candidate is shown with advice.",
+        epilog=PLAN_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_request_options(plan)
+    plan.add_argument("--objective", choices=("time", "memory"), default="time")
+    plan.add_argument("--top", type=positive_int, default=5, metavar="K", help="candidates shown")
+    plan.add_argument("--json", action="store_true", help="print JSON (the plan contract)")
+    plan.add_argument(
+        "--out",
+        type=out_folder,
+        metavar="DIR",
+        help="write plan.json and the launch files into DIR",
+    )
+    add_render_options(plan)
+    plan.set_defaults(handler=_cmd_plan)
+
+    check = sub.add_parser(
+        "check",
+        help="pre-flight check of a layout you already have",
+        description="Check a layout against the constraint rules, predict its memory against "
+        "the GPU's and its throughput, and show a better plan if the planner finds one. "
+        "Exit code 1 when the layout cannot run (an `invalid` rule), else 0.",
+        epilog=CHECK_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
+    add_cluster_options(check)
+    _add_layout_options(check)
+    add_rules_option(check)
+    check.add_argument("--json", action="store_true", help="print JSON")
+    check.set_defaults(handler=_cmd_check)
+
+
+def _add_request_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
+    add_cluster_options(parser)
+    group = parser.add_argument_group("training")
+    group.add_argument("--global-batch", type=size_type("global_batch"), required=True, metavar="B")
+    group.add_argument(
+        "--seq-len",
+        type=size_type("seq_len"),
+        default=None,
+        metavar="S",
+        help=f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models have none)",
+    )
+    group.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16")
+    group.add_argument(
+        "--backend",
+        choices=("any", "megatron", "deepspeed"),
+        default="any",
+        help="search only what Megatron-LM (distributed optimizer) or DeepSpeed (ZeRO) runs",
+    )
+    group.add_argument(
+        "--no-flash-attention", action="store_true", help="attention scores are stored"
+    )
+    add_rules_option(parser)
+
+
+def _add_layout_options(parser: argparse.ArgumentParser) -> None:
+    """Layout flags; unset ones come from --from-* files, then from the defaults."""
+    group = parser.add_argument_group("layout (flags override --from-* files)")
+    for flag, what in (  # each a size of layout.SIZE_LIMITS, named as the flag
+        ("--tp", "tensor-parallel size (default 1)"),
+        ("--pp", "pipeline-parallel size (default 1)"),
+        ("--dp", "data-parallel size (default: GPUs / (tp*pp*cp))"),
+        ("--cp", "context-parallel size (default 1)"),
+        ("--ep", "expert-parallel size (default 1)"),
+        ("--vpp", "model chunks per pipeline rank (default 1)"),
+        ("--mbs", "micro-batch size (default 1)"),
+        ("--global-batch", "sequences per optimizer step"),
+        ("--seq-len", f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models: none)"),
+    ):
+        group.add_argument(
+            flag, type=size_type(flag[2:].replace("-", "_")), default=None, help=what
+        )
+    zero = group.add_mutually_exclusive_group()
+    zero.add_argument(
+        "--zero", type=zero_stage, choices=ZERO_STAGES, default=None, help="ZeRO stage"
+    )
+    zero.add_argument("--distributed-optimizer", action="store_true", default=None)
+    group.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
+    group.add_argument("--sequence-parallel", action="store_true", default=None)
+    group.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default=None)
+    group.add_argument("--no-flash-attention", action="store_true")
+    group.add_argument("--from-deepspeed", metavar="FILE", help="read a DeepSpeed ds_config.json")
+    group.add_argument("--from-megatron", metavar="FILE", help="read Megatron-LM arguments")
+
+
+# ---- plan --------------------------------------------------------------------------------------
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from parplan_gen.api import plan
+
+    result = plan(
+        args.model,
+        cluster_from_args(args),
+        global_batch=args.global_batch,
+        seq_len=args.seq_len,
+        precision=args.precision,
+        objective=args.objective,
+        top=args.top,
+        flash_attention=not args.no_flash_attention,
+        backend=args.backend,
+        rules=args.rules,
+    )
+    if args.out:
+        if not result.result.feasible:
+            raise _nothing_fits(result, args.out)
+        write_plan_files(result.document(), args.out, args, stream=sys.stderr)
+    if args.json:
+        print_json(result.result.contract())
+    else:
+        sys.stdout.write(plan_text(result))
+    return 0
+
+
+def _nothing_fits(plan: Plan, out: str) -> Exception:
+    """The one-line refusal to write launch files for a layout that does not fit."""
+    from parplan_gen.inputs.errors import InputError
+
+    r, cluster = plan.result, plan.cluster
+    memory = r.chosen.memory
+    fix = next((a.note for a in r.advice if a.fits), None)
+    return InputError(
+        f"--out {out}: nothing fits on {cluster.num_gpus} x {cluster.gpu.name} (the closest "
+        f"layout needs {memory.total / GIB:.1f} GiB per GPU, the GPU has "
+        f"{memory.capacity / GIB:.1f} GiB)"
+        + (f"; {fix}" if fix else "")
+        + "; no files written (run without --out for the candidates and advice)"
+    )
+
+
+def plan_text(plan: Plan) -> str:
+    """The human view of `parplan plan`."""
+    from parplan_gen.cli.estimate_view import (
+        batch_text,
+        layout_line,
+        memory_heading,
+        memory_lines,
+        model_title,
+        time_lines,
+    )
+
+    r, spec, cluster = plan.result, plan.model, plan.cluster
+    lines = [
+        f"{model_title(spec)} on {cluster.num_gpus} x {cluster.gpu.name}, "
+        f"{batch_text(spec, r.chosen)}, objective {r.objective}",
+        "",
+        ("Chosen: " if r.feasible else "NOTHING FITS. Closest candidate: ") + layout_line(r.chosen),
+        "",
+        memory_heading(spec),
+        *memory_lines(r.chosen),
+        "",
+        "Time per step",
+        *time_lines(r.chosen, spec),
+        "",
+        _throughput_line(r.chosen, spec),
+        "",
+        f"Top {len(r.candidates)}" + ("" if r.feasible else " (none fits; least memory first)"),
+        _candidates_table(r),
+        *_rejected_lines(r),
+    ]
+    if r.advice:
+        lines += ["", "What would make it fit:", *(f"  - {a.note}" for a in r.advice)]
+    return "\n".join(lines) + "\n"
+
+
+def _throughput_line(estimate: Estimate, spec: ModelSpec | GraphModelSpec) -> str:
+    from parplan_gen.cli.estimate_view import sample_unit
+
+    th = estimate.throughput
+    return (
+        f"Throughput: {th.tokens_per_s:,.0f} {sample_unit(spec)}/s, "
+        f"{th.model_tflops_per_gpu:.1f} model "
+        f"TFLOP/s per GPU, MFU {th.mfu:.1%}"
+    )
+
+
+def _candidates_table(result: PlanResult) -> str:
+    from parplan_gen.cli.estimate_view import layout_line
+    from parplan_gen.cli.textview import table
+
+    rows = [
+        [
+            str(i),
+            f"{c.time.step_s:.3f}",
+            f"{c.throughput.mfu:.1%}",
+            f"{c.memory.total / GIB:.1f}",
+            layout_line(c),
+        ]
+        for i, c in enumerate(result.candidates, 1)
+    ]
+    return table(["#", "step s", "MFU", "GiB/GPU", "layout"], rows, right={0, 1, 2, 3})
+
+
+def _rejected_lines(result: PlanResult) -> list[str]:
+    total = sum(result.rejected.values())
+    lines = [
+        "",
+        f"Searched {result.searched:,} candidates ({result.evaluated:,} estimated by the cost "
+        f"model); rejected {total:,}, by reason:",
+    ]
+    lines += [f"  {n:>10,}  {reason}" for reason, n in result.rejected.items()]
+    return lines
+
+
+# ---- check -------------------------------------------------------------------------------------
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from parplan_gen.api import check, load_model
+    from parplan_gen.cost.layout import build_layout
+
+    spec, cluster = load_model(args.model), cluster_from_args(args)
+    values = layout_values(args, spec)
+    accum = values.pop("grad_accum", None)
+    layout = build_layout(cluster.num_gpus, **values)
+    if accum is not None and accum != layout.grad_accum:
+        from parplan_gen.inputs.errors import InputError
+
+        raise InputError(
+            f"{args.from_deepspeed}: gradient_accumulation_steps({accum}) != global batch("
+            f"{layout.global_batch}) / (mbs({layout.mbs}) * dp({layout.dp})) = {layout.grad_accum}"
+        )
+    report = check(
+        spec, cluster, layout, rules=args.rules, flash_attention=not args.no_flash_attention
+    )
+    if args.json:
+        print_json(report.contract())
+    else:
+        sys.stdout.write(check_text(report))
+    return 0 if report.runnable else 1
+
+
+def check_text(report: CheckReport) -> str:
+    """The human view of `parplan check`."""
+    from parplan_gen.cli.estimate_view import estimate_text, layout_line
+
+    lines = [estimate_text(report.model, report.cluster, report.estimate).rstrip("\n"), ""]
+    if report.violations:
+        lines.append("Constraints broken:")
+        lines += [f"  - {v.describe()}" for v in report.violations]
+    else:
+        lines.append("Constraints: all met")
+    better = report.better
+    if better is None and not report.planner_found:
+        lines.append("Better plan: none (no layout of this request fits and meets every rule)")
+    elif better is None:
+        lines.append("Better plan: none (the planner's best is not faster than this layout)")
+    else:
+        mine, theirs = report.estimate.time.step_s, better.time.step_s
+        if report.violations:  # offered because this layout breaks a rule, not for speed
+            label, gain = "Plan that meets every rule", ""
+        else:
+            label, gain = "Better plan", f", {mine / theirs:.2f}x faster"
+        lines.append(f"{label}: {layout_line(better)} ({theirs:.3f} s per step{gain})")
+    return "\n".join(lines) + "\n"
+
+
+# ---- reading existing layouts ------------------------------------------------------------------
+
+LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "global_batch", "seq_len")
+
+
+def layout_values(args: argparse.Namespace, spec: ModelSpec | GraphModelSpec) -> dict[str, Any]:
+    """Layout fields: the defaults, then the --from-* files, then the explicit flags."""
+    from parplan_gen.inputs.errors import InputError, UsageError
+    from parplan_gen.models.load import sequence_length
+    from parplan_gen.models.transformer import ModelSpec
+    from parplan_gen.render.readers import deepspeed_values, megatron_values
+
+    values: dict[str, Any] = {"tp": 1, "pp": 1}
+    if args.from_deepspeed:
+        values.update(deepspeed_values(args.from_deepspeed))
+    if args.from_megatron:
+        if not isinstance(spec, ModelSpec):
+            raise InputError(
+                f"--from-megatron: {spec.name} is an op-graph model; Megatron-LM arguments "
+                "describe transformers (use --from-deepspeed or the layout flags)"
+            )
+        values.update(megatron_values(args.from_megatron, spec.num_layers))
+    flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}
+    flags.update(
+        {k: getattr(args, k) for k in ("recompute", "precision", "sequence_parallel")
+         if getattr(args, k) is not None}
+    )  # fmt: skip
+    if args.zero is not None:
+        flags.update(zero_stage=args.zero, distributed_optimizer=False)
+    if args.distributed_optimizer:
+        flags.update(distributed_optimizer=True, zero_stage=0)
+    values.update(flags)
+    if "global_batch" not in values:
+        raise UsageError("give --global-batch (or a file that sets it)")
+    values["seq_len"] = sequence_length(spec, values.get("seq_len"))
+    return values

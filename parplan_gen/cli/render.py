@@ -1,0 +1,122 @@
+"""`parplan render`: re-render a plan.json into launch files; shared options for `plan --out`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from parplan_gen.planning.document import PlanDocument
+
+
+def add_render_commands(sub: Any) -> None:
+    """Register `render` on the CLI's subparsers."""
+    render = sub.add_parser(
+        "render",
+        help="render a plan.json into DeepSpeed, Megatron-LM, NCCL and launch files",
+        description="Render the plan in PLAN_JSON (written by `parplan plan --out`) into "
+        "ds_config.json, megatron_args.sh (transformers only), nccl.env, launch scripts, a "
+        "hostfile and plan.md. "
+        "Every file is checked before it is written; an existing different file is kept "
+        "unless --force is given.",
+        epilog="example:\n  parplan render runs/llama/plan.json --out runs/llama-hf --hf-trainer",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    render.add_argument("plan", metavar="PLAN_JSON", help="a plan.json written by parplan")
+    render.add_argument(
+        "--out", required=True, type=out_folder, metavar="DIR", help="folder to write into"
+    )
+    add_render_options(render)
+    render.set_defaults(handler=_cmd_render)
+
+
+def add_render_options(parser: argparse.ArgumentParser) -> None:
+    """--templates --force --hf-trainer --force-nccl-algo --megatron-version --deepspeed-version."""
+    group = parser.add_argument_group("rendering")
+    group.add_argument(
+        "--templates",
+        metavar="DIR",
+        default=None,
+        help="folder of templates that override the built-in ones by relative name "
+        "(e.g. DIR/nccl/nccl.env.j2, DIR/mapping.yaml)",
+    )
+    group.add_argument(
+        "--force", action="store_true", help="replace existing files whose content differs"
+    )
+    group.add_argument(
+        "--hf-trainer",
+        action="store_true",
+        help='ds_config.json for the Hugging Face Trainer: "auto" where the Trainer fills values in',
+    )
+    group.add_argument(
+        "--force-nccl-algo",
+        action="store_true",
+        help="set NCCL_ALGO from the proposals instead of leaving it commented out",
+    )
+    group.add_argument(
+        "--megatron-version",
+        metavar="V",
+        default=None,
+        help="Megatron-LM template version, e.g. core_r0.13 (default: the latest shipped; "
+        "not for op-graph models)",
+    )
+    group.add_argument(
+        "--deepspeed-version",
+        metavar="V",
+        default=None,
+        help="DeepSpeed template version, e.g. 0.16 (default: the latest shipped)",
+    )
+
+
+def out_folder(text: str) -> str:
+    """An argparse type for --out: a name that can be a folder ('' is not the current one)."""
+    from parplan_gen.inputs.errors import UsageError
+    from parplan_gen.render.writer import output_folder
+
+    try:
+        output_folder(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return text
+
+
+def write_plan_files(
+    doc: PlanDocument, out: str | Path, args: argparse.Namespace, *, stream: TextIO | None = None
+) -> int:
+    """Render `doc` with the rendering options in `args`, write it into `out`, and list the
+    files on `stream` (default stdout; `parplan plan --json --out` passes stderr). A file that
+    an earlier plan wrote and this one has not (megatron_args.sh, for an op-graph model) is
+    removed with the write, so the folder holds one plan's files."""
+    from parplan_gen.cli.main import PROG
+    from parplan_gen.render.plan_files import output_names, render_plan
+    from parplan_gen.render.writer import WriteWarning, write_rendered
+
+    doc = doc.with_render_options(
+        megatron_version=args.megatron_version, deepspeed_version=args.deepspeed_version
+    )
+    files = render_plan(
+        doc,
+        templates_dir=args.templates,
+        hf_trainer=args.hf_trainer,
+        force_nccl_algo=args.force_nccl_algo,
+    )
+    with warnings.catch_warnings(record=True) as repairs:
+        warnings.simplefilter("always", WriteWarning)
+        try:
+            status = write_rendered(out, files, force=args.force, retire=output_names())
+        finally:  # what was repaired is told even when the write is then refused
+            for repair in repairs:
+                sys.stderr.write(f"{PROG}: warning: {repair.message}\n")
+    stream = stream or sys.stdout
+    for name, state in status.items():
+        stream.write(f"{state:9}  {Path(out) / name}\n")
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from parplan_gen.planning.document import load_plan_document
+
+    return write_plan_files(load_plan_document(args.plan), args.out, args)

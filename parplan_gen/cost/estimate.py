@@ -1,0 +1,273 @@
+"""The cost model: memory, time and throughput of one layout, from the rules' formulas.
+
+Python gathers the inputs (model.*, cluster.*, train.*, plan.* values) and names the outputs;
+every figure is a formula of the `estimate:` sections under rules/cost/, with its source. Each
+kind of model has its own cost model: a transformer's model.* values come from its `ModelSpec`
+(per-token FLOPs and activation bytes, whose methods cite Narayanan 2021 / Korthikanti 2022),
+an op graph's from its `GraphModelSpec` (per-sample sums over the nodes). `CostModel.figures`
+is the fast path the planner calls for many layouts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.layout import Layout
+from parplan_gen.inputs.errors import FormulaError, RuleError
+from parplan_gen.models.graph_model import GraphModelSpec, TrainedModel
+from parplan_gen.rules.ruleset import RuleSet, figure_label
+from parplan_gen.rules.vocabulary import ModelKind
+
+MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "other")
+TIME_PARTS = (
+    "step_s",
+    "compute_s",
+    "tp_comm_s",
+    "cp_comm_s",
+    "pp_comm_s",
+    "dp_comm_s",
+    "ep_comm_s",
+    "bn_comm_s",
+    "bubble_s",
+    "optimizer_s",
+)
+# The parts of a step each kind of model can have, step_s excluded (a graph model is not
+# pipelined and has no experts; a transformer has no BatchNorm): what views and reports show.
+TIME_PARTS_BY_KIND: dict[str, tuple[str, ...]] = {
+    "transformer": tuple(p for p in TIME_PARTS if p not in ("step_s", "bn_comm_s")),
+    "graph": ("compute_s", "tp_comm_s", "dp_comm_s", "bn_comm_s", "optimizer_s"),
+}
+THROUGHPUT_PARTS = ("tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu")
+REQUIRED = {"memory": MEMORY_PARTS, "time": TIME_PARTS, "throughput": THROUGHPUT_PARTS}
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class MemoryBreakdown(BaseModel):
+    """Bytes per GPU on the most loaded GPU."""
+
+    model_config = _FROZEN
+    params: int
+    grads: int
+    optimizer: int
+    activations: int
+    other: int
+    total: int
+    capacity: int
+    fits: bool
+
+
+class TimeBreakdown(BaseModel):
+    """Seconds per optimizer step; step_s is what the parts add up to once overlap is applied."""
+
+    model_config = _FROZEN
+    step_s: float
+    compute_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    pp_comm_s: float
+    dp_comm_s: float
+    ep_comm_s: float
+    bn_comm_s: float = 0.0  # SyncBatchNorm statistics (graph models); absent in older plan.json
+    bubble_s: float
+    optimizer_s: float
+
+
+class Throughput(BaseModel):
+    """Rates over one step."""
+
+    model_config = _FROZEN
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+
+
+class Estimate(BaseModel):
+    """One layout's predicted memory, time and throughput."""
+
+    model_config = _FROZEN
+    plan: Layout
+    memory: MemoryBreakdown
+    time: TimeBreakdown
+    throughput: Throughput
+
+    def contract(self) -> dict[str, Any]:
+        """The DESIGN.md JSON shape: plan, memory, time, throughput."""
+        return self.model_dump(mode="json")
+
+
+def model_kind(spec: TrainedModel) -> ModelKind:
+    """Which cost model and constraints apply to `spec`."""
+    return "graph" if isinstance(spec, GraphModelSpec) else "transformer"
+
+
+def model_env(spec: TrainedModel, seq_len: int) -> dict[str, Any]:
+    """model.* values of `spec` (a transformer at sequence length `seq_len`)."""
+    if isinstance(spec, GraphModelSpec):
+        return graph_model_env(spec)
+    layers = spec.num_layers
+    act = sum(spec.layer_activation_bytes_per_token(i, seq_len) for i in range(layers)) / layers
+    scores = spec.attention_core_activation_bytes(seq_len) - spec.attention_core_activation_bytes(0)
+    return {
+        "model.layers": layers,
+        "model.hidden": spec.hidden_size,
+        "model.heads": spec.num_attention_heads,
+        "model.kv_heads": spec.num_kv_heads,
+        "model.head_dim": spec.head_dim,
+        "model.ffn": spec.ffn_hidden_size,
+        "model.vocab": spec.vocab_size,
+        "model.experts": spec.num_experts,
+        "model.experts_per_token": spec.experts_per_token if spec.is_moe else 0,
+        "model.moe_layers": spec.num_moe_layers,
+        "model.moe": spec.is_moe,
+        "model.max_positions": spec.max_position_embeddings,
+        "model.learned_positions": spec.position_embedding == "learned",
+        "model.gated_mlp": spec.gated_mlp,
+        "model.params": spec.total_params(),
+        "model.params_embedding": spec.embedding_params(),
+        "model.params_output": spec.output_params(),
+        "model.params_experts": spec.num_moe_layers * spec.num_experts * spec.expert_params(),
+        "model.flops_per_token": spec.flops_per_token(seq_len),
+        "model.attention_flops_per_token": spec.attention_score_flops_per_token(seq_len),
+        "model.lm_head_flops_per_token": spec.lm_head_flops_per_token(),
+        "model.act_layer_bytes": act,
+        "model.act_scores_bytes": scores,
+    }
+
+
+def graph_model_env(spec: GraphModelSpec) -> dict[str, Any]:
+    """model.* values of an op-graph model (per sample): its fields, by the same names."""
+    return {f"model.{k}": v for k, v in spec.model_dump(exclude={"kind", "name"}).items()}
+
+
+def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
+    """cluster.* values of `cluster` (the peak at `precision`)."""
+    return {
+        "cluster.gpus": cluster.num_gpus,
+        "cluster.devices": cluster.num_gpus,
+        "cluster.gpus_per_node": cluster.procs_per_node,
+        "cluster.nodes": cluster.num_nodes,
+        "cluster.gpu_memory": cluster.gpu.memory_bytes,
+        "cluster.peak_flops": cluster.gpu.peak_flops(precision),  # type: ignore[arg-type]
+        "cluster.hbm_bandwidth": cluster.gpu.memory_bandwidth_bytes_per_s,
+        "cluster.intra_bandwidth": cluster.intra_node_bytes_per_s,
+        "cluster.intra_latency": cluster.intra_node_latency_s,
+        "cluster.inter_bandwidth": cluster.inter_node_bytes_per_s,
+        "cluster.inter_latency": cluster.inter_node_latency_s,
+        "cluster.nvswitch": cluster.nvswitch,
+        "cluster.architecture": cluster.gpu.architecture,
+    }
+
+
+def figure_error(name: str, exc: FormulaError) -> FormulaError:
+    """`exc` from the formula of figure `name` (`<section>_<key>`), named as the rule file names
+    it (`estimate.memory.other`); not named twice when the error's place already names it."""
+    figure = f"estimate.{name.replace('_', '.', 1)}"
+    if exc.where is not None and exc.where.path == figure:
+        return exc
+    return FormulaError(f"{figure}: {exc.message}", exc.where)
+
+
+class CostModel:
+    """The `estimate:` formulas of a RuleSet for one kind of model, ready to evaluate for many
+    layouts."""
+
+    def __init__(self, rules: RuleSet, model_kind: ModelKind = "transformer") -> None:
+        self.model_kind = model_kind
+        self.formulas = {
+            (e.section, e.key): e for e in rules.estimate if e.model_kind == model_kind
+        }
+        for section, keys in REQUIRED.items():
+            for key in keys:
+                if (section, key) not in self.formulas:
+                    label = figure_label((model_kind, section, key))
+                    raise RuleError(f"the rules define no formula for {label}")
+        self._order = [(f"{s}_{k}", e.formula) for (s, k), e in self.formulas.items()]
+
+    def base_env(
+        self,
+        spec: TrainedModel,
+        cluster: Cluster,
+        *,
+        global_batch: int,
+        seq_len: int,
+        precision: str = "bf16",
+        flash_attention: bool = True,
+    ) -> dict[str, Any]:
+        """model.*, cluster.* and train.* values: everything but the layout."""
+        train = {
+            "train.global_batch": global_batch,
+            "train.seq_len": seq_len,
+            "train.precision": precision,
+            "train.flash_attention": flash_attention,
+        }
+        return {**model_env(spec, seq_len), **cluster_env(cluster, precision), **train}
+
+    @staticmethod
+    def plan_env(layout: Layout) -> dict[str, Any]:
+        """plan.* values of `layout`."""
+        return {
+            "plan.dp": layout.dp,
+            "plan.tp": layout.tp,
+            "plan.pp": layout.pp,
+            "plan.cp": layout.cp,
+            "plan.ep": layout.ep,
+            "plan.vpp": layout.vpp,
+            "plan.mbs": layout.mbs,
+            "plan.grad_accum": layout.grad_accum,
+            "plan.zero_stage": layout.zero_stage,
+            "plan.distributed_optimizer": layout.distributed_optimizer,
+            "plan.sequence_parallel": layout.sequence_parallel,
+            "plan.recompute": layout.recompute,
+        }
+
+    def figures(self, env: Mapping[str, Any]) -> dict[str, float]:
+        """Every figure as `<section>_<key>` (memory_total and memory_capacity included)."""
+        out: dict[str, float] = {}
+        for name, formula in self._order:
+            try:
+                out[name] = formula.evaluate(env)
+            except FormulaError as exc:
+                raise figure_error(name, exc) from None
+        out["memory_total"] = sum(out[f"memory_{p}"] for p in MEMORY_PARTS)
+        out["memory_capacity"] = env["cluster.gpu_memory"]
+        return out
+
+    def layout_env(
+        self, spec: TrainedModel, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
+    ) -> dict[str, Any]:
+        """Every name a cost or constraint formula may read for one layout."""
+        env = self.base_env(
+            spec,
+            cluster,
+            global_batch=layout.global_batch,
+            seq_len=layout.seq_len,
+            precision=layout.precision,
+            flash_attention=flash_attention,
+        )
+        env.update(self.plan_env(layout))
+        return env
+
+    def estimate(
+        self, spec: TrainedModel, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
+    ) -> Estimate:
+        """The full, typed estimate of one layout."""
+        env = self.layout_env(spec, cluster, layout, flash_attention=flash_attention)
+        return estimate_from_figures(layout, self.figures(env))
+
+
+def estimate_from_figures(layout: Layout, figures: Mapping[str, float]) -> Estimate:
+    """Build the typed Estimate from a `figures` mapping."""
+    memory = {p: round(figures[f"memory_{p}"]) for p in MEMORY_PARTS}
+    total = sum(memory.values())
+    capacity = int(figures["memory_capacity"])
+    return Estimate(
+        plan=layout,
+        memory=MemoryBreakdown(**memory, total=total, capacity=capacity, fits=total <= capacity),
+        time=TimeBreakdown(**{p: float(figures[f"time_{p}"]) for p in TIME_PARTS}),
+        throughput=Throughput(**{p: float(figures[f"throughput_{p}"]) for p in THROUGHPUT_PARTS}),
+    )

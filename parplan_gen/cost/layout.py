@@ -1,0 +1,193 @@
+"""The parallel layout of one training job, the invariants that make it exist, and the bounds
+of every size a request holds.
+
+A `Layout` is validated once, when it is built: dp·tp·pp·cp = world size and
+global batch = mbs·grad_accum·dp. Nothing downstream re-checks these. Model-dependent limits
+(heads divisible by tp, layers by pp, ...) are constraint rules (rules/constraints/).
+
+`SIZE_LIMITS` is the one table of size bounds: the command-line flags, the `--from-*` readers,
+cluster files, the Python API and `Layout` itself check a size against it where it enters, so
+that no search, division or output is ever sized by an absurd number.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from parplan_gen.inputs.errors import InputError, shown_value
+from parplan_gen.models.transformer import MAX_LAYERS, MAX_WIDTH
+
+Recompute = Literal["none", "selective", "full"]
+Precision = Literal["bf16", "fp16", "fp8"]
+
+# GPUs of a cluster, and so any parallel size (dp, tp, pp, cp, ep): ~5x the largest clusters
+# built (about 200,000 GPUs); bounds the search and the launch files.
+MAX_GPUS = 1 << 20
+# Tokens per sequence: no more than the most positions a model may have.
+MAX_SEQ_LEN = MAX_WIDTH
+# Sequences (or samples) per optimizer step, and so a micro-batch or an accumulation count:
+# thousands of times the largest published batches (tens of thousands of sequences or images),
+# and small enough that a step's tokens (at most MAX_GLOBAL_BATCH * MAX_SEQ_LEN = 2^53) are an
+# exact float64, the cost model's arithmetic, and an int64.
+MAX_GLOBAL_BATCH = 1 << 29
+# Model chunks per pipeline rank: each chunk holds at least one layer.
+MAX_VPP = MAX_LAYERS
+# Field (or flag, without the dashes) -> largest value; every size is at least 1.
+SIZE_LIMITS: dict[str, int] = {
+    "gpus": MAX_GPUS,
+    **dict.fromkeys(("dp", "tp", "pp", "cp", "ep"), MAX_GPUS),
+    "vpp": MAX_VPP,
+    **dict.fromkeys(("mbs", "global_batch", "grad_accum"), MAX_GLOBAL_BATCH),
+    "seq_len": MAX_SEQ_LEN,
+}
+
+
+def size_problem(field: str, value: object) -> str | None:
+    """Why `value` is no valid `field` (a key of SIZE_LIMITS), or None."""
+    maximum = SIZE_LIMITS[field]
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= maximum:
+        return None
+    return f"expected a whole number from 1 to {maximum}, got {shown_value(value)}"
+
+
+class LayoutError(InputError):
+    """A layout that cannot exist (a size out of bounds, sizes or batch that do not multiply out)."""
+
+
+class Layout(BaseModel):
+    """Parallel sizes, batch split and memory options of one job (the plan contract's `plan`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dp: int = Field(
+        ge=1,
+        le=SIZE_LIMITS["dp"],
+        description="Data-parallel size (includes any ZeRO-sharded dimension).",
+    )
+    tp: int = Field(ge=1, le=SIZE_LIMITS["tp"], description="Tensor-parallel size.")
+    pp: int = Field(ge=1, le=SIZE_LIMITS["pp"], description="Pipeline-parallel size (stages).")
+    cp: int = Field(
+        ge=1,
+        le=SIZE_LIMITS["cp"],
+        description="Context-parallel size (sequence split across ranks).",
+    )
+    ep: int = Field(
+        1,
+        ge=1,
+        le=SIZE_LIMITS["ep"],
+        description="Expert-parallel size, carved out of dp (MoE only).",
+    )
+    vpp: int = Field(
+        1, ge=1, le=SIZE_LIMITS["vpp"], description="Model chunks per pipeline rank (interleaving)."
+    )
+    mbs: int = Field(ge=1, le=SIZE_LIMITS["mbs"], description="Micro-batch size, sequences.")
+    global_batch: int = Field(
+        ge=1, le=SIZE_LIMITS["global_batch"], description="Sequences per optimizer step."
+    )
+    grad_accum: int = Field(
+        ge=1,
+        le=SIZE_LIMITS["grad_accum"],
+        description="Micro-batches per step per data-parallel rank.",
+    )
+    zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage.")
+    distributed_optimizer: bool = Field(
+        False, description="Megatron's distributed optimizer (shards optimizer states over dp)."
+    )
+    sequence_parallel: bool = Field(False, description="Megatron sequence parallelism (tp > 1).")
+    recompute: Recompute = Field("none", description="Activation recomputation.")
+    seq_len: int = Field(ge=1, le=SIZE_LIMITS["seq_len"], description="Tokens per sequence.")
+    precision: Precision = Field("bf16", description="Compute precision of the matmuls.")
+
+    @property
+    def world_size(self) -> int:
+        """GPUs the layout occupies."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def interleaved(self) -> bool:
+        """The interleaved 1F1B schedule is in use (more than one chunk per stage)."""
+        return self.vpp > 1
+
+    @model_validator(mode="after")
+    def _exists(self) -> Layout:
+        if self.mbs * self.grad_accum * self.dp != self.global_batch:
+            raise ValueError(
+                f"mbs({self.mbs}) * grad_accum({self.grad_accum}) * dp({self.dp}) "
+                f"!= global_batch({self.global_batch})"
+            )
+        if self.dp % self.ep:
+            raise ValueError(f"dp({self.dp}) % ep({self.ep}) != 0: ep is carved out of dp")
+        if self.zero_stage and self.distributed_optimizer:
+            raise ValueError("choose ZeRO (zero_stage > 0) or the distributed optimizer, not both")
+        return self
+
+
+def check_sizes(**sizes: object) -> None:
+    """A LayoutError naming the first of `sizes` (field=value; None: not given) that is outside
+    SIZE_LIMITS."""
+    for field, value in sizes.items():
+        problem = None if value is None else size_problem(field, value)
+        if problem:
+            raise LayoutError(f"{field}: {problem}")
+
+
+def build_layout(
+    world_size: int,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    cp: int = 1,
+    dp: int | None = None,
+    mbs: int = 1,
+    global_batch: int,
+    seq_len: int,
+    **options: object,
+) -> Layout:
+    """A Layout on `world_size` GPUs; dp defaults to what the other sizes leave.
+
+    Raises LayoutError naming the size outside SIZE_LIMITS, or with the equation when the sizes
+    or the batch do not work out.
+    """
+    check_sizes(
+        gpus=world_size, tp=tp, pp=pp, cp=cp, dp=dp, mbs=mbs, global_batch=global_batch,
+        seq_len=seq_len, **{k: v for k, v in options.items() if k in SIZE_LIMITS},  # ep, vpp
+    )  # fmt: skip
+    model_parallel = tp * pp * cp
+    if dp is None:
+        if world_size % model_parallel:
+            raise LayoutError(
+                f"tp({tp}) * pp({pp}) * cp({cp}) = {model_parallel} does not divide "
+                f"the world size ({world_size} GPUs)"
+            )
+        dp = world_size // model_parallel
+    if dp * model_parallel != world_size:
+        raise LayoutError(
+            f"dp({dp}) * tp({tp}) * pp({pp}) * cp({cp}) = {dp * model_parallel} "
+            f"!= world size ({world_size} GPUs)"
+        )
+    if global_batch % (mbs * dp):
+        raise LayoutError(
+            f"global_batch({global_batch}) is not divisible by mbs({mbs}) * dp({dp}) = {mbs * dp}"
+        )
+    grad_accum = global_batch // (mbs * dp)
+    from pydantic import ValidationError
+
+    try:
+        return Layout(
+            dp=dp,
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            mbs=mbs,
+            global_batch=global_batch,
+            grad_accum=grad_accum,
+            seq_len=seq_len,
+            **options,  # type: ignore[arg-type]
+        )
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        message = first["msg"].removeprefix("Value error, ")
+        raise LayoutError(f"{where + ': ' if where else ''}{message}") from None

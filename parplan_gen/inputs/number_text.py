@@ -1,0 +1,38 @@
+"""Numbers written as text, on a command line or in an argument file: ASCII digits only, and
+bounded by their length before they are converted (a 5,000-digit string is refused, not parsed).
+"""
+
+from __future__ import annotations
+
+import re
+
+from parplan_gen.inputs.errors import SHOWN_DIGITS, shown_value
+
+# Numbers on a command line or in an argument file are ASCII: int() and float() also take
+# '١٢', '1_000', '+8' and ' 8 ', spellings no launcher writes ('²' even passes str.isdigit()).
+_WHOLE = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|-?inf|nan")
+ZERO_STAGES = (0, 1, 2, 3)  # DeepSpeed ZeRO stages
+
+
+def whole_number(text: str, maximum: int, minimum: int = 1) -> int:
+    """`text` as a whole number from `minimum` to `maximum` in ASCII digits, or a ValueError
+    saying why. A number longer than `maximum` is refused by its length, never converted."""
+    if not _WHOLE.fullmatch(text):
+        raise ValueError(f"expected a whole number (digits 0-9), got {shown_value(text)}")
+    digits = text.lstrip("-").lstrip("0") or "0"
+    if len(digits) <= len(str(maximum)) and minimum <= int(text) <= maximum:
+        return int(text)
+    sign = "negative " if text.startswith("-") else ""
+    got = text if len(text) <= SHOWN_DIGITS else f"a {sign}number of {len(digits)} digits"
+    raise ValueError(f"expected a whole number from {minimum} to {maximum}, got {got}")
+
+
+def positive_decimal(text: str) -> float:
+    """`text` as a finite number above 0 in ASCII (exponent allowed), or a ValueError."""
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(f"expected a number (digits 0-9), got {shown_value(text)}")
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise ValueError(f"must be a finite number above 0, got {text}")
+    return value

@@ -1,0 +1,459 @@
+"""Read a Hugging Face `config.json` into a `ModelSpec`.
+
+Each supported `model_type` has one small reader that uses the field names of its
+`transformers` configuration class (`configuration_<type>.py`). Required fields are the numbers
+that size the model (layers, width, heads, vocabulary, MLP and expert widths, expert counts):
+the config classes have defaults for them, but those describe one checkpoint, so a config.json
+without them is truncated rather than "default". Other absent (or null) fields take the default
+that the config class or its modeling code applies; each is named where it is read. Unknown
+keys are ignored (config.json files carry many runtime keys); features that would change the
+parameter count and that ModelSpec cannot express are refused with the key that asks for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from parplan_gen.inputs.errors import InputError, SourceRef, did_you_mean, shown_value
+from parplan_gen.inputs.safe_text import name_from_path
+from parplan_gen.inputs.source import Document, KeyPath, format_path, load_document
+from parplan_gen.models.transformer import MAX_LAYERS, MAX_WIDTH, MlpKind, ModelSpec
+
+_GELUS = frozenset(
+    {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate"}
+)
+
+
+LAYER_KEYS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
+
+
+class _Reader:
+    """Typed access to one config dict, with errors that point into its file."""
+
+    def __init__(self, data: dict[str, Any], doc: Document | None, where: KeyPath, name: str):
+        self.data, self.doc, self.prefix, self.name = data, doc, where, name
+        self.model_type = str(data.get("model_type"))
+
+    def ref(self, *path: str | int) -> SourceRef:
+        full = (*self.prefix, *path)
+        if self.doc is None:
+            return SourceRef(self.name, path=format_path(full))
+        return self.doc.ref(full)
+
+    def fail(self, key: str | None, message: str, *item: int) -> InputError:
+        """An InputError at `key` (at its list item `item`, when given), or at the config."""
+        return InputError(message, self.ref(key, *item) if key else self.ref())
+
+    def _first(self, keys: tuple[str, ...]) -> tuple[str, Any] | None:
+        for key in keys:
+            if self.data.get(key) is not None:  # null means "use the default", as in HF
+                return key, self.data[key]
+        return None
+
+    def req_int(self, *keys: str) -> int:
+        """A required positive integer under the first of `keys` present (aliases after it)."""
+        found = self._first(keys)
+        if found is None:
+            also = f" (or {', '.join(repr(k) for k in keys[1:])})" if keys[1:] else ""
+            raise self.fail(
+                None, f"missing required field '{keys[0]}'{also} for model_type '{self.model_type}'"
+            )
+        key, value = found
+        if self._int(key, value) == 0:
+            raise self.fail(key, f"'{key}' must be a positive integer, not 0")
+        return value
+
+    def opt_int(self, key: str, default: int) -> int:
+        """An optional integer; `default` is the config class's value."""
+        found = self._first((key,))
+        return default if found is None else self._int(*found)
+
+    def _int(self, key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.fail(
+                key, f"'{key}' must be a non-negative integer, not {shown_value(value)}"
+            )
+        limit = MAX_LAYERS if key in LAYER_KEYS else MAX_WIDTH
+        if value > limit:  # per-layer tables and searches are sized by these numbers
+            raise self.fail(key, f"'{key}' is {shown_value(value)}; parplan reads at most {limit}")
+        return value
+
+    def opt_bool(self, key: str, default: bool) -> bool:
+        """An optional boolean; `default` is the config class's value."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(key, f"'{key}' must be true or false, not {value!r}")
+        return value
+
+    def opt_list(self, key: str) -> list[Any] | None:
+        """An optional list (None when absent or null)."""
+        value = self.data.get(key)
+        if value is not None and not isinstance(value, list):
+            raise self.fail(key, f"'{key}' must be a list, not {type(value).__name__}")
+        return value
+
+    def layer_indices(self, key: str) -> frozenset[int]:
+        """An optional list of 0-based layer indices (empty when absent or null)."""
+        indices = self.opt_list(key) or []
+        for i, value in enumerate(indices):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_LAYERS:
+                message = f"'{key}[{i}]' must be a layer index (0 to {MAX_LAYERS - 1})"
+                raise self.fail(key, f"{message}, not {shown_value(value)}", i)
+        return frozenset(indices)
+
+    def head_dim(self, hidden: int, heads: int, default: int | None = None) -> int:
+        """`head_dim` when given, else `default`, else hidden // heads (which must divide)."""
+        if self.data.get("head_dim") is not None or default is not None:
+            return self.opt_int("head_dim", default or 0)
+        if hidden % heads:
+            raise self.fail(None, f"hidden_size({hidden}) % num_attention_heads({heads}) != 0")
+        return hidden // heads
+
+    def mlp_kind(self, keys: tuple[str, ...], default: str, *, gated: bool) -> MlpKind:
+        """Map the activation name to an MLP kind (gated families: silu->swiglu, gelu->geglu)."""
+        found = self._first(keys)
+        key, act = found if found else (keys[0] if keys else None, default)
+        if not isinstance(act, str):
+            raise self.fail(key, f"'{key}' must be a string, not {act!r}")
+        if gated and act in ("silu", "swish"):
+            return "swiglu"
+        if act in _GELUS:
+            return "geglu" if gated else "gelu"
+        if not gated and act == "relu":
+            return "relu"
+        if not gated and act == "relu2":
+            return "squared_relu"
+        kind = "gated " if gated else ""
+        raise self.fail(key, f"activation '{act}' is not supported in a {kind}MLP")
+
+    def refuse(self, key: str, value: Any, why: str) -> None:
+        """Refuse a feature ModelSpec cannot express when `key` equals `value`."""
+        if key in self.data and self.data[key] == value:
+            raise self.fail(key, f"'{key}: {value}' is not supported: {why}")
+
+    def window_layers(self, num_layers: int, default: list[bool]) -> tuple[bool, ...]:
+        """Per-layer sliding flags from `layer_types` when given, else `default`."""
+        types = self.opt_list("layer_types")
+        if types is None:
+            return tuple(default)
+        if len(types) != num_layers:
+            raise self.fail("layer_types", f"has {len(types)} entries; num_layers is {num_layers}")
+        known = {"sliding_attention": True, "full_attention": False}
+        for i, value in enumerate(types):
+            if not isinstance(value, str) or value not in known:
+                use = " or ".join(map(repr, known))
+                message = f"layer type {shown_value(value)} is not supported (use {use})"
+                raise self.fail("layer_types", message, i)
+        return tuple(known[t] for t in types)
+
+
+Spec = dict[str, Any]
+_MAX_POS = "max_position_embeddings"
+# Literal defaults in the readers below (context lengths, window sizes, MLA widths, ...) are the
+# defaults of the named family's transformers config class, `configuration_<model_type>.py`.
+_HF_NAMES = (("hidden_size",), ("num_attention_heads",), ("num_hidden_layers",))
+
+
+def _base(
+    r: _Reader,
+    names: tuple[tuple[str, ...], ...] = _HF_NAMES,
+    *,
+    act: tuple[tuple[str, ...], str, bool],
+    tied: bool,
+    max_pos: tuple[str, int],
+    pos: str = "rope",
+    norm: str = "layernorm",
+    kv: int | None = None,
+    head_dim: int | None = None,
+) -> Spec:
+    """What every family has. `act` = (keys, default, gated); `max_pos` = (key, default); `kv`
+    and `head_dim` are config-class defaults (else MHA and hidden/heads)."""
+    h, a, layers = (r.req_int(*keys) for keys in names)
+    return {
+        "num_layers": layers,
+        "hidden_size": h,
+        "num_attention_heads": a,
+        "num_kv_heads": r.opt_int("num_key_value_heads", kv or a),
+        "head_dim": r.head_dim(h, a, head_dim),
+        "vocab_size": r.req_int("vocab_size"),
+        "mlp_kind": r.mlp_kind(act[0], act[1], gated=act[2]),
+        "tied_embeddings": r.opt_bool("tie_word_embeddings", tied),
+        "max_position_embeddings": r.opt_int(*max_pos),
+        "position_embedding": pos,
+        "norm": norm,
+    }
+
+
+def _biases(qkv: bool, out: bool, mlp: bool) -> Spec:
+    return {"qkv_bias": qkv, "out_proj_bias": out, "mlp_bias": mlp}
+
+
+_GPT2_NAMES = (("n_embd",), ("n_head",), ("n_layer",))
+_GPT2_ACT = (("activation_function",), "gelu_new", False)
+
+
+def _gpt2(r: _Reader) -> Spec:
+    r.refuse("add_cross_attention", True, "encoder-decoder cross-attention")
+    s = _base(
+        r, _GPT2_NAMES, act=_GPT2_ACT, tied=True, max_pos=("n_positions", 1024), pos="learned"
+    )
+    s["ffn_hidden_size"] = r.opt_int("n_inner", 4 * s["hidden_size"])  # GPT2MLP: 4h if None
+    return s | _biases(True, True, True)
+
+
+def _gptj(r: _Reader) -> Spec:
+    s = _base(r, _GPT2_NAMES, act=_GPT2_ACT, tied=False, max_pos=("n_positions", 2048))
+    s["ffn_hidden_size"] = r.opt_int("n_inner", 4 * s["hidden_size"])  # GPTJMLP: 4h if None
+    s |= {"norms_per_layer": 1, "parallel_attn_mlp": True}  # GPTJBlock: one ln_1 feeds both
+    s["lm_head_bias"] = True  # GPTJForCausalLM.lm_head = nn.Linear(n_embd, vocab_size)
+    return s | _biases(False, False, True)  # GPTJAttention projections have no bias
+
+
+def _gpt_neox(r: _Reader) -> Spec:
+    s = _base(r, act=(("hidden_act",), "gelu", False), tied=False, max_pos=(_MAX_POS, 2048))
+    s["ffn_hidden_size"] = r.req_int("intermediate_size")
+    s["parallel_attn_mlp"] = r.opt_bool("use_parallel_residual", True)
+    bias = r.opt_bool("attention_bias", True)  # GPTNeoXConfig default
+    return s | _biases(bias, bias, True)  # GPTNeoXMLP always has biases
+
+
+def _bloom(r: _Reader) -> Spec:
+    names = (("hidden_size", "n_embed"), ("n_head", "num_attention_heads"))
+    names += (("n_layer", "num_hidden_layers"),)
+    # ALiBi has no position table; BLOOM trained at 2048 tokens (model card, "Sequence length")
+    s = _base(r, names, act=((), "gelu", False), tied=True, max_pos=("seq_length", 2048))
+    s |= {"position_embedding": "alibi", "ffn_hidden_size": 4 * s["hidden_size"]}  # BloomMLP
+    s["embedding_norm"] = True  # BloomModel.word_embeddings_layernorm
+    return s | _biases(True, True, True)
+
+
+def _opt(r: _Reader) -> Spec:
+    act = (("activation_function",), "relu", False)
+    s = _base(r, act=act, tied=True, max_pos=(_MAX_POS, 2048), pos="learned")
+    # OPTLearnedPositionalEmbedding stores 2 extra rows (its offset); they are not counted.
+    if r.opt_int("word_embed_proj_dim", s["hidden_size"]) != s["hidden_size"]:
+        raise r.fail("word_embed_proj_dim", "embedding projections (OPT-350m) are not supported")
+    r.refuse("layer_norm_elementwise_affine", False, "norms without parameters")
+    s["ffn_hidden_size"] = r.req_int("ffn_dim")
+    pre_norm = r.opt_bool("do_layer_norm_before", True)
+    s["final_norm"] = pre_norm and not r.opt_bool("_remove_final_layer_norm", False)
+    bias = r.opt_bool("enable_bias", True)
+    return s | _biases(bias, bias, bias)
+
+
+def _falcon(r: _Reader) -> Spec:
+    names = (("hidden_size", "n_embed"), ("num_attention_heads", "n_head"))
+    names += (("num_hidden_layers", "n_layer"),)
+    act = (("activation",), "gelu", False)
+    s = _base(r, names, act=act, tied=True, max_pos=(_MAX_POS, 2048))
+    new_arch = r.opt_bool("new_decoder_architecture", False)
+    kv_key = "num_kv_heads" if "num_kv_heads" in r.data else "n_head_kv"
+    # FalconAttention: num_kv_heads if new_decoder_architecture or not multi_query, else 1
+    multi_query = not new_arch and r.opt_bool("multi_query", True)
+    s["num_kv_heads"] = 1 if multi_query else r.opt_int(kv_key, s["num_attention_heads"])
+    s["ffn_hidden_size"] = r.opt_int("ffn_hidden_size", 4 * s["hidden_size"])
+    parallel = r.opt_bool("parallel_attn", True)
+    # FalconDecoderLayer: two norms unless a parallel block uses one (new arch defaults to two)
+    lns = r.opt_int("num_ln_in_parallel_attn", 2 if new_arch else 1)
+    s |= {"norms_per_layer": 2 if not parallel or lns == 2 else 1, "parallel_attn_mlp": parallel}
+    s["position_embedding"] = "alibi" if r.opt_bool("alibi", False) else "rope"
+    bias = r.opt_bool("bias", False)
+    return s | _biases(bias, bias, bias)
+
+
+_SILU = (("hidden_act",), "silu", True)
+
+
+def _llama(r: _Reader) -> Spec:
+    s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 2048), norm="rmsnorm")
+    s["ffn_hidden_size"] = r.req_int("intermediate_size")
+    bias = r.opt_bool("attention_bias", False)
+    return s | _biases(bias, bias, r.opt_bool("mlp_bias", False))
+
+
+def _mistral(r: _Reader) -> Spec:
+    s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 4096 * 32), norm="rmsnorm")
+    s["ffn_hidden_size"] = r.req_int("intermediate_size")
+    # MistralConfig: sliding_window defaults to 4096 when absent; an explicit null means none.
+    window = r.opt_int("sliding_window", 0) if "sliding_window" in r.data else 4096
+    return s | {"sliding_window": window or None}
+
+
+def _qwen_window(r: _Reader, num_layers: int, alternate: bool) -> Spec:
+    """Qwen2 family: windows only with use_sliding_window; which layers per the config class."""
+    if not r.opt_bool("use_sliding_window", False):
+        return {}
+    cut = r.opt_int("max_window_layers", 28)  # Qwen2Config / Qwen2MoeConfig default
+    if alternate:  # Qwen2MoeConfig: odd-numbered (1-based) layers below max_window_layers
+        default = [bool((i + 1) % 2) and i < cut for i in range(num_layers)]
+    else:  # Qwen2Config: layers from max_window_layers on
+        default = [i >= cut for i in range(num_layers)]
+    layers = r.window_layers(num_layers, default)
+    if not any(layers):
+        return {}
+    return {"sliding_window": r.opt_int("sliding_window", 4096), "sliding_window_layers": layers}
+
+
+def _qwen2(r: _Reader) -> Spec:
+    s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 32768), norm="rmsnorm")
+    s["ffn_hidden_size"] = r.req_int("intermediate_size")
+    s |= _qwen_window(r, s["num_layers"], alternate=False)
+    return s | _biases(True, False, False)  # Qwen2Attention: q/k/v biased, o_proj not
+
+
+def _nemotron(r: _Reader) -> Spec:
+    # NemotronLayerNorm1P is a LayerNorm with weight and bias; MLP up -> relu^2 -> down
+    act = (("hidden_act",), "relu2", False)
+    s = _base(r, act=act, tied=False, max_pos=(_MAX_POS, 4096))
+    s["ffn_hidden_size"] = r.req_int("intermediate_size")
+    bias = r.opt_bool("attention_bias", False)
+    return s | _biases(bias, bias, r.opt_bool("mlp_bias", False))
+
+
+def _gemma(r: _Reader) -> Spec:
+    # GemmaConfig defaults: gelu_pytorch_tanh (gated), tied embeddings, head_dim 256
+    act = (("hidden_activation", "hidden_act"), "gelu_pytorch_tanh", True)
+    s = _base(r, act=act, tied=True, max_pos=(_MAX_POS, 8192), norm="rmsnorm", head_dim=256)
+    s["ffn_hidden_size"] = r.req_int("intermediate_size")
+    bias = r.opt_bool("attention_bias", False)
+    return s | _biases(bias, bias, False)
+
+
+def _moe(r: _Reader, experts: tuple[str, ...], width: str, mask: list[bool] | None) -> Spec:
+    """Expert count, k and width; `moe_layers` only when some layers are dense."""
+    spec: Spec = {
+        "num_experts": r.req_int(*experts),
+        "experts_per_token": r.req_int("num_experts_per_tok", "experts_per_token"),
+        "moe_ffn_hidden_size": r.req_int(width),
+        "ffn_hidden_size": 0,
+    }
+    if mask is not None and not all(mask):
+        spec["moe_layers"] = tuple(mask)
+        spec["ffn_hidden_size"] = r.req_int("intermediate_size")  # the dense layers' width
+    return spec
+
+
+def _mixtral(r: _Reader) -> Spec:
+    s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 4096 * 32), norm="rmsnorm")
+    s |= _moe(r, ("num_local_experts",), "intermediate_size", None)
+    return s | {"sliding_window": r.opt_int("sliding_window", 0) or None}  # default None
+
+
+def _qwen_moe(r: _Reader, *, shared: bool) -> Spec:
+    """Qwen2-MoE / Qwen3-MoE: a layer is MoE unless in mlp_only_layers or off decoder_sparse_step."""
+    s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 32768), norm="rmsnorm")
+    layers, step = s["num_layers"], r.opt_int("decoder_sparse_step", 1)
+    dense_only = r.layer_indices("mlp_only_layers")
+    mask = [i not in dense_only and (i + 1) % max(step, 1) == 0 for i in range(layers)]
+    s |= _moe(r, ("num_experts",), "moe_intermediate_size", mask)
+    s |= _qwen_window(r, layers, alternate=shared)
+    if shared:  # Qwen2MoeSparseMoeBlock: one shared expert with a sigmoid gate (h -> 1)
+        s |= {"num_shared_experts": 1, "shared_expert_gate": True}
+        s["shared_expert_ffn_hidden_size"] = r.req_int("shared_expert_intermediate_size")
+        return s | _biases(r.opt_bool("qkv_bias", True), False, False)
+    bias = r.opt_bool("attention_bias", False)
+    return s | {"qk_norm": True} | _biases(bias, bias, False)  # Qwen3MoeAttention q/k_norm
+
+
+def _deepseek_v3(r: _Reader) -> Spec:
+    # head_dim=1 is a placeholder: the MLA head widths are set below
+    s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 4096), norm="rmsnorm", head_dim=1)
+    first_dense = r.opt_int("first_k_dense_replace", 3)  # DeepseekV3Config default
+    freq = r.opt_int("moe_layer_freq", 1)  # DeepSeek's own config.json; HF treats every layer as 1
+    mask = [i >= first_dense and i % max(freq, 1) == 0 for i in range(s["num_layers"])]
+    s |= _moe(r, ("n_routed_experts", "num_local_experts"), "moe_intermediate_size", mask)
+    shared = r.opt_int("n_shared_experts", 1)  # DeepseekV3Config default
+    # DeepseekV3MoE: one shared MLP of width moe_intermediate_size * n_shared_experts
+    s |= {"num_shared_experts": shared, "shared_expert_ffn_hidden_size": s["moe_ffn_hidden_size"]}
+    # q_lora_rank: an explicit null means a plain q_proj (DeepSeek-V2-Lite); absent means 1536.
+    q_rank = r.opt_int("q_lora_rank", 0) if "q_lora_rank" in r.data else 1536
+    rope, nope = r.opt_int("qk_rope_head_dim", 64), r.opt_int("qk_nope_head_dim", 128)
+    s |= {"q_lora_rank": q_rank or None, "kv_lora_rank": r.opt_int("kv_lora_rank", 512)}
+    s |= {"qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "head_dim": nope + rope}
+    s |= {"v_head_dim": r.opt_int("v_head_dim", 128), "num_kv_heads": s["num_attention_heads"]}
+    bias = r.opt_bool("attention_bias", False)  # MLA widths above: DeepseekV3Config defaults
+    return s | _biases(bias, bias, False)
+
+
+def _gpt_oss(r: _Reader) -> Spec:
+    # GptOssConfig defaults: 8 KV heads, head_dim 64, window 128, attention_bias true
+    pos = (_MAX_POS, 131072)
+    s = _base(r, act=_SILU, tied=False, max_pos=pos, norm="rmsnorm", kv=8, head_dim=64)
+    s |= _moe(r, ("num_local_experts", "num_experts"), "intermediate_size", None)
+    # GptOssConfig: layer_types defaults to sliding, full, sliding, full, ...
+    sliding = r.window_layers(s["num_layers"], [bool((i + 1) % 2) for i in range(s["num_layers"])])
+    if any(sliding):
+        s |= {"sliding_window": r.opt_int("sliding_window", 128), "sliding_window_layers": sliding}
+    s |= {"attention_sinks": True, "router_bias": True}  # GptOssAttention.sinks, router bias
+    bias = r.opt_bool("attention_bias", True)
+    return s | _biases(bias, bias, True)  # GptOssExperts: gate_up_proj_bias, down_proj_bias
+
+
+READERS: dict[str, Callable[[_Reader], Spec]] = {
+    "gpt2": _gpt2,
+    "gpt_neox": _gpt_neox,
+    "gptj": _gptj,
+    "bloom": _bloom,
+    "opt": _opt,
+    "falcon": _falcon,
+    "llama": _llama,
+    "mistral": _mistral,
+    "qwen2": _qwen2,
+    "nemotron": _nemotron,
+    "gemma": _gemma,
+    "mixtral": _mixtral,
+    "qwen2_moe": lambda r: _qwen_moe(r, shared=True),
+    "qwen3_moe": lambda r: _qwen_moe(r, shared=False),
+    "deepseek_v3": _deepseek_v3,
+    "gpt_oss": _gpt_oss,
+}
+
+
+def supported_model_types() -> tuple[str, ...]:
+    """The `model_type` values this importer reads."""
+    return tuple(READERS)
+
+
+def spec_from_hf_dict(
+    data: Any, doc: Document | None = None, *, name: str | None = None, key_path: KeyPath = ()
+) -> ModelSpec:
+    """Build a ModelSpec from a parsed config.json (`data`, found at `key_path` in `doc`)."""
+    label = doc.name if doc is not None else "<config>"
+    r = _Reader(data if isinstance(data, dict) else {}, doc, key_path, label)
+    if not isinstance(data, dict):
+        raise r.fail(None, f"a Hugging Face config must be a mapping, not {type(data).__name__}")
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise r.fail(None, "missing required field 'model_type'")
+    reader = READERS.get(model_type) if isinstance(model_type, str) else None
+    if reader is None:
+        hint = did_you_mean(model_type, READERS) if isinstance(model_type, str) else ""
+        raise r.fail(
+            "model_type",
+            f"unknown model_type {shown_value(model_type)}{hint} (supported: {', '.join(READERS)})",
+        )
+    fields = reader(r)
+    title = name or (data["_name_or_path"] if isinstance(data.get("_name_or_path"), str) else "")
+    try:
+        return ModelSpec(name=title or model_type, model_type=model_type, **fields)
+    except ValidationError as exc:
+        detail = exc.errors(include_url=False)[0]
+        field = ".".join(str(p) for p in detail["loc"])
+        message = detail["msg"].removeprefix("Value error, ")
+        message = f"{field}: {message}" if field else message
+        raise r.fail(None, f"inconsistent {model_type} config: {message}") from None
+
+
+def load_hf_config(path: str | Path, *, name: str | None = None) -> ModelSpec:
+    """Read a Hugging Face `config.json` file. The name defaults to the folder of a `config.json`,
+    else the file's stem (`llama-3-8b.json` -> `llama-3-8b`)."""
+    p = Path(path)
+    doc = load_document(p)
+    default = name_from_path(p.parent.name if p.name == "config.json" and p.parent.name else p.stem)
+    return spec_from_hf_dict(doc.data, doc, name=name or default)

@@ -1,0 +1,245 @@
+"""plan.json: the chosen plan with everything needed to render it again.
+
+`PlanDocument` holds the model, the cluster, the chosen estimate and the runners-up, the
+rejection counts, the planner's advice, the rules' proposals (with the settings they contribute)
+and the render options. It holds no timestamps and no absolute paths, so the same plan always
+serialises to the same bytes; `parplan render plan.json --out DIR` re-renders it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from parplan_gen.cost.estimate import Estimate
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.inputs.safe_text import NOT_PLAIN_NAME, is_plain, printable
+from parplan_gen.inputs.source import KeyPath, format_path, load_document
+from parplan_gen.inputs.validation import validate
+from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.rules.engine import Proposal, SettingValue
+
+FORMAT_VERSION = 1
+JSON_INDENT = 2  # plan.json is meant to be read and diffed by people
+# The names a terminal shows and the launch files carry (in comments, reduced to a safe set):
+# none may hold a control, format or line-break character (safe_text.printable escapes them).
+NAMES: tuple[KeyPath, ...] = (
+    ("model", "name"),
+    ("cluster", "name"),
+    ("cluster", "gpu", "name"),
+    ("cluster", "gpu", "display_name"),
+)
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+class PlanDocumentError(InputError):
+    """A plan.json that cannot be read back (wrong version, unknown keys, bad values)."""
+
+
+class ProposalRecord(BaseModel):
+    """One proposal of the rules engine, as plan.json keeps it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rule_id: str = Field(description="The rule that made it, e.g. `seed.communication.overlap`.")
+    group: str = Field(description="data | pipeline | tensor | communication | ...")
+    type: str = Field(description="DataParallel | ... | CommunicationOptimization")
+    description: str
+    estimated_speedup: float
+    settings: dict[str, SettingValue] = Field(description="What the proposal contributes.")
+
+    @classmethod
+    def from_proposal(cls, proposal: Proposal) -> ProposalRecord:
+        return cls.model_validate(proposal.model_dump())
+
+
+class RenderOptions(BaseModel):
+    """Which template folders render the plan (None: the latest shipped)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    megatron_version: str | None = Field(None, description="e.g. `core_r0.13`.")
+    deepspeed_version: str | None = Field(None, description="e.g. `0.16`.")
+
+
+class PlanDocument(BaseModel):
+    """The content of plan.json."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format_version: Literal[1] = Field(FORMAT_VERSION, description="Version of this layout.")
+    model: ModelSpec | GraphModelSpec = Field(
+        description="The transformer's ModelSpec, or an op-graph model's GraphModelSpec "
+        "(`kind: graph`)."
+    )
+    cluster: Cluster
+    chosen: Estimate = Field(description="The chosen layout and its estimate.")
+    candidates: list[Estimate] = Field(description="The top candidates, best first.")
+    rejected: dict[str, int] = Field(description="Rejected candidates, counted by reason.")
+    advice: list[str] = Field(description="The planner's advice, in its order.")
+    proposals: list[ProposalRecord] = Field(description="The rules' proposals, in rule order.")
+    render: RenderOptions = Field(default_factory=RenderOptions)
+
+    @model_validator(mode="after")
+    def _portable(self) -> PlanDocument:
+        data = self.model_dump(mode="json")
+        bad_name = next(_unprintable_names(data), None)
+        if bad_name is not None:
+            raise ValueError(f"{format_path(bad_name[0])}: {bad_name[1]}")
+        for where, text in _strings(data):
+            if _is_absolute(text):
+                raise ValueError(f"{where}: absolute path {text!r} does not belong in plan.json")
+        world = self.cluster.num_gpus
+        for name, estimate in (("chosen", self.chosen), *_numbered(self.candidates)):
+            if estimate.plan.world_size != world:
+                raise ValueError(
+                    f"{name}: dp*tp*pp*cp = {estimate.plan.world_size} != cluster.num_gpus({world})"
+                )
+        return self
+
+    @classmethod
+    def from_parts(
+        cls,
+        *,
+        model: ModelSpec,
+        cluster: Cluster,
+        chosen: Estimate,
+        candidates: Iterable[Estimate] = (),
+        rejected: Mapping[str, int] | None = None,
+        advice: Iterable[str] = (),
+        proposals: Iterable[Proposal | ProposalRecord] = (),
+        megatron_version: str | None = None,
+        deepspeed_version: str | None = None,
+    ) -> PlanDocument:
+        """Assemble a document from the planner's result and the engine's proposals.
+
+        A model name that is a path (a config read by its absolute path) keeps only its last
+        component, so that plan.json stays portable.
+        """
+        if _is_absolute(model.name):
+            model = model.model_copy(update={"name": _last_component(model.name)})
+        parts = {"model": model.model_dump(mode="json"), "cluster": cluster.model_dump(mode="json")}
+        bad_name = next(_unprintable_names(parts), None)
+        if bad_name is not None:
+            raise PlanDocumentError(f"{format_path(bad_name[0])}: {bad_name[1]}")
+        records = [
+            p if isinstance(p, ProposalRecord) else ProposalRecord.from_proposal(p)
+            for p in proposals
+        ]
+        return cls(
+            model=model,
+            cluster=cluster,
+            chosen=chosen,
+            candidates=list(candidates),
+            rejected=dict(sorted((rejected or {}).items())),
+            advice=list(advice),
+            proposals=records,
+            render=RenderOptions(
+                megatron_version=megatron_version, deepspeed_version=deepspeed_version
+            ),
+        )
+
+    def with_render_options(
+        self, *, megatron_version: str | None = None, deepspeed_version: str | None = None
+    ) -> PlanDocument:
+        """A copy whose render options are replaced where a value is given."""
+        options = self.render.model_copy(
+            update={
+                k: v
+                for k, v in (
+                    ("megatron_version", megatron_version),
+                    ("deepspeed_version", deepspeed_version),
+                )
+                if v is not None
+            }
+        )
+        return self.model_copy(update={"render": options})
+
+    def to_json(self) -> str:
+        """plan.json's text: the same document always gives the same bytes."""
+        data = self.model_dump(mode="json")
+        bad = next(_non_finite(data), None)
+        if bad is not None:
+            raise PlanDocumentError(
+                f"plan.json: {format_path(bad[0])} is {bad[1]}; a cost-model formula gave a "
+                "value that is not a finite number (check the --rules that change the cost model)"
+            )
+        return json.dumps(data, indent=JSON_INDENT, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def load_plan_document(path: str | Path) -> PlanDocument:
+    """Read plan.json; every mistake is a PlanDocumentError at `file:line:col`."""
+    doc = load_document(path)
+    if not isinstance(doc.data, dict):
+        got = "an empty file" if doc.data is None else type(doc.data).__name__
+        raise PlanDocumentError(f"plan.json holds one JSON object (got {got})", doc.ref())
+    version = doc.data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise PlanDocumentError(
+            f"format_version {version!r} is not supported (this parplan reads {FORMAT_VERSION})",
+            doc.ref(("format_version",)),
+        )
+    bad = next(_non_finite(doc.data), None)
+    if bad is not None:
+        raise PlanDocumentError(f"{bad[1]} is not a finite number", doc.ref(bad[0]))
+    bad_name = next(_unprintable_names(doc.data), None)
+    if bad_name is not None:
+        raise PlanDocumentError(bad_name[1], doc.ref(bad_name[0]))
+    return validate(PlanDocument, doc.data, doc, error=PlanDocumentError)
+
+
+def _unprintable_names(data: Any) -> Iterable[tuple[KeyPath, str]]:
+    """(path, problem) of each name in NAMES that holds a character safe_text.printable would
+    escape (NUL, ESC, a line break, a bidi override...)."""
+    for path in NAMES:
+        value: Any = data
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and not is_plain(value):
+            yield path, f"'{printable(value)}' {NOT_PLAIN_NAME}"
+
+
+def _numbered(estimates: list[Estimate]) -> list[tuple[str, Estimate]]:
+    return [(f"candidates[{i}]", e) for i, e in enumerate(estimates)]
+
+
+def _non_finite(data: Any, path: KeyPath = ()) -> Iterable[tuple[KeyPath, float]]:
+    """Every float in `data` that is NaN or infinite (JSON's 1e400 reads as inf), with its path."""
+    if isinstance(data, float) and not math.isfinite(data):
+        yield path, data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from _non_finite(value, (*path, key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _non_finite(value, (*path, index))
+
+
+def _strings(data: Any, where: str = "") -> Iterable[tuple[str, str]]:
+    """Every string value in `data` with its key path."""
+    if isinstance(data, str):
+        yield where, data
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from _strings(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _strings(value, f"{where}[{index}]")
+
+
+def _is_absolute(text: str) -> bool:
+    """A POSIX absolute path, a home-relative path or a Windows drive path."""
+    return text.startswith(("/", "~/")) or bool(_WINDOWS_DRIVE.match(text))
+
+
+def _last_component(text: str) -> str:
+    path = PureWindowsPath(text) if _WINDOWS_DRIVE.match(text) else PurePosixPath(text)
+    return path.name or "model"

@@ -1,0 +1,278 @@
+"""The planner's candidate space: which layouts exist to be searched, and one request.
+
+This module owns what a candidate is made of and how the sizes are enumerated: every
+dp * tp * pp * cp = world size (ep, for a mixture of experts, a divisor of dp), vpp = 1 or a
+divisor (> 1) of a stage's layers, micro-batch sizes that divide the per-replica batch, and the
+memory options: DeepSpeed ZeRO 0-3 or Megatron's distributed optimizer, recomputation none /
+selective / full, sequence parallelism when tp > 1.
+Which of these may run is for the constraint rules to say, not for this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, Protocol, get_args
+
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.layout import Layout, Precision, check_sizes
+from parplan_gen.inputs.errors import InputError, shown_value
+from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.transformer import ModelSpec
+
+Objective = Literal["time", "memory"]
+# (zero_stage, distributed_optimizer): DeepSpeed ZeRO 0-3, then Megatron's distributed optimizer
+OPTIMIZERS: tuple[tuple[int, bool], ...] = (
+    (0, False),
+    (1, False),
+    (2, False),
+    (3, False),
+    (0, True),
+)
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")  # least to most recomputation
+PLAN_FIELDS = (
+    "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum",
+    "zero_stage", "distributed_optimizer", "sequence_parallel", "recompute",
+)  # fmt: skip
+
+Backend = Literal["any", "megatron", "deepspeed"]
+# Optimizer sharding each backend runs: Megatron-LM has its distributed optimizer, DeepSpeed ZeRO.
+BACKEND_OPTIMIZERS: dict[str, tuple[tuple[int, bool], ...]] = {
+    "any": OPTIMIZERS,
+    "megatron": ((0, False), (0, True)),
+    "deepspeed": tuple(o for o in OPTIMIZERS if not o[1]),
+}
+
+
+def check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
+    """An InputError unless `value` is one of `allowed` (a request's option, e.g. `objective`)."""
+    if not any(value == a and type(value) is type(a) for a in allowed):
+        shown = ", ".join(map(str, allowed))
+        raise InputError(f"{name}: expected one of {shown}, got {shown_value(value)}")
+
+
+class Proposing(Protocol):
+    """Anything with proposal settings (`engine.Proposal`)."""
+
+    @property
+    def settings(self) -> Mapping[str, object]: ...
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Which optional parts of the candidate space are searched."""
+
+    interleave: bool = True  # try vpp > 1
+    sequence_parallel_fixed: bool = False  # True: sequence parallelism exactly when tp > 1
+    # `deepspeed`: ZeRO only, and no context parallelism or interleaving (DeepSpeed has
+    # neither); `megatron`: the distributed optimizer instead of ZeRO.
+    backend: Backend = "any"
+    pipeline: bool = True  # try pp > 1
+    sequence_parallel: bool = True  # try sequence parallelism when tp > 1
+    recompute: tuple[str, ...] = RECOMPUTE  # recomputation choices, least first
+
+    @classmethod
+    def for_graph_models(cls) -> SearchOptions:
+        """What rules/cost/graph.yaml estimates: data and channel (tensor) parallelism under
+        DeepSpeed ZeRO 0-3, recomputation of all nodes or none."""
+        return cls(
+            interleave=False, backend="deepspeed", pipeline=False, sequence_parallel=False,
+            recompute=("none", "full"),
+        )  # fmt: skip
+
+    @property
+    def optimizers(self) -> tuple[tuple[int, bool], ...]:
+        """(zero_stage, distributed_optimizer) pairs searched."""
+        return BACKEND_OPTIMIZERS[self.backend]
+
+    @classmethod
+    def from_settings(
+        cls, settings: Mapping[str, object], backend: Backend = "any"
+    ) -> SearchOptions:
+        """Options seeded by the rules engine's proposals (their merged `settings`).
+
+        `sequence_parallel: true` (the seed's tensor proposal) fixes sequence parallelism on
+        whenever tp > 1 instead of trying both; `pipeline_schedule: 'interleaved_1f1b'` (the
+        seed's pipeline proposal) lets interleaving in, which is otherwise not searched. The
+        seed's dp, pp and micro_batches settings are a graph heuristic's small guesses; every
+        factorisation is searched instead.
+        """
+        return cls(
+            interleave=settings.get("pipeline_schedule") == "interleaved_1f1b",
+            sequence_parallel_fixed=settings.get("sequence_parallel") is True,
+            backend=backend,
+        )
+
+    @classmethod
+    def from_proposals(
+        cls, proposals: Iterable[Proposing], backend: Backend = "any"
+    ) -> SearchOptions:
+        """`from_settings` of the proposals' settings merged in order (a later one wins)."""
+        settings: dict[str, object] = {}
+        for proposal in proposals:
+            settings.update(proposal.settings)
+        return cls.from_settings(settings, backend)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One planning request."""
+
+    spec: ModelSpec | GraphModelSpec
+    cluster: Cluster
+    global_batch: int
+    seq_len: int
+    precision: Precision = "bf16"
+    objective: Objective = "time"
+    top: int = 5
+    flash_attention: bool = True
+    options: SearchOptions = SearchOptions()
+
+    def __post_init__(self) -> None:
+        check_sizes(global_batch=self.global_batch, seq_len=self.seq_len)
+        check_choice("precision", self.precision, get_args(Precision))
+        check_choice("objective", self.objective, get_args(Objective))
+        if isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 1:
+            raise InputError(f"top: expected a whole number >= 1, got {shown_value(self.top)}")
+
+    @property
+    def layers(self) -> int:
+        """Layers a pipeline splits (1 for a graph model, which is not pipelined)."""
+        return self.spec.num_layers if isinstance(self.spec, ModelSpec) else 1
+
+
+class MemoryOption(NamedTuple):
+    """How a candidate saves memory: optimizer sharding, sequence parallelism, recomputation."""
+
+    zero_stage: int
+    distributed_optimizer: bool
+    sequence_parallel: bool
+    recompute: str
+
+
+def prime_factors(n: int) -> dict[int, int]:
+    """`n` (>= 1) as {prime: exponent}, by trial division that divides each factor out as it is
+    found: at most about sqrt(n) / 2 steps (11,586 for any size within layout.SIZE_LIMITS), far
+    fewer when n has small factors (2^62: 62)."""
+    factors: dict[int, int] = {}
+    p = 2
+    while p * p <= n:
+        while n % p == 0:
+            factors[p] = factors.get(p, 0) + 1
+            n //= p
+        p += 1 if p == 2 else 2
+    if n > 1:
+        factors[n] = factors.get(n, 0) + 1
+    return factors
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of n (>= 1), ascending, built from its prime factors: time grows with their
+    number (at most 1,152 up to 2^29), not with n."""
+    found = [1]
+    for prime, exponent in prime_factors(n).items():
+        found = [d * prime**k for d in found for k in range(exponent + 1)]
+    return sorted(found)
+
+
+def structures(
+    world: int, moe: bool, options: SearchOptions
+) -> Iterator[tuple[int, int, int, int, int]]:
+    """Every (dp, tp, pp, cp, ep) with dp * tp * pp * cp = world; ep divides dp (MoE only)."""
+    for tp in divisors(world):
+        for pp in divisors(world // tp) if options.pipeline else [1]:
+            for cp in divisors(world // (tp * pp)) if options.backend != "deepspeed" else [1]:
+                dp = world // (tp * pp * cp)
+                for ep in divisors(dp) if moe else (1,):
+                    yield dp, tp, pp, cp, ep
+
+
+def vpp_options(layers: int, pp: int, options: SearchOptions) -> list[int]:
+    """1, and with interleaving every divisor > 1 of a stage's (rounded-up) layer count."""
+    interleave = options.interleave and options.backend != "deepspeed"
+    return divisors(-(-layers // pp)) if pp > 1 and interleave else [1]
+
+
+def mbs_options(global_batch: int, dp: int) -> list[int]:
+    """Every divisor of the per-replica batch, ascending (just 1 when dp exceeds the batch).
+
+    Not only powers of two: Megatron-LM and DeepSpeed take any micro-batch that divides the
+    per-replica batch, and published runs used others (llm-foundry's MPT-7B at 6 and MPT-30B at
+    14 sequences, scripts/train/benchmarking/README.md). When dp does not divide the global
+    batch no micro-batch can, and the `batch.divisible` rule rejects them all.
+    """
+    return divisors(max(1, global_batch // dp))
+
+
+def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
+    """Optimizer sharding x sequence parallelism x recomputation (innermost, least first)."""
+    if tp == 1 or not options.sequence_parallel:
+        sp_choices = [False]
+    else:
+        sp_choices = [True] if options.sequence_parallel_fixed else [False, True]
+    return [
+        MemoryOption(zero, dist, sp, recompute)
+        for zero, dist in options.optimizers
+        for sp in sp_choices
+        for recompute in options.recompute
+    ]
+
+
+def outside_search(layout: Layout, request: Request) -> str | None:
+    """Why the search for `request` never visits `layout` (None when it does): the part of the
+    layout that no enumeration above produces. The constraint rules are not consulted."""
+    asked = (request.cluster.num_gpus, request.global_batch, request.seq_len, request.precision)
+    given = (layout.world_size, layout.global_batch, layout.seq_len, layout.precision)
+    if asked != given:
+        return f"planned for (GPUs, batch, sequence, precision) {asked}, the layout has {given}"
+    options, spec = request.options, request.spec
+    head = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep)
+    if head not in structures(layout.world_size, spec.is_moe, options):
+        if not options.pipeline:
+            return f"(dp, tp, pp, cp, ep) {head} is not searched (graph models: dp and tp only)"
+        return (
+            f"(dp, tp, pp, cp, ep) {head} is not searched (ep > 1 needs a mixture of experts, "
+            f"cp > 1 a backend with context parallelism: {options.backend})"
+        )
+    if layout.vpp not in vpp_options(request.layers, layout.pp, options):
+        why = "interleaving is off for this request" if not options.interleave else "not searched"
+        return f"vpp {layout.vpp}: {why}"
+    if layout.mbs not in mbs_options(layout.global_batch, layout.dp):
+        return f"micro-batch {layout.mbs} is not searched"
+    mem = MemoryOption(
+        layout.zero_stage, layout.distributed_optimizer, layout.sequence_parallel,
+        layout.recompute,
+    )  # fmt: skip
+    if mem not in memory_options(layout.tp, options):
+        if options.sequence_parallel_fixed and layout.tp > 1 and not layout.sequence_parallel:
+            return "sequence parallelism is always on with tp > 1 (the tensor proposal)"
+        return f"{mem} is not searched with backend {options.backend}"
+    return None
+
+
+def stage_layers(layers: int, pp: int, vpp: int = 1) -> tuple[int, int, int]:
+    """Layers on the (first, each middle, last) pipeline stage.
+
+    An even split when pp * vpp divides the layers; otherwise every middle stage gets the
+    rounded-up share (a multiple of vpp) and the first and last share the rest, the first the
+    larger half (the last also computes the logits and the loss): the split that
+    rules/constraints/megatron.yaml (`mg_stage_layers`) checks. ValueError when impossible.
+    """
+    if layers % (pp * vpp) == 0:
+        return (layers // pp,) * 3  # type: ignore[return-value]
+    middle = vpp * -(-layers // (pp * vpp))
+    edge = layers - middle * (pp - 2)
+    last = vpp * (edge // (2 * vpp))
+    first = edge - last
+    if pp < 2 or last < vpp or first % vpp or first > middle:
+        raise ValueError(f"{layers} layers do not split over pp({pp}) x vpp({vpp}) stages")
+    return first, middle, last
+
+
+def layout_of(plan: tuple[Any, ...], request: Request) -> Layout:
+    """The Layout a plan tuple describes."""
+    values = dict(zip(PLAN_FIELDS, plan, strict=True))
+    return Layout(
+        **values, global_batch=request.global_batch, seq_len=request.seq_len,
+        precision=request.precision,
+    )  # fmt: skip

@@ -1,0 +1,302 @@
+"""The canonical facts of one plan: every value templates/mapping.yaml can send to a backend.
+
+`facts(doc, mapping)` returns one flat dict with the same keys for every plan (a value is None
+where it does not apply): model.*, plan.*, train.*, cluster.*, comm.*, megatron.*, deepspeed.*.
+A transformer has no graph-model fields and an op-graph model no transformer fields (None), and
+no Megatron-LM spelling (every megatron.* None): a mapping that names a key reads for both.
+Decisions that follow a backend's rules (Megatron-LM's uneven pipeline split, its
+CUDA_DEVICE_MAX_CONNECTIONS assertion, DeepSpeed's ZeRO stage for a distributed-optimizer
+plan) are made here, each with its source in a comment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from itertools import groupby
+from typing import Any
+
+from parplan_gen.cost.estimate import TrainedModel, model_kind
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.layout import Layout
+from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.planning.document import PlanDocument, ProposalRecord
+from parplan_gen.planning.search_space import stage_layers as planned_stage_layers
+from parplan_gen.render.checks import RenderError
+from parplan_gen.render.mapping import MappingFile
+
+# ModelSpec literals -> Megatron-LM argument values (arguments.py choices).
+MEGATRON_NORM = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
+MEGATRON_POSITION = {"learned": "learned_absolute", "rope": "rope", "alibi": "none"}
+MEGATRON_ACTIVATION_FLAGS = {"swiglu": "swiglu", "squared_relu": "squared_relu", "gelu": None}
+SIXTEEN_BIT = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}  # fp8 matmuls run inside bf16
+ZERO_GRADS_STAGE = 2  # the ZeRO stage that also shards the gradients
+ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
+MODEL_FIELDS_NOT_FACTS = {"sliding_window_layers", "moe_layers"}  # per-layer lists
+
+
+def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) -> dict[str, Any]:
+    """Every canonical key of `doc`'s chosen plan (`hf_trainer`: DeepSpeed under the HF Trainer)."""
+    layout = doc.chosen.plan
+    out: dict[str, Any] = {}
+    out |= _model_facts(doc.model)
+    out |= _plan_facts(layout)
+    out |= _train_facts(layout, mapping)
+    out |= _graph_training_facts(doc)
+    out |= _cluster_facts(doc.cluster, mapping)
+    out |= _comm_facts(doc.proposals)
+    out |= _megatron_facts(doc.model, layout, doc.cluster, mapping, out)
+    out |= _deepspeed_facts(layout)
+    out |= {
+        "deepspeed.hf_trainer": hf_trainer,
+        "deepspeed.hf_trainer_pipeline": hf_trainer and layout.pp > 1,
+    }
+    return out
+
+
+def _model_facts(spec: TrainedModel) -> dict[str, Any]:
+    """model.<field> of both kinds of model (None where `spec` has no such field), model.kind."""
+    names = [*ModelSpec.model_fields, *GraphModelSpec.model_fields]
+    out = {f"model.{n}": None for n in names if n not in MODEL_FIELDS_NOT_FACTS}
+    values = spec.model_dump(exclude=MODEL_FIELDS_NOT_FACTS)
+    out |= {f"model.{k}": v for k, v in values.items()}
+    transformer = isinstance(spec, ModelSpec)
+    out |= {
+        "model.kind": model_kind(spec),
+        "model.gqa": transformer and spec.num_kv_heads < spec.num_attention_heads,
+        "model.moe": spec.is_moe,
+        "model.mla": transformer and spec.uses_mla,
+    }
+    return out
+
+
+def _plan_facts(layout: Layout) -> dict[str, Any]:
+    out = {f"plan.{k}": v for k, v in layout.model_dump().items()}
+    out |= {
+        "plan.world_size": layout.world_size,
+        "plan.pipeline": layout.pp > 1,
+        "plan.tensor_parallel": layout.tp > 1,
+        "plan.model_parallel": layout.tp * layout.pp * layout.cp > 1,
+        "plan.expert_parallel": layout.ep > 1,
+        "plan.recompute_enabled": layout.recompute != "none",
+        "plan.recompute_full": layout.recompute == "full",
+        # Megatron-LM validate_args turns sequence parallelism off when tp == 1.
+        "plan.sequence_parallel": layout.sequence_parallel and layout.tp > 1,
+    }
+    return out
+
+
+def _train_facts(layout: Layout, mapping: MappingFile) -> dict[str, Any]:
+    out = {key: default.value for key, default in mapping.defaults.items()}
+    out |= {
+        "train.precision": layout.precision,
+        "train.bf16": SIXTEEN_BIT[layout.precision] == "bf16",
+        "train.fp16": layout.precision == "fp16",
+        "train.fp8": layout.precision == "fp8",
+    }
+    return out
+
+
+def _graph_training_facts(doc: PlanDocument) -> dict[str, Any]:
+    """What an op-graph model's training script does for the plan to hold (False / None for a
+    transformer, whose Megatron-LM or DeepSpeed code does it)."""
+    graph = doc.model if isinstance(doc.model, GraphModelSpec) else None
+    layout = doc.chosen.plan
+    full = graph is not None and layout.recompute == "full"
+    return {
+        # rules/cost/graph.yaml sync_batchnorm: the estimate pays for SyncBatchNorm exactly then.
+        "train.sync_batchnorm": graph is not None and doc.chosen.time.bn_comm_s > 0,
+        # Channel-parallel Conv2d / MatMul layers (graph_model.py): the script splits them.
+        "train.channel_parallel": graph is not None and layout.tp > 1,
+        # Full recompute: the script checkpoints about every sqrt(n)-th node (Chen et al. 2016),
+        # as rules/cost/graph.yaml graph_stored_fraction assumes.
+        "train.graph_checkpointing": full,
+    }
+
+
+def _cluster_facts(cluster: Cluster, mapping: MappingFile) -> dict[str, Any]:
+    arch = cluster.gpu.architecture
+    return {
+        "cluster.name": cluster.name,
+        "cluster.gpu": cluster.gpu.name,
+        "cluster.architecture": arch,
+        "cluster.num_gpus": cluster.num_gpus,
+        "cluster.num_nodes": cluster.num_nodes,
+        "cluster.procs_per_node": cluster.procs_per_node,
+        "cluster.multi_node": cluster.multi_node,
+        "cluster.ib_hcas": ",".join(cluster.ib_hcas) if cluster.ib_hcas else None,
+        "cluster.socket_ifname": cluster.socket_ifname,
+        # NVLink SHARP needs a third-generation NVSwitch (Hopper and later): NCCL docs, NVLS.
+        "cluster.nvls": cluster.nvswitch and arch in mapping.nccl.nvls_architectures,
+    }
+
+
+def _comm_facts(proposals: list[ProposalRecord]) -> dict[str, Any]:
+    """Settings of the proposals that backends take as they are (None: no proposal said)."""
+    overlap = None
+    for proposal in proposals:
+        if "overlap_grad_reduce" in proposal.settings:
+            overlap = bool(proposal.settings["overlap_grad_reduce"])
+    return {"comm.overlap_grad_reduce": overlap}
+
+
+@dataclass(frozen=True)
+class MegatronSpelling:
+    """How a transformer plan is spelled in Megatron-LM arguments (the keys megatron.<field>),
+    each by Megatron-LM's own rules. An op-graph model has none: for it every key is None."""
+
+    # model shape
+    ffn_hidden_size: int | None
+    max_position_embeddings: int
+    position_embedding_type: str
+    normalization: str
+    swiglu: bool
+    squared_relu: bool
+    unsupported_mlp: bool
+    untied: bool
+    disable_bias_linear: bool
+    add_qkv_bias: bool
+    shared_expert_size: int | None
+    moe_layer_pattern: str | None  # None: every layer is MoE (or none is)
+    grouped_gemm: bool
+    alibi: bool
+    rope: bool
+    parallel_block: bool
+    sliding_window: bool
+    # parallelism
+    first_stage_layers: int | None  # None: every pipeline stage holds as many layers
+    last_stage_layers: int | None
+    layers_per_virtual_stage: int | None
+    virtual_stages_per_rank: int | None
+    distributed_optimizer: bool
+    zero_above_1: bool
+    overlap_param_gather: bool
+    one_cuda_connection: bool
+
+    def facts(self) -> dict[str, Any]:
+        return {f"megatron.{k}": v for k, v in asdict(self).items()}
+
+    @classmethod
+    def absent(cls) -> dict[str, None]:
+        """The keys of a plan that Megatron-LM does not train, each None."""
+        return {f"megatron.{f.name}": None for f in fields(cls)}
+
+
+def _megatron_facts(
+    spec: TrainedModel,
+    layout: Layout,
+    cluster: Cluster,
+    mapping: MappingFile,
+    known: dict[str, Any],
+) -> dict[str, Any]:
+    """megatron.*: for a transformer, its spelling; an op-graph model has none (all None)."""
+    if not isinstance(spec, ModelSpec):
+        return MegatronSpelling.absent()
+    shape = _megatron_shape(spec, layout, known)
+    parallel = _megatron_parallel(spec, layout, cluster, mapping, known)
+    return MegatronSpelling(**shape, **parallel).facts()
+
+
+def _megatron_shape(spec: ModelSpec, layout: Layout, known: dict[str, Any]) -> dict[str, Any]:
+    """How the model's shape is spelled in Megatron-LM arguments."""
+    shared = spec.num_shared_experts * spec.shared_expert_ffn_hidden_size
+    return {
+        "ffn_hidden_size": spec.ffn_hidden_size or None,
+        "max_position_embeddings": _max_positions(spec, layout.seq_len),
+        "position_embedding_type": MEGATRON_POSITION[spec.position_embedding],
+        "normalization": MEGATRON_NORM[spec.norm],
+        "swiglu": spec.mlp_kind == "swiglu",
+        "squared_relu": spec.mlp_kind == "squared_relu",
+        "unsupported_mlp": spec.mlp_kind not in MEGATRON_ACTIVATION_FLAGS,
+        "untied": not spec.tied_embeddings,
+        "disable_bias_linear": not spec.mlp_bias,
+        "add_qkv_bias": spec.qkv_bias and not spec.mlp_bias,
+        "shared_expert_size": shared if spec.is_moe and shared else None,
+        "moe_layer_pattern": _moe_pattern(spec),
+        # validate_args: grouped GEMM needs bf16; it pays off with several experts per rank.
+        "grouped_gemm": spec.is_moe and known["train.bf16"] and spec.num_experts // layout.ep > 1,
+        "alibi": spec.position_embedding == "alibi",
+        "rope": spec.position_embedding == "rope",
+        "parallel_block": spec.parallel_attn_mlp,
+        "sliding_window": spec.sliding_window is not None,
+    }
+
+
+def _megatron_parallel(
+    spec: ModelSpec, layout: Layout, cluster: Cluster, mapping: MappingFile, known: dict[str, Any]
+) -> dict[str, Any]:
+    """How the layout is spelled in Megatron-LM arguments, by its validate_args rules."""
+    first, last = stage_layers(spec.num_layers, layout.pp, layout.vpp)
+    uneven, interleaved = first is not None, layout.vpp > 1
+    dist_opt = layout.distributed_optimizer or layout.zero_stage >= 1
+    exempt = mapping.nccl.one_connection_exempt_architectures
+    return {
+        "first_stage_layers": first,
+        "last_stage_layers": last,
+        # Uneven stages take the virtual stages per rank; even ones the layers per virtual stage.
+        "layers_per_virtual_stage": (
+            spec.num_layers // (layout.pp * layout.vpp) if interleaved and not uneven else None
+        ),
+        "virtual_stages_per_rank": layout.vpp if interleaved and uneven else None,
+        "distributed_optimizer": dist_opt,
+        "zero_above_1": layout.zero_stage >= ZERO_GRADS_STAGE,
+        # --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce.
+        "overlap_param_gather": dist_opt and bool(known["comm.overlap_grad_reduce"]),
+        # CUDA_DEVICE_MAX_CONNECTIONS=1 is asserted for TP/CP > 1 before Blackwell.
+        "one_cuda_connection": (layout.tp > 1 or layout.cp > 1)
+        and cluster.gpu.architecture not in exempt,
+    }
+
+
+def _deepspeed_facts(layout: Layout) -> dict[str, Any]:
+    # Megatron's distributed optimizer shards optimizer states over dp: DeepSpeed's ZeRO-1.
+    stage = layout.zero_stage or (1 if layout.distributed_optimizer else 0)
+    # Gradients are reduced in fp32 without ZeRO and in the 16-bit type with it, as the cost
+    # model counts them (rules/cost/memory.yaml grad_bytes, rules/cost/time.yaml dp_comm_s).
+    comm_type = SIXTEEN_BIT[layout.precision] if stage else "fp32"
+    return {
+        "deepspeed.zero_stage": stage,
+        "deepspeed.zero": stage > 0,
+        "deepspeed.zero_below_3": 0 < stage < ZERO_PARAMS_STAGE,
+        "deepspeed.zero_3": stage == ZERO_PARAMS_STAGE,
+        "deepspeed.zero_off_for_megatron": layout.distributed_optimizer,
+        "deepspeed.communication_data_type": comm_type,
+        # PipelineModule activation_checkpoint_interval: 1 checkpoints every layer, 0 none.
+        "deepspeed.pipeline_checkpoint_interval": int(layout.recompute == "full"),
+        "deepspeed.fp8": layout.precision == "fp8",
+    }
+
+
+def stage_layers(layers: int, pp: int, vpp: int) -> tuple[int | None, int | None]:
+    """Layers on the first and last pipeline stage when they cannot all be equal, else (None, None).
+
+    The planner's split (`search_space.stage_layers`, checked by the constraint
+    `pipeline.layers_split`): middle stages get vpp * ceil(L / (pp * vpp)) layers each, the first
+    and last stages share the rest, the first the larger half.
+    """
+    if layers % (pp * vpp) == 0:
+        return None, None
+    try:
+        first, _, last = planned_stage_layers(layers, pp, vpp)
+    except ValueError as exc:
+        raise RenderError(f"{exc} (constraint pipeline.layers_split)") from None
+    return first, last
+
+
+def _max_positions(spec: ModelSpec, seq_len: int) -> int:
+    """Megatron asserts max_position_embeddings >= seq_length; a learned table cannot grow."""
+    if spec.position_embedding == "learned" and seq_len > spec.max_position_embeddings:
+        raise RenderError(
+            f"seq_len ({seq_len}) exceeds the learned position table of {spec.name} "
+            f"({spec.max_position_embeddings} positions)"
+        )
+    return max(spec.max_position_embeddings, seq_len)
+
+
+def _moe_pattern(spec: ModelSpec) -> str | None:
+    """--moe-layer-freq as Megatron's list expression, e.g. `([0]*3+[1]*58)`; None: every layer."""
+    mask = spec.moe_layer_mask
+    if not spec.is_moe or all(mask):
+        return None
+    runs = [f"[{int(moe)}]*{len(list(group))}" for moe, group in groupby(mask)]
+    return "(" + "+".join(runs) + ")"

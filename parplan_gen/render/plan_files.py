@@ -1,0 +1,404 @@
+"""Render a PlanDocument through Jinja templates into the files that launch it, and write them.
+
+A transformer's plan renders every file; an op-graph model's plan (ResNet-50, an ONNX model)
+renders all but megatron_args.sh, as Megatron-LM trains transformers only.
+
+Templates live in the shipped `templates/` folder (a user folder given with `--templates`
+overrides any of them, and mapping.yaml, by relative name). They run in Jinja's immutable
+sandbox with StrictUndefined: a template that names a missing value fails, and one that reaches
+for Python internals is refused (render_sandbox checks each template when it is loaded and
+bounds what it may cost when it runs). Every rendered file is parsed back (render_checks) before
+it is returned; render_writer writes them.
+
+What the templates see is plain data made safe for the files a shell reads (shell_quote):
+every text is safe in a comment (no control or line-break character), the model's, the
+cluster's and the GPU's names are reduced to safe_text.safe_name's character set (inert
+anywhere in a shell line), nccl.env's lines are built by `shell_quote.assignment`, and the
+`sh` filter quotes a command's argument (`shell_quote.argument`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import SecurityError
+
+from parplan_gen.cost.estimate import model_kind
+from parplan_gen.inputs.resources import shipped_dir
+from parplan_gen.inputs.safe_text import printable, safe_name
+from parplan_gen.planning.document import PlanDocument
+from parplan_gen.render import mapping as render_mapping
+from parplan_gen.render.checks import RenderError, check_ds_config, check_files
+from parplan_gen.render.facts import facts
+from parplan_gen.render.mapping import (
+    MAPPING_FILE,
+    EnvDefault,
+    LoadedMapping,
+    applied_as,
+    load_mapping,
+    megatron_groups,
+    nccl_entries,
+    notes,
+)
+from parplan_gen.render.report import report_context
+from parplan_gen.render.sandbox import (
+    REFUSED,
+    BoundedEnvironment,
+    OutsideFolderError,
+    TemplateBudgetError,
+    TemplateRefused,
+    file_inside,
+)
+from parplan_gen.render.shell_quote import argument, comment
+from parplan_gen.render.writer import NCCL_REFERENCE
+
+JSON_INDENT = 2
+DS_CONFIG, DS_CONFIG_TEMPLATE = "ds_config.json", "deepspeed/{deepspeed}/ds_config.json.j2"
+OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the chosen versions
+    (DS_CONFIG, DS_CONFIG_TEMPLATE),
+    ("megatron_args.sh", "megatron/{megatron}/megatron_args.sh.j2"),
+    ("nccl.env", "nccl/nccl.env.j2"),
+    ("launch_torchrun.sh", "launch/launch_torchrun.sh.j2"),
+    ("launch_slurm.sbatch", "launch/launch_slurm.sbatch.j2"),
+    ("hostfile", "launch/hostfile.j2"),
+    ("plan_memory.svg", "report/memory.svg.j2"),
+    ("plan_time.svg", "report/time.svg.j2"),
+    ("plan.md", "report/plan.md.j2"),
+)
+# The backends whose files a kind of model gets: Megatron-LM trains transformers only, an
+# op-graph model runs under DeepSpeed (or PyTorch DDP) through torchrun.
+BACKENDS_BY_KIND = {"transformer": ("megatron", "deepspeed"), "graph": ("deepspeed",)}
+PLAN_JSON = "plan.json"
+JOB_PREFIX = "parplan-"  # the SLURM job and rendezvous id: parplan-<model name>
+
+
+@dataclass(frozen=True)
+class Templates:
+    """The built-in template folder and an optional user folder that overrides it by name."""
+
+    builtin: Path
+    user: Path | None = None
+
+    @classmethod
+    def at(cls, user: str | Path | None = None) -> Templates:
+        if user is not None and not Path(user).is_dir():
+            raise RenderError(f"--templates: {user} is not a folder")
+        return cls(shipped_dir("templates"), None if user is None else Path(user))
+
+    @property
+    def folders(self) -> list[Path]:
+        return [p for p in (self.user, self.builtin) if p is not None]
+
+    def find(self, relative: str | Path) -> Path:
+        """The first folder's `relative` file; RenderError if none has it, or if it is a link
+        to a file outside its folder."""
+        for folder in self.folders:
+            try:
+                path = file_inside(folder, relative)
+            except OutsideFolderError as exc:
+                raise RenderError(f"{REFUSED}: {exc}") from None
+            if path is not None:
+                return path
+        raise RenderError(f"no template {relative} in {', '.join(map(str, self.folders))}")
+
+    def versions(self, backend: str) -> list[str]:
+        names = {
+            p.name
+            for f in self.folders
+            if (f / backend).is_dir()
+            for p in (f / backend).iterdir()
+            if p.is_dir()
+        }
+        return sorted(names, key=_version_key)
+
+
+def _version_key(name: str) -> tuple[tuple[int, ...], str]:
+    return tuple(int(n) for n in re.findall(r"\d+", name)), name
+
+
+def _environment(templates: Templates) -> BoundedEnvironment:
+    """A fresh sandbox over `templates` (its budgets are per render; the compiled templates
+    are kept across renders by render_sandbox)."""
+    env = BoundedEnvironment(
+        templates.folders,
+        undefined=jinja2.StrictUndefined,
+        autoescape=jinja2.select_autoescape(enabled_extensions=("svg.j2",), default=False),
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["json"] = lambda value: json.dumps(value, indent=JSON_INDENT, ensure_ascii=False)
+    env.filters["sh"] = argument
+    return env
+
+
+def _render(env: BoundedEnvironment, name: str, context: dict[str, Any]) -> str:
+    """One template, with every template failure turned into a positioned RenderError."""
+    try:
+        return env.render_bounded(name, context, scale=context["launch"]["nnodes"])
+    except jinja2.TemplateNotFound as exc:
+        raise RenderError(f"no template {exc.name}") from None
+    except TemplateRefused as exc:
+        raise RenderError(f"{exc.name}:{exc.lineno}: {REFUSED}: {exc.message}") from None
+    except jinja2.TemplateSyntaxError as exc:
+        where = f"{exc.filename or name}:{exc.lineno}"
+        raise RenderError(f"{where}: template syntax: {exc.message}") from None
+    except SecurityError as exc:
+        where = _template_line(exc.__traceback__, name)
+        raise RenderError(f"{where}: {REFUSED}: {exc}") from None
+    except TemplateBudgetError as exc:
+        where = _template_line(exc.__traceback__, name)
+        raise RenderError(f"{where}: stopped by the template sandbox: {exc}") from None
+    except RecursionError:
+        raise RenderError(
+            f"{name}: includes nested too deeply (does one include itself?)"
+        ) from None
+    except jinja2.UndefinedError as exc:
+        where = _template_line(exc.__traceback__, name)
+        raise RenderError(f"{where}: undefined value: {exc.message}") from None
+    except (TypeError, ValueError, ArithmeticError, LookupError) as exc:
+        where = _template_line(exc.__traceback__, name)
+        raise RenderError(f"{where}: {type(exc).__name__}: {exc}") from None
+
+
+def _template_line(tb: TracebackType | None, name: str) -> str:
+    """`name:LINE` of the innermost traceback frame inside a template file."""
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith(name):
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return name if line is None else f"{name}:{line}"
+
+
+def resolve_versions(
+    doc: PlanDocument, templates: Templates, mapping: LoadedMapping
+) -> dict[str, str | None]:
+    """The Megatron-LM and DeepSpeed template versions: the document's choice, else the latest;
+    None for a backend the plan's kind of model does not use."""
+    chosen = {
+        "megatron": doc.render.megatron_version,
+        "deepspeed": doc.render.deepspeed_version,
+    }
+    sections = {"megatron": mapping.data.megatron, "deepspeed": mapping.data.deepspeed}
+    used = BACKENDS_BY_KIND[model_kind(doc.model)]
+    out: dict[str, str | None] = {}
+    for backend, wanted in chosen.items():
+        if backend not in used:
+            if wanted is not None:
+                raise RenderError(
+                    f"--{backend}-version '{printable(wanted)}': {printable(doc.model.name)} is "
+                    f"an op-graph model, rendered for {' and '.join(used)} only"
+                )
+            out[backend] = None
+            continue
+        shipped = [v for v in templates.versions(backend) if v in sections[backend]]
+        if not shipped:
+            raise RenderError(f"no {backend} templates with a section in {MAPPING_FILE}")
+        version = wanted or shipped[-1]
+        if version not in shipped:
+            raise RenderError(
+                f"--{backend}-version '{printable(version)}' is not available "
+                f"(have: {printable(', '.join(shipped))})"
+            )
+        out[backend] = version
+    return out
+
+
+def output_names() -> list[str]:
+    """Every file name a plan of any kind may render: what a folder written by parplan can
+    hold, so that writing a new plan there removes a file of an earlier one (megatron_args.sh
+    of a transformer's plan under an op-graph model's)."""
+    return [PLAN_JSON, *(name for name, _ in OUTPUTS)]
+
+
+def outputs(versions: dict[str, str | None]) -> list[tuple[str, str]]:
+    """(file, template) of every file a plan with these backend versions renders: a backend's
+    files only when the plan uses it."""
+    skipped = [b for b, version in versions.items() if version is None]
+    return [
+        (name, template.format(**versions))
+        for name, template in OUTPUTS
+        if not any(f"{{{b}}}" in template for b in skipped)
+    ]
+
+
+def build_context(
+    doc: PlanDocument,
+    templates: Templates,
+    *,
+    hf_trainer: bool = False,
+    force_nccl_algo: bool = False,
+) -> dict[str, Any]:
+    """Everything the templates format, computed from the document and the mapping.
+
+    `megatron` is None for a plan that Megatron-LM does not train (an op-graph model)."""
+    mapping = load_mapping(templates.find(MAPPING_FILE), templates.builtin / MAPPING_FILE)
+    versions = resolve_versions(doc, templates, mapping)
+    values = facts(doc, mapping.data, hf_trainer=hf_trainer)
+    megatron = (
+        None
+        if versions["megatron"] is None
+        else _megatron_context(mapping, versions["megatron"], values)
+    )
+    deepspeed = _deepspeed_context(mapping, versions["deepspeed"], values, hf_trainer)
+    launch = _launch(doc, mapping, values)
+    cluster = doc.cluster
+    all_notes = [f"megatron_args.sh: {n}" for n in (megatron["notes"] if megatron else [])]
+    all_notes += [f"ds_config.json: {n}" for n in deepspeed["notes"]]
+    context = {
+        "versions": versions,
+        "model": {**doc.model.model_dump(mode="json"), "name": safe_name(doc.model.name)},
+        "plan": doc.chosen.plan.model_dump(mode="json"),
+        "cluster": {
+            "name": safe_name(cluster.name, fallback="cluster"),
+            "gpu": safe_name(cluster.gpu.display_name, fallback="gpu"),
+            "num_gpus": cluster.num_gpus,
+            "num_nodes": cluster.num_nodes,
+            "gpus_per_node": cluster.procs_per_node,
+        },
+        "deepspeed": deepspeed,
+        "megatron": megatron,
+        "nccl": {
+            "entries": nccl_entries(mapping, values, doc.proposals, force_algo=force_nccl_algo),
+        },
+        "launch": launch,
+        "report": report_context(
+            doc,
+            mapping.data.report,
+            applied_as(mapping.data, values["model.kind"]),
+            all_notes,
+            launch["notes"],
+        ),
+    }
+    return _shown(context)
+
+
+def _shown(value: Any) -> Any:
+    """`value` (the templates' context) with every text safe in a comment line
+    (`shell_quote.comment`); anything but plain data is a bug here (TypeError)."""
+    if isinstance(value, str):
+        return comment(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        return [_shown(item) for item in value]
+    if isinstance(value, dict):
+        return {_shown(key): _shown(item) for key, item in value.items()}
+    raise TypeError(f"a template context holds plain data, not {type(value).__name__}")
+
+
+def _megatron_context(
+    mapping: LoadedMapping, version: str, values: dict[str, Any]
+) -> dict[str, Any]:
+    meg = mapping.data.megatron[version]
+    return {
+        "version": version,
+        "script": meg.script,
+        "groups": megatron_groups(mapping, version, values),
+        "run_env": [_env_var(e) for e in meg.run_env],
+        # With master_port, the launch section's entry (templates of before it read it here).
+        "data_env": {k: _env_var(e) for k, e in mapping.data_env(version).items()},
+        "one_cuda_connection": values["megatron.one_cuda_connection"],
+        "notes": notes(mapping, meg.notes, values, ("megatron", version, "notes")),
+    }
+
+
+def _deepspeed_context(
+    mapping: LoadedMapping, version: str, values: dict[str, Any], hf_trainer: bool
+) -> dict[str, Any]:
+    ds = mapping.data.deepspeed[version]
+    return {
+        "version": version,
+        "config": render_mapping.deepspeed_config(mapping, version, values, hf_trainer=hf_trainer),
+        "hf_trainer": hf_trainer,
+        "notes": notes(mapping, ds.notes, values, ("deepspeed", version, "notes")),
+    }
+
+
+def _env_var(entry: EnvDefault) -> dict[str, Any]:
+    """An environment variable with its shell expansion, `${NAME:-default}`."""
+    return {**entry.model_dump(), "expansion": f"${{{entry.name}:-{entry.default}}}"}
+
+
+def _launch(doc: PlanDocument, mapping: LoadedMapping, values: dict[str, Any]) -> dict[str, Any]:
+    cluster = doc.cluster
+    per_node = cluster.procs_per_node
+    hosts = [{"name": f"node-{i}", "slots": per_node} for i in range(cluster.num_nodes)]
+    launch = mapping.launch
+    return {
+        "nnodes": cluster.num_nodes,
+        "nproc_per_node": per_node,
+        "world_size": cluster.num_gpus,
+        "multi_node": cluster.multi_node,
+        "hosts": hosts,
+        "first_host": hosts[0]["name"],
+        "last_host": hosts[-1]["name"],
+        "job_name": JOB_PREFIX + safe_name(doc.model.name, fallback="plan"),
+        "master_port": _env_var(launch.master_port),
+        # What the training script does for the plan (an op-graph model's; plan.md says why).
+        "notes": notes(mapping, launch.notes, values, ("launch", "notes"), mapping.launch_doc),
+    }
+
+
+def render_plan(
+    doc: PlanDocument,
+    *,
+    templates_dir: str | Path | None = None,
+    hf_trainer: bool = False,
+    force_nccl_algo: bool = False,
+) -> dict[str, str]:
+    """Every rendered file (name -> text), each already parsed back and checked.
+
+    plan.json records the template versions used, so rendering it again gives the same files.
+    """
+    templates = Templates.at(templates_dir)
+    context = build_context(doc, templates, hf_trainer=hf_trainer, force_nccl_algo=force_nccl_algo)
+    doc = doc.with_render_options(
+        megatron_version=context["versions"]["megatron"],
+        deepspeed_version=context["versions"]["deepspeed"],
+    )
+    env = _environment(templates)
+    files = {out: _render(env, template, context) for out, template in outputs(context["versions"])}
+    files[PLAN_JSON] = doc.to_json()
+    check_files(files, nccl_reference=templates.builtin / NCCL_REFERENCE)
+    return files
+
+
+def deepspeed_config(
+    doc: PlanDocument, *, templates_dir: str | Path | None = None, hf_trainer: bool = False
+) -> dict[str, Any]:
+    """The plan's DeepSpeed config, as ds_config.json holds it (rendered, parsed and checked)."""
+    templates = Templates.at(templates_dir)
+    context = build_context(doc, templates, hf_trainer=hf_trainer)
+    name = DS_CONFIG_TEMPLATE.format(**context["versions"])
+    files = {DS_CONFIG: _render(_environment(templates), name, context)}
+    check_files(files, nccl_reference=templates.builtin / NCCL_REFERENCE)
+    config = json.loads(files[DS_CONFIG])
+    check_ds_config(config, doc.chosen.plan.dp)
+    return config
+
+
+def megatron_args(doc: PlanDocument, *, templates_dir: str | Path | None = None) -> list[str]:
+    """The model and plan arguments of megatron_args.sh, in its order, unquoted.
+
+    Data, tokenizer, checkpoint and run-length arguments come from the environment in the
+    script and are not part of this list. An op-graph model has none (RenderError).
+    """
+    if "megatron" not in BACKENDS_BY_KIND[model_kind(doc.model)]:
+        raise RenderError(
+            f"{printable(doc.model.name)} is an op-graph model: it has no Megatron-LM arguments "
+            "(Megatron-LM trains transformers); launch your training script with "
+            "launch_torchrun.sh and ds_config.json (parplan render / Plan.write)"
+        )
+    templates = Templates.at(templates_dir)
+    context = build_context(doc, templates)
+    return [
+        word for group in context["megatron"]["groups"] for arg in group["args"] for word in arg
+    ]

@@ -1,0 +1,49 @@
+"""Values written into the files a shell reads: nccl.env, megatron_args.sh and the launchers.
+
+bash ends a line only at `\\n` and a comment only at the end of its line; it splits a command
+into words at blanks and `;|&<>()`, and expands `$`, backquotes and quotes. A value taken from
+an input file (a model name, a rule's text, a mapping entry) can hold any of these, so each
+value reaches a shell-read file through the one function for the place it stands in:
+
+- `comment(text)`: free text in a `#` comment; every character that is not plain printable
+  text (line breaks included) is written as a visible escape, so nothing ends the comment;
+- `argument(value)`: one word of a command, quoted so bash reads back exactly `value`;
+- `assignment(name, value)`: a `NAME=VALUE` line of nccl.env, which `docker run --env-file`
+  reads too (taking the value literally, so it cannot be quoted): a value with a character
+  outside render_checks.ENV_VALUE_SET is refused.
+
+Names shown in comments are reduced further, to `safe_text.safe_name`'s character set (render.py).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from parplan_gen.inputs.safe_text import printable
+from parplan_gen.render.checks import ENV_NAME, ENV_VALUE, ENV_VALUE_SET, RenderError
+
+
+def comment(text: str) -> str:
+    """`text` with every control, format or line-break character written as an escape
+    (`\\x0a`, `\\u2028`): nothing in it can end a comment line, whole, however long."""
+    text = str(text)
+    return text if text.isprintable() else printable(text, limit=len(text))
+
+
+def argument(value: object) -> str:
+    """`value` as one shell word: unchanged when that is safe, else single-quoted."""
+    return shlex.quote(str(value))
+
+
+def assignment(name: str, value: object) -> str:
+    """`NAME=VALUE` for nccl.env; RenderError when the value cannot be written there."""
+    text = str(value)
+    if not ENV_NAME.fullmatch(name):
+        raise RenderError(f"{printable(name)!r} is not an environment variable name")
+    if not ENV_VALUE.fullmatch(text):
+        raise RenderError(
+            f"{name}={printable(text)}: characters outside [{ENV_VALUE_SET}] "
+            "cannot be written to nccl.env (bash sources it; docker --env-file reads values "
+            "as written, so nothing can be quoted)"
+        )
+    return f"{name}={text}"
