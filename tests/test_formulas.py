@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from parplan_gen.inputs.errors import FormulaError, SourceRef
 from parplan_gen.rules import vocabulary
-from parplan_gen.rules.formulas import MAX_MAGNITUDE, Formula, FormulaLibrary
+from parplan_gen.rules.formula_runtime import MAX_MAGNITUDE, Formula
+from parplan_gen.rules.formulas import FormulaLibrary
 
 W = SourceRef("rules/extra.yaml", 7, 12, "opportunities[0].speedup")
 
@@ -603,7 +604,7 @@ def test_deep_chains_of_named_formulas_are_capped() -> None:
 
 
 def test_deep_chains_of_named_products_are_capped_too() -> None:
-    # A product's check is one more level (every other one in a chain: see formulas._COVERS),
+    # A product's check is one more level (every other one in a chain: see formula_translate._COVERS),
     # so a chain of products reaches the cap before a chain of sums does.
     named = {"g0": ("graph.depth", nw("g0"))}
     for i in range(1, 151):

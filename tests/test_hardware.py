@@ -10,18 +10,17 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from parplan_gen.cost import catalog as catalog_module
 from parplan_gen.cost import hardware
-from parplan_gen.cost.hardware import (
-    GIB,
+from parplan_gen.cost.catalog import (
     GPU_FIGURE_KEYS,
     LINK_FIGURE_KEYS,
     NETWORK_FIGURE_KEYS,
-    Cluster,
-    cluster_from_flags,
     gpu,
     load_catalog,
-    load_cluster,
 )
+from parplan_gen.cost.hardware import Cluster, cluster_from_flags, load_cluster
+from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError, UsageError
 from parplan_gen.inputs.source import parse_document
 
@@ -180,16 +179,16 @@ def test_catalog_loader_refuses_a_figure_without_source():
         ),
         "links.yaml",
     )
-    entry = hardware.CatalogLink.model_validate(doc.data)
+    entry = catalog_module.CatalogLink.model_validate(doc.data)
     with pytest.raises(InputError) as info:
-        hardware._check_sources(doc, (), entry, LINK_FIGURE_KEYS)
+        catalog_module._check_sources(doc, (), entry, LINK_FIGURE_KEYS)
     assert str(info.value) == "links.yaml:4:1: sources: figure 'latency_us' names no source"
 
 
 def test_every_number_of_the_catalog_has_a_physical_range_with_a_source():
     ranges = load_catalog().ranges
-    assert set(ranges) == {*hardware.GPU_RANGED_KEYS, *hardware.NETWORK_RANGED_KEYS}
-    assert ranges["memory_gib"] == hardware.Bounds(
+    assert set(ranges) == {*catalog_module.GPU_RANGED_KEYS, *catalog_module.NETWORK_RANGED_KEYS}
+    assert ranges["memory_gib"] == catalog_module.Bounds(
         1, 4096, "parplan_gen/data/gpus.yaml ranges.memory_gib"
     )
     for filename in ("gpus.yaml", "networks.yaml"):
@@ -215,9 +214,11 @@ def test_every_number_of_the_catalog_has_a_physical_range_with_a_source():
 )
 def test_catalog_ranges_name_every_figure_once_low_to_high(text, message):
     doc = parse_document(text, "n.yaml")
-    ranges = {k: hardware.FigureRange.model_validate(v) for k, v in doc.data["ranges"].items()}
+    ranges = {
+        k: catalog_module.FigureRange.model_validate(v) for k, v in doc.data["ranges"].items()
+    }
     with pytest.raises(InputError) as info:
-        hardware._ranges(doc, ranges, hardware.NETWORK_RANGED_KEYS)
+        catalog_module._ranges(doc, ranges, catalog_module.NETWORK_RANGED_KEYS)
     assert str(info.value) == message
 
 
@@ -530,7 +531,7 @@ def test_missing_cluster_file(tmp_path):
 def test_docs_cover_every_key_and_catalog_entry():
     docs = (ROOT / "docs" / "clusters.md").read_text(encoding="utf-8")
     keys = [*hardware.ClusterFile.model_fields, *hardware.InterNodeSpec.model_fields]
-    keys += [*hardware.NcclSpec.model_fields, *hardware.GPUFigures.model_fields]
+    keys += [*hardware.NcclSpec.model_fields, *catalog_module.GPUFigures.model_fields]
     for key in keys:
         assert f"`{key}`" in docs, key
     catalog = load_catalog()

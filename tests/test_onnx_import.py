@@ -13,19 +13,15 @@ from typing import Any
 
 import pytest
 
-from parplan_gen.inputs import source
+from parplan_gen.inputs import reading
+from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.inputs.source import MIB
 from parplan_gen.models.graph import Node, build_graph, load_graph
 from parplan_gen.models.graph_model import GraphModelSpec
 from parplan_gen.models.hf_config import load_hf_config
 from parplan_gen.models.load import load_graph_for
-from parplan_gen.models.onnx_import import (
-    MAX_ONNX_BYTES,
-    MISSING_EXTRA,
-    _drop_weight_data,
-    load_onnx_graph,
-)
+from parplan_gen.models.onnx_file import MAX_ONNX_BYTES, MISSING_EXTRA, _drop_weight_data
+from parplan_gen.models.onnx_import import load_onnx_graph
 from parplan_gen.models.presets import load_graph_preset, load_preset
 from parplan_gen.models.transformer_graph import model_graph
 from parplan_gen.rules.engine import analyze
@@ -445,7 +441,7 @@ def chain(ox: Any, tmp_path: Path, count: int) -> Path:
 
 def test_the_node_count_is_bounded_before_the_model_is_parsed(ox: Any, tmp_path: Path) -> None:
     path = chain(ox, tmp_path, 600)
-    with source.input_limit(MIB):  # 1 MiB at 2 KiB a node: 512 nodes
+    with reading.input_limit(MIB):  # 1 MiB at 2 KiB a node: 512 nodes
         with pytest.raises(InputError) as caught:
             load_onnx_graph(path)
         assert caught.value.render() == (

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parplan_gen.inputs import source
+from parplan_gen.inputs import reading, source, yaml_events
+from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import GraphError, SourceError, SourceRef
-from parplan_gen.inputs.source import MIB, format_path, load_document, parse_document
+from parplan_gen.inputs.source import format_path, load_document, parse_document
 
 
 def error_of(text: str, kind: str = "yaml") -> str:
@@ -133,7 +134,7 @@ BOMB_ERROR = "aliases and merge keys expand to more than {} values (an alias bom
 
 
 def test_alias_bomb_is_refused_where_the_budget_runs_out(monkeypatch):
-    monkeypatch.setattr(source, "MAX_VALUES", 10_000)
+    monkeypatch.setattr(yaml_events, "MAX_VALUES", 10_000)
     # A list counts itself and its items: *a adds 11 values, *b 111, *c 1,111. a..c add
     # 11 x 10 + 111 x 10 = 1,220; the eighth *c of d (column 36) passes 10,000.
     assert error_of(BOMB) == f"f.yaml:4:36: {BOMB_ERROR.format('10,000')}"
@@ -172,7 +173,7 @@ def test_an_alias_inside_the_collection_it_names_is_refused(text, where):
 
 
 def test_many_values_without_aliases_are_no_bomb(monkeypatch):
-    monkeypatch.setattr(source, "MAX_VALUES", 10)
+    monkeypatch.setattr(yaml_events, "MAX_VALUES", 10)
     text = "nodes:\n" + "".join(f"  - {{id: n{i}, op: X, w: {i}}}\n" for i in range(100))
     assert len(parse_document(text, "f.yaml").data["nodes"]) == 100
     assert parse_document("a: &a [1, 2]\nb: [*a, *a, *a]\n", "f.yaml").data["b"] == [[1, 2]] * 3
@@ -369,7 +370,7 @@ def all_paths(value: object, path: tuple = ()) -> list[tuple]:
 
 
 def assert_json_positions_match_yaml_events(text: str, data: object) -> None:
-    events = source._event_positions(text, pure=True)  # JSON is YAML: the reference positions
+    events = yaml_events.event_positions(text, pure=True)  # JSON is YAML: the reference positions
     locator = source._JsonLocator(text)
     for path in all_paths(data)[1:]:
         assert locator.position(path) == events[path], path
@@ -430,13 +431,13 @@ def test_what_is_not_a_regular_file_is_never_opened(tmp_path, make, expected):
     path = tmp_path / "in.json"
     make(path)  # a FIFO with no writer: opening it to read would wait forever
     with pytest.raises(SourceError) as info:
-        source.read_text(path)
+        reading.read_text(path)
     assert str(info.value) == f"{path}: {expected}"
 
 
 def test_a_file_whose_size_is_unknown_is_read_up_to_the_limit_only():
     with pytest.raises(SourceError) as info:  # /proc files say they are 0 bytes
-        source.read_text("/proc/self/maps", max_bytes=100)
+        reading.read_text("/proc/self/maps", max_bytes=100)
     assert (
         str(info.value)
         == f"/proc/self/maps: file holds more than 100 bytes; the limit is 100 bytes ({RAISE})"
@@ -449,11 +450,11 @@ def test_input_limit_replaces_every_cap(tmp_path, monkeypatch):
     path.write_text("a: [" + "1, " * 1_000 + "1]\n", encoding="utf-8")  # 3,006 bytes
     with pytest.raises(SourceError, match="the limit is 2,048 bytes"):
         load_document(path)
-    with source.input_limit(4096):  # raised, for every kind
+    with reading.input_limit(4096):  # raised, for every kind
         assert len(load_document(path).data["a"]) == 1_001
-    with source.input_limit(1024), pytest.raises(SourceError, match="the limit is 1,024 bytes"):
+    with reading.input_limit(1024), pytest.raises(SourceError, match="the limit is 1,024 bytes"):
         load_document(path, max_bytes=64 * MIB)  # lowered, whatever the kind's cap
-    assert source.size_limit(64 * MIB) == 64 * MIB  # restored after the block
+    assert reading.size_limit(64 * MIB) == 64 * MIB  # restored after the block
 
 
 def test_text_from_the_file_in_a_message_is_escaped_and_bounded():

@@ -1,8 +1,9 @@
 """Load YAML and JSON documents safely into plain Python data, with source positions.
 
 Every input is bounded before it is parsed: its size (a cap per kind of input, which
-`input_limit` overrides), and for YAML its nesting and what its aliases and merge keys expand
-to, counted from the parser's events before anything is built. The fast path parses without
+`reading.input_limit` overrides), and for YAML its nesting and what its aliases and merge keys
+expand to, counted from the parser's events (`yaml_events`) before anything is built. Owns the
+`Document` (plain data plus positions) and the parsers. The fast path parses without
 positions (json, or ruamel's safe C loader); a position is found only when something needs to
 point at a line (an error, `rules list`): in YAML from the parser's events, in JSON by walking
 only the containers on the way to the key. Nothing a document says can construct an object:
@@ -14,39 +15,23 @@ from __future__ import annotations
 import gc
 import json
 import math
-import os
 import re
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import SourceError, SourceRef
+from parplan_gen.inputs.reading import MAX_FILE_BYTES, read_text
 from parplan_gen.inputs.safe_text import printable
+from parplan_gen.inputs.yaml_events import event_positions, load_yaml
 
-MIB = 1024 * 1024
-# The caps on what one input file may hold, checked before it is read. A kind of input whose
-# cost is high per byte has its own (graph.MAX_GRAPH_BYTES, ruleset.MAX_RULE_FILE_BYTES,
-# onnx_import.MAX_ONNX_BYTES, and MAX_YAML_BYTES below); this one bounds any other read to
-# memory a laptop can spare. `input_limit` (the CLI's --max-input-mib) replaces them all.
-MAX_FILE_BYTES = 64 * MIB
 # A YAML document is refused above this size: ruamel's constructor takes ~40 us a value, ~4 s
 # a MiB of a graph file (as JSON: ~0.2 s). 2 MiB holds ~35,000 graph nodes, which load in ~8 s;
 # larger graphs belong in JSON.
 MAX_YAML_BYTES = 2 * MIB
-# Values that aliases and merge keys (`*a`, `<<: *a`) may add to a YAML document once they are
-# expanded: copies of what the text already holds, so 2 million is far above any real use and
-# far below a "billion laughs" bomb. Counted from the parser's events, before anything is built.
-MAX_VALUES = 2_000_000
-MAX_DEPTH = 100  # YAML nesting limit, checked before the C loader (deep nesting crashes it)
-INPUT_LIMIT_ENV = "PARPLAN_MAX_INPUT_MIB"
-RAISE_HINT = f"raise it with `parplan --max-input-mib N` or {INPUT_LIMIT_ENV}=N"
-# An override of every cap, set by `input_limit` (the CLI's --max-input-mib); None: the caps.
-_LIMIT_OVERRIDE: ContextVar[int | None] = ContextVar("input_limit", default=None)
 
 KeyPath = tuple[str | int, ...]
 
@@ -93,10 +78,10 @@ class Document:
     @cached_property
     def _positions(self) -> dict[KeyPath, tuple[int, int]]:
         try:
-            return _event_positions(self.text, pure=False)
+            return event_positions(self.text, pure=False)
         except Exception:  # noqa: BLE001 - libyaml is stricter than YAML 1.2 in places
             try:
-                return _event_positions(self.text, pure=True)
+                return event_positions(self.text, pure=True)
             except Exception:  # noqa: BLE001 - positions are best effort; the data parsed
                 return {}
 
@@ -208,148 +193,6 @@ class _JsonLocator:
             at = _LEVEL.match(text, at).end()
 
 
-@dataclass
-class _Frame:
-    """A mapping or sequence being read: its key path and where the next child goes."""
-
-    path: KeyPath
-    is_map: bool
-    key: str | None = None  # a mapping's current key, once read
-    index: int = 0  # a sequence's next item
-
-
-def _event_positions(text: str, pure: bool) -> dict[KeyPath, tuple[int, int]]:
-    """1-based (line, column) of every mapping key and sequence item, from the parser's events
-    (no document is built: libyaml's parser is ~50x faster than the round-trip loader)."""
-    from ruamel.yaml.events import (
-        AliasEvent,
-        CollectionEndEvent,
-        MappingStartEvent,
-        ScalarEvent,
-        SequenceStartEvent,
-    )
-
-    positions: dict[KeyPath, tuple[int, int]] = {(): (1, 1)}
-    stack: list[_Frame] = []
-    for event in _yaml("safe", pure).parse(text):
-        if isinstance(event, CollectionEndEvent):
-            stack.pop()
-            continue
-        if not isinstance(event, ScalarEvent | AliasEvent | MappingStartEvent | SequenceStartEvent):
-            continue
-        mark = (event.start_mark.line + 1, event.start_mark.column + 1)
-        path: KeyPath = ()
-        if stack:
-            frame = stack[-1]
-            if frame.is_map and frame.key is None:  # a key
-                frame.key = str(getattr(event, "value", ""))
-                positions.setdefault((*frame.path, frame.key), mark)
-                if isinstance(event, MappingStartEvent | SequenceStartEvent):  # a complex key
-                    stack.append(_Frame((*frame.path, "?"), isinstance(event, MappingStartEvent)))
-                continue
-            if frame.is_map:  # the value of the current key
-                path, frame.key = (*frame.path, frame.key), None
-            else:
-                path = (*frame.path, frame.index)
-                frame.index += 1
-                positions.setdefault(path, mark)
-        if isinstance(event, MappingStartEvent | SequenceStartEvent):
-            stack.append(_Frame(path, isinstance(event, MappingStartEvent)))
-    return positions
-
-
-def _yaml(typ: str, pure: bool = False) -> Any:
-    from ruamel.yaml import YAML
-
-    loader = YAML(typ=typ, pure=pure)
-    loader.allow_duplicate_keys = False
-    return loader
-
-
-@contextmanager
-def input_limit(max_bytes: int | None) -> Iterator[None]:
-    """Within the block every input file may hold up to `max_bytes`, whatever the cap of its
-    kind (None: the caps apply). The CLI's --max-input-mib sets it for one run."""
-    token = _LIMIT_OVERRIDE.set(max_bytes)
-    try:
-        yield
-    finally:
-        _LIMIT_OVERRIDE.reset(token)
-
-
-def size_limit(cap: int) -> int:
-    """The size limit of an input whose kind is capped at `cap` bytes (see `input_limit`)."""
-    override = _LIMIT_OVERRIDE.get()
-    return cap if override is None else override
-
-
-def _too_large(name: str, size: int | None, limit: int) -> SourceError:
-    """The error for a file over its size limit (`size` None: found while reading it, its size
-    unknown), saying how to raise the limit."""
-    shown = f"is {size:,} bytes" if size is not None else f"holds more than {limit:,} bytes"
-    mib = f"{limit / MIB:g}"
-    cap = f"{mib} MiB" if float(mib) * MIB == limit else f"{limit:,} bytes"  # MiB when exact
-    message = f"file {shown}; the limit is {cap} ({RAISE_HINT})"
-    return SourceError(message, SourceRef(name))
-
-
-_FILE_TYPES = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-def not_regular_file(name: str, mode: int) -> SourceError:
-    """The error for a path that exists but is no regular file (a folder, a pipe, a device)."""
-    kind = next((what for test, what in _FILE_TYPES if test(mode)), "not a file")
-    return SourceError(f"not a regular file ({kind})", SourceRef(name))
-
-
-def read_bytes(path: str | Path, *, max_bytes: int | None = None) -> bytes:
-    """The bytes of a regular file of at most `max_bytes` (default MAX_FILE_BYTES; see
-    `input_limit`). A pipe or a device is refused without reading it (opening never waits for a
-    writer), and no more than the limit is ever read, whatever the file's size says."""
-    name = str(path)
-    limit = size_limit(MAX_FILE_BYTES if max_bytes is None else max_bytes)
-    try:
-        mode = Path(path).stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise not_regular_file(name, mode)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise SourceError("file not found", SourceRef(name)) from None
-    except OSError as exc:
-        raise SourceError(f"cannot read file: {exc.strerror}", SourceRef(name)) from None
-    except ValueError:  # the name holds a NUL character
-        raise SourceError("no file can have this name", SourceRef(name)) from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):  # replaced since the check above
-            raise not_regular_file(name, info.st_mode)
-        if info.st_size > limit:
-            raise _too_large(name, info.st_size, limit)
-        raw = handle.read(limit + 1)
-    if len(raw) > limit:  # it grew, or its size said 0 (/proc)
-        raise _too_large(name, None, limit)
-    return raw
-
-
-def read_text(path: str | Path, *, max_bytes: int | None = None) -> str:
-    """Read a UTF-8 text file, refusing missing, oversized and non-UTF-8 files (`read_bytes`)."""
-    raw = read_bytes(path, max_bytes=max_bytes)
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise SourceError(
-            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
-            SourceRef(str(path), line),
-        ) from None
-
-
 def load_document(path: str | Path, *, max_bytes: int | None = None) -> Document:
     """Read and parse a `.json`, `.yaml` or `.yml` file (anything else is parsed as YAML) of at
     most `max_bytes` (default MAX_FILE_BYTES), and at most MAX_YAML_BYTES for YAML."""
@@ -400,7 +243,7 @@ def _parse_yaml(text: str, name: str) -> Any:
     from ruamel.yaml.reader import ReaderError
 
     try:
-        return _load_yaml(text, name)
+        return load_yaml(text, name)
     except ReaderError as exc:  # a character YAML refuses (NUL, DEL, other controls)
         at = exc.position
         where = SourceRef(name, text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at))
@@ -423,79 +266,6 @@ def _parse_yaml(text: str, name: str) -> Any:
         raise SourceError(message, SourceRef(name)) from None
     except RecursionError:
         raise SourceError("malformed YAML: nested too deeply", SourceRef(name)) from None
-
-
-def _load_yaml(text: str, name: str) -> Any:
-    """The C loader (fast) or, where libyaml is stricter than YAML 1.2 (`{op: Compute::X}`: a
-    plain scalar holding `::` in a flow mapping), the pure-Python one, which also reports the
-    error when the text is malformed. Either is bounded first (`_check_events`)."""
-    from ruamel.yaml.error import MarkedYAMLError
-
-    try:
-        _check_events(text, name, pure=False)
-        return _yaml("safe").load(text)
-    except MarkedYAMLError:
-        _check_events(text, name, pure=True)
-        return _yaml("safe", pure=True).load(text)
-
-
-@dataclass
-class _Open:
-    """A collection the parser is inside: its anchor and its values so far (aliases expanded)."""
-
-    anchor: str | None
-    values: int = 1  # itself
-
-
-def _check_events(text: str, name: str, pure: bool) -> None:
-    """Refuse, from the parser's events and before anything is built, YAML nested deeper than
-    MAX_DEPTH (the C composer recurses without a limit and segfaults near 40,000 levels) and
-    aliases or merge keys (`<<: [*a, *b]`, an alias too) adding more than MAX_VALUES values.
-    Each anchor's size is its values with the aliases in it expanded, so counting is linear in
-    the text however deep the expansion would go."""
-    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent
-
-    sizes: dict[str, int] = {}
-    stack: list[_Open] = [_Open(None)]
-    added = 0
-    for event in _yaml("safe", pure).parse(text):
-        if isinstance(event, CollectionStartEvent):
-            if len(stack) > MAX_DEPTH:
-                raise SourceError(
-                    f"document nested more than {MAX_DEPTH} levels deep", _at(name, event)
-                )
-            stack.append(_Open(event.anchor))
-        elif isinstance(event, CollectionEndEvent):
-            done = stack.pop()
-            stack[-1].values += done.values
-            if done.anchor is not None:
-                sizes[done.anchor] = done.values
-        elif isinstance(event, AliasEvent):
-            size = _alias_size(event, sizes, stack, name)
-            added += size
-            if added > MAX_VALUES:
-                message = (
-                    f"aliases and merge keys expand to more than {MAX_VALUES:,} values "
-                    "(an alias bomb?)"
-                )
-                raise SourceError(message, _at(name, event))
-            stack[-1].values += size
-        elif isinstance(event, NodeEvent):  # a scalar
-            stack[-1].values += 1
-            if event.anchor is not None:
-                sizes[event.anchor] = 1
-
-
-def _alias_size(event: Any, sizes: dict[str, int], stack: list[_Open], name: str) -> int:
-    """Values an alias stands for; an alias inside the collection it names is refused."""
-    if any(frame.anchor == event.anchor for frame in stack):
-        message = f"alias *{printable(event.anchor)} is inside the collection it names (a loop)"
-        raise SourceError(message, _at(name, event))
-    return sizes.get(event.anchor, 0)  # 0: undefined, which the composer reports
-
-
-def _at(name: str, event: Any) -> SourceRef:
-    return SourceRef(name, event.start_mark.line + 1, event.start_mark.column + 1)
 
 
 def _plain(data: Any, doc: Document) -> Any:

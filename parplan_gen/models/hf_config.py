@@ -18,140 +18,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from parplan_gen.inputs.errors import InputError, SourceRef, did_you_mean, shown_value
+from parplan_gen.inputs.errors import did_you_mean, shown_value
 from parplan_gen.inputs.safe_text import name_from_path
-from parplan_gen.inputs.source import Document, KeyPath, format_path, load_document
-from parplan_gen.models.transformer import MAX_LAYERS, MAX_WIDTH, MlpKind, ModelSpec
-
-_GELUS = frozenset(
-    {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate"}
-)
-
-
-LAYER_KEYS = frozenset({"num_hidden_layers", "n_layer", "num_layers", "n_layers"})
-
-
-class _Reader:
-    """Typed access to one config dict, with errors that point into its file."""
-
-    def __init__(self, data: dict[str, Any], doc: Document | None, where: KeyPath, name: str):
-        self.data, self.doc, self.prefix, self.name = data, doc, where, name
-        self.model_type = str(data.get("model_type"))
-
-    def ref(self, *path: str | int) -> SourceRef:
-        full = (*self.prefix, *path)
-        if self.doc is None:
-            return SourceRef(self.name, path=format_path(full))
-        return self.doc.ref(full)
-
-    def fail(self, key: str | None, message: str, *item: int) -> InputError:
-        """An InputError at `key` (at its list item `item`, when given), or at the config."""
-        return InputError(message, self.ref(key, *item) if key else self.ref())
-
-    def _first(self, keys: tuple[str, ...]) -> tuple[str, Any] | None:
-        for key in keys:
-            if self.data.get(key) is not None:  # null means "use the default", as in HF
-                return key, self.data[key]
-        return None
-
-    def req_int(self, *keys: str) -> int:
-        """A required positive integer under the first of `keys` present (aliases after it)."""
-        found = self._first(keys)
-        if found is None:
-            also = f" (or {', '.join(repr(k) for k in keys[1:])})" if keys[1:] else ""
-            raise self.fail(
-                None, f"missing required field '{keys[0]}'{also} for model_type '{self.model_type}'"
-            )
-        key, value = found
-        if self._int(key, value) == 0:
-            raise self.fail(key, f"'{key}' must be a positive integer, not 0")
-        return value
-
-    def opt_int(self, key: str, default: int) -> int:
-        """An optional integer; `default` is the config class's value."""
-        found = self._first((key,))
-        return default if found is None else self._int(*found)
-
-    def _int(self, key: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.fail(
-                key, f"'{key}' must be a non-negative integer, not {shown_value(value)}"
-            )
-        limit = MAX_LAYERS if key in LAYER_KEYS else MAX_WIDTH
-        if value > limit:  # per-layer tables and searches are sized by these numbers
-            raise self.fail(key, f"'{key}' is {shown_value(value)}; parplan reads at most {limit}")
-        return value
-
-    def opt_bool(self, key: str, default: bool) -> bool:
-        """An optional boolean; `default` is the config class's value."""
-        value = self.data.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(key, f"'{key}' must be true or false, not {value!r}")
-        return value
-
-    def opt_list(self, key: str) -> list[Any] | None:
-        """An optional list (None when absent or null)."""
-        value = self.data.get(key)
-        if value is not None and not isinstance(value, list):
-            raise self.fail(key, f"'{key}' must be a list, not {type(value).__name__}")
-        return value
-
-    def layer_indices(self, key: str) -> frozenset[int]:
-        """An optional list of 0-based layer indices (empty when absent or null)."""
-        indices = self.opt_list(key) or []
-        for i, value in enumerate(indices):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_LAYERS:
-                message = f"'{key}[{i}]' must be a layer index (0 to {MAX_LAYERS - 1})"
-                raise self.fail(key, f"{message}, not {shown_value(value)}", i)
-        return frozenset(indices)
-
-    def head_dim(self, hidden: int, heads: int, default: int | None = None) -> int:
-        """`head_dim` when given, else `default`, else hidden // heads (which must divide)."""
-        if self.data.get("head_dim") is not None or default is not None:
-            return self.opt_int("head_dim", default or 0)
-        if hidden % heads:
-            raise self.fail(None, f"hidden_size({hidden}) % num_attention_heads({heads}) != 0")
-        return hidden // heads
-
-    def mlp_kind(self, keys: tuple[str, ...], default: str, *, gated: bool) -> MlpKind:
-        """Map the activation name to an MLP kind (gated families: silu->swiglu, gelu->geglu)."""
-        found = self._first(keys)
-        key, act = found if found else (keys[0] if keys else None, default)
-        if not isinstance(act, str):
-            raise self.fail(key, f"'{key}' must be a string, not {act!r}")
-        if gated and act in ("silu", "swish"):
-            return "swiglu"
-        if act in _GELUS:
-            return "geglu" if gated else "gelu"
-        if not gated and act == "relu":
-            return "relu"
-        if not gated and act == "relu2":
-            return "squared_relu"
-        kind = "gated " if gated else ""
-        raise self.fail(key, f"activation '{act}' is not supported in a {kind}MLP")
-
-    def refuse(self, key: str, value: Any, why: str) -> None:
-        """Refuse a feature ModelSpec cannot express when `key` equals `value`."""
-        if key in self.data and self.data[key] == value:
-            raise self.fail(key, f"'{key}: {value}' is not supported: {why}")
-
-    def window_layers(self, num_layers: int, default: list[bool]) -> tuple[bool, ...]:
-        """Per-layer sliding flags from `layer_types` when given, else `default`."""
-        types = self.opt_list("layer_types")
-        if types is None:
-            return tuple(default)
-        if len(types) != num_layers:
-            raise self.fail("layer_types", f"has {len(types)} entries; num_layers is {num_layers}")
-        known = {"sliding_attention": True, "full_attention": False}
-        for i, value in enumerate(types):
-            if not isinstance(value, str) or value not in known:
-                use = " or ".join(map(repr, known))
-                message = f"layer type {shown_value(value)} is not supported (use {use})"
-                raise self.fail("layer_types", message, i)
-        return tuple(known[t] for t in types)
-
+from parplan_gen.inputs.source import Document, KeyPath, load_document
+from parplan_gen.models.hf_reader import ConfigReader
+from parplan_gen.models.transformer import ModelSpec
 
 Spec = dict[str, Any]
 _MAX_POS = "max_position_embeddings"
@@ -161,7 +32,7 @@ _HF_NAMES = (("hidden_size",), ("num_attention_heads",), ("num_hidden_layers",))
 
 
 def _base(
-    r: _Reader,
+    r: ConfigReader,
     names: tuple[tuple[str, ...], ...] = _HF_NAMES,
     *,
     act: tuple[tuple[str, ...], str, bool],
@@ -198,7 +69,7 @@ _GPT2_NAMES = (("n_embd",), ("n_head",), ("n_layer",))
 _GPT2_ACT = (("activation_function",), "gelu_new", False)
 
 
-def _gpt2(r: _Reader) -> Spec:
+def _gpt2(r: ConfigReader) -> Spec:
     r.refuse("add_cross_attention", True, "encoder-decoder cross-attention")
     s = _base(
         r, _GPT2_NAMES, act=_GPT2_ACT, tied=True, max_pos=("n_positions", 1024), pos="learned"
@@ -207,7 +78,7 @@ def _gpt2(r: _Reader) -> Spec:
     return s | _biases(True, True, True)
 
 
-def _gptj(r: _Reader) -> Spec:
+def _gptj(r: ConfigReader) -> Spec:
     s = _base(r, _GPT2_NAMES, act=_GPT2_ACT, tied=False, max_pos=("n_positions", 2048))
     s["ffn_hidden_size"] = r.opt_int("n_inner", 4 * s["hidden_size"])  # GPTJMLP: 4h if None
     s |= {"norms_per_layer": 1, "parallel_attn_mlp": True}  # GPTJBlock: one ln_1 feeds both
@@ -215,7 +86,7 @@ def _gptj(r: _Reader) -> Spec:
     return s | _biases(False, False, True)  # GPTJAttention projections have no bias
 
 
-def _gpt_neox(r: _Reader) -> Spec:
+def _gpt_neox(r: ConfigReader) -> Spec:
     s = _base(r, act=(("hidden_act",), "gelu", False), tied=False, max_pos=(_MAX_POS, 2048))
     s["ffn_hidden_size"] = r.req_int("intermediate_size")
     s["parallel_attn_mlp"] = r.opt_bool("use_parallel_residual", True)
@@ -223,7 +94,7 @@ def _gpt_neox(r: _Reader) -> Spec:
     return s | _biases(bias, bias, True)  # GPTNeoXMLP always has biases
 
 
-def _bloom(r: _Reader) -> Spec:
+def _bloom(r: ConfigReader) -> Spec:
     names = (("hidden_size", "n_embed"), ("n_head", "num_attention_heads"))
     names += (("n_layer", "num_hidden_layers"),)
     # ALiBi has no position table; BLOOM trained at 2048 tokens (model card, "Sequence length")
@@ -233,7 +104,7 @@ def _bloom(r: _Reader) -> Spec:
     return s | _biases(True, True, True)
 
 
-def _opt(r: _Reader) -> Spec:
+def _opt(r: ConfigReader) -> Spec:
     act = (("activation_function",), "relu", False)
     s = _base(r, act=act, tied=True, max_pos=(_MAX_POS, 2048), pos="learned")
     # OPTLearnedPositionalEmbedding stores 2 extra rows (its offset); they are not counted.
@@ -247,7 +118,7 @@ def _opt(r: _Reader) -> Spec:
     return s | _biases(bias, bias, bias)
 
 
-def _falcon(r: _Reader) -> Spec:
+def _falcon(r: ConfigReader) -> Spec:
     names = (("hidden_size", "n_embed"), ("num_attention_heads", "n_head"))
     names += (("num_hidden_layers", "n_layer"),)
     act = (("activation",), "gelu", False)
@@ -270,14 +141,14 @@ def _falcon(r: _Reader) -> Spec:
 _SILU = (("hidden_act",), "silu", True)
 
 
-def _llama(r: _Reader) -> Spec:
+def _llama(r: ConfigReader) -> Spec:
     s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 2048), norm="rmsnorm")
     s["ffn_hidden_size"] = r.req_int("intermediate_size")
     bias = r.opt_bool("attention_bias", False)
     return s | _biases(bias, bias, r.opt_bool("mlp_bias", False))
 
 
-def _mistral(r: _Reader) -> Spec:
+def _mistral(r: ConfigReader) -> Spec:
     s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 4096 * 32), norm="rmsnorm")
     s["ffn_hidden_size"] = r.req_int("intermediate_size")
     # MistralConfig: sliding_window defaults to 4096 when absent; an explicit null means none.
@@ -285,7 +156,7 @@ def _mistral(r: _Reader) -> Spec:
     return s | {"sliding_window": window or None}
 
 
-def _qwen_window(r: _Reader, num_layers: int, alternate: bool) -> Spec:
+def _qwen_window(r: ConfigReader, num_layers: int, alternate: bool) -> Spec:
     """Qwen2 family: windows only with use_sliding_window; which layers per the config class."""
     if not r.opt_bool("use_sliding_window", False):
         return {}
@@ -300,14 +171,14 @@ def _qwen_window(r: _Reader, num_layers: int, alternate: bool) -> Spec:
     return {"sliding_window": r.opt_int("sliding_window", 4096), "sliding_window_layers": layers}
 
 
-def _qwen2(r: _Reader) -> Spec:
+def _qwen2(r: ConfigReader) -> Spec:
     s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 32768), norm="rmsnorm")
     s["ffn_hidden_size"] = r.req_int("intermediate_size")
     s |= _qwen_window(r, s["num_layers"], alternate=False)
     return s | _biases(True, False, False)  # Qwen2Attention: q/k/v biased, o_proj not
 
 
-def _nemotron(r: _Reader) -> Spec:
+def _nemotron(r: ConfigReader) -> Spec:
     # NemotronLayerNorm1P is a LayerNorm with weight and bias; MLP up -> relu^2 -> down
     act = (("hidden_act",), "relu2", False)
     s = _base(r, act=act, tied=False, max_pos=(_MAX_POS, 4096))
@@ -316,7 +187,7 @@ def _nemotron(r: _Reader) -> Spec:
     return s | _biases(bias, bias, r.opt_bool("mlp_bias", False))
 
 
-def _gemma(r: _Reader) -> Spec:
+def _gemma(r: ConfigReader) -> Spec:
     # GemmaConfig defaults: gelu_pytorch_tanh (gated), tied embeddings, head_dim 256
     act = (("hidden_activation", "hidden_act"), "gelu_pytorch_tanh", True)
     s = _base(r, act=act, tied=True, max_pos=(_MAX_POS, 8192), norm="rmsnorm", head_dim=256)
@@ -325,7 +196,7 @@ def _gemma(r: _Reader) -> Spec:
     return s | _biases(bias, bias, False)
 
 
-def _moe(r: _Reader, experts: tuple[str, ...], width: str, mask: list[bool] | None) -> Spec:
+def _moe(r: ConfigReader, experts: tuple[str, ...], width: str, mask: list[bool] | None) -> Spec:
     """Expert count, k and width; `moe_layers` only when some layers are dense."""
     spec: Spec = {
         "num_experts": r.req_int(*experts),
@@ -339,13 +210,13 @@ def _moe(r: _Reader, experts: tuple[str, ...], width: str, mask: list[bool] | No
     return spec
 
 
-def _mixtral(r: _Reader) -> Spec:
+def _mixtral(r: ConfigReader) -> Spec:
     s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 4096 * 32), norm="rmsnorm")
     s |= _moe(r, ("num_local_experts",), "intermediate_size", None)
     return s | {"sliding_window": r.opt_int("sliding_window", 0) or None}  # default None
 
 
-def _qwen_moe(r: _Reader, *, shared: bool) -> Spec:
+def _qwen_moe(r: ConfigReader, *, shared: bool) -> Spec:
     """Qwen2-MoE / Qwen3-MoE: a layer is MoE unless in mlp_only_layers or off decoder_sparse_step."""
     s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 32768), norm="rmsnorm")
     layers, step = s["num_layers"], r.opt_int("decoder_sparse_step", 1)
@@ -361,7 +232,7 @@ def _qwen_moe(r: _Reader, *, shared: bool) -> Spec:
     return s | {"qk_norm": True} | _biases(bias, bias, False)  # Qwen3MoeAttention q/k_norm
 
 
-def _deepseek_v3(r: _Reader) -> Spec:
+def _deepseek_v3(r: ConfigReader) -> Spec:
     # head_dim=1 is a placeholder: the MLA head widths are set below
     s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 4096), norm="rmsnorm", head_dim=1)
     first_dense = r.opt_int("first_k_dense_replace", 3)  # DeepseekV3Config default
@@ -381,7 +252,7 @@ def _deepseek_v3(r: _Reader) -> Spec:
     return s | _biases(bias, bias, False)
 
 
-def _gpt_oss(r: _Reader) -> Spec:
+def _gpt_oss(r: ConfigReader) -> Spec:
     # GptOssConfig defaults: 8 KV heads, head_dim 64, window 128, attention_bias true
     pos = (_MAX_POS, 131072)
     s = _base(r, act=_SILU, tied=False, max_pos=pos, norm="rmsnorm", kv=8, head_dim=64)
@@ -395,7 +266,7 @@ def _gpt_oss(r: _Reader) -> Spec:
     return s | _biases(bias, bias, True)  # GptOssExperts: gate_up_proj_bias, down_proj_bias
 
 
-READERS: dict[str, Callable[[_Reader], Spec]] = {
+READERS: dict[str, Callable[[ConfigReader], Spec]] = {
     "gpt2": _gpt2,
     "gpt_neox": _gpt_neox,
     "gptj": _gptj,
@@ -425,7 +296,7 @@ def spec_from_hf_dict(
 ) -> ModelSpec:
     """Build a ModelSpec from a parsed config.json (`data`, found at `key_path` in `doc`)."""
     label = doc.name if doc is not None else "<config>"
-    r = _Reader(data if isinstance(data, dict) else {}, doc, key_path, label)
+    r = ConfigReader(data if isinstance(data, dict) else {}, doc, key_path, label)
     if not isinstance(data, dict):
         raise r.fail(None, f"a Hugging Face config must be a mapping, not {type(data).__name__}")
     model_type = data.get("model_type")

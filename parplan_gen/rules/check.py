@@ -23,7 +23,9 @@ from parplan_gen.inputs.errors import FormulaError, InputError, ParplanError, Ru
 from parplan_gen.inputs.resources import builtin_rules_dir
 from parplan_gen.inputs.source import Document, KeyPath, load_document
 from parplan_gen.inputs.validation import all_errors
-from parplan_gen.rules.formulas import MAX_TEXT, Expect, Formula, FormulaLibrary, TextTemplate
+from parplan_gen.rules.formula_runtime import Expect, Formula
+from parplan_gen.rules.formula_translate import MAX_TEXT
+from parplan_gen.rules.formulas import FormulaLibrary, TextTemplate
 from parplan_gen.rules.ruleset import MAX_RULE_FILE_BYTES, RuleSet, load_rule_file, load_rules
 from parplan_gen.rules.schema import RuleFile, Value
 
@@ -105,7 +107,7 @@ def check_rules(dirs: Sequence[str | Path] = ()) -> CheckReport:
 
 
 class Checker:
-    """The collector `load_rules` reports to (see `ruleset.Collector`)."""
+    """The collector `load_rules` reports to (see `layers.Collector`)."""
 
     def __init__(self) -> None:
         self.errors: list[ParplanError] = []

@@ -19,8 +19,9 @@ from parplan_gen.inputs.errors import FormulaError, InputError, SourceRef
 from parplan_gen.inputs.resources import builtin_rules_dir
 from parplan_gen.models.graph import ModelGraph
 from parplan_gen.rules.engine import Opportunity, Proposal, analyze, propose
-from parplan_gen.rules.formulas import Formula
-from parplan_gen.rules.ruleset import CompiledOpportunity, CompiledProposal, RuleOrigin, RuleSet
+from parplan_gen.rules.formula_runtime import Formula
+from parplan_gen.rules.layers import RuleOrigin
+from parplan_gen.rules.ruleset import CompiledOpportunity, CompiledProposal, RuleSet
 
 _FIELDS = ("min_devices", "memory_per_device", "communication_overhead", "speedup")
 _MISSING = object()

@@ -3,8 +3,9 @@
 Layers: the built-in `rules/` first, then each `--rules DIR` in order. Within a layer every rule
 id and named formula is defined once; a later layer replaces a rule with the same id (in the
 place the original had) or adds new ones, may redefine a named formula or one estimate figure,
-and may switch rules of earlier layers off (`disable: [ids]`). All formulas are compiled here,
-once; the engine only evaluates them.
+and may switch rules of earlier layers off (`disable: [ids]`); `layers` merges them. Owns the
+compiled rule types (`RuleSet`, `Compiled*`), reading the rule files and compiling every
+formula, here, once; the engine only evaluates them.
 
 Loading stops at the first error, unless a `Collector` is given (`parplan rules check`): then
 each file, rule and formula is tried on its own and every problem goes to the collector.
@@ -12,39 +13,40 @@ each file, rule and formula is tried on its own and every problem goes to the co
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
 
-from parplan_gen.inputs.errors import MAX_HINT_CHARS, RuleError, SourceRef
+from parplan_gen.inputs.defaults import MIB
+from parplan_gen.inputs.errors import RuleError, SourceRef
 from parplan_gen.inputs.resources import builtin_rules_dir
 from parplan_gen.inputs.safe_text import printable
-from parplan_gen.inputs.source import MIB, Document, load_document
+from parplan_gen.inputs.source import Document, load_document
 from parplan_gen.inputs.validation import validate
 from parplan_gen.models.graph import canonical_op
+from parplan_gen.models.kind import MODEL_KINDS, ModelKind
 from parplan_gen.rules import vocabulary
-from parplan_gen.rules.formulas import Formula, FormulaLibrary, TextTemplate
-from parplan_gen.rules.schema import ConstraintRule, OpportunityRule, ProposalRule, RuleFile, Value
-from parplan_gen.rules.vocabulary import MODEL_KINDS, ModelKind
+from parplan_gen.rules.formula_runtime import Formula
+from parplan_gen.rules.formulas import FormulaLibrary, TextTemplate
+from parplan_gen.rules.layers import (
+    Collector,
+    Entry,
+    Merged,
+    Override,
+    RuleOrigin,
+    attempt,
+    figure_label,
+    merge_layer,
+)
+from parplan_gen.rules.schema import ConstraintRule, OpportunityRule, ProposalRule, RuleFile
 
 BUILTIN_LAYER = "built-in"
 # A rule file is written by hand: the built-in ones together are under 100 KB. Each rule is
 # validated and its formulas compiled, ~1 ms per rule: 1 MiB of rules loads in seconds.
 MAX_RULE_FILE_BYTES = MIB
 SETTING_KEY = r"^[a-z][a-z0-9_]*$"
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class RuleOrigin:
-    """Where a rule was defined: its file position and the layer it came from."""
-
-    where: SourceRef
-    layer: str
 
 
 @dataclass(frozen=True)
@@ -101,37 +103,6 @@ class EstimateFormula:
         return figure_label((self.model_kind, self.section, self.key))
 
 
-def figure_label(figure: tuple[str, str, str]) -> str:
-    """How an estimate figure (model kind, section, key) is named in messages."""
-    kind, section, key = figure
-    name = f"estimate.{section}.{key}"
-    return name if kind == "transformer" else f"{name} ({kind} models)"
-
-
-@dataclass(frozen=True)
-class Override:
-    """A rule or named formula of one layer replaced (or, `disabled`, switched off) by a later
-    layer; `by` is the replacement or the `disable` entry."""
-
-    id: str
-    replaced: RuleOrigin
-    by: RuleOrigin
-    disabled: bool = False
-
-
-class Collector(Protocol):
-    """Receives problems instead of loading stopping at the first (see `rules_check`)."""
-
-    def attempt(self, step: Callable[[], T]) -> T | None:
-        """`step()`, or None when it raised an input error (which the collector keeps)."""
-
-    def load_file(self, path: Path) -> tuple[Document, RuleFile] | None:
-        """The file with its invalid entries left out, or None when nothing of it is usable."""
-
-    def library(self, named: Mapping[str, tuple[Value, SourceRef]]) -> FormulaLibrary:
-        """A library of the valid named formulas whose compile() collects instead of raising."""
-
-
 @dataclass(frozen=True)
 class RuleSet:
     """Everything the engine needs: compiled rules in order, and where each came from."""
@@ -145,24 +116,6 @@ class RuleSet:
     estimate: tuple[EstimateFormula, ...] = field(default=())
 
 
-@dataclass
-class _Entry:
-    kind: str  # "opportunity" | "proposal" | "constraint"
-    section: str  # "opportunities" | "proposals" | "constraints"
-    rule: OpportunityRule | ProposalRule | ConstraintRule
-    doc: Document
-    path: tuple[str | int, ...]
-    origin: RuleOrigin
-
-
-@dataclass
-class _Merged:
-    rules: dict[str, _Entry] = field(default_factory=dict)
-    formulas: dict[str, tuple[Any, RuleOrigin]] = field(default_factory=dict)
-    overrides: list[Override] = field(default_factory=list)
-    estimate: dict[tuple[str, str, str], tuple[Any, RuleOrigin]] = field(default_factory=dict)
-
-
 def load_rules(
     extra_dirs: Sequence[str | Path] = (),
     *,
@@ -174,14 +127,10 @@ def load_rules(
     With `collect`, problems go to it and the result holds the rules that are valid."""
     layers: list[tuple[str, Path]] = [(BUILTIN_LAYER, builtin_rules_dir())] if builtin else []
     layers += [(str(d), Path(d)) for d in extra_dirs]
-    merged = _Merged()
+    merged = Merged()
     for layer, directory in layers:
-        _merge_layer(merged, layer, _load_layer(directory, collect), collect)
+        merge_layer(merged, layer, _load_layer(directory, collect), collect)
     return _compile(merged, tuple(name for name, _ in layers), collect)
-
-
-def _attempt(collect: Collector | None, step: Callable[[], T]) -> T | None:
-    return step() if collect is None else collect.attempt(step)
 
 
 def _load_layer(directory: Path, collect: Collector | None) -> list[tuple[Document, RuleFile]]:
@@ -229,133 +178,7 @@ def load_rule_file(path: Path) -> tuple[Document, RuleFile]:
     return doc, validate(RuleFile, data, doc, error=RuleError)
 
 
-def _merge_layer(
-    merged: _Merged,
-    layer: str,
-    files: list[tuple[Document, RuleFile]],
-    collect: Collector | None = None,
-) -> None:
-    seen_rules: dict[str, RuleOrigin] = {}
-    seen_formulas: dict[str, RuleOrigin] = {}
-    disables: list[tuple[str, RuleOrigin]] = []
-    for doc, parsed in files:
-        for name, value in parsed.formulas.items():
-            origin = RuleOrigin(doc.ref(("formulas", name)), layer)
-            _attempt(collect, partial(_merge_formula, merged, seen_formulas, name, value, origin))
-        sections = (
-            ("opportunity", "opportunities", parsed.opportunities),
-            ("proposal", "proposals", parsed.proposals),
-            ("constraint", "constraints", parsed.constraints),
-        )
-        for kind, section, rules in sections:
-            for index, rule in enumerate(rules):
-                path = (section, index)
-                entry = _Entry(kind, section, rule, doc, path, RuleOrigin(doc.ref(path), layer))
-                _attempt(collect, partial(_merge_rule, merged, seen_rules, entry))
-        _merge_estimate(merged, layer, doc, parsed, seen_formulas, collect)
-        disables += [
-            (rule_id, RuleOrigin(doc.ref(("disable", i)), layer))
-            for i, rule_id in enumerate(parsed.disable)
-        ]
-    for rule_id, origin in disables:  # after the whole layer, so file order does not matter
-        _attempt(collect, partial(_disable, merged, rule_id, origin))
-
-
-def _merge_formula(
-    merged: _Merged, seen: dict[str, RuleOrigin], name: str, value: Any, origin: RuleOrigin
-) -> None:
-    _refuse_duplicate(seen, name, origin, "named formula")
-    if name in merged.formulas:
-        merged.overrides.append(Override(name, merged.formulas[name][1], origin))
-    merged.formulas[name] = (value, origin)
-
-
-def _merge_rule(merged: _Merged, seen: dict[str, RuleOrigin], entry: _Entry) -> None:
-    rule_id, origin = entry.rule.id, entry.origin
-    _refuse_duplicate(seen, rule_id, origin, "rule id")
-    old = merged.rules.get(rule_id)
-    if old is not None and old.kind != entry.kind:
-        raise RuleError(
-            f"rule '{rule_id}' is under `{entry.section}` here but under `{old.section}` at "
-            f"{old.origin.where}; an override must keep the kind",
-            origin.where,
-        )
-    if old is not None:
-        merged.overrides.append(Override(rule_id, old.origin, origin))
-    merged.rules[rule_id] = entry
-
-
-def _disable(merged: _Merged, rule_id: str, origin: RuleOrigin) -> None:
-    """Switch off the rule `rule_id` of an earlier layer."""
-    entry = merged.rules.get(rule_id)
-    shown = printable(rule_id)
-    if entry is not None and entry.origin.layer == origin.layer:
-        raise RuleError(
-            f"cannot disable rule '{shown}': it is defined in this same layer at "
-            f"{entry.origin.where}; delete it there instead",
-            origin.where,
-        )
-    if entry is None:
-        earlier = [o for o in merged.overrides if o.disabled and o.id == rule_id]
-        if earlier:
-            reason = f"it is already disabled at {earlier[-1].by.where}"
-        elif rule_id in merged.formulas:
-            reason = "it is a named formula (redefine it instead)"
-        else:  # a long id is no misspelling, and difflib's time grows with its length
-            close = len(rule_id) <= MAX_HINT_CHARS
-            hint = difflib.get_close_matches(rule_id, list(merged.rules), n=1) if close else []
-            reason = "no earlier layer defines it" + (
-                f" (did you mean '{hint[0]}'?)" if hint else ""
-            )
-        raise RuleError(f"cannot disable rule '{shown}': {reason}", origin.where)
-    del merged.rules[rule_id]
-    merged.overrides.append(Override(rule_id, entry.origin, origin, disabled=True))
-
-
-def _merge_estimate(
-    merged: _Merged,
-    layer: str,
-    doc: Document,
-    parsed: RuleFile,
-    seen: dict[str, RuleOrigin],
-    collect: Collector | None = None,
-) -> None:
-    """Estimate figures merge key by key: a later layer may replace one figure."""
-    if parsed.estimate is None:
-        return
-    kind = parsed.estimate.model_kind
-    for section in ("memory", "time", "throughput"):
-        for key, value in getattr(parsed.estimate, section).items():
-            origin = RuleOrigin(doc.ref(("estimate", section, key)), layer)
-            figure = (kind, section, key)
-            _attempt(collect, partial(_merge_figure, merged, seen, figure, value, origin))
-
-
-def _merge_figure(
-    merged: _Merged,
-    seen: dict[str, RuleOrigin],
-    figure: tuple[str, str, str],
-    value: Any,
-    origin: RuleOrigin,
-) -> None:
-    name = figure_label(figure)
-    _refuse_duplicate(seen, name, origin, "estimate figure")
-    old = merged.estimate.get(figure)
-    if old is not None:
-        merged.overrides.append(Override(name, old[1], origin))
-    merged.estimate[figure] = (value, origin)
-
-
-def _refuse_duplicate(seen: dict[str, RuleOrigin], key: str, origin: RuleOrigin, what: str) -> None:
-    if key in seen:
-        raise RuleError(
-            f"duplicate {what} '{printable(key)}' (first defined at {seen[key].where})",
-            origin.where,
-        )
-    seen[key] = origin
-
-
-def _compile(merged: _Merged, layers: tuple[str, ...], collect: Collector | None = None) -> RuleSet:
+def _compile(merged: Merged, layers: tuple[str, ...], collect: Collector | None = None) -> RuleSet:
     named = {n: (v, o.where) for n, (v, o) in merged.formulas.items()}
     library = FormulaLibrary(named) if collect is None else collect.library(named)
     opportunities: list[CompiledOpportunity] = []
@@ -363,13 +186,13 @@ def _compile(merged: _Merged, layers: tuple[str, ...], collect: Collector | None
     constraints: list[CompiledConstraint] = []
     for entry in merged.rules.values():
         if entry.kind == "opportunity":
-            opportunity = _attempt(collect, partial(_compile_opportunity, library, entry))
+            opportunity = attempt(collect, partial(_compile_opportunity, library, entry))
             opportunities += [opportunity] if opportunity else []
         elif entry.kind == "proposal":
-            proposal = _attempt(collect, partial(_compile_proposal, library, entry))
+            proposal = attempt(collect, partial(_compile_proposal, library, entry))
             proposals += [proposal] if proposal else []
         else:
-            constraint = _attempt(collect, partial(_compile_constraint, library, entry))
+            constraint = attempt(collect, partial(_compile_constraint, library, entry))
             constraints += [constraint] if constraint else []
     estimate = tuple(
         EstimateFormula(
@@ -388,7 +211,7 @@ def _compile(merged: _Merged, layers: tuple[str, ...], collect: Collector | None
     )
 
 
-def _compile_constraint(library: FormulaLibrary, entry: _Entry) -> CompiledConstraint:
+def _compile_constraint(library: FormulaLibrary, entry: Entry) -> CompiledConstraint:
     rule = entry.rule
     assert isinstance(rule, ConstraintRule)
 
@@ -422,7 +245,7 @@ def _kinds_with_values(
     return kinds
 
 
-def _compile_opportunity(library: FormulaLibrary, entry: _Entry) -> CompiledOpportunity:
+def _compile_opportunity(library: FormulaLibrary, entry: Entry) -> CompiledOpportunity:
     rule = entry.rule
     assert isinstance(rule, OpportunityRule)
     context = rule.scope
@@ -444,7 +267,7 @@ def _compile_opportunity(library: FormulaLibrary, entry: _Entry) -> CompiledOppo
     )
 
 
-def _compile_proposal(library: FormulaLibrary, entry: _Entry) -> CompiledProposal:
+def _compile_proposal(library: FormulaLibrary, entry: Entry) -> CompiledProposal:
     rule = entry.rule
     assert isinstance(rule, ProposalRule)
 

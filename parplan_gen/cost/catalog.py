@@ -1,0 +1,366 @@
+"""Hardware catalog: the GPUs, networks and intra-node links shipped in `parplan_gen/data/`
+(`gpus.yaml`, `networks.yaml`: every figure with its source, units in the key names, and each
+figure's physical range), and the conversion of those figures to SI (bytes, FLOP/s, bytes/s in
+one direction, seconds). `load_catalog` reads and checks it once per process; `gpu` looks a GPU
+up by name or alias. `docs/clusters.md` documents the catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from parplan_gen.inputs.defaults import GIB
+from parplan_gen.inputs.errors import InputError, SourceRef, did_you_mean, shown_value
+from parplan_gen.inputs.source import Document, KeyPath, parse_document
+from parplan_gen.inputs.validation import validate
+
+# Unit definitions (not figures: every figure lives in the YAML with its source).
+TERA = 1e12
+GIGA = 1e9
+BITS_PER_BYTE = 8
+NANOS_PER_MICRO = 1000
+NANOS_PER_S = 10**9
+DIRECTIONS = 2  # vendors add both directions of a link ("bidirectional" bandwidth)
+
+Vendor = Literal["nvidia", "amd"]
+Architecture = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3"]
+FormFactor = Literal["sxm", "pcie", "oam"]
+LinkKind = Literal["nvlink", "xgmi", "pcie"]
+NetworkKind = Literal["infiniband", "roce", "ethernet"]
+Precision = Literal["bf16", "fp16", "fp8"]
+
+
+class RawData(BaseModel):
+    """Data as written in YAML: strict types, no unknown keys, no NaN/inf."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class GPUFigures(RawData):
+    """A GPU's figures in catalog units; a cluster file's `overrides:` may set any of them."""
+
+    memory_gib: PositiveFloat = Field(description="GPU memory, GiB (2**30 bytes).")
+    bf16_dense_tflops: PositiveFloat | None = Field(description="Dense BF16 peak, 1e12 FLOP/s.")
+    fp16_dense_tflops: PositiveFloat | None = Field(description="Dense FP16 peak, 1e12 FLOP/s.")
+    fp8_dense_tflops: PositiveFloat | None = Field(description="Dense FP8 peak, 1e12 FLOP/s.")
+    memory_bandwidth_tb_per_s: PositiveFloat = Field(description="Memory bandwidth, 1e12 B/s.")
+    intra_node_link: LinkKind = Field(description="How GPUs of one node talk to each other.")
+    intra_node_gb_per_s_bidirectional: PositiveFloat = Field(
+        description="GPU-to-GPU bandwidth per GPU in a node, both directions added, 1e9 B/s."
+    )
+    nvswitch: bool = Field(description="The node's GPUs meet in an NVSwitch (NVLS possible).")
+
+
+class ReferenceNode(RawData):
+    """The vendor system whose scale-out network is a GPU's default inter-node network."""
+
+    system: str
+    network: str
+    nics_per_node: PositiveInt
+    gpus_per_node: PositiveInt
+
+
+class _Sourced(RawData):
+    sources: dict[str, str] = Field(description="Figure key -> where the figure comes from.")
+    unverified: list[str] = Field([], description="Figures not re-checked against a primary.")
+
+
+class CatalogGPU(GPUFigures, _Sourced):
+    display_name: str
+    vendor: Vendor
+    architecture: Architecture
+    form_factor: FormFactor
+    aliases: list[str] = []
+    reference_node: ReferenceNode
+
+
+class CatalogNetwork(_Sourced):
+    display_name: str
+    kind: NetworkKind
+    aliases: list[str] = []
+    gbps_per_port: PositiveFloat
+    latency_us: PositiveFloat
+
+
+class CatalogLink(_Sourced):
+    display_name: str
+    latency_us: PositiveFloat
+
+
+class FigureRange(RawData):
+    """The physical range of one figure (`ranges:` in the data files), in catalog units."""
+
+    min: PositiveFloat
+    max: PositiveFloat
+    source: str = Field(min_length=1, description="Where the ends come from.")
+
+
+class _GPUFile(RawData):
+    ranges: dict[str, FigureRange]
+    gpus: dict[str, CatalogGPU]
+
+
+class _Links(RawData):
+    nvlink: CatalogLink
+    xgmi: CatalogLink
+    pcie: CatalogLink
+
+
+class _NetworkFile(RawData):
+    ranges: dict[str, FigureRange]
+    networks: dict[str, CatalogNetwork]
+    intra_node_links: _Links
+
+
+GPU_FIGURE_KEYS = (*GPUFigures.model_fields, "reference_node")
+NETWORK_FIGURE_KEYS = ("gbps_per_port", "latency_us")
+LINK_FIGURE_KEYS = ("latency_us",)
+# Figures with a physical range, by data file: every number a GPU, network, link or cluster has.
+GPU_RANGED_KEYS = (
+    "memory_gib", "bf16_dense_tflops", "fp16_dense_tflops", "fp8_dense_tflops",
+    "memory_bandwidth_tb_per_s", "intra_node_gb_per_s_bidirectional",
+)  # fmt: skip
+NETWORK_RANGED_KEYS = ("gbps_per_port", "gbps_per_gpu", "latency_us")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A figure's physical range and the data file entry that gives it (with its source)."""
+
+    low: float
+    high: float
+    origin: str  # `parplan_gen/data/gpus.yaml ranges.memory_gib`
+
+    def problem(self, value: float) -> str | None:
+        """Why `value` is not a physical value of the figure, or None."""
+        if self.low <= value <= self.high:
+            return None
+        return (
+            f"{shown_value(value)} is outside the physical range {self.low:g} to {self.high:g} "
+            f"({self.origin})"
+        )
+
+
+class SIModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class GPU(SIModel):
+    """One GPU in SI units (dense peaks; bandwidths in one direction)."""
+
+    name: str = Field(description="Catalog name, e.g. `h100-sxm-80gb`.")
+    display_name: str
+    vendor: Vendor
+    architecture: Architecture
+    form_factor: FormFactor
+    memory_bytes: PositiveInt
+    bf16_flops: PositiveFloat | None = Field(description="Dense BF16 peak, FLOP/s; None: none.")
+    fp16_flops: PositiveFloat | None = Field(description="Dense FP16 peak, FLOP/s; None: none.")
+    fp8_flops: PositiveFloat | None = Field(description="Dense FP8 peak, FLOP/s; None: none.")
+    memory_bandwidth_bytes_per_s: PositiveFloat
+    intra_node_link: LinkKind
+    intra_node_bytes_per_s: PositiveFloat = Field(description="Per GPU, one direction, B/s.")
+    nvswitch: bool
+    reference_node: ReferenceNode
+
+    def peak_flops(self, precision: Precision) -> float:
+        """Dense peak FLOP/s for `precision`; an InputError when the GPU has no such mode."""
+        peak = {"bf16": self.bf16_flops, "fp16": self.fp16_flops, "fp8": self.fp8_flops}[precision]
+        if peak is None:
+            have = [p for p in ("bf16", "fp16", "fp8") if getattr(self, f"{p}_flops") is not None]
+            raise InputError(
+                f"{self.name} has no {precision} tensor-core peak (it has: {', '.join(have)})"
+            )
+        return peak
+
+
+class Network(SIModel):
+    """An inter-node network (one NIC port) in SI units."""
+
+    name: str
+    display_name: str
+    kind: NetworkKind
+    port_bytes_per_s: PositiveFloat = Field(description="One port, one direction, B/s.")
+    latency_s: PositiveFloat = Field(description="Per-step latency of a collective, s.")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The loaded catalog: SI models by canonical name, plus the raw entries and alias maps."""
+
+    gpus: dict[str, GPU]
+    gpu_specs: dict[str, CatalogGPU]
+    networks: dict[str, Network]
+    link_latency_s: dict[str, float]  # intra-node link kind -> per-step latency, s
+    gpu_names: dict[str, str]  # normalized name or alias -> canonical name
+    network_names: dict[str, str]
+    ranges: dict[str, Bounds]  # figure key -> its physical range, catalog units
+
+    def gpu(self, name: str) -> GPU:
+        return self.gpus[lookup("GPU", name, self.gpu_names)]
+
+    def network(self, name: str) -> Network:
+        return self.networks[lookup("network", name, self.network_names)]
+
+
+def _read_data(filename: str) -> Document:
+    path = resources.files("parplan_gen").joinpath("data").joinpath(filename)
+    return parse_document(path.read_text(encoding="utf-8"), f"parplan_gen/data/{filename}")
+
+
+def _check_sources(doc: Document, path: KeyPath, entry: _Sourced, keys: tuple[str, ...]) -> None:
+    """Every figure names a source; `sources` and `unverified` name only figures."""
+    for key in keys:
+        if not entry.sources.get(key, "").strip():
+            raise InputError(f"figure '{key}' names no source", doc.ref((*path, "sources")))
+    for group, named in (("sources", list(entry.sources)), ("unverified", entry.unverified)):
+        for key in named:
+            if key not in keys:
+                where = doc.ref((*path, group))
+                raise InputError(f"'{key}' is not a figure (figures: {', '.join(keys)})", where)
+
+
+def _alias_map(doc: Document, section: str, entries: dict[str, Any]) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for name, entry in entries.items():
+        for alias in (name, *entry.aliases):
+            key = _normalize(alias)
+            if names.setdefault(key, name) != name:
+                raise InputError(f"name '{alias}' is used twice", doc.ref((section, name)))
+    return names
+
+
+def si(value: float, unit: float) -> float:
+    """`value` in `unit` as a whole number of SI units (no float noise: 2.039 TB/s -> 2.039e12)."""
+    return float(round(value * unit))
+
+
+def seconds(microseconds: float) -> float:
+    """Microseconds to seconds, via whole nanoseconds (5.7 us -> exactly 5.7e-6)."""
+    return round(microseconds * NANOS_PER_MICRO) / NANOS_PER_S
+
+
+def gpu_from_figures(name: str, spec: CatalogGPU, figures: GPUFigures) -> GPU:
+    """Convert catalog-unit figures to a `GPU` in SI units."""
+
+    def tera(value: float | None) -> float | None:
+        return None if value is None else si(value, TERA)
+
+    return GPU(
+        name=name,
+        display_name=spec.display_name,
+        vendor=spec.vendor,
+        architecture=spec.architecture,
+        form_factor=spec.form_factor,
+        memory_bytes=round(figures.memory_gib * GIB),
+        bf16_flops=tera(figures.bf16_dense_tflops),
+        fp16_flops=tera(figures.fp16_dense_tflops),
+        fp8_flops=tera(figures.fp8_dense_tflops),
+        memory_bandwidth_bytes_per_s=si(figures.memory_bandwidth_tb_per_s, TERA),
+        intra_node_link=figures.intra_node_link,
+        intra_node_bytes_per_s=si(figures.intra_node_gb_per_s_bidirectional, GIGA / DIRECTIONS),
+        nvswitch=figures.nvswitch,
+        reference_node=spec.reference_node,
+    )
+
+
+def _ranges(
+    doc: Document, ranges: dict[str, FigureRange], keys: tuple[str, ...]
+) -> dict[str, Bounds]:
+    """The `ranges:` of a data file, which must give exactly `keys`, each with min <= max."""
+    missing, unknown = sorted(set(keys) - set(ranges)), sorted(set(ranges) - set(keys))
+    if missing or unknown:
+        raise InputError(
+            f"ranges must give exactly {', '.join(keys)} (missing: {', '.join(missing) or '-'}; "
+            f"unknown: {', '.join(unknown) or '-'})",
+            doc.ref(("ranges",)),
+        )
+    bounds = {}
+    for key, r in ranges.items():
+        if r.min > r.max:
+            raise InputError(f"min({r.min:g}) > max({r.max:g})", doc.ref(("ranges", key)))
+        bounds[key] = Bounds(r.min, r.max, f"{doc.name} ranges.{key}")
+    return bounds
+
+
+def check_ranges(
+    ranges: Mapping[str, Bounds], figures: Mapping[str, float | None], doc: Document, path: KeyPath
+) -> None:
+    """An InputError at `path.key` in `doc` for the first of `figures` (key -> value in catalog
+    units; None: not given) outside its physical range."""
+    for key, value in figures.items():
+        problem = None if value is None else ranges[key].problem(value)
+        if problem:
+            raise InputError(problem, doc.ref((*path, key)))
+
+
+@cache
+def load_catalog() -> Catalog:
+    """Read the shipped catalog (once per process), checking every figure has a source and lies
+    in its physical range."""
+    gdoc, ndoc = _read_data("gpus.yaml"), _read_data("networks.yaml")
+    gfile = validate(_GPUFile, gdoc.data, gdoc)
+    nfile = validate(_NetworkFile, ndoc.data, ndoc)
+    ranges = _ranges(gdoc, gfile.ranges, GPU_RANGED_KEYS)
+    ranges |= _ranges(ndoc, nfile.ranges, NETWORK_RANGED_KEYS)
+    networks: dict[str, Network] = {}
+    for name, net in nfile.networks.items():
+        _check_sources(ndoc, ("networks", name), net, NETWORK_FIGURE_KEYS)
+        figures = net.model_dump(include=set(NETWORK_FIGURE_KEYS))
+        check_ranges(ranges, figures, ndoc, ("networks", name))
+        networks[name] = Network(
+            name=name,
+            display_name=net.display_name,
+            kind=net.kind,
+            port_bytes_per_s=si(net.gbps_per_port, GIGA / BITS_PER_BYTE),
+            latency_s=seconds(net.latency_us),
+        )
+    link_latency: dict[str, float] = {}
+    for kind in _Links.model_fields:
+        link: CatalogLink = getattr(nfile.intra_node_links, kind)
+        _check_sources(ndoc, ("intra_node_links", kind), link, LINK_FIGURE_KEYS)
+        check_ranges(ranges, {"latency_us": link.latency_us}, ndoc, ("intra_node_links", kind))
+        link_latency[kind] = seconds(link.latency_us)
+    gpus: dict[str, GPU] = {}
+    for name, spec in gfile.gpus.items():
+        _check_sources(gdoc, ("gpus", name), spec, GPU_FIGURE_KEYS)
+        figures = spec.model_dump(include=set(GPU_RANGED_KEYS))
+        check_ranges(ranges, figures, gdoc, ("gpus", name))
+        if spec.reference_node.network not in networks:
+            where = gdoc.ref(("gpus", name, "reference_node", "network"))
+            raise InputError(f"unknown network '{spec.reference_node.network}'", where)
+        gpus[name] = gpu_from_figures(name, spec, spec)
+    return Catalog(
+        gpus=gpus,
+        gpu_specs=dict(gfile.gpus),
+        networks=networks,
+        link_latency_s=link_latency,
+        gpu_names=_alias_map(gdoc, "gpus", gfile.gpus),
+        network_names=_alias_map(ndoc, "networks", nfile.networks),
+        ranges=ranges,
+    )
+
+
+def _normalize(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def lookup(kind: str, name: str, names: dict[str, str], where: SourceRef | None = None) -> str:
+    """The canonical name for `name` (case-insensitive, aliases allowed), or an InputError."""
+    key = _normalize(name)
+    if key in names:
+        return names[key]
+    known = ", ".join(sorted(set(names.values())))
+    hint = did_you_mean(key, names)
+    raise InputError(f"unknown {kind} {shown_value(name)}{hint} (known: {known})", where)
+
+
+def gpu(name: str) -> GPU:
+    """The catalog GPU called `name` or one of its aliases (case-insensitive)."""
+    return load_catalog().gpu(name)

@@ -1,0 +1,242 @@
+"""The attributes an imported ONNX node carries: `params` (weights first read by it), `flops`
+(2 x multiply-adds of matrix products), `activation_bytes`/`activation_elements` (its
+outputs) and the layer sizes its shapes say (features, channels, vocabulary), all computed from
+the tensor table (`Tensors`: shapes from shape inference, which tensors are data or weights).
+`onnx_import` describes what each attribute counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+BUFFER_INPUTS = {"BatchNormalization": (3, 4)}  # running mean and variance are not parameters
+_CONV_WEIGHT = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3}  # input index of the weight
+Shape = tuple[int | None, ...]
+Attr = int | float | str | bool
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """What shape inference (or an initializer) says about one tensor."""
+
+    shape: Shape | None  # None: rank unknown; a None dimension: size unknown
+    elem_type: int
+
+    @property
+    def known(self) -> bool:
+        return self.shape is not None and all(d is not None for d in self.shape)
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape or ())  # type: ignore[arg-type]  # callers check `known`
+
+
+class Tensors:
+    """Tensor name -> _Tensor; which tensors are data, and the weights each data tensor holds."""
+
+    def __init__(self, onnx: Any, graph: Any) -> None:
+        self._onnx = onnx
+        self._sizes: dict[int, int] = {}
+        self.table: dict[str, _Tensor] = {}
+        for info in (*graph.input, *graph.value_info, *graph.output):
+            self.table[info.name] = _from_value_info(info)
+        self.weights: dict[str, tuple[str, ...]] = {}  # data tensor -> the weights it derives from
+        for init in graph.initializer:
+            t = self.table[init.name] = _Tensor(tuple(init.dims), init.data_type)
+            self.weights[init.name] = (init.name,) if self.is_weight(t) else ()
+
+    def is_data(self, name: str) -> bool:
+        return name in self.weights
+
+    def fold(self, node: Any) -> None:
+        """Record the outputs of a folded node as data; a weight-like output carries the weights
+        of its inputs, or is a weight itself when they hold none (Constant, ConstantOfShape)."""
+        inherited = tuple(
+            dict.fromkeys(w for name in node.input for w in self.weights.get(name, ()))
+        )
+        for name in node.output:
+            weight_like = self.is_weight(self.get(name))
+            self.weights[name] = (inherited or (name,)) if weight_like else ()
+
+    def get(self, name: str) -> _Tensor:
+        return self.table.get(name) or _Tensor(None, 0)
+
+    def shape(self, name: str) -> Shape | None:
+        """The full shape of `name`, or None when any dimension is unknown."""
+        t = self.get(name)
+        return t.shape if t.known else None
+
+    def item_bytes(self, elem_type: int) -> int | None:
+        if elem_type not in self._sizes:
+            try:
+                dtype = self._onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+            except (KeyError, ValueError, TypeError):
+                return None
+            self._sizes[elem_type] = int(dtype.itemsize)
+        return self._sizes[elem_type]
+
+    def is_weight(self, t: _Tensor) -> bool:
+        """Floating point, or an integer of 8 bits or fewer (a quantized weight)."""
+        tp = self._onnx.TensorProto
+        if t.elem_type in (tp.BOOL, tp.STRING):
+            return False
+        size = self.item_bytes(t.elem_type)
+        is_float = t.elem_type in (tp.FLOAT, tp.DOUBLE, tp.FLOAT16, tp.BFLOAT16)
+        return size is not None and (is_float or size == 1)
+
+
+def _from_value_info(info: Any) -> _Tensor:
+    tensor_type = info.type.tensor_type
+    dims = tuple(
+        d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+        for d in tensor_type.shape.dim
+    )
+    return _Tensor(dims if tensor_type.HasField("shape") else None, tensor_type.elem_type)
+
+
+# --- reading and shape inference -------------------------------------------------------------
+
+
+def node_attrs(node: Any, op: str, tensors: Tensors, counted: set[str]) -> dict[str, Attr]:
+    attrs: dict[str, Attr] = {"params": _params(node, tensors, counted)}
+    sizes = {
+        "flops": _flops(node, tensors),
+        "activation_bytes": _output_bytes(node, tensors),
+        "activation_elements": _output_elements(node, tensors),
+    }
+    attrs.update({key: value for key, value in sizes.items() if value is not None})
+    if op != node.op_type:
+        attrs["onnx_op"] = node.op_type
+    if node.domain not in DEFAULT_DOMAINS:
+        attrs["domain"] = node.domain
+    attrs.update(_shape_facts(node, op, tensors))
+    return attrs
+
+
+def _params(node: Any, tensors: Tensors, counted: set[str]) -> int:
+    """Elements of the weights this node is the first to read."""
+    skip = BUFFER_INPUTS.get(node.op_type, ())
+    total = 0
+    for index, name in enumerate(node.input):
+        if index in skip:
+            continue
+        for weight in tensors.weights.get(name, ()):
+            t = tensors.get(weight)
+            if weight not in counted and t.known:
+                counted.add(weight)
+                total += t.elements
+    return total
+
+
+def _output_bytes(node: Any, tensors: Tensors) -> int | None:
+    total = 0
+    for name in filter(None, node.output):
+        t = tensors.get(name)
+        size = tensors.item_bytes(t.elem_type)
+        if not t.known or size is None:
+            return None
+        total += t.elements * size
+    return total
+
+
+def _output_elements(node: Any, tensors: Tensors) -> int | None:
+    total = 0
+    for name in filter(None, node.output):
+        t = tensors.get(name)
+        if not t.known:
+            return None
+        total += t.elements
+    return total
+
+
+# --- FLOPs: 2 x multiply-adds of matrix products ---------------------------------------------
+
+
+def _flops(node: Any, tensors: Tensors) -> int | None:
+    """Forward FLOPs; 0 for ops that are not matrix products, None when shapes are unknown."""
+    count = _FLOPS.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+    if count is None:
+        return 0
+    shapes = [tensors.shape(name) if name else None for name in node.input]
+    outputs = [tensors.shape(name) if name else None for name in node.output]
+    try:
+        macs = count(node, shapes, outputs)
+    except (TypeError, IndexError):  # a shape is unknown (None) or too short
+        return None
+    return 2 * macs
+
+
+def _matmul(node: Any, inputs: list[Shape | None], outputs: list[Shape | None]) -> int:
+    # out [..., M, N] = A [..., M, K] x B [..., K, N]: one multiply-add per output and K.
+    return math.prod(outputs[0]) * inputs[0][-1]  # type: ignore[arg-type, index]
+
+
+def _gemm(node: Any, inputs: list[Shape | None], outputs: list[Shape | None]) -> int:
+    # Y (M, N) = A' (M, K) x B' (K, N) (+ C, element-wise: not counted); A is (K, M) if transA.
+    trans_a = _int_attr(node, "transA", 0)
+    return math.prod(outputs[0]) * inputs[0][0 if trans_a else 1]  # type: ignore[arg-type, index]
+
+
+def _conv(node: Any, inputs: list[Shape | None], outputs: list[Shape | None]) -> int:
+    # W (C_out, C_in / groups, k...): each output element takes C_in / groups x prod(k) MACs.
+    weight = inputs[_CONV_WEIGHT[node.op_type]]
+    return math.prod(outputs[0]) * math.prod(weight[1:])  # type: ignore[arg-type, index]
+
+
+def _conv_transpose(node: Any, inputs: list[Shape | None], outputs: list[Shape | None]) -> int:
+    # W (C_in, C_out / groups, k...): each input element scatters into C_out/groups x prod(k).
+    return math.prod(inputs[0]) * math.prod(inputs[1][1:])  # type: ignore[arg-type, index]
+
+
+def _attention(node: Any, inputs: list[Shape | None], outputs: list[Shape | None]) -> int:
+    # Q K^T: one MAC per element of Q and key; softmax(.) V: one per element of Y and key.
+    # Keys: K is (B, S_kv, H_kv x D) or (B, H_kv, S_kv, D); `present_key` includes any past.
+    present = outputs[1] if len(outputs) > 1 else None
+    keys = (present or inputs[1])[-2]  # type: ignore[index]
+    return keys * (math.prod(inputs[0]) + math.prod(outputs[0]))  # type: ignore[arg-type]
+
+
+_MacCount = Callable[[Any, list[Shape | None], list[Shape | None]], int]
+_FLOPS: dict[str, _MacCount] = {
+    **dict.fromkeys(("MatMul", "MatMulInteger", "QLinearMatMul"), _matmul),
+    **dict.fromkeys(_CONV_WEIGHT, _conv),
+    "Gemm": _gemm,
+    "ConvTranspose": _conv_transpose,
+    "Attention": _attention,
+}
+
+
+def _int_attr(node: Any, name: str, default: int) -> int:
+    return next((int(a.i) for a in node.attribute if a.name == name), default)
+
+
+# --- shape facts that rules may read (node.attr.*) -------------------------------------------
+
+
+def _shape_facts(node: Any, op: str, tensors: Tensors) -> dict[str, Attr]:
+    """Layer sizes, where the shapes say them: features, channels, vocabulary."""
+    first = tensors.shape(node.input[0]) if node.input else None
+    out = tensors.shape(node.output[0]) if node.output else None
+    if op == "Conv2d" and node.op_type in _CONV_WEIGHT:
+        weight = tensors.shape(node.input[_CONV_WEIGHT[node.op_type]])
+        if weight is None or len(weight) < 3:
+            return {}
+        groups = _int_attr(node, "group", 1)
+        return {
+            "in_channels": weight[1] * groups,  # type: ignore[operator]
+            "out_channels": weight[0],  # type: ignore[dict-item]
+            "groups": groups,
+            "spatial_dims": len(weight) - 2,
+        }
+    if op == "MatMul" and first and out and node.op_type in ("MatMul", "Gemm"):
+        k = first[0] if _int_attr(node, "transA", 0) else first[-1]
+        return {"in_features": k, "out_features": out[-1]}  # type: ignore[dict-item]
+    if op == "BatchNorm" and len(node.input) > 1 and (scale := tensors.shape(node.input[1])):
+        return {"channels": math.prod(scale)}  # type: ignore[arg-type]
+    if op == "Embedding" and first and len(first) == 2:
+        return {"vocab_size": first[0], "hidden_size": first[1]}  # type: ignore[dict-item]
+    return {}
