@@ -1,7 +1,7 @@
 """Calibrate the cost model against published large-model training runs.
 
 Every entry of `published_runs.yaml` (default: ../shared/calibration/ next to the repository)
-becomes a ModelSpec, a Cluster and a Layout, goes through `CostModel.estimate`, and its
+becomes a ModelSpec, a Cluster and a Layout, goes through `planning.evaluate`, and its
 predicted TFLOP/s per GPU is compared with the published one: hardware FLOPs (recomputation
 counted) where the source counts them, model FLOPs otherwise (the file's `conventions`).
 Rows that cannot be evaluated are listed with the reason.
@@ -26,12 +26,14 @@ from typing import Any, Literal
 
 from ruamel.yaml import YAML
 
+from parplan_gen.cost.catalog import load_catalog
 from parplan_gen.cost.estimate import CostModel
-from parplan_gen.cost.hardware import Cluster, cluster_from_flags, load_catalog
+from parplan_gen.cost.hardware import Cluster, cluster_from_flags
 from parplan_gen.cost.layout import Layout, Recompute, build_layout
 from parplan_gen.inputs.errors import ParplanError, SourceRef
 from parplan_gen.inputs.resources import builtin_rules_dir
 from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -369,13 +371,13 @@ def load_cases(path: Path) -> tuple[list[Case], list[Skipped]]:
 # ---- evaluating ---------------------------------------------------------------------------------
 
 
-def evaluate(model: CostModel, cases: Sequence[Case]) -> list[Row]:
+def evaluate(model: Evaluator, cases: Sequence[Case]) -> list[Row]:
     """Predicted TFLOP/s per GPU of every case, in the metric its source uses."""
     rows = []
     for case in cases:
-        result = model.estimate(
+        result = model.evaluate(
             case.spec, case.cluster, case.layout, flash_attention=case.flash_attention
-        )
+        ).estimate
         throughput = result.throughput
         predicted = (
             throughput.hardware_tflops_per_gpu
@@ -477,7 +479,7 @@ def fit(
     """Coordinate descent on MAPE over FIT_PARAMETERS; returns (constants, MAPE)."""
 
     def mape(constants: Mapping[str, float]) -> float:
-        model = CostModel(load_rules_with(constants, extra_rules))
+        model = Evaluator(load_rules_with(constants, extra_rules))
         return Report(evaluate(model, cases)).mape
 
     best = dict(start)
@@ -528,7 +530,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
         out("fitted constants (rules/cost/efficiency.yaml):")
         out("\n".join(f"  {k}: {v}" for k, v in constants.items()))
         rules = load_rules_with(constants, args.rules)
-    out(format_report(Report(evaluate(CostModel(rules), cases), skipped)))
+    out(format_report(Report(evaluate(Evaluator(rules), cases), skipped)))
     if args.breakdown:
         out(format_breakdown(rules, cases))
     return 0

@@ -3,7 +3,7 @@
 Every row of `benchmarks/data/resnet50_dle.yaml` (NVIDIA DeepLearningExamples, ResNet-50 v1.5,
 pytorch-21.03 NGC container) becomes the `resnet-50` preset's GraphModelSpec, a Cluster (the
 row's cluster file) and a Layout (dp = GPUs, tp 1, mbs = the batch per GPU, grad_accum 1,
-ZeRO 0, fp16), goes through `CostModel(rules, "graph").estimate`, and its predicted images/s
+ZeRO 0, fp16), goes through `planning.evaluate`, and its predicted images/s
 is compared with the published one. Rows the cost model cannot take (TF32 / FP32: no such
 precision in the GPU catalog) are listed with the reason.
 
@@ -41,6 +41,7 @@ from parplan_gen.inputs.errors import ParplanError
 from parplan_gen.inputs.resources import builtin_rules_dir
 from parplan_gen.models.graph_model import GraphModelSpec
 from parplan_gen.models.load import load_model
+from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -155,7 +156,7 @@ def load_cases(path: Path) -> tuple[list[Case], list[Skipped]]:
     """The evaluable rows of `path` and the others with their reasons, in file order."""
     data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
     spec = load_model(data["model"])
-    if not isinstance(spec, GraphModelSpec):
+    if spec.kind != "graph":
         raise SystemExit(f"{path}: model {data['model']!r} is not an op-graph model")
     cases: list[Case] = []
     skipped: list[Skipped] = []
@@ -170,11 +171,11 @@ def load_cases(path: Path) -> tuple[list[Case], list[Skipped]]:
 # ---- evaluating -------------------------------------------------------------------------------
 
 
-def evaluate(model: CostModel, cases: Sequence[Case]) -> list[Row]:
+def evaluate(model: Evaluator, cases: Sequence[Case]) -> list[Row]:
     """Predicted images/s of every case (the graph cost model's `tokens_per_s` is samples/s)."""
     rows = []
     for case in cases:
-        result = model.estimate(case.spec, case.cluster, case.layout)
+        result = model.evaluate(case.spec, case.cluster, case.layout).estimate
         rows.append(Row(case, result.throughput.tokens_per_s, result.memory.fits))
     return rows
 
@@ -268,7 +269,7 @@ def fit(cases: Sequence[Case], extra_rules: Sequence[str]) -> tuple[float, float
         raise SystemExit("no single-GPU mixed-precision row to fit to")
 
     def objective(value: float) -> float:
-        model = CostModel(load_rules_with({FITTED: value}, extra_rules), "graph")
+        model = Evaluator(load_rules_with({FITTED: value}, extra_rules), "graph")
         return Report(evaluate(model, fitted)).mean_abs_log_error("fit")
 
     lo, hi = FIT_RANGE
@@ -312,7 +313,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
         rules = load_rules_with({FITTED: value}, args.rules)
     else:
         out(f"{FITTED}: {named_value(rules, FITTED, {})}")
-    out(format_report(Report(evaluate(CostModel(rules, "graph"), cases), skipped)))
+    out(format_report(Report(evaluate(Evaluator(rules, "graph"), cases), skipped)))
     if args.breakdown:
         out(format_breakdown(rules, cases))
     return 0

@@ -28,10 +28,11 @@ from calibration import DEFAULT_RUNS, Case, load_cases
 from plan_speed import COMMAND, best_of, time_command
 
 from parplan_gen.api import Plan, plan
-from parplan_gen.cost.estimate import Estimate, estimate_from_figures
+from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.layout import Layout
-from parplan_gen.planning.constraints import Violation, estimate_env
-from parplan_gen.planning.planner import PlanError, Planner
+from parplan_gen.planning.constraints import Violation
+from parplan_gen.planning.evaluate import evaluate
+from parplan_gen.planning.planner import PlanError
 from parplan_gen.planning.search_space import Request, SearchOptions, outside_search
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
@@ -108,20 +109,17 @@ def short_layout(layout: Layout) -> str:
     return " ".join(parts)
 
 
-def estimate_published(planner: Planner, case: Case) -> tuple[Estimate, tuple[Violation, ...]]:
+def estimate_published(rules: RuleSet, case: Case) -> tuple[Estimate, tuple[Violation, ...]]:
     """The published layout's estimate and every rule it breaks (what `parplan check` lists)."""
-    layout = case.layout
-    env = planner.cost.layout_env(
-        case.spec, case.cluster, layout, flash_attention=case.flash_attention
+    found = evaluate(
+        case.spec, case.cluster, case.layout, rules, flash_attention=case.flash_attention
     )
-    figures = planner.cost.figures(env)
-    env.update(estimate_env(figures))
-    return estimate_from_figures(layout, figures), tuple(planner.constraints.check(env))
+    return found.estimate, found.violations
 
 
 def compare(case: Case, rules: RuleSet, repeat: int = 1) -> Comparison:
     """Estimate the published layout, then plan the same request (timed, best of `repeat`)."""
-    published, violations = estimate_published(Planner(rules), case)
+    published, violations = estimate_published(rules, case)
     layout = case.layout
 
     def planned() -> Plan:
@@ -137,7 +135,7 @@ def compare(case: Case, rules: RuleSet, repeat: int = 1) -> Comparison:
     request = Request(
         case.spec, case.cluster, layout.global_batch, layout.seq_len, layout.precision,
         flash_attention=case.flash_attention,
-        options=SearchOptions.from_proposals(result.proposals),
+        options=SearchOptions.for_model(case.spec, result.proposals),
     )  # fmt: skip
     return Comparison(
         case.name, published, violations, outside_search(layout, request),

@@ -12,6 +12,8 @@ The public API is small; everything else is private to the package:
     plan.deepspeed_config()                       # dict for deepspeed.initialize(config=...)
     plan.megatron_args()                          # pretrain_gpt.py argument list
     plan.write("plan/")                           # every launch file, rendered
+    parplan_gen.estimate("llama-3-8b", {"gpus": 8, "gpu": "h100"}, {"tp": 2, "global_batch": 512})
+    parplan_gen.check("llama-3-8b", {"gpus": 8, "gpu": "h100"}, layout)  # rules broken, better
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "analyze", "load_graph", "load_rules", "plan", "propose"]
+__all__ = [
+    "__version__", "analyze", "check", "estimate", "load_graph", "load_rules", "plan", "propose",
+]  # fmt: skip
 
 if TYPE_CHECKING:
-    from parplan_gen.api import plan
+    from parplan_gen.api import check, estimate, plan
     from parplan_gen.models.graph import load_graph
     from parplan_gen.rules.engine import analyze, propose
     from parplan_gen.rules.ruleset import load_rules
@@ -34,6 +38,8 @@ _LAZY = {
     "load_graph": "parplan_gen.models.graph",
     "load_rules": "parplan_gen.rules.ruleset",
     "plan": "parplan_gen.api",
+    "estimate": "parplan_gen.api",
+    "check": "parplan_gen.api",
 }
 
 

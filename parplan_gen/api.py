@@ -8,6 +8,9 @@ Megatron-LM arguments, or write plan.json.
     ds_config = plan.deepspeed_config()   # deepspeed.initialize(config=ds_config)
     argv = plan.megatron_args()           # pretrain_gpt.py arguments
     plan.write("plan/")                   # plan.json
+    result = parplan_gen.estimate("llama-3-8b", {"gpus": 8, "gpu": "h100"},
+                                  {"tp": 2, "global_batch": 512, "seq_len": 8192})
+    result.fits, result.violations       # the memory rules' verdict, every rule broken
 
 This module also owns the advice for a request that nothing fits (`advise`): each piece is one
 change to the closest candidate, re-estimated.
@@ -24,16 +27,16 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from parplan_gen.cost.estimate import Estimate, TrainedModel, estimate_from_figures, model_kind
+from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import MAX_GPUS, Layout, check_sizes
+from parplan_gen.cost.layout import MAX_GPUS, Layout, build_layout, check_sizes
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.models.graph_model import GraphModelSpec
-from parplan_gen.models.load import sequence_length
-from parplan_gen.models.transformer import ModelSpec
-from parplan_gen.planning.constraints import Violation, estimate_env
+from parplan_gen.models.graph_model import AnyModelSpec
+from parplan_gen.models.kind import TrainedModel
+from parplan_gen.planning.constraints import Violation
 from parplan_gen.planning.document import PlanDocument
+from parplan_gen.planning.evaluate import Evaluation, evaluate
 from parplan_gen.planning.planner import Advice, PlanError, Planner, PlanResult
 from parplan_gen.planning.search_space import (
     Backend,
@@ -50,9 +53,9 @@ CLUSTER_KEYS = ("gpus", "gpu", "gpus_per_node", "inter_node_gbps")
 
 
 def load_model(model: TrainedModel | str | Path) -> TrainedModel:
-    """A ModelSpec or GraphModelSpec as given, else what a preset name (`parplan models`), a
-    Hugging Face config.json, a graph file or an ONNX model describes."""
-    if isinstance(model, ModelSpec | GraphModelSpec):
+    """A loaded model (ModelSpec, GraphModelSpec) as given, else what a preset name (`parplan
+    models`), a Hugging Face config.json, a graph file or an ONNX model describes."""
+    if not isinstance(model, str | Path):
         return model
     from parplan_gen.models.load import load_model as resolve
 
@@ -81,26 +84,9 @@ def proposals_for(
     spec: TrainedModel, cluster: Cluster, rules: RuleSet, seq_len: int
 ) -> list[Proposal]:
     """The rules engine's proposals for the model's op graph on the cluster's GPUs."""
-    from parplan_gen.models.transformer_graph import model_graph
     from parplan_gen.rules.engine import propose
 
-    graph = spec.graph if isinstance(spec, GraphModelSpec) else model_graph(spec, seq_len=seq_len)
-    return propose(graph, rules, cluster.num_gpus)
-
-
-def search_options(
-    spec: TrainedModel, proposals: list[Proposal], backend: Backend = "any"
-) -> SearchOptions:
-    """What the planner searches: for a transformer, as the proposals and the backend narrow
-    it; for a graph model, what its cost model estimates (it runs under DeepSpeed / torchrun)."""
-    if isinstance(spec, ModelSpec):
-        return SearchOptions.from_proposals(proposals, backend)
-    if backend == "megatron":
-        raise InputError(
-            f"--backend megatron: {spec.name} is an op-graph model; Megatron-LM trains "
-            "transformers, graph models are planned for DeepSpeed / torchrun"
-        )
-    return SearchOptions.for_graph_models()
+    return propose(spec.op_graph(seq_len), rules, cluster.num_gpus)
 
 
 class Plan(BaseModel):
@@ -108,7 +94,7 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     result: PlanResult
-    model: ModelSpec | GraphModelSpec
+    model: AnyModelSpec
     cluster: Cluster
     proposals: list[Proposal]
 
@@ -149,16 +135,16 @@ class Plan(BaseModel):
 
         return megatron_args(self.document())
 
-    def write(self, out_dir: str | Path, *, force: bool = False) -> list[Path]:
+    def write(self, out_dir: str | Path, **options: Any) -> list[Path]:
         """Render every file (plan.json, ds_config.json, megatron_args.sh for a transformer,
-        nccl.env, launchers, plan.md) into `out_dir`; an existing different file is refused
-        unless `force`."""
-        from parplan_gen.render.plan_files import output_names, render_plan
-        from parplan_gen.render.writer import write_rendered
+        nccl.env, launchers, plan.md) into `out_dir`. `options` are those of `parplan render`
+        (render.render_options.RenderOptions: templates, force, hf_trainer, force_nccl_algo,
+        megatron_version, deepspeed_version); an existing different file is refused unless
+        `force=True`."""
+        from parplan_gen.render.render_options import RenderOptions, write_plan
 
-        files = render_plan(self.document())
-        write_rendered(out_dir, files, force=force, retire=output_names())
-        return [Path(out_dir) / name for name in sorted(files)]
+        status = write_plan(self.document(), out_dir, RenderOptions(**options))
+        return [Path(out_dir) / name for name in sorted(status)]
 
 
 def plan(
@@ -183,13 +169,13 @@ def plan(
     check_choice("backend", backend, get_args(Backend))
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
-    seq_len = sequence_length(spec, seq_len)
+    seq_len = spec.sequence_length(seq_len)
     proposals = proposals_for(spec, machines, ruleset, seq_len)
     request = Request(
         spec, machines, global_batch, seq_len, precision, objective, top,  # type: ignore[arg-type]
-        flash_attention, search_options(spec, proposals, backend),
+        flash_attention, SearchOptions.for_model(spec, proposals, backend),
     )  # fmt: skip
-    planner = Planner(ruleset, model_kind=model_kind(spec))
+    planner = Planner(ruleset, spec.kind)
     result = planner.plan(request)
     if not result.feasible:
         result = result.model_copy(update={"advice": advise(planner, request, result)})
@@ -223,19 +209,23 @@ def _try_change(
     except ValidationError as exc:
         reason = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
         return Advice(change=label, fits=False, memory_total=None, note=f"{label}: {reason}")
-    env = planner.cost.layout_env(
+    found = planner.evaluator.evaluate(
         request.spec, request.cluster, layout, flash_attention=request.flash_attention
     )
     # A change the planner would not choose (an `invalid` or a `reject` rule) is no advice.
-    broken = planner.constraints.check(env, "layout")
+    layout_rules = {c.rule.id for c in planner.constraints.layout}
+    broken = [v for v in found.violations if v.rule_id in layout_rules]
     if broken:
         note = f"{label}: not possible with this layout ({broken[0].reason})"
         return Advice(change=label, fits=False, memory_total=None, note=note)
-    figures = planner.cost.figures(env)
-    env.update(estimate_env(figures))
-    fits = not planner.constraints.check(env, "estimate")
-    total, capacity = figures["memory_total"], figures["memory_capacity"]
-    verdict = "fits" if fits else f"still {(total - capacity) / GIB:.1f} GiB over"
+    fits = not found.violations
+    total, capacity = found.estimate.memory.total, found.estimate.memory.capacity
+    if fits:
+        verdict = "fits"
+    elif total > capacity:
+        verdict = f"still {(total - capacity) / GIB:.1f} GiB over"
+    else:
+        verdict = f"still breaks {found.violations[0].rule_id}"
     note = f"{label}: {total / GIB:.1f} GiB per GPU of {capacity / GIB:.1f} GiB, {verdict}"
     return Advice(change=label, fits=fits, memory_total=round(total), note=note)
 
@@ -275,7 +265,7 @@ class CheckReport(BaseModel):
     """`parplan check`: a layout's broken rules, its estimate, and a better plan if any."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    model: ModelSpec | GraphModelSpec
+    model: AnyModelSpec
     cluster: Cluster
     estimate: Estimate
     violations: list[Violation]
@@ -304,18 +294,14 @@ def check(
     cluster: Cluster | Mapping[str, Any] | str | Path,
     layout: Layout,
     *,
-    rules: Sequence[str | Path] = (),
+    rules: Sequence[str | Path] | RuleSet = (),
     flash_attention: bool = True,
 ) -> CheckReport:
     """Check an existing layout: every rule it breaks, its estimate (also when it cannot run),
     and the planner's choice for the same batch when that is faster."""
-    spec, machines, ruleset = load_model(model), load_cluster_spec(cluster), load_rules(rules)
-    planner = Planner(ruleset, model_kind=model_kind(spec))
-    env = planner.cost.layout_env(spec, machines, layout, flash_attention=flash_attention)
-    figures = planner.cost.figures(env)
-    env.update(estimate_env(figures))
-    violations = planner.constraints.check(env)
-    estimate = estimate_from_figures(layout, figures)
+    ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
+    spec, machines = load_model(model), load_cluster_spec(cluster)
+    found = estimate(spec, machines, layout, rules=ruleset, flash_attention=flash_attention)
     try:
         best = plan(
             spec, machines, global_batch=layout.global_batch, seq_len=layout.seq_len,
@@ -323,12 +309,33 @@ def check(
         )  # fmt: skip
     except PlanError:
         best = None
-    better = None
-    if best is not None and best.feasible:
-        ok = not violations
-        if not ok or best.chosen.time.step_s < estimate.time.step_s:
-            better = best.chosen
+    faster = best is not None and best.chosen.time.step_s < found.estimate.time.step_s
+    better = (
+        best.chosen if best is not None and best.feasible and (found.violations or faster) else None
+    )
     return CheckReport(
-        model=spec, cluster=machines, estimate=estimate, violations=violations, better=better,
-        planner_found=best is not None and best.feasible,
+        model=spec, cluster=machines, estimate=found.estimate, violations=list(found.violations),
+        better=better, planner_found=best is not None and best.feasible,
     )  # fmt: skip
+
+
+def estimate(
+    model: TrainedModel | str | Path,
+    cluster: Cluster | Mapping[str, Any] | str | Path,
+    layout: Layout | Mapping[str, Any],
+    *,
+    rules: Sequence[str | Path] | RuleSet = (),
+    flash_attention: bool = True,
+) -> Evaluation:
+    """Estimate one layout: its memory, time and throughput, and every constraint rule it
+    breaks; `fits` is the memory rules' verdict. `layout` is a Layout or its sizes as a dict
+    (`{"tp": 2, "global_batch": 512, "seq_len": 8192}`; dp defaults to what the other sizes
+    leave, `seq_len` to 2048 tokens for a transformer); `rules` layers rule directories over
+    the built-in ones (or is a loaded RuleSet)."""
+    ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
+    spec, machines = load_model(model), load_cluster_spec(cluster)
+    if not isinstance(layout, Layout):
+        sizes = dict(layout)
+        sizes["seq_len"] = spec.sequence_length(sizes.get("seq_len"))
+        layout = build_layout(machines.num_gpus, **sizes)
+    return evaluate(spec, machines, layout, ruleset, flash_attention=flash_attention)

@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 
+from parplan_gen.cost.catalog import load_catalog
 from parplan_gen.cost.estimate import CostModel
-from parplan_gen.cost.hardware import Cluster, cluster_from_flags, load_catalog
+from parplan_gen.cost.hardware import Cluster, cluster_from_flags
 from parplan_gen.cost.layout import Layout, build_layout
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.models.presets import load_preset, preset_names
 from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 from conftest import Run, load_benchmark
@@ -35,6 +37,11 @@ def rules() -> RuleSet:
 @pytest.fixture(scope="module")
 def cost(rules: RuleSet) -> CostModel:
     return CostModel(rules)
+
+
+@pytest.fixture(scope="module")
+def evaluator(rules: RuleSet) -> Evaluator:
+    return Evaluator(rules)
 
 
 def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, seq: int = 2048) -> ModelSpec:
@@ -236,11 +243,11 @@ def test_1f1b_in_flight_and_interleaving_factor(cost: CostModel) -> None:
 
 
 @pytest.mark.parametrize(("pp", "vpp", "m"), [(8, 1, 64), (8, 3, 64), (4, 2, 16)])
-def test_bubble_fraction(cost: CostModel, pp: int, vpp: int, m: int) -> None:
+def test_bubble_fraction(evaluator: Evaluator, pp: int, vpp: int, m: int) -> None:
     # Narayanan Sec. 2.2: bubble / ideal time = (p - 1) / (v m); 8, 3, 64 -> 7/192.
     spec = load_preset("gpt3-175b")
     layout = build_layout(8 * pp, tp=8, pp=pp, vpp=vpp, global_batch=m, seq_len=2048)
-    t = cost.estimate(spec, a100(8 * pp), layout).time
+    t = evaluator.evaluate(spec, a100(8 * pp), layout).estimate.time
     ideal = t.compute_s + t.tp_comm_s + t.cp_comm_s + t.ep_comm_s
     assert t.bubble_s / ideal == pytest.approx((pp - 1) / (vpp * m), rel=1e-12)
 
@@ -248,13 +255,14 @@ def test_bubble_fraction(cost: CostModel, pp: int, vpp: int, m: int) -> None:
 # ---- every preset on every GPU -------------------------------------------------------------------
 
 
-def test_every_preset_estimates_on_every_catalog_gpu(cost: CostModel) -> None:
+def test_every_preset_estimates_on_every_catalog_gpu(evaluator: Evaluator) -> None:
     for gpu in load_catalog().gpus.values():
         precision = "bf16" if gpu.bf16_flops else "fp16"
         cluster = cluster_from_flags(8, gpu.name)
         layout = build_layout(8, global_batch=8, seq_len=2048, precision=precision)
         for name in preset_names():
-            contract = cost.estimate(load_preset(name), cluster, layout).contract()
+            found = evaluator.evaluate(load_preset(name), cluster, layout)
+            contract = found.estimate.contract()
             for section in ("memory", "time", "throughput"):
                 for key, value in contract[section].items():
                     if key != "fits":

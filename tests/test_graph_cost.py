@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
-from parplan_gen.cost.estimate import CostModel, Estimate
+from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import cluster_from_flags
 from parplan_gen.cost.layout import build_layout
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.models.graph import Node, build_graph
 from parplan_gen.models.graph_model import SAVES_NO_INPUT, GraphModelSpec
 from parplan_gen.models.presets import load_graph_preset
+from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 from conftest import REPO, load_benchmark
@@ -75,8 +76,8 @@ def rules() -> RuleSet:
 
 
 @pytest.fixture(scope="module")
-def cost(rules: RuleSet) -> CostModel:
-    return CostModel(rules, "graph")
+def cost(rules: RuleSet) -> Evaluator:
+    return Evaluator(rules, "graph")
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,7 @@ def resnet() -> GraphModelSpec:
 
 
 def estimate(
-    cost: CostModel,
+    cost: Evaluator,
     spec: GraphModelSpec,
     gpus: int,
     *,
@@ -101,7 +102,7 @@ def estimate(
         gpus, tp=tp, mbs=mbs, global_batch=batch, seq_len=1, zero_stage=zero,
         recompute=recompute, precision=precision,
     )  # fmt: skip
-    return cost.estimate(spec, cluster_from_flags(gpus, gpu), layout)
+    return cost.evaluate(spec, cluster_from_flags(gpus, gpu), layout).estimate
 
 
 def named(rules: RuleSet, name: str, env: dict[str, Any]) -> float:
@@ -288,7 +289,7 @@ def test_a_conv_without_flops_is_refused() -> None:
 # ---- memory ---------------------------------------------------------------------------------
 
 
-def test_memory_parts_dp8_mbs64_zero0_and_zero2(cost: CostModel, resnet: GraphModelSpec) -> None:
+def test_memory_parts_dp8_mbs64_zero0_and_zero2(cost: Evaluator, resnet: GraphModelSpec) -> None:
     # memory.yaml (ZeRO Sec. 3.1): 2 B weights, 4 B fp32 grads without ZeRO (2 B with it),
     # 12 B of Adam state per parameter; ZeRO-2 shards grads and states over dp = 8.
     # Activations: what the backward keeps (S elements per image), 16-bit, x mbs / tp.
@@ -307,7 +308,7 @@ def test_memory_parts_dp8_mbs64_zero0_and_zero2(cost: CostModel, resnet: GraphMo
 # ---- data parallelism -----------------------------------------------------------------------
 
 
-def test_data_parallel_all_reduce_across_nodes(cost: CostModel, resnet: GraphModelSpec) -> None:
+def test_data_parallel_all_reduce_across_nodes(cost: Evaluator, resnet: GraphModelSpec) -> None:
     # 64 A100s = 8 DGX A100 nodes, dp 64, ZeRO 0: PyTorch DDP all-reduces the fp32 grads once
     # per step, 2 (n-1)/n x 4 B x P over the group's bus bandwidth.
     # The group crosses nodes with 8 ranks per node, so its rings use the node's 8 NICs:
@@ -340,7 +341,7 @@ def test_data_parallel_all_reduce_across_nodes(cost: CostModel, resnet: GraphMod
 
 
 def test_nccl_latency_inside_a_node_and_across_4_nodes(
-    rules: RuleSet, cost: CostModel, resnet: GraphModelSpec
+    rules: RuleSet, cost: Evaluator, resnet: GraphModelSpec
 ) -> None:
     # NCCL's tuning model (src/graph/tuning.cc, ncclTopoTuneModel), Simple protocol figures of
     # the catalog (NVLink 3.4 us, network 14 us per step). The data-parallel group of dp ranks
@@ -350,7 +351,7 @@ def test_nccl_latency_inside_a_node_and_across_4_nodes(
     #   tree all-reduce: 2 ((dp/nodes - 1) intra + floor(log2 nodes) inter)
     def latencies(gpus: int, tp: int, mbs: int, batch: int) -> tuple[float, ...]:
         layout = build_layout(gpus, tp=tp, mbs=mbs, global_batch=batch, seq_len=1)
-        env = cost.layout_env(resnet, cluster_from_flags(gpus, "a100-80gb"), layout)
+        env = cost.cost.layout_env(resnet, cluster_from_flags(gpus, "a100-80gb"), layout)
         names = ("graph_dp_nodes", "graph_ring_allreduce_latency", "graph_ring_gather_latency")
         return tuple(named(rules, n, env) for n in (*names, "graph_tree_allreduce_latency"))
 
@@ -385,7 +386,7 @@ def test_nccl_latency_inside_a_node_and_across_4_nodes(
 # ---- SyncBatchNorm --------------------------------------------------------------------------
 
 
-def test_sync_batchnorm_below_32_images_per_gpu(cost: CostModel, resnet: GraphModelSpec) -> None:
+def test_sync_batchnorm_below_32_images_per_gpu(cost: Evaluator, resnet: GraphModelSpec) -> None:
     # 256 A100s, batch 4096, dp 256: 16 images per GPU < 32 (Goyal et al. 2017 Sec. 2.3), so
     # BatchNorm statistics are synchronised (torch.nn.SyncBatchNorm). Per layer, the forward
     # all-gathers mean, invstd (C each) and a count, fp32, from every rank: (n-1) chunks of
@@ -427,7 +428,7 @@ def test_sync_batchnorm_below_32_images_per_gpu(cost: CostModel, resnet: GraphMo
     ],
 )
 def test_no_sync_batchnorm_at_32_images_or_one_replica(
-    cost: CostModel, resnet: GraphModelSpec, gpus: int, mbs: int, batch: int
+    cost: Evaluator, resnet: GraphModelSpec, gpus: int, mbs: int, batch: int
 ) -> None:
     assert estimate(cost, resnet, gpus, mbs=mbs, batch=batch).time.bn_comm_s == 0
 
@@ -436,7 +437,7 @@ def test_no_sync_batchnorm_at_32_images_or_one_replica(
 
 
 def test_host_launch_floor_binds_at_small_micro_batches(
-    cost: CostModel, resnet: GraphModelSpec
+    cost: Evaluator, resnet: GraphModelSpec
 ) -> None:
     # DLE inference (V100, AMP, batch 1-8): 12.78-13.65 ms per forward whatever the batch:
     # 73.4 us per node and pass. A training micro-batch is 3 passes over 174 nodes: 38.31 ms.
@@ -463,7 +464,7 @@ def test_host_launch_floor_binds_at_small_micro_batches(
     assert big.compute_s == pytest.approx(work, rel=1e-9)
 
 
-def test_channel_parallel_traffic_only_with_tp(cost: CostModel, resnet: GraphModelSpec) -> None:
+def test_channel_parallel_traffic_only_with_tp(cost: Evaluator, resnet: GraphModelSpec) -> None:
     # tp 2 inside a DGX A100: per micro-batch, one all-reduce of every conv/fc output (16-bit)
     # over NVLink, 2 (t-1)/t of the bytes, plus 2 (t-1) steps per split layer (54).
     tp_bytes = SPLIT_OUTPUTS * 64 * 2  # 1,422,717,952 B at mbs 64
@@ -481,7 +482,7 @@ def test_channel_parallel_traffic_only_with_tp(cost: CostModel, resnet: GraphMod
 
 
 def test_full_recompute_stores_2_over_sqrt_n_and_adds_a_forward(
-    cost: CostModel, resnet: GraphModelSpec
+    cost: Evaluator, resnet: GraphModelSpec
 ) -> None:
     # Chen et al. 2016 Sec. 4.1: checkpoints every sqrt(n) nodes keep 2 sqrt(n) of n outputs,
     # for one more forward pass: 4 passes of FLOPs instead of 3, 7 touches per element
@@ -515,7 +516,7 @@ def calibration_graph() -> ModuleType:
 
 
 def test_single_gpu_dle_rows_within_10_percent(
-    calibration_graph: ModuleType, cost: CostModel
+    calibration_graph: ModuleType, cost: Evaluator
 ) -> None:
     cases, skipped = calibration_graph.load_cases(
         REPO / "benchmarks" / "data" / "resnet50_dle.yaml"
@@ -557,7 +558,7 @@ def test_single_gpu_dle_rows_within_10_percent(
     # 538,246,967.2 B = 13,859,582,471 B = 12.91 GiB of 16.
     sixteen = rows["dgx1_v100_16gb_1gpu_amp"].case
     assert sixteen.cluster.gpu.memory_bytes == 16 * GIB
-    memory = cost.estimate(sixteen.spec, sixteen.cluster, sixteen.layout).memory
+    memory = cost.evaluate(sixteen.spec, sixteen.cluster, sixteen.layout).estimate.memory
     acts = S * 2 * 256
     total = 18 * P + acts + RESERVE + RESERVE_FRACTION * (2 * P + acts)
     assert memory.total == pytest.approx(total, abs=2)  # each part is rounded to a byte

@@ -182,7 +182,6 @@ def test_rules_list_names_graph_figures_by_kind(cli):
 
 
 def test_each_kind_gives_exactly_its_model_names():
-    from parplan_gen.cost.estimate import graph_model_env, model_env
     from parplan_gen.models.graph_model import GraphModelSpec
     from parplan_gen.models.presets import load_graph_preset, load_preset
     from parplan_gen.rules import vocabulary
@@ -191,5 +190,68 @@ def test_each_kind_gives_exactly_its_model_names():
         return {n.name for n in vocabulary.NAMES if n.namespace == "model" and kind in n.models}
 
     resnet = GraphModelSpec.from_graph(load_graph_preset("resnet-50"))
-    assert set(graph_model_env(resnet)) == declared("graph")
-    assert set(model_env(load_preset("llama-3-8b"), 2048)) == declared("transformer")
+    assert set(resnet.formula_values(1)) == declared("graph")
+    assert set(load_preset("llama-3-8b").formula_values(2048)) == declared("transformer")
+
+
+# ---- one model interface (models/kind.py) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "title", "unit", "heading", "batch", "layers", "backends", "dims"),
+    [
+        (
+            "llama-3-8b", "transformer", "llama-3-8b (8.03B params)", "tokens",
+            "Memory per GPU (most loaded stage)", "global batch 512 x 8192 tokens", 32,
+            ("megatron", "deepspeed"), ("dp", "tp", "pp", "cp", "ep", "vpp", "sp"),
+        ),
+        (
+            "resnet-50", "graph", "resnet-50 (25.6M params, op graph)", "samples",
+            "Memory per GPU", "global batch 512 samples", 1, ("deepspeed",), ("dp", "tp"),
+        ),
+    ],
+)  # fmt: skip
+def test_each_kind_answers_the_model_interface(
+    name, kind, title, unit, heading, batch, layers, backends, dims
+):
+    from parplan_gen.models.load import load_model
+
+    model = load_model(name)
+    assert model.kind == kind
+    assert model.title == title
+    assert model.unit == unit
+    assert model.memory_heading == heading
+    assert model.batch_text(512, 8192) == batch
+    assert model.pipeline_layers == layers
+    assert model.backends == backends
+    assert model.layout_dims == dims
+    assert model.op_graph(2048).nodes
+    assert "model.kind" in model.facts()
+
+
+def test_a_graph_model_has_no_sequence_length():
+    from parplan_gen.inputs.errors import InputError
+    from parplan_gen.models.load import load_model
+
+    resnet = load_model("resnet-50")
+    assert resnet.sequence_length(None) == resnet.sequence_length(1) == 1
+    with pytest.raises(InputError, match="--seq-len 4096: resnet-50 is an op-graph model"):
+        resnet.sequence_length(4096)
+    assert load_model("llama-3-8b").sequence_length(None) == 2048
+
+
+def test_no_module_outside_models_asks_which_class_a_model_is():
+    import re
+
+    from conftest import REPO
+
+    asks = re.compile(r"isinstance\([^)]*(ModelSpec|GraphModelSpec)|model_kind\(")
+    found = [
+        f"{path.relative_to(REPO)}:{n}"
+        for folder in ("parplan_gen", "benchmarks")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if "models" not in path.relative_to(REPO).parts
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if asks.search(line)
+    ]
+    assert found == []

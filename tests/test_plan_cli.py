@@ -189,3 +189,52 @@ def test_text_views_show_a_hostile_model_name_escaped(
         assert first.startswith("\\x1b[2Jxxxx"), first[:40]
         assert "... (47 more characters) (8.03B params) on 8 x h100-sxm-80gb" in first
         assert "\x1b" not in run.out
+
+
+# ---- the layout flags, defined once (cli/common.py) -------------------------------------------
+
+LAYOUT_DESTS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "global_batch", "seq_len")
+MEMORY_DESTS = ("zero", "distributed_optimizer", "recompute", "sequence_parallel", "precision")
+
+
+def _parsed(*argv: str):
+    from parplan_gen.cli.main import build_parser
+
+    return build_parser().parse_args(list(argv))
+
+
+def test_estimate_defaults_every_layout_flag() -> None:
+    args = _parsed("estimate", "llama-3-8b", *H100_8, "--global-batch", "64")
+    got = {k: getattr(args, k) for k in (*LAYOUT_DESTS, *MEMORY_DESTS)}
+    assert got == {
+        "tp": 1, "pp": 1, "dp": None, "cp": 1, "ep": 1, "vpp": 1, "mbs": 1, "global_batch": 64,
+        "seq_len": None, "zero": 0, "distributed_optimizer": False, "recompute": "none",
+        "sequence_parallel": False, "precision": "bf16",
+    }  # fmt: skip
+    assert args.no_flash_attention is False
+
+
+def test_check_leaves_unset_layout_flags_none_for_the_from_files() -> None:
+    args = _parsed("check", "llama-3-8b", *H100_8)
+    assert all(getattr(args, k) is None for k in (*LAYOUT_DESTS, *MEMORY_DESTS))
+    assert (args.from_deepspeed, args.from_megatron, args.no_flash_attention) == (None, None, False)
+
+
+def test_plan_estimate_and_check_share_the_batch_flags() -> None:
+    from parplan_gen.cli.main import build_parser
+
+    helps = {}
+    for command in ("plan", "estimate", "check"):
+        sub = build_parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
+        actions = {a.dest: a for a in sub._actions}
+        helps[command] = [
+            (actions[d].help, actions[d].metavar) for d in ("global_batch", "seq_len")
+        ]
+    assert helps["plan"] == helps["estimate"] == helps["check"]
+    assert _parsed("plan", "resnet-50", *H100_8, "--global-batch", "8").precision == "bf16"
+
+
+def test_estimate_needs_the_global_batch(cli: Callable[..., Run]) -> None:
+    run = cli("estimate", "llama-3-8b", *H100_8)
+    assert run.code == 2
+    assert "the following arguments are required: --global-batch" in run.err

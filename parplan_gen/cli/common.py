@@ -1,4 +1,5 @@
-"""Command-line pieces shared by several subcommands: cluster and layout options."""
+"""Command-line pieces shared by several subcommands: cluster, batch and layout options (each
+flag defined once here), JSON output."""
 
 from __future__ import annotations
 
@@ -8,11 +9,26 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN
 from parplan_gen.inputs.errors import UsageError
 from parplan_gen.inputs.number_text import ZERO_STAGES, positive_decimal, whole_number
 
 if TYPE_CHECKING:
     from parplan_gen.cost.hardware import Cluster
+    from parplan_gen.cost.layout import Layout
+
+PRECISIONS = ("bf16", "fp16", "fp8")
+RECOMPUTE = ("none", "selective", "full")
+# The layout's sizes as flags (each a size of layout.SIZE_LIMITS): dest, help, default.
+LAYOUT_SIZES: tuple[tuple[str, str, int | None], ...] = (
+    ("tp", "tensor-parallel size (default 1)", 1),
+    ("pp", "pipeline-parallel size (default 1)", 1),
+    ("dp", "data-parallel size (default: GPUs / (tp*pp*cp))", None),
+    ("cp", "context-parallel size (default 1)", 1),
+    ("ep", "expert-parallel size (default 1)", 1),
+    ("vpp", "model chunks per pipeline rank, interleaved schedule when > 1 (default 1)", 1),
+    ("mbs", "micro-batch size (default 1)", 1),
+)
 
 
 def _argument_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
@@ -103,6 +119,97 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="X",
         help="network bandwidth per GPU, Gb/s one direction (default: the GPU's reference system)",
+    )
+
+
+def add_batch_options(
+    group: argparse._ArgumentGroup, *, require_batch: bool = True, defaults: bool = True
+) -> None:
+    """--global-batch B [--seq-len S] [--precision P] [--no-flash-attention]: what a plan, an
+    estimate and a check share. `defaults=False` leaves --precision None when not given (for
+    `check`, whose --from-* files may set it)."""
+    group.add_argument(
+        "--global-batch",
+        type=size_type("global_batch"),
+        required=require_batch,
+        default=None,
+        metavar="B",
+        help="sequences (samples) per optimizer step",
+    )
+    group.add_argument(
+        "--seq-len",
+        type=size_type("seq_len"),
+        default=None,
+        metavar="S",
+        help=f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models have none)",
+    )
+    _add_choice(group, "--precision", PRECISIONS, defaults=defaults)
+    group.add_argument(
+        "--no-flash-attention", action="store_true", help="attention scores are stored"
+    )
+
+
+def _add_choice(
+    group: argparse._ArgumentGroup, flag: str, choices: tuple[str, ...], *, defaults: bool
+) -> None:
+    """A flag with `choices`, whose default is the first (None with `defaults=False`)."""
+    default = choices[0] if defaults else None
+    group.add_argument(flag, choices=choices, default=default, help=f"(default {choices[0]})")
+
+
+def add_layout_options(
+    parser: argparse.ArgumentParser,
+    *,
+    title: str = "layout",
+    defaults: bool = True,
+) -> argparse._ArgumentGroup:
+    """--tp --pp [--dp --cp --ep --vpp] --mbs, the batch options and the memory options.
+
+    `defaults=False` (`check`) makes every default None and --global-batch optional, so that a
+    flag that was not given can be told apart and filled from a --from-* file; the defaults
+    are then applied by the caller. Returns the group, for more options."""
+    group = parser.add_argument_group(title)
+    for dest, what, default in LAYOUT_SIZES:
+        group.add_argument(
+            "--" + dest, type=size_type(dest), default=default if defaults else None, help=what
+        )
+    add_batch_options(group, require_batch=defaults, defaults=defaults)
+    zero = group.add_mutually_exclusive_group()
+    zero.add_argument(
+        "--zero",
+        type=zero_stage,
+        choices=ZERO_STAGES,
+        default=0 if defaults else None,
+        help="ZeRO stage (default 0)",
+    )
+    zero.add_argument(
+        "--distributed-optimizer",
+        action="store_true",
+        default=False if defaults else None,
+        help="Megatron's distributed optimizer",
+    )
+    _add_choice(group, "--recompute", RECOMPUTE, defaults=defaults)
+    group.add_argument(
+        "--sequence-parallel", action="store_true", default=False if defaults else None
+    )
+    return group
+
+
+def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) -> Layout:
+    """The Layout the layout options (with their defaults) describe; LayoutError with the
+    equation if impossible."""
+    from parplan_gen.cost.layout import build_layout
+
+    return build_layout(
+        world_size,
+        **{dest: getattr(args, dest) for dest, _, _ in LAYOUT_SIZES},
+        global_batch=args.global_batch,
+        seq_len=seq_len,
+        zero_stage=args.zero,
+        distributed_optimizer=args.distributed_optimizer,
+        sequence_parallel=args.sequence_parallel,
+        recompute=args.recompute,
+        precision=args.precision,
     )
 
 

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from parplan_gen.cost.estimate import (
-    MEMORY_PARTS,
-    TIME_PARTS_BY_KIND,
-    Estimate,
-    TrainedModel,
-    model_kind,
-)
+from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.safe_text import printable
-from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.kind import TrainedModel
 
 BAR = 40  # characters for the whole capacity
 MAX_BAR = 3 * BAR  # a longer bar is cut and ends with ">" (a tiny GPU must not print megabytes)
@@ -29,33 +23,9 @@ TIME_LABELS = {
 }
 
 
-def model_title(spec: TrainedModel) -> str:
-    """`llama-3-8b (8.03B params)`, `resnet-50 (25.6M params, op graph)`; the name printable."""
-    name = printable(spec.name)
-    if isinstance(spec, GraphModelSpec):
-        count = f"{spec.params / 1e6:,.1f}M" if spec.params >= 1e5 else f"{spec.params:,}"
-        return f"{name} ({count} params, op graph)"
-    return f"{name} ({spec.total_params() / 1e9:.2f}B params)"
-
-
-def memory_heading(spec: TrainedModel) -> str:
-    """The memory section's title (a graph model has no pipeline stages)."""
-    if isinstance(spec, GraphModelSpec):
-        return "Memory per GPU"
-    return "Memory per GPU (most loaded stage)"
-
-
-def sample_unit(spec: TrainedModel) -> str:
-    """What a throughput counts: tokens of a transformer, samples of a graph model."""
-    return "samples" if isinstance(spec, GraphModelSpec) else "tokens"
-
-
 def batch_text(spec: TrainedModel, estimate: Estimate) -> str:
     """`global batch 512 x 8192 tokens`, or `global batch 4096 samples` for a graph model."""
-    p = estimate.plan
-    if isinstance(spec, GraphModelSpec):
-        return f"global batch {p.global_batch} samples"
-    return f"global batch {p.global_batch} x {p.seq_len} tokens"
+    return spec.batch_text(estimate.plan.global_batch, estimate.plan.seq_len)
 
 
 def layout_line(estimate: Estimate) -> str:
@@ -82,11 +52,13 @@ def memory_lines(estimate: Estimate) -> list[str]:
         length = round(BAR * value / m.capacity) if m.capacity else 0
         bar = "#" * length if length <= MAX_BAR else "#" * MAX_BAR + ">"
         lines.append(f"  {part:<12} {value / GIB:8.2f} GiB  {bar}")
-    verdict = (
-        f"fits, {(m.capacity - m.total) / GIB:.2f} GiB free"
-        if m.fits
-        else f"DOES NOT FIT by {(m.total - m.capacity) / GIB:.2f} GiB"
-    )
+    free = (m.capacity - m.total) / GIB
+    if m.fits:
+        verdict = f"fits, {free:.2f} GiB free"
+    elif m.total > m.capacity:
+        verdict = f"DOES NOT FIT by {-free:.2f} GiB"
+    else:  # an overlay's memory rule asks for more headroom
+        verdict = f"DOES NOT FIT the memory rules, {free:.2f} GiB free"
     lines.append(f"  {'total':<12} {m.total / GIB:8.2f} GiB of {m.capacity / GIB:.2f}: {verdict}")
     return lines
 
@@ -95,7 +67,7 @@ def time_lines(estimate: Estimate, spec: TrainedModel) -> list[str]:
     """Time per step by the parts `spec`'s kind of model has, with each part's share."""
     t = estimate.time
     lines = []
-    for key in TIME_PARTS_BY_KIND[model_kind(spec)]:
+    for key in spec.time_parts:
         label, value = TIME_LABELS[key], getattr(t, key)
         share = value / t.step_s if t.step_s else 0.0
         lines.append(f"  {label:<36} {value:10.4f} s  {share:6.1%}")
@@ -107,18 +79,18 @@ def estimate_text(spec: TrainedModel, cluster: Cluster, estimate: Estimate) -> s
     """The whole human view of `parplan estimate`."""
     th = estimate.throughput
     head = (
-        f"{model_title(spec)} on {cluster.num_gpus} x "
+        f"{spec.title} on {cluster.num_gpus} x "
         f"{printable(cluster.gpu.name)} ({cluster.num_nodes} node{'s' if cluster.num_nodes > 1 else ''})\n"
         f"layout: {layout_line(estimate)}, {batch_text(spec, estimate)}\n"
     )
     rates = (
-        f"  {sample_unit(spec)}/s {th.tokens_per_s:,.0f}   model TFLOP/s per GPU "
+        f"  {spec.unit}/s {th.tokens_per_s:,.0f}   model TFLOP/s per GPU "
         f"{th.model_tflops_per_gpu:.1f}"
         f"   hardware TFLOP/s per GPU {th.hardware_tflops_per_gpu:.1f}   MFU {th.mfu:.1%}"
     )
     body = [
         "",
-        memory_heading(spec),
+        spec.memory_heading,
         *memory_lines(estimate),
         "",
         "Time per step",

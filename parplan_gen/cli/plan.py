@@ -12,24 +12,23 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.common import (
+    LAYOUT_SIZES,
     TRAINED_MODEL_HELP,
-    ZERO_STAGES,
+    add_batch_options,
     add_cluster_options,
+    add_layout_options,
     add_rules_option,
     cluster_from_args,
     positive_int,
     print_json,
-    size_type,
-    zero_stage,
 )
 from parplan_gen.cli.render import add_render_options, out_folder, write_plan_files
-from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN, GIB
+from parplan_gen.inputs.defaults import GIB
 
 if TYPE_CHECKING:
     from parplan_gen.api import CheckReport, Plan
     from parplan_gen.cost.estimate import Estimate
-    from parplan_gen.models.graph_model import GraphModelSpec
-    from parplan_gen.models.transformer import ModelSpec
+    from parplan_gen.models.kind import TrainedModel
     from parplan_gen.planning.planner import PlanResult
 
 PLAN_EXAMPLE = (
@@ -83,7 +82,11 @@ def add_plan_commands(sub: Any) -> None:
     )
     check.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
     add_cluster_options(check)
-    _add_layout_options(check)
+    layout = add_layout_options(
+        check, title="layout (flags override --from-* files)", defaults=False
+    )
+    layout.add_argument("--from-deepspeed", metavar="FILE", help="read a DeepSpeed ds_config.json")
+    layout.add_argument("--from-megatron", metavar="FILE", help="read Megatron-LM arguments")
     add_rules_option(check)
     check.add_argument("--json", action="store_true", help="print JSON")
     check.set_defaults(handler=_cmd_check)
@@ -93,55 +96,14 @@ def _add_request_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
     add_cluster_options(parser)
     group = parser.add_argument_group("training")
-    group.add_argument("--global-batch", type=size_type("global_batch"), required=True, metavar="B")
-    group.add_argument(
-        "--seq-len",
-        type=size_type("seq_len"),
-        default=None,
-        metavar="S",
-        help=f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models have none)",
-    )
-    group.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default="bf16")
+    add_batch_options(group)
     group.add_argument(
         "--backend",
         choices=("any", "megatron", "deepspeed"),
         default="any",
         help="search only what Megatron-LM (distributed optimizer) or DeepSpeed (ZeRO) runs",
     )
-    group.add_argument(
-        "--no-flash-attention", action="store_true", help="attention scores are stored"
-    )
     add_rules_option(parser)
-
-
-def _add_layout_options(parser: argparse.ArgumentParser) -> None:
-    """Layout flags; unset ones come from --from-* files, then from the defaults."""
-    group = parser.add_argument_group("layout (flags override --from-* files)")
-    for flag, what in (  # each a size of layout.SIZE_LIMITS, named as the flag
-        ("--tp", "tensor-parallel size (default 1)"),
-        ("--pp", "pipeline-parallel size (default 1)"),
-        ("--dp", "data-parallel size (default: GPUs / (tp*pp*cp))"),
-        ("--cp", "context-parallel size (default 1)"),
-        ("--ep", "expert-parallel size (default 1)"),
-        ("--vpp", "model chunks per pipeline rank (default 1)"),
-        ("--mbs", "micro-batch size (default 1)"),
-        ("--global-batch", "sequences per optimizer step"),
-        ("--seq-len", f"tokens per sequence (default {DEFAULT_SEQ_LEN}; graph models: none)"),
-    ):
-        group.add_argument(
-            flag, type=size_type(flag[2:].replace("-", "_")), default=None, help=what
-        )
-    zero = group.add_mutually_exclusive_group()
-    zero.add_argument(
-        "--zero", type=zero_stage, choices=ZERO_STAGES, default=None, help="ZeRO stage"
-    )
-    zero.add_argument("--distributed-optimizer", action="store_true", default=None)
-    group.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
-    group.add_argument("--sequence-parallel", action="store_true", default=None)
-    group.add_argument("--precision", choices=("bf16", "fp16", "fp8"), default=None)
-    group.add_argument("--no-flash-attention", action="store_true")
-    group.add_argument("--from-deepspeed", metavar="FILE", help="read a DeepSpeed ds_config.json")
-    group.add_argument("--from-megatron", metavar="FILE", help="read Megatron-LM arguments")
 
 
 # ---- plan --------------------------------------------------------------------------------------
@@ -191,23 +153,16 @@ def _nothing_fits(plan: Plan, out: str) -> Exception:
 
 def plan_text(plan: Plan) -> str:
     """The human view of `parplan plan`."""
-    from parplan_gen.cli.estimate_view import (
-        batch_text,
-        layout_line,
-        memory_heading,
-        memory_lines,
-        model_title,
-        time_lines,
-    )
+    from parplan_gen.cli.estimate_view import batch_text, layout_line, memory_lines, time_lines
 
     r, spec, cluster = plan.result, plan.model, plan.cluster
     lines = [
-        f"{model_title(spec)} on {cluster.num_gpus} x {cluster.gpu.name}, "
+        f"{spec.title} on {cluster.num_gpus} x {cluster.gpu.name}, "
         f"{batch_text(spec, r.chosen)}, objective {r.objective}",
         "",
         ("Chosen: " if r.feasible else "NOTHING FITS. Closest candidate: ") + layout_line(r.chosen),
         "",
-        memory_heading(spec),
+        spec.memory_heading,
         *memory_lines(r.chosen),
         "",
         "Time per step",
@@ -224,12 +179,10 @@ def plan_text(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _throughput_line(estimate: Estimate, spec: ModelSpec | GraphModelSpec) -> str:
-    from parplan_gen.cli.estimate_view import sample_unit
-
+def _throughput_line(estimate: Estimate, spec: TrainedModel) -> str:
     th = estimate.throughput
     return (
-        f"Throughput: {th.tokens_per_s:,.0f} {sample_unit(spec)}/s, "
+        f"Throughput: {th.tokens_per_s:,.0f} {spec.unit}/s, "
         f"{th.model_tflops_per_gpu:.1f} model "
         f"TFLOP/s per GPU, MFU {th.mfu:.1%}"
     )
@@ -318,26 +271,18 @@ def check_text(report: CheckReport) -> str:
 
 # ---- reading existing layouts ------------------------------------------------------------------
 
-LAYOUT_FLAGS = ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "global_batch", "seq_len")
+LAYOUT_FLAGS = (*(dest for dest, _, _ in LAYOUT_SIZES), "global_batch", "seq_len")
 
 
-def layout_values(args: argparse.Namespace, spec: ModelSpec | GraphModelSpec) -> dict[str, Any]:
+def layout_values(args: argparse.Namespace, spec: TrainedModel) -> dict[str, Any]:
     """Layout fields: the defaults, then the --from-* files, then the explicit flags."""
-    from parplan_gen.inputs.errors import InputError, UsageError
-    from parplan_gen.models.load import sequence_length
-    from parplan_gen.models.transformer import ModelSpec
-    from parplan_gen.render.readers import deepspeed_values, megatron_values
+    from parplan_gen.inputs.errors import UsageError
+    from parplan_gen.render.readers import layout_from_files
 
     values: dict[str, Any] = {"tp": 1, "pp": 1}
-    if args.from_deepspeed:
-        values.update(deepspeed_values(args.from_deepspeed))
-    if args.from_megatron:
-        if not isinstance(spec, ModelSpec):
-            raise InputError(
-                f"--from-megatron: {spec.name} is an op-graph model; Megatron-LM arguments "
-                "describe transformers (use --from-deepspeed or the layout flags)"
-            )
-        values.update(megatron_values(args.from_megatron, spec.num_layers))
+    values.update(
+        layout_from_files(spec, deepspeed=args.from_deepspeed, megatron=args.from_megatron)
+    )
     flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}
     flags.update(
         {k: getattr(args, k) for k in ("recompute", "precision", "sequence_parallel")
@@ -350,5 +295,5 @@ def layout_values(args: argparse.Namespace, spec: ModelSpec | GraphModelSpec) ->
     values.update(flags)
     if "global_batch" not in values:
         raise UsageError("give --global-batch (or a file that sets it)")
-    values["seq_len"] = sequence_length(spec, values.get("seq_len"))
+    values["seq_len"] = spec.sequence_length(values.get("seq_len"))
     return values

@@ -2,15 +2,16 @@
 
 Python gathers the inputs (model.*, cluster.*, train.*, plan.* values) and names the outputs;
 every figure is a formula of the `estimate:` sections under rules/cost/, with its source. Each
-kind of model has its own cost model: a transformer's model.* values come from its `ModelSpec`
-(per-token FLOPs and activation bytes, whose methods cite Narayanan 2021 / Korthikanti 2022),
-an op graph's from its `GraphModelSpec` (per-sample sums over the nodes). `CostModel.figures`
-is the fast path the planner calls for many layouts.
+kind of model has its own cost model; the model gives its model.* values (`formula_values`: a
+transformer's per-token FLOPs and activation bytes, whose methods cite Narayanan 2021 /
+Korthikanti 2022; an op graph's per-sample sums over the nodes). `CostModel.figures` is the
+fast path the planner calls for many layouts. Whether a layout fits is for the constraint rules
+to say (`planning.evaluate`), not for this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -18,9 +19,9 @@ from pydantic import BaseModel, ConfigDict
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout
 from parplan_gen.inputs.errors import FormulaError, RuleError
-from parplan_gen.models.graph_model import GraphModelSpec, TrainedModel
-from parplan_gen.rules.ruleset import RuleSet, figure_label
-from parplan_gen.rules.vocabulary import ModelKind
+from parplan_gen.models.kind import ModelKind, TrainedModel
+from parplan_gen.rules.layers import figure_label
+from parplan_gen.rules.ruleset import RuleSet
 
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "other")
 TIME_PARTS = (
@@ -35,12 +36,6 @@ TIME_PARTS = (
     "bubble_s",
     "optimizer_s",
 )
-# The parts of a step each kind of model can have, step_s excluded (a graph model is not
-# pipelined and has no experts; a transformer has no BatchNorm): what views and reports show.
-TIME_PARTS_BY_KIND: dict[str, tuple[str, ...]] = {
-    "transformer": tuple(p for p in TIME_PARTS if p not in ("step_s", "bn_comm_s")),
-    "graph": ("compute_s", "tp_comm_s", "dp_comm_s", "bn_comm_s", "optimizer_s"),
-}
 THROUGHPUT_PARTS = ("tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu")
 REQUIRED = {"memory": MEMORY_PARTS, "time": TIME_PARTS, "throughput": THROUGHPUT_PARTS}
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -57,7 +52,7 @@ class MemoryBreakdown(BaseModel):
     other: int
     total: int
     capacity: int
-    fits: bool
+    fits: bool  # the memory rules hold (planning.evaluate), not total <= capacity
 
 
 class TimeBreakdown(BaseModel):
@@ -100,50 +95,6 @@ class Estimate(BaseModel):
         return self.model_dump(mode="json")
 
 
-def model_kind(spec: TrainedModel) -> ModelKind:
-    """Which cost model and constraints apply to `spec`."""
-    return "graph" if isinstance(spec, GraphModelSpec) else "transformer"
-
-
-def model_env(spec: TrainedModel, seq_len: int) -> dict[str, Any]:
-    """model.* values of `spec` (a transformer at sequence length `seq_len`)."""
-    if isinstance(spec, GraphModelSpec):
-        return graph_model_env(spec)
-    layers = spec.num_layers
-    act = sum(spec.layer_activation_bytes_per_token(i, seq_len) for i in range(layers)) / layers
-    scores = spec.attention_core_activation_bytes(seq_len) - spec.attention_core_activation_bytes(0)
-    return {
-        "model.layers": layers,
-        "model.hidden": spec.hidden_size,
-        "model.heads": spec.num_attention_heads,
-        "model.kv_heads": spec.num_kv_heads,
-        "model.head_dim": spec.head_dim,
-        "model.ffn": spec.ffn_hidden_size,
-        "model.vocab": spec.vocab_size,
-        "model.experts": spec.num_experts,
-        "model.experts_per_token": spec.experts_per_token if spec.is_moe else 0,
-        "model.moe_layers": spec.num_moe_layers,
-        "model.moe": spec.is_moe,
-        "model.max_positions": spec.max_position_embeddings,
-        "model.learned_positions": spec.position_embedding == "learned",
-        "model.gated_mlp": spec.gated_mlp,
-        "model.params": spec.total_params(),
-        "model.params_embedding": spec.embedding_params(),
-        "model.params_output": spec.output_params(),
-        "model.params_experts": spec.num_moe_layers * spec.num_experts * spec.expert_params(),
-        "model.flops_per_token": spec.flops_per_token(seq_len),
-        "model.attention_flops_per_token": spec.attention_score_flops_per_token(seq_len),
-        "model.lm_head_flops_per_token": spec.lm_head_flops_per_token(),
-        "model.act_layer_bytes": act,
-        "model.act_scores_bytes": scores,
-    }
-
-
-def graph_model_env(spec: GraphModelSpec) -> dict[str, Any]:
-    """model.* values of an op-graph model (per sample): its fields, by the same names."""
-    return {f"model.{k}": v for k, v in spec.model_dump(exclude={"kind", "name"}).items()}
-
-
 def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
     """cluster.* values of `cluster` (the peak at `precision`)."""
     return {
@@ -176,17 +127,15 @@ class CostModel:
     """The `estimate:` formulas of a RuleSet for one kind of model, ready to evaluate for many
     layouts."""
 
-    def __init__(self, rules: RuleSet, model_kind: ModelKind = "transformer") -> None:
-        self.model_kind = model_kind
-        self.formulas = {
-            (e.section, e.key): e for e in rules.estimate if e.model_kind == model_kind
-        }
+    def __init__(self, rules: RuleSet, kind: ModelKind = "transformer") -> None:
+        self.kind = kind
+        self.formulas = {(e.section, e.key): e for e in rules.estimate if e.model_kind == kind}
         for section, keys in REQUIRED.items():
             for key in keys:
                 if (section, key) not in self.formulas:
-                    label = figure_label((model_kind, section, key))
+                    label = figure_label((kind, section, key))
                     raise RuleError(f"the rules define no formula for {label}")
-        self._order = [(f"{s}_{k}", e.formula) for (s, k), e in self.formulas.items()]
+        self._all = Figures(self, [f"{s}_{k}" for s, k in self.formulas], memory=True)
 
     def base_env(
         self,
@@ -205,7 +154,7 @@ class CostModel:
             "train.precision": precision,
             "train.flash_attention": flash_attention,
         }
-        return {**model_env(spec, seq_len), **cluster_env(cluster, precision), **train}
+        return {**spec.formula_values(seq_len), **cluster_env(cluster, precision), **train}
 
     @staticmethod
     def plan_env(layout: Layout) -> dict[str, Any]:
@@ -227,15 +176,7 @@ class CostModel:
 
     def figures(self, env: Mapping[str, Any]) -> dict[str, float]:
         """Every figure as `<section>_<key>` (memory_total and memory_capacity included)."""
-        out: dict[str, float] = {}
-        for name, formula in self._order:
-            try:
-                out[name] = formula.evaluate(env)
-            except FormulaError as exc:
-                raise figure_error(name, exc) from None
-        out["memory_total"] = sum(out[f"memory_{p}"] for p in MEMORY_PARTS)
-        out["memory_capacity"] = env["cluster.gpu_memory"]
-        return out
+        return self._all(env)
 
     def layout_env(
         self, spec: TrainedModel, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
@@ -252,22 +193,43 @@ class CostModel:
         env.update(self.plan_env(layout))
         return env
 
-    def estimate(
-        self, spec: TrainedModel, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
-    ) -> Estimate:
-        """The full, typed estimate of one layout."""
-        env = self.layout_env(spec, cluster, layout, flash_attention=flash_attention)
-        return estimate_from_figures(layout, self.figures(env))
+
+class Figures:
+    """Some of a cost model's figures, in rule order: the planner's search needs few of them
+    (the throughput ones repeat the step time). With `memory=True` every memory part is
+    computed and memory_total (their sum) and memory_capacity (the GPU's) are added."""
+
+    def __init__(self, cost: CostModel, needed: Iterable[str], *, memory: bool) -> None:
+        want = set(needed) | ({f"memory_{p}" for p in MEMORY_PARTS} if memory else set())
+        self._items = [
+            (name, e.formula)
+            for (section, key), e in cost.formulas.items()
+            if (name := f"{section}_{key}") in want
+        ]
+        self._memory = memory
+
+    def __call__(self, env: Mapping[str, Any]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, formula in self._items:
+            try:
+                out[name] = formula.evaluate(env)
+            except FormulaError as exc:
+                raise figure_error(name, exc) from None
+        if self._memory:
+            out["memory_total"] = sum(out[f"memory_{p}"] for p in MEMORY_PARTS)
+            out["memory_capacity"] = env["cluster.gpu_memory"]
+        return out
 
 
-def estimate_from_figures(layout: Layout, figures: Mapping[str, float]) -> Estimate:
-    """Build the typed Estimate from a `figures` mapping."""
+def estimate_from_figures(layout: Layout, figures: Mapping[str, float], *, fits: bool) -> Estimate:
+    """Build the typed Estimate from a `figures` mapping; `fits` is the memory rules' verdict
+    (`planning.evaluate`), which this module does not judge."""
     memory = {p: round(figures[f"memory_{p}"]) for p in MEMORY_PARTS}
     total = sum(memory.values())
     capacity = int(figures["memory_capacity"])
     return Estimate(
         plan=layout,
-        memory=MemoryBreakdown(**memory, total=total, capacity=capacity, fits=total <= capacity),
+        memory=MemoryBreakdown(**memory, total=total, capacity=capacity, fits=fits),
         time=TimeBreakdown(**{p: float(figures[f"time_{p}"]) for p in TIME_PARTS}),
         throughput=Throughput(**{p: float(figures[f"throughput_{p}"]) for p in THROUGHPUT_PARTS}),
     )

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.models.graph import ModelGraph, Node
+from parplan_gen.models.kind import GraphKind
 from parplan_gen.models.transformer import ModelSpec
 
 SPLIT_LAYERS = ("Conv2d", "MatMul")  # channel-parallel layers: their outputs are exchanged
@@ -39,8 +40,9 @@ SPLIT_PARAMS = (*SPLIT_LAYERS, "BatchNorm", "Embedding")  # nodes whose weights 
 WIDTH_ATTRS = {"Conv2d": "out_channels", "MatMul": "out_features"}
 
 
-class GraphModelSpec(BaseModel):
-    """What the graph cost model knows of an op-graph model (per sample)."""
+class GraphModelSpec(GraphKind, BaseModel):
+    """What the graph cost model knows of an op-graph model (per sample); what it answers as a
+    `kind.TrainedModel` is in `kind.GraphKind`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -171,4 +173,5 @@ def _width(node: Node) -> int:
     return value if type(value) is int and value > 0 else 0
 
 
-TrainedModel = ModelSpec | GraphModelSpec  # what the cost model and the planner take
+# Either kind of model as a pydantic field (plan.json and the API's results read it back).
+AnyModelSpec = ModelSpec | GraphModelSpec

@@ -21,11 +21,13 @@ from pathlib import Path
 
 from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN
 from parplan_gen.inputs.errors import MAX_HINT_CHARS, InputError, SourceRef
+from parplan_gen.inputs.reading import not_regular_file
 from parplan_gen.inputs.safe_text import printable
-from parplan_gen.inputs.source import gc_paused, load_document, not_regular_file
+from parplan_gen.inputs.source import gc_paused, load_document
 from parplan_gen.models.graph import MAX_GRAPH_BYTES, ModelGraph, graph_from_document
-from parplan_gen.models.graph_model import GraphModelSpec, TrainedModel
+from parplan_gen.models.graph_model import GraphModelSpec
 from parplan_gen.models.hf_config import load_hf_config
+from parplan_gen.models.kind import PER_LAYER_FIELDS, TrainedModel
 from parplan_gen.models.presets import (
     graph_preset_names,
     load_graph_preset,
@@ -37,6 +39,15 @@ from parplan_gen.models.transformer_graph import model_graph
 
 ONNX_SUFFIXES = (".onnx",)
 DOCUMENT_SUFFIXES = (".yaml", ".yml", ".json")
+# model.<field> of both kinds of model: the model facts of every plan (a kind's `facts()` gives
+# its own; the other kind's are None).
+MODEL_FACT_NAMES = tuple(
+    dict.fromkeys(
+        f"model.{name}"
+        for name in (*ModelSpec.model_fields, *GraphModelSpec.model_fields)
+        if name not in PER_LAYER_FIELDS
+    )
+)
 
 
 def load_graph_for(
@@ -73,19 +84,6 @@ def load_model(path_or_name: str) -> TrainedModel:
     if path_or_name in preset_names():
         return load_preset(path_or_name)
     raise _unknown(path_or_name)
-
-
-def sequence_length(spec: TrainedModel, asked: int | None) -> int:
-    """The sequence length to plan `spec` at: `asked`, or the default for a transformer; 1 for
-    a graph model, whose sample is one input of the graph (an InputError if another is asked)."""
-    if isinstance(spec, ModelSpec):
-        return DEFAULT_SEQ_LEN if asked is None else asked
-    if asked not in (None, 1):
-        raise InputError(
-            f"--seq-len {asked}: {spec.name} is an op-graph model, which has no sequence length "
-            "(a sample is one input of the graph; its sizes are in the graph); leave it out"
-        )
-    return 1
 
 
 def _is_file(path: Path) -> bool:

@@ -12,7 +12,8 @@ Conventions (one place, used everywhere below):
   plus the attention score/value products; element-wise work (norms, activations, softmax,
   residual adds, biases) counts zero, as in Megatron-LM's `num_floating_point_operations`.
 * activation bytes follow Korthikanti et al. 2022 Sec. 4.1 (16-bit tensors, 1-byte dropout
-  masks, attention scores materialised, no parallelism, no recomputation).
+  masks, attention scores materialised, no parallelism, no recomputation); those methods are
+  in `transformer_activations`, the FLOPs in `transformer_flops`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from parplan_gen.models.kind import TransformerKind
+from parplan_gen.models.transformer_activations import ActivationBytes
+from parplan_gen.models.transformer_flops import FlopCounts
+
 MlpKind = Literal["gelu", "geglu", "swiglu", "squared_relu", "relu"]
 GATED_MLPS: frozenset[str] = frozenset({"geglu", "swiglu"})  # gate, up and down: 3 matrices
-TRAIN_FLOPS_PER_FORWARD = 3  # backward = 2x forward (Narayanan 2021, Appendix)
-ACT_BYTES = 2  # 16-bit activations (Korthikanti 2022, Sec. 4.1)
-MASK_BYTES = 1  # 1-byte dropout masks (Korthikanti 2022, Sec. 4.1)
-LOGIT_BYTES = 4  # fp32 logits (Korthikanti 2022, Sec. 4.3: 4sbh/t * (1 + v/h))
 # Size bounds: per-layer tables, op graphs (~12 nodes per layer) and searches are sized by them.
 MAX_LAYERS = 4096  # 30x the deepest LLMs published
 # Widths, head and expert counts, vocabularies, positions: above the largest published (the
@@ -39,8 +40,9 @@ def _linear(inputs: int, outputs: int, bias: bool) -> int:
     return inputs * outputs + (outputs if bias else 0)
 
 
-class ModelSpec(BaseModel):
-    """One decoder-only transformer. Sizes are counts (layers, heads) or widths (elements)."""
+class ModelSpec(TransformerKind, FlopCounts, ActivationBytes, BaseModel):
+    """One decoder-only transformer. Sizes are counts (layers, heads) or widths (elements);
+    what it answers as a `kind.TrainedModel` is in `kind.TransformerKind`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -334,130 +336,3 @@ class ModelSpec(BaseModel):
         if self.position_embedding == "learned":
             table += self.max_position_embeddings * self.hidden_size
         return active - table
-
-    # ---- FLOPs -------------------------------------------------------------------------------
-
-    def attention_matmul_weights(self) -> int:
-        """Multiply-adds per token in one block's attention projections (Q, K, V, output)."""
-        h, a = self.hidden_size, self.num_attention_heads
-        if self.uses_mla:
-            r_q, r_kv, d_qk = self.q_lora_rank, self.kv_lora_rank or 0, self.qk_head_dim
-            q = h * r_q + r_q * a * d_qk if r_q else h * a * d_qk
-            kv = h * (r_kv + self.qk_rope_head_dim)
-            kv += r_kv * a * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv + a * self.v_head_dim * h
-        return 2 * h * a * self.head_dim + 2 * h * self.num_kv_heads * self.head_dim
-
-    def mlp_matmul_weights(self, ffn: int) -> int:
-        """Multiply-adds per token in one MLP/expert of width `ffn` (x1.5 when gated)."""
-        return (3 if self.gated_mlp else 2) * self.hidden_size * ffn
-
-    def moe_matmul_weights(self) -> int:
-        """Multiply-adds per token in one MoE block: k routed + shared experts, router, gate."""
-        h = self.hidden_size
-        routed = self.experts_per_token * self.mlp_matmul_weights(self.moe_ffn_hidden_size)
-        shared = self.num_shared_experts * self.mlp_matmul_weights(
-            self.shared_expert_ffn_hidden_size
-        )
-        gate = h if self.shared_expert_gate else 0
-        return routed + shared + h * self.num_experts + gate
-
-    def lm_head_flops_per_token(self) -> int:
-        """Forward FLOPs of the logits, 2hV (Narayanan 2021 Appendix: 2BshV per batch)."""
-        return 2 * self.hidden_size * self.vocab_size
-
-    def dense_flops_per_token(self) -> int:
-        """Forward FLOPs per token of every matmul (independent of sequence length).
-
-        Megatron-LM `num_floating_point_operations` without its `s/h` term, divided by 3:
-        attention 4h*a*d*(1 + g/a), MLP 4h*ffn*(1.5 if gated) per expert used, logits 2hV. It is
-        extended with MLA projections, shared experts and the router (2h*E, which Megatron omits).
-        """
-        attn = self.num_layers * self.attention_matmul_weights()
-        mlp = self.num_dense_layers * self.mlp_matmul_weights(self.ffn_hidden_size)
-        mlp += self.num_moe_layers * self.moe_matmul_weights()
-        return 2 * (attn + mlp) + self.lm_head_flops_per_token()
-
-    def keys_per_query(self, layer: int, seq_len: int, *, causal: bool = False) -> float:
-        """Keys one query is scored against in `layer` at sequence length `seq_len`.
-
-        `causal=False` is Megatron's convention (the whole s x s score matrix, or the s x w band
-        of a windowed layer); `causal=True` counts only unmasked pairs, continuously: s/2 for a
-        full layer (FlashAttention's benchmark convention), w - w^2/(2s) for a window w < s.
-        """
-        window = self.sliding_window if self.window_layer_mask[layer] else None
-        if window is None or window >= seq_len:
-            return seq_len / 2 if causal else float(seq_len)
-        return window - window * window / (2 * seq_len) if causal else float(window)
-
-    def attention_score_flops_per_token(self, seq_len: int, *, causal: bool = False) -> float:
-        """Forward FLOPs per token of QK^T and softmax(.)V, all layers.
-
-        Per layer 2*a*(d_qk + d_v)*keys; for MHA this is 4sh, the `4Bs^2h` of Narayanan 2021
-        Appendix (Megatron's `s/h` term, divided by 3 for forward only).
-        """
-        per_key = 2 * self.num_attention_heads * (self.qk_head_dim + self.value_head_dim)
-        keys = sum(self.keys_per_query(i, seq_len, causal=causal) for i in range(self.num_layers))
-        return per_key * keys
-
-    def forward_flops_per_token(self, seq_len: int, *, causal: bool = False) -> float:
-        """Forward model FLOPs per token: matmuls + attention scores."""
-        return self.dense_flops_per_token() + self.attention_score_flops_per_token(
-            seq_len, causal=causal
-        )
-
-    def flops_per_token(self, seq_len: int, *, causal: bool = False) -> float:
-        """Training (forward + backward) model FLOPs per token, no recomputation.
-
-        Megatron-LM `num_floating_point_operations` per token, generalised to GQA, MoE (k routed +
-        shared experts + router), MLA and windows. For a GPT (MHA, GeLU, ffn=4h, untied or tied)
-        this is exactly Korthikanti 2022 Eq. 7 per token: 72Lh^2 (1 + s/(6h) + V/(12hL)).
-        """
-        return TRAIN_FLOPS_PER_FORWARD * self.forward_flops_per_token(seq_len, causal=causal)
-
-    # ---- activation memory -------------------------------------------------------------------
-
-    def mlp_activation_bytes(self, ffn: int) -> int:
-        """Bytes one token stores inside one MLP of width `ffn`, input excluded: activation
-        input(s) 2*ffn (x2 when gated: gate and up) and second-matmul input 2*ffn."""
-        return ACT_BYTES * ffn * (3 if self.gated_mlp else 2)
-
-    def attention_core_activation_bytes(self, seq_len: int) -> int:
-        """Bytes one token stores in the attention core: Q, K, V and 5*a*s for the scores
-        (softmax 2as, dropout mask as, dropout output 2as; Korthikanti Sec. 4.1)."""
-        a, g = self.num_attention_heads, self.kv_heads_stored
-        qkv = (a + g) * self.qk_head_dim + g * self.value_head_dim
-        scores = (2 * ACT_BYTES + MASK_BYTES) * a * seq_len
-        return ACT_BYTES * qkv + scores
-
-    def layer_activation_bytes_per_token(self, layer: int, seq_len: int) -> int:
-        """Bytes one token stores for the backward pass of `layer` (Korthikanti 2022 Eq. 1 per
-        token: h(34 + 5as/h) for a GPT block; generalised to GQA, gated MLPs, MoE and MLA)."""
-        h, a = self.hidden_size, self.num_attention_heads
-        norms = self.norms_per_layer * ACT_BYTES * h
-        attn_in = ACT_BYTES * h
-        if self.uses_mla:
-            attn_in += 2 * ACT_BYTES * ((self.q_lora_rank or 0) + (self.kv_lora_rank or 0))
-        attn = attn_in + self.attention_core_activation_bytes(seq_len)
-        attn += ACT_BYTES * a * self.value_head_dim + MASK_BYTES * h
-        # With one norm shared by attention and MLP, the MLP input is the attention input.
-        mlp_in = 0 if self.norms_per_layer == 1 else ACT_BYTES * h
-        if self.moe_layer_mask[layer]:
-            k, f = self.experts_per_token, self.moe_ffn_hidden_size
-            mlp = mlp_in + k * (ACT_BYTES * h + self.mlp_activation_bytes(f))
-            mlp += self.num_shared_experts * self.mlp_activation_bytes(
-                self.shared_expert_ffn_hidden_size
-            )
-        else:
-            mlp = mlp_in + self.mlp_activation_bytes(self.ffn_hidden_size)
-        return norms + attn + mlp + MASK_BYTES * h
-
-    def activation_bytes_per_token(self, seq_len: int) -> int:
-        """All layers plus Korthikanti 2022 Sec. 4.3's extras at p = 1: embedding dropout mask h,
-        final-norm and LM-head inputs 2h each, fp32 logits 4V (and an embedding norm's input)."""
-        layers = sum(
-            self.layer_activation_bytes_per_token(i, seq_len) for i in range(self.num_layers)
-        )
-        h = self.hidden_size
-        norms = ACT_BYTES * h * (int(self.final_norm) + int(self.embedding_norm))
-        return layers + MASK_BYTES * h + norms + ACT_BYTES * h + LOGIT_BYTES * self.vocab_size

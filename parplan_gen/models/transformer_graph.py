@@ -28,7 +28,8 @@ from __future__ import annotations
 from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.graph import ModelGraph, Node, build_graph
-from parplan_gen.models.transformer import ACT_BYTES, LOGIT_BYTES, MASK_BYTES, ModelSpec
+from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.models.transformer_activations import ACT_BYTES, LOGIT_BYTES, MASK_BYTES
 
 Attr = int | float | str | bool
 

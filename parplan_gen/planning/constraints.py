@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from parplan_gen.inputs.errors import FormulaError
+from parplan_gen.models.kind import ModelKind
 from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
-from parplan_gen.rules.vocabulary import ModelKind
 
 Phase = Literal["layout", "estimate"]
 Severity = Literal["invalid", "reject"]
@@ -94,8 +94,8 @@ class Constraints:
     """The constraint rules of a RuleSet that apply to one kind of model, split by phase (rule
     file order is kept)."""
 
-    def __init__(self, rules: RuleSet, model_kind: ModelKind = "transformer") -> None:
-        self.all = tuple(c for c in rules.constraints if model_kind in c.model_kinds)
+    def __init__(self, rules: RuleSet, kind: ModelKind = "transformer") -> None:
+        self.all = tuple(c for c in rules.constraints if kind in c.model_kinds)
         self.layout = tuple(c for c in self.all if phase_of(c) == "layout")
         self.estimate = tuple(c for c in self.all if phase_of(c) == "estimate")
 

@@ -23,8 +23,7 @@ from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.safe_text import NOT_PLAIN_NAME, is_plain, printable
 from parplan_gen.inputs.source import KeyPath, format_path, load_document
 from parplan_gen.inputs.validation import validate
-from parplan_gen.models.graph_model import GraphModelSpec
-from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.models.graph_model import AnyModelSpec
 from parplan_gen.rules.engine import Proposal, SettingValue
 
 FORMAT_VERSION = 1
@@ -76,7 +75,7 @@ class PlanDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     format_version: Literal[1] = Field(FORMAT_VERSION, description="Version of this layout.")
-    model: ModelSpec | GraphModelSpec = Field(
+    model: AnyModelSpec = Field(
         description="The transformer's ModelSpec, or an op-graph model's GraphModelSpec "
         "(`kind: graph`)."
     )
@@ -109,7 +108,7 @@ class PlanDocument(BaseModel):
     def from_parts(
         cls,
         *,
-        model: ModelSpec,
+        model: AnyModelSpec,
         cluster: Cluster,
         chosen: Estimate,
         candidates: Iterable[Estimate] = (),

@@ -25,27 +25,16 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from parplan_gen.cost.estimate import (
-    MEMORY_PARTS,
-    CostModel,
-    Estimate,
-    estimate_from_figures,
-    figure_error,
-    model_kind,
-)
+from parplan_gen.cost.estimate import Estimate, Figures
 from parplan_gen.inputs.errors import FormulaError, InputError, RuleError
-from parplan_gen.planning.constraints import (
-    Constraints,
-    Violation,
-    figures_read,
-    first_violation,
-    names_read,
-)
+from parplan_gen.models.kind import ModelKind
+from parplan_gen.planning.constraints import Violation, figures_read, first_violation, names_read
+from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.planning.search_space import (
     MemoryOption,
     Objective,
@@ -57,7 +46,6 @@ from parplan_gen.planning.search_space import (
     vpp_options,
 )
 from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
-from parplan_gen.rules.vocabulary import ModelKind
 
 DOMINATED = "dominated: fits with less recomputation, which is never slower"
 STRUCTURE, VIRTUAL, MICRO, MEMORY = range(4)  # search levels
@@ -133,30 +121,6 @@ def ranking_key(
 # ---- figures and rules as the search uses them -----------------------------------------------
 
 
-class FigureSubset:
-    """Some of the cost model's figures: `CostModel.figures` computes all of them (the
-    throughput ones repeat the step time); the search needs few. With `memory=True` it also
-    derives memory_total and memory_capacity as CostModel.figures does."""
-
-    def __init__(self, cost: CostModel, needed: Iterable[str], *, memory: bool) -> None:
-        formulas = {f"{s}_{k}": e.formula for (s, k), e in cost.formulas.items()}
-        want = set(needed) | ({f"memory_{p}" for p in MEMORY_PARTS} if memory else set())
-        self._items = [(name, f) for name, f in formulas.items() if name in want]
-        self._memory = memory
-
-    def __call__(self, env: Mapping[str, object]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for name, formula in self._items:
-            try:
-                out[name] = formula.evaluate(env)  # type: ignore[assignment]
-            except FormulaError as exc:
-                raise figure_error(name, exc) from None
-        if self._memory:
-            out["memory_total"] = sum(out[f"memory_{p}"] for p in MEMORY_PARTS)
-            out["memory_capacity"] = env["cluster.gpu_memory"]  # type: ignore[assignment]
-        return out
-
-
 def _plan_names(constraint: CompiledConstraint) -> tuple[str, ...]:
     return tuple(sorted(n for n in names_read(constraint) if n.startswith("plan.")))
 
@@ -175,12 +139,13 @@ def _level(constraint: CompiledConstraint) -> int:
 
 class Planner:
     """Plans for one RuleSet: its layout rules by search level, its estimate rules split into
-    memory rules (they read memory figures only) and the others, and the cost model."""
+    the memory rules that decide fitting (`evaluate.Evaluator.memory_rules`) and the others,
+    and the cost model."""
 
-    def __init__(self, rules: RuleSet, model_kind: ModelKind = "transformer") -> None:
-        self.rules, self.model_kind = rules, model_kind
-        self.cost = CostModel(rules, model_kind)
-        self.constraints = Constraints(rules, model_kind)
+    def __init__(self, rules: RuleSet, kind: ModelKind = "transformer") -> None:
+        self.rules, self.kind = rules, kind
+        self.evaluator = Evaluator(rules, kind)
+        self.cost, self.constraints = self.evaluator.cost, self.evaluator.constraints
         levels: list[list[CompiledConstraint]] = [[] for _ in range(MEMORY + 1)]
         for constraint in self.constraints.layout:
             levels[_level(constraint)].append(constraint)
@@ -191,9 +156,7 @@ class Planner:
         # Memory-level rules that do not read mbs/grad_accum have one outcome per option and vpp.
         self.memory_level_fixed = all(LEVEL_OF[n] != MICRO for n in self.level_names[MEMORY])
         estimate = self.constraints.estimate
-        self.memory_rules = tuple(
-            c for c in estimate if all(f.startswith("memory_") for f in figures_read(c))
-        )
+        self.memory_rules = self.evaluator.memory_rules
         self.other_rules = tuple(c for c in estimate if c not in self.memory_rules)
         needed = set().union(*(figures_read(c) for c in estimate)) | {"time_step_s"}
         given = {f"{s}_{k}" for s, k in self.cost.formulas} | {"memory_total", "memory_capacity"}
@@ -203,16 +166,16 @@ class Planner:
                 f"(the cost model gives {', '.join(sorted(given))})"
             )
         memory_needs = {n for c in self.memory_rules for n in figures_read(c)}
-        self.memory_figures = FigureSubset(self.cost, memory_needs, memory=True)
-        self.time_figures = FigureSubset(self.cost, needed - memory_needs, memory=False)
+        self.memory_figures = Figures(self.cost, memory_needs, memory=True)
+        self.time_figures = Figures(self.cost, needed - memory_needs, memory=False)
 
     def plan(self, request: Request) -> PlanResult:
         """Search the request's candidates and rank those that pass (module docstring).
 
         The result has no advice; `api.advise` adds it when nothing fits.
         """
-        if model_kind(request.spec) != self.model_kind:
-            raise ValueError(f"a planner for {self.model_kind} models got {request.spec.name}")
+        if request.spec.kind != self.kind:
+            raise ValueError(f"a planner for {self.kind} models got {request.spec.name}")
         search = _Search(self, request)
         search.run()
         return search.result()
@@ -440,7 +403,7 @@ class _Search:
         )  # fmt: skip
 
     def estimate(self, plan: tuple[Any, ...]) -> Estimate:
-        """The full, typed estimate of one candidate."""
+        """The full, typed estimate of one candidate, evaluated as every layout is."""
         layout = layout_of(plan, self.r)
         self.env.update(self.p.cost.plan_env(layout))
-        return estimate_from_figures(layout, self.p.cost.figures(self.env))
+        return self.p.evaluator.evaluate_env(layout, self.env).estimate

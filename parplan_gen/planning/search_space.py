@@ -11,14 +11,13 @@ Which of these may run is for the constraint rules to say, not for this module.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple, Protocol, get_args
 
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, Precision, check_sizes
 from parplan_gen.inputs.errors import InputError, shown_value
-from parplan_gen.models.graph_model import GraphModelSpec
-from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.models.kind import TrainedModel
 
 Objective = Literal["time", "memory"]
 # (zero_stage, distributed_optimizer): DeepSpeed ZeRO 0-3, then Megatron's distributed optimizer
@@ -71,15 +70,6 @@ class SearchOptions:
     sequence_parallel: bool = True  # try sequence parallelism when tp > 1
     recompute: tuple[str, ...] = RECOMPUTE  # recomputation choices, least first
 
-    @classmethod
-    def for_graph_models(cls) -> SearchOptions:
-        """What rules/cost/graph.yaml estimates: data and channel (tensor) parallelism under
-        DeepSpeed ZeRO 0-3, recomputation of all nodes or none."""
-        return cls(
-            interleave=False, backend="deepspeed", pipeline=False, sequence_parallel=False,
-            recompute=("none", "full"),
-        )  # fmt: skip
-
     @property
     def optimizers(self) -> tuple[tuple[int, bool], ...]:
         """(zero_stage, distributed_optimizer) pairs searched."""
@@ -113,12 +103,37 @@ class SearchOptions:
             settings.update(proposal.settings)
         return cls.from_settings(settings, backend)
 
+    @classmethod
+    def for_model(
+        cls, model: TrainedModel, proposals: Iterable[Proposing], backend: Backend = "any"
+    ) -> SearchOptions:
+        """What the planner searches for `model`: the proposals' options (`from_proposals`)
+        within the layout dimensions, recomputation and backends the model has (an op-graph
+        model: data and channel parallelism under DeepSpeed ZeRO 0-3, recomputation of all
+        nodes or none). An InputError for a backend that does not train it."""
+        if backend != "any" and backend not in model.backends:
+            raise InputError(
+                f"--backend {backend}: {model.name} is an op-graph model; Megatron-LM trains "
+                "transformers, graph models are planned for DeepSpeed / torchrun"
+            )
+        options = cls.from_proposals(proposals, backend)
+        dims, only = model.layout_dims, model.backends[0] if len(model.backends) == 1 else backend
+        return replace(
+            options,
+            interleave=options.interleave and "vpp" in dims,
+            sequence_parallel_fixed=options.sequence_parallel_fixed and "sp" in dims,
+            backend=only,  # type: ignore[arg-type]
+            pipeline="pp" in dims,
+            sequence_parallel="sp" in dims,
+            recompute=model.recompute_choices,
+        )
+
 
 @dataclass(frozen=True)
 class Request:
     """One planning request."""
 
-    spec: ModelSpec | GraphModelSpec
+    spec: TrainedModel
     cluster: Cluster
     global_batch: int
     seq_len: int
@@ -138,7 +153,7 @@ class Request:
     @property
     def layers(self) -> int:
         """Layers a pipeline splits (1 for a graph model, which is not pipelined)."""
-        return self.spec.num_layers if isinstance(self.spec, ModelSpec) else 1
+        return self.spec.pipeline_layers
 
 
 class MemoryOption(NamedTuple):

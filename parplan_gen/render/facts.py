@@ -13,17 +13,19 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parplan_gen.cost.estimate import TrainedModel, model_kind
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout
-from parplan_gen.models.graph_model import GraphModelSpec
-from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.models.kind import TrainedModel
+from parplan_gen.models.load import MODEL_FACT_NAMES
 from parplan_gen.planning.document import PlanDocument, ProposalRecord
 from parplan_gen.planning.search_space import stage_layers as planned_stage_layers
 from parplan_gen.render.checks import RenderError
-from parplan_gen.render.mapping import MappingFile
+from parplan_gen.render.mapping_schema import MappingFile
+
+if TYPE_CHECKING:
+    from parplan_gen.models.transformer import ModelSpec  # what the megatron.* facts read
 
 # ModelSpec literals -> Megatron-LM argument values (arguments.py choices).
 MEGATRON_NORM = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
@@ -56,18 +58,7 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
 
 def _model_facts(spec: TrainedModel) -> dict[str, Any]:
     """model.<field> of both kinds of model (None where `spec` has no such field), model.kind."""
-    names = [*ModelSpec.model_fields, *GraphModelSpec.model_fields]
-    out = {f"model.{n}": None for n in names if n not in MODEL_FIELDS_NOT_FACTS}
-    values = spec.model_dump(exclude=MODEL_FIELDS_NOT_FACTS)
-    out |= {f"model.{k}": v for k, v in values.items()}
-    transformer = isinstance(spec, ModelSpec)
-    out |= {
-        "model.kind": model_kind(spec),
-        "model.gqa": transformer and spec.num_kv_heads < spec.num_attention_heads,
-        "model.moe": spec.is_moe,
-        "model.mla": transformer and spec.uses_mla,
-    }
-    return out
+    return dict.fromkeys(MODEL_FACT_NAMES) | spec.facts()
 
 
 def _plan_facts(layout: Layout) -> dict[str, Any]:
@@ -100,7 +91,7 @@ def _train_facts(layout: Layout, mapping: MappingFile) -> dict[str, Any]:
 def _graph_training_facts(doc: PlanDocument) -> dict[str, Any]:
     """What an op-graph model's training script does for the plan to hold (False / None for a
     transformer, whose Megatron-LM or DeepSpeed code does it)."""
-    graph = doc.model if isinstance(doc.model, GraphModelSpec) else None
+    graph = doc.model if doc.model.kind == "graph" else None
     layout = doc.chosen.plan
     full = graph is not None and layout.recompute == "full"
     return {
@@ -190,7 +181,7 @@ def _megatron_facts(
     known: dict[str, Any],
 ) -> dict[str, Any]:
     """megatron.*: for a transformer, its spelling; an op-graph model has none (all None)."""
-    if not isinstance(spec, ModelSpec):
+    if "megatron" not in spec.backends:
         return MegatronSpelling.absent()
     shape = _megatron_shape(spec, layout, known)
     parallel = _megatron_parallel(spec, layout, cluster, mapping, known)

@@ -10,17 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from parplan_gen.cli.estimate_view import model_title, sample_unit
-from parplan_gen.cost.estimate import (
-    MEMORY_PARTS,
-    TIME_PARTS,
-    TIME_PARTS_BY_KIND,
-    Estimate,
-    model_kind,
-)
+from parplan_gen.cost.estimate import MEMORY_PARTS, TIME_PARTS, Estimate
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.render.mapping import NOT_RENDERED, ChartStyle, ReportMapping
+from parplan_gen.render.mapping import NOT_RENDERED
+from parplan_gen.render.mapping_schema import ChartStyle, ReportMapping
 
 PART_LABELS = {p: p.removesuffix("_s").replace("_", " ") for p in (*MEMORY_PARTS, *TIME_PARTS)}
 MS_PER_S = 1000
@@ -37,17 +31,15 @@ def report_context(
 ) -> dict[str, Any]:
     """Everything plan.md shows, as strings, plus the two charts.
 
-    The time parts are those the model's kind has (estimate.TIME_PARTS_BY_KIND); throughput
+    The time parts are those the model's kind has (its `time_parts`); throughput
     counts tokens for a transformer and samples for an op-graph model. `script_notes`: what
     the training script must do (an op-graph model's plan)."""
     chosen = doc.chosen
-    kind = model_kind(doc.model)
-    time_parts = TIME_PARTS_BY_KIND[kind]
-    unit = sample_unit(doc.model)
+    kind, time_parts, unit = doc.model.kind, doc.model.time_parts, doc.model.unit
     rows = _chart_estimates(doc, report.chart_rows)
     return {
         "kind": kind,
-        "model_title": model_title(doc.model),
+        "model_title": doc.model.title,
         "unit": unit,
         "headline": _headline(chosen),
         "layout": _layout_rows(chosen, unit),

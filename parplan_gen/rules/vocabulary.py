@@ -13,11 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from parplan_gen.models.kind import MODEL_KINDS, ModelKind
+
 ValueKind = Literal["number", "bool", "str"]
-ModelKind = Literal["transformer", "graph"]
-# The kinds of model the cost model and constraints know: a transformer (from its ModelSpec:
-# presets and Hugging Face configs) and an op graph (native graph files, ONNX, graph presets).
-MODEL_KINDS: tuple[ModelKind, ...] = ("transformer", "graph")
 
 
 @dataclass(frozen=True)

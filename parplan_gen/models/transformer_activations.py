@@ -1,0 +1,62 @@
+"""Activation memory of a transformer: the bytes one token stores for the backward pass.
+
+`ActivationBytes` is a part of `transformer.ModelSpec` (it reads the spec's fields): Korthikanti
+et al. 2022 Sec. 4.1 per layer and Sec. 4.3's extras, generalised to GQA, gated MLPs, MoE and
+MLA; 16-bit tensors, 1-byte dropout masks, attention scores materialised, no parallelism, no
+recomputation.
+"""
+
+from __future__ import annotations
+
+ACT_BYTES = 2  # 16-bit activations (Korthikanti 2022, Sec. 4.1)
+MASK_BYTES = 1  # 1-byte dropout masks (Korthikanti 2022, Sec. 4.1)
+LOGIT_BYTES = 4  # fp32 logits (Korthikanti 2022, Sec. 4.3: 4sbh/t * (1 + v/h))
+
+
+class ActivationBytes:
+    """Activation bytes per token of a `ModelSpec`."""
+
+    def mlp_activation_bytes(self, ffn: int) -> int:
+        """Bytes one token stores inside one MLP of width `ffn`, input excluded: activation
+        input(s) 2*ffn (x2 when gated: gate and up) and second-matmul input 2*ffn."""
+        return ACT_BYTES * ffn * (3 if self.gated_mlp else 2)
+
+    def attention_core_activation_bytes(self, seq_len: int) -> int:
+        """Bytes one token stores in the attention core: Q, K, V and 5*a*s for the scores
+        (softmax 2as, dropout mask as, dropout output 2as; Korthikanti Sec. 4.1)."""
+        a, g = self.num_attention_heads, self.kv_heads_stored
+        qkv = (a + g) * self.qk_head_dim + g * self.value_head_dim
+        scores = (2 * ACT_BYTES + MASK_BYTES) * a * seq_len
+        return ACT_BYTES * qkv + scores
+
+    def layer_activation_bytes_per_token(self, layer: int, seq_len: int) -> int:
+        """Bytes one token stores for the backward pass of `layer` (Korthikanti 2022 Eq. 1 per
+        token: h(34 + 5as/h) for a GPT block; generalised to GQA, gated MLPs, MoE and MLA)."""
+        h, a = self.hidden_size, self.num_attention_heads
+        norms = self.norms_per_layer * ACT_BYTES * h
+        attn_in = ACT_BYTES * h
+        if self.uses_mla:
+            attn_in += 2 * ACT_BYTES * ((self.q_lora_rank or 0) + (self.kv_lora_rank or 0))
+        attn = attn_in + self.attention_core_activation_bytes(seq_len)
+        attn += ACT_BYTES * a * self.value_head_dim + MASK_BYTES * h
+        # With one norm shared by attention and MLP, the MLP input is the attention input.
+        mlp_in = 0 if self.norms_per_layer == 1 else ACT_BYTES * h
+        if self.moe_layer_mask[layer]:
+            k, f = self.experts_per_token, self.moe_ffn_hidden_size
+            mlp = mlp_in + k * (ACT_BYTES * h + self.mlp_activation_bytes(f))
+            mlp += self.num_shared_experts * self.mlp_activation_bytes(
+                self.shared_expert_ffn_hidden_size
+            )
+        else:
+            mlp = mlp_in + self.mlp_activation_bytes(self.ffn_hidden_size)
+        return norms + attn + mlp + MASK_BYTES * h
+
+    def activation_bytes_per_token(self, seq_len: int) -> int:
+        """All layers plus Korthikanti 2022 Sec. 4.3's extras at p = 1: embedding dropout mask h,
+        final-norm and LM-head inputs 2h each, fp32 logits 4V (and an embedding norm's input)."""
+        layers = sum(
+            self.layer_activation_bytes_per_token(i, seq_len) for i in range(self.num_layers)
+        )
+        h = self.hidden_size
+        norms = ACT_BYTES * h * (int(self.final_norm) + int(self.embedding_norm))
+        return layers + MASK_BYTES * h + norms + ACT_BYTES * h + LOGIT_BYTES * self.vocab_size
