@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from parplan_gen.planning.document import PlanDocument
+    from parplan_gen.render.render_options import RenderOptions
 
 
 def add_render_commands(sub: Any) -> None:
@@ -83,30 +84,34 @@ def out_folder(text: str) -> str:
     return text
 
 
+def render_options(args: argparse.Namespace) -> RenderOptions:
+    """The rendering options that `add_render_options` defined, from parsed arguments."""
+    from parplan_gen.render.render_options import RenderOptions
+
+    return RenderOptions(
+        templates=args.templates,
+        force=args.force,
+        hf_trainer=args.hf_trainer,
+        force_nccl_algo=args.force_nccl_algo,
+        megatron_version=args.megatron_version,
+        deepspeed_version=args.deepspeed_version,
+    )
+
+
 def write_plan_files(
     doc: PlanDocument, out: str | Path, args: argparse.Namespace, *, stream: TextIO | None = None
 ) -> int:
     """Render `doc` with the rendering options in `args`, write it into `out`, and list the
-    files on `stream` (default stdout; `parplan plan --json --out` passes stderr). A file that
-    an earlier plan wrote and this one has not (megatron_args.sh, for an op-graph model) is
-    removed with the write, so the folder holds one plan's files."""
+    files on `stream` (default stdout; `parplan plan --json --out` passes stderr); what the
+    writer repaired of an interrupted earlier write is told on stderr."""
     from parplan_gen.cli.main import PROG
-    from parplan_gen.render.plan_files import output_names, render_plan
-    from parplan_gen.render.writer import WriteWarning, write_rendered
+    from parplan_gen.render.render_options import write_plan
+    from parplan_gen.render.writer import WriteWarning
 
-    doc = doc.with_render_options(
-        megatron_version=args.megatron_version, deepspeed_version=args.deepspeed_version
-    )
-    files = render_plan(
-        doc,
-        templates_dir=args.templates,
-        hf_trainer=args.hf_trainer,
-        force_nccl_algo=args.force_nccl_algo,
-    )
     with warnings.catch_warnings(record=True) as repairs:
         warnings.simplefilter("always", WriteWarning)
         try:
-            status = write_rendered(out, files, force=args.force, retire=output_names())
+            status = write_plan(doc, out, render_options(args))
         finally:  # what was repaired is told even when the write is then refused
             for repair in repairs:
                 sys.stderr.write(f"{PROG}: warning: {repair.message}\n")

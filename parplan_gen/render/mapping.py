@@ -1,16 +1,14 @@
-"""templates/mapping.yaml: canonical plan keys -> each backend's names, and the renderer's defaults.
+"""templates/mapping.yaml read and applied: canonical plan keys -> each backend's names.
 
-This module owns the mapping's schema, reads it (with file:line errors), and applies it to the
-canonical facts of one plan (`render_facts.facts`): the DeepSpeed config as nested JSON data, the
-Megatron-LM argument groups, the nccl.env entries and the notes (the launchers' notes are what
-an op-graph model's training script must do). Values are computed here or in
-render_facts; the templates only format them.
+This module reads a mapping file against its schema (render/mapping_schema.py, with file:line
+errors) and applies it to the canonical facts of one plan (render/facts.py): the DeepSpeed
+config as nested JSON data, the Megatron-LM argument groups, the nccl.env entries and the notes
+(the launchers' notes are what an op-graph model's training script must do). Values are
+computed here or in render/facts.py; the templates only format them.
 
-A mapping file written before the `launch:` section existed (a `--templates` override) still
-loads: without a `launch:` section the built-in mapping's is used, and its `master_port` is the
-one the file names in a Megatron version's `data_env`, where it lived before. A file may name
-the port in one place only. Templates read it as `launch.master_port` and, for a transformer's
-plan, as `megatron.data_env.master_port` too: the same entry (`LoadedMapping.data_env`).
+A mapping file is read in this release's format only (0.x formats may change between minor
+versions, CHANGELOG.md): one without the `launch:` section is refused, and so is one that
+names `master_port` in a Megatron version's `data_env` (it is `launch.master_port`).
 """
 
 from __future__ import annotations
@@ -22,190 +20,39 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
-
 from parplan_gen.inputs.errors import SourceRef
-from parplan_gen.inputs.resources import shipped_dir
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.source import Document, KeyPath, load_document
 from parplan_gen.inputs.validation import validate
+from parplan_gen.models.kind import ModelKind
 from parplan_gen.planning.document import ProposalRecord
 from parplan_gen.render.checks import RenderError
+from parplan_gen.render.mapping_schema import (
+    KindTexts,
+    MappingFile,
+    NcclMapping,
+    Note,
+    Scalar,
+    Sourced,
+)
 from parplan_gen.render.shell_quote import assignment
-from parplan_gen.rules.vocabulary import ModelKind
 
 MAPPING_FILE = "mapping.yaml"
-MASTER_PORT = "master_port"  # launch.master_port; before the launch section, in data_env
+MASTER_PORT = "master_port"  # launch.master_port, never in a Megatron version's data_env
 COMMUNICATION = "communication"  # the proposal group whose settings concern NCCL
 NOT_RENDERED = "not rendered"  # a proposal setting the mapping does not place
 HF_AUTO = (
     "auto"  # what the Hugging Face Trainer fills in itself (transformers.integrations.deepspeed)
 )
-Scalar = bool | int | float | str
 _PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z_.]+)\}")
-# megatron.script stands in a shell word of megatron_args.sh: a relative path of plain names.
-SCRIPT_PATH = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Sourced(_Strict):
-    key: str | None = Field(None, description="Canonical key whose value is written.")
-    value: Scalar | None = Field(None, description="A constant the renderer adds.")
-    when: str | None = Field(None, description="Canonical key: write the entry only when true.")
-    source: str | None = Field(None, description="Where a constant comes from.")
-
-    @model_validator(mode="after")
-    def _one_value(self) -> _Sourced:
-        if self.key is not None and self.value is not None:
-            raise ValueError("give `key` or `value`, not both")
-        if self.value is not None and not (self.source or "").strip():
-            raise ValueError("a constant `value` names its `source`")
-        return self
-
-
-class DeepSpeedEntry(_Sourced):
-    """One ds_config.json key (dotted path) and where its value comes from."""
-
-    name: str = Field(pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
-    hf_auto: bool = Field(
-        False, description="The HF Trainer fills it in: 'auto' with --hf-trainer."
-    )
-
-    @model_validator(mode="after")
-    def _has_value(self) -> DeepSpeedEntry:
-        if self.key is None and self.value is None:
-            raise ValueError("a DeepSpeed key needs `key` or `value`")
-        return self
-
-
-class MegatronArg(_Sourced):
-    """One Megatron-LM argument; with neither key nor value it is a switch."""
-
-    flag: str = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
-
-
-class ArgGroup(_Strict):
-    title: str
-    var: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$", description="Bash array name.")
-    args: list[MegatronArg]
-
-
-class EnvDefault(_Strict):
-    """An environment variable the script reads, with its default."""
-
-    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
-    flag: str | None = Field(None, pattern=r"^--[a-z0-9][a-z0-9-]*$")
-    default: str = Field(pattern=r"^[A-Za-z0-9_.,:+-]+$")
-    doc: str
-
-
-class Note(_Strict):
-    when: str
-    text: str
-
-
-class DeepSpeedMapping(_Strict):
-    source: str
-    config: list[DeepSpeedEntry]
-    notes: list[Note] = []
-
-
-class MegatronMapping(_Strict):
-    source: str
-    script: str = Field(
-        pattern=SCRIPT_PATH, description="Megatron-LM's training script, relative to its checkout."
-    )
-    groups: list[ArgGroup]
-    run_env: list[EnvDefault]
-    data_env: dict[str, EnvDefault]
-    notes: list[Note] = []
-
-
-class LaunchMapping(_Strict):
-    """What the torchrun launch scripts read, for every plan, and what they say to the training
-    script they start."""
-
-    source: str
-    master_port: EnvDefault = Field(description="torchrun's rendezvous port.")
-    notes: list[Note] = Field(
-        [], description="What the training script must do for the plan (plan.md, launcher)."
-    )
-
-
-class NcclVariable(_Sourced):
-    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
-    example: str | None = Field(None, description="A commented example when there is no value.")
-    example_when: str | None = None
-    rule: str = Field(description="Who sets it (printed in its comment).")
-    reason: str
-
-
-class NcclProposalSetting(_Strict):
-    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
-    reason: str
-
-
-class NcclMapping(_Strict):
-    source: str
-    variables: list[NcclVariable]
-    nvls_architectures: list[str]
-    one_connection_exempt_architectures: list[str]
-    proposal_settings: dict[str, NcclProposalSetting]
-
-
-class ChartStyle(_Strict):
-    width: PositiveInt
-    label_width: PositiveInt
-    legend_height: PositiveInt
-    legend_item_width: PositiveInt
-    bar_height: PositiveInt
-    bar_gap: PositiveInt
-    margin: PositiveInt
-    font_size: PositiveInt
-
-
-class ReportMapping(_Strict):
-    chart_rows: PositiveInt
-    chart: ChartStyle
-    colors: dict[str, str]
-
-
-class KindTexts(_Strict):
-    """One text for each kind of model, where they differ."""
-
-    transformer: str
-    graph: str
-
-
-class Default(_Strict):
-    value: Scalar
-    source: str
-
-
-class MappingFile(_Strict):
-    defaults: dict[str, Default]
-    deepspeed: dict[str, DeepSpeedMapping]
-    megatron: dict[str, MegatronMapping]
-    launch: LaunchMapping | None = Field(
-        None, description="Absent (a mapping written before it existed): the built-in one."
-    )
-    nccl: NcclMapping
-    proposal_settings: dict[str, str | KindTexts]
-    report: ReportMapping
 
 
 @dataclass(frozen=True)
 class LoadedMapping:
-    """The validated mapping and its document (for positioned errors), with the launch section
-    it uses: its own, else the built-in mapping's (read from `launch_doc`)."""
+    """The validated mapping and its document (for positioned errors)."""
 
     data: MappingFile
     doc: Document
-    launch: LaunchMapping
-    launch_doc: Document
 
     def check_key(
         self, facts: Mapping[str, Any], key: str | None, path: KeyPath, doc: Document | None = None
@@ -215,49 +62,18 @@ class LoadedMapping:
             where = (self.doc if doc is None else doc).ref(path)
             raise RenderError(f"unknown canonical key '{key}' (known: {known})", where)
 
-    def data_env(self, version: str) -> dict[str, EnvDefault]:
-        """A Megatron version's data_env with `master_port`: the launch section's entry, where
-        templates written before that section read it."""
-        return {**self.data.megatron[version].data_env, MASTER_PORT: self.launch.master_port}
 
-
-def load_mapping(path: str | Path, builtin: str | Path | None = None) -> LoadedMapping:
-    """Read and validate a mapping file (parsed once while the file stays the same).
-
-    A file without a `launch:` section (written for an earlier version) takes the `builtin`
-    mapping's (default: the shipped templates/mapping.yaml), with the `master_port` the file
-    names in a Megatron version's `data_env` where it has one.
-    """
-    data, doc = _read(path)
-    old_ports = _data_env_ports(data)
-    if data.launch is not None:
-        if old_ports:
-            version, _ = old_ports[0]
+def load_mapping(path: str | Path) -> LoadedMapping:
+    """Read and validate a mapping file (parsed once while the file stays the same)."""
+    stat = Path(path).stat()
+    data, doc = _load_mapping(str(path), stat.st_mtime_ns, stat.st_size)
+    for version, meg in data.megatron.items():
+        if MASTER_PORT in meg.data_env:
             raise RenderError(
                 "master_port is read from launch.master_port; remove it from data_env",
                 doc.ref(("megatron", version, "data_env", MASTER_PORT)),
             )
-        return LoadedMapping(data, doc, data.launch, doc)
-    base, base_doc = _read(builtin or shipped_dir("templates") / MAPPING_FILE)
-    if base.launch is None:
-        raise RenderError("missing required key 'launch'", base_doc.ref(()))
-    launch = base.launch
-    if old_ports:
-        (first, port), *others = old_ports
-        for version, other in others:
-            if other != port:
-                raise RenderError(
-                    f"master_port differs from megatron.{first}.data_env.master_port; "
-                    "give it once, as launch.master_port",
-                    doc.ref(("megatron", version, "data_env", MASTER_PORT)),
-                )
-        launch = launch.model_copy(update={"master_port": port})
-    return LoadedMapping(data, doc, launch, base_doc)
-
-
-def _read(path: str | Path) -> tuple[MappingFile, Document]:
-    stat = Path(path).stat()
-    return _load_mapping(str(path), stat.st_mtime_ns, stat.st_size)
+    return LoadedMapping(data, doc)
 
 
 @lru_cache(maxsize=8)
@@ -266,18 +82,8 @@ def _load_mapping(path: str, mtime_ns: int, size: int) -> tuple[MappingFile, Doc
     return validate(MappingFile, doc.data, doc, error=RenderError), doc
 
 
-def _data_env_ports(data: MappingFile) -> list[tuple[str, EnvDefault]]:
-    """(version, entry) of each Megatron version whose data_env names master_port (the place
-    of the rendezvous port before the launch section)."""
-    return [
-        (version, meg.data_env[MASTER_PORT])
-        for version, meg in data.megatron.items()
-        if MASTER_PORT in meg.data_env
-    ]
-
-
 def _enabled(
-    m: LoadedMapping, facts: Mapping[str, Any], entry: _Sourced, path: KeyPath
+    m: LoadedMapping, facts: Mapping[str, Any], entry: Sourced, path: KeyPath
 ) -> Scalar | None:
     """The entry's value when it is written (True for a switch), else None."""
     m.check_key(facts, entry.when, (*path, "when"))

@@ -4,11 +4,12 @@ A transformer's plan renders every file; an op-graph model's plan (ResNet-50, an
 renders all but megatron_args.sh, as Megatron-LM trains transformers only.
 
 Templates live in the shipped `templates/` folder (a user folder given with `--templates`
-overrides any of them, and mapping.yaml, by relative name). They run in Jinja's immutable
-sandbox with StrictUndefined: a template that names a missing value fails, and one that reaches
-for Python internals is refused (render_sandbox checks each template when it is loaded and
-bounds what it may cost when it runs). Every rendered file is parsed back (render_checks) before
-it is returned; render_writer writes them.
+overrides any of them, and mapping.yaml, by relative name: render/template_env.py). They run in
+Jinja's immutable sandbox with StrictUndefined: a template that names a missing value fails,
+and one that reaches for Python internals is refused (render/template_check.py checks each
+template when it is loaded, render/sandbox.py bounds what it may cost when it runs). Every
+rendered file is parsed back (render/checks.py) before it is returned; render/writer.py writes
+them.
 
 What the templates see is plain data made safe for the files a shell reads (shell_quote):
 every text is safe in a comment (no control or line-break character), the model's, the
@@ -20,17 +21,9 @@ anywhere in a shell line), nccl.env's lines are built by `shell_quote.assignment
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-import jinja2
-from jinja2.sandbox import SecurityError
-
-from parplan_gen.cost.estimate import model_kind
-from parplan_gen.inputs.resources import shipped_dir
 from parplan_gen.inputs.safe_text import printable, safe_name
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render import mapping as render_mapping
@@ -38,7 +31,6 @@ from parplan_gen.render.checks import RenderError, check_ds_config, check_files
 from parplan_gen.render.facts import facts
 from parplan_gen.render.mapping import (
     MAPPING_FILE,
-    EnvDefault,
     LoadedMapping,
     applied_as,
     load_mapping,
@@ -46,19 +38,12 @@ from parplan_gen.render.mapping import (
     nccl_entries,
     notes,
 )
+from parplan_gen.render.mapping_schema import EnvDefault
 from parplan_gen.render.report import report_context
-from parplan_gen.render.sandbox import (
-    REFUSED,
-    BoundedEnvironment,
-    OutsideFolderError,
-    TemplateBudgetError,
-    TemplateRefused,
-    file_inside,
-)
-from parplan_gen.render.shell_quote import argument, comment
+from parplan_gen.render.shell_quote import comment
+from parplan_gen.render.template_env import Templates, environment, render_template
 from parplan_gen.render.writer import NCCL_REFERENCE
 
-JSON_INDENT = 2
 DS_CONFIG, DS_CONFIG_TEMPLATE = "ds_config.json", "deepspeed/{deepspeed}/ds_config.json.j2"
 OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the chosen versions
     (DS_CONFIG, DS_CONFIG_TEMPLATE),
@@ -71,110 +56,8 @@ OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the cho
     ("plan_time.svg", "report/time.svg.j2"),
     ("plan.md", "report/plan.md.j2"),
 )
-# The backends whose files a kind of model gets: Megatron-LM trains transformers only, an
-# op-graph model runs under DeepSpeed (or PyTorch DDP) through torchrun.
-BACKENDS_BY_KIND = {"transformer": ("megatron", "deepspeed"), "graph": ("deepspeed",)}
 PLAN_JSON = "plan.json"
 JOB_PREFIX = "parplan-"  # the SLURM job and rendezvous id: parplan-<model name>
-
-
-@dataclass(frozen=True)
-class Templates:
-    """The built-in template folder and an optional user folder that overrides it by name."""
-
-    builtin: Path
-    user: Path | None = None
-
-    @classmethod
-    def at(cls, user: str | Path | None = None) -> Templates:
-        if user is not None and not Path(user).is_dir():
-            raise RenderError(f"--templates: {user} is not a folder")
-        return cls(shipped_dir("templates"), None if user is None else Path(user))
-
-    @property
-    def folders(self) -> list[Path]:
-        return [p for p in (self.user, self.builtin) if p is not None]
-
-    def find(self, relative: str | Path) -> Path:
-        """The first folder's `relative` file; RenderError if none has it, or if it is a link
-        to a file outside its folder."""
-        for folder in self.folders:
-            try:
-                path = file_inside(folder, relative)
-            except OutsideFolderError as exc:
-                raise RenderError(f"{REFUSED}: {exc}") from None
-            if path is not None:
-                return path
-        raise RenderError(f"no template {relative} in {', '.join(map(str, self.folders))}")
-
-    def versions(self, backend: str) -> list[str]:
-        names = {
-            p.name
-            for f in self.folders
-            if (f / backend).is_dir()
-            for p in (f / backend).iterdir()
-            if p.is_dir()
-        }
-        return sorted(names, key=_version_key)
-
-
-def _version_key(name: str) -> tuple[tuple[int, ...], str]:
-    return tuple(int(n) for n in re.findall(r"\d+", name)), name
-
-
-def _environment(templates: Templates) -> BoundedEnvironment:
-    """A fresh sandbox over `templates` (its budgets are per render; the compiled templates
-    are kept across renders by render_sandbox)."""
-    env = BoundedEnvironment(
-        templates.folders,
-        undefined=jinja2.StrictUndefined,
-        autoescape=jinja2.select_autoescape(enabled_extensions=("svg.j2",), default=False),
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["json"] = lambda value: json.dumps(value, indent=JSON_INDENT, ensure_ascii=False)
-    env.filters["sh"] = argument
-    return env
-
-
-def _render(env: BoundedEnvironment, name: str, context: dict[str, Any]) -> str:
-    """One template, with every template failure turned into a positioned RenderError."""
-    try:
-        return env.render_bounded(name, context, scale=context["launch"]["nnodes"])
-    except jinja2.TemplateNotFound as exc:
-        raise RenderError(f"no template {exc.name}") from None
-    except TemplateRefused as exc:
-        raise RenderError(f"{exc.name}:{exc.lineno}: {REFUSED}: {exc.message}") from None
-    except jinja2.TemplateSyntaxError as exc:
-        where = f"{exc.filename or name}:{exc.lineno}"
-        raise RenderError(f"{where}: template syntax: {exc.message}") from None
-    except SecurityError as exc:
-        where = _template_line(exc.__traceback__, name)
-        raise RenderError(f"{where}: {REFUSED}: {exc}") from None
-    except TemplateBudgetError as exc:
-        where = _template_line(exc.__traceback__, name)
-        raise RenderError(f"{where}: stopped by the template sandbox: {exc}") from None
-    except RecursionError:
-        raise RenderError(
-            f"{name}: includes nested too deeply (does one include itself?)"
-        ) from None
-    except jinja2.UndefinedError as exc:
-        where = _template_line(exc.__traceback__, name)
-        raise RenderError(f"{where}: undefined value: {exc.message}") from None
-    except (TypeError, ValueError, ArithmeticError, LookupError) as exc:
-        where = _template_line(exc.__traceback__, name)
-        raise RenderError(f"{where}: {type(exc).__name__}: {exc}") from None
-
-
-def _template_line(tb: TracebackType | None, name: str) -> str:
-    """`name:LINE` of the innermost traceback frame inside a template file."""
-    line = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.endswith(name):
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return name if line is None else f"{name}:{line}"
 
 
 def resolve_versions(
@@ -187,7 +70,7 @@ def resolve_versions(
         "deepspeed": doc.render.deepspeed_version,
     }
     sections = {"megatron": mapping.data.megatron, "deepspeed": mapping.data.deepspeed}
-    used = BACKENDS_BY_KIND[model_kind(doc.model)]
+    used = doc.model.backends
     out: dict[str, str | None] = {}
     for backend, wanted in chosen.items():
         if backend not in used:
@@ -239,7 +122,7 @@ def build_context(
     """Everything the templates format, computed from the document and the mapping.
 
     `megatron` is None for a plan that Megatron-LM does not train (an op-graph model)."""
-    mapping = load_mapping(templates.find(MAPPING_FILE), templates.builtin / MAPPING_FILE)
+    mapping = load_mapping(templates.find(MAPPING_FILE))
     versions = resolve_versions(doc, templates, mapping)
     values = facts(doc, mapping.data, hf_trainer=hf_trainer)
     megatron = (
@@ -303,8 +186,7 @@ def _megatron_context(
         "script": meg.script,
         "groups": megatron_groups(mapping, version, values),
         "run_env": [_env_var(e) for e in meg.run_env],
-        # With master_port, the launch section's entry (templates of before it read it here).
-        "data_env": {k: _env_var(e) for k, e in mapping.data_env(version).items()},
+        "data_env": {k: _env_var(e) for k, e in meg.data_env.items()},
         "one_cuda_connection": values["megatron.one_cuda_connection"],
         "notes": notes(mapping, meg.notes, values, ("megatron", version, "notes")),
     }
@@ -331,7 +213,7 @@ def _launch(doc: PlanDocument, mapping: LoadedMapping, values: dict[str, Any]) -
     cluster = doc.cluster
     per_node = cluster.procs_per_node
     hosts = [{"name": f"node-{i}", "slots": per_node} for i in range(cluster.num_nodes)]
-    launch = mapping.launch
+    launch = mapping.data.launch
     return {
         "nnodes": cluster.num_nodes,
         "nproc_per_node": per_node,
@@ -343,7 +225,7 @@ def _launch(doc: PlanDocument, mapping: LoadedMapping, values: dict[str, Any]) -
         "job_name": JOB_PREFIX + safe_name(doc.model.name, fallback="plan"),
         "master_port": _env_var(launch.master_port),
         # What the training script does for the plan (an op-graph model's; plan.md says why).
-        "notes": notes(mapping, launch.notes, values, ("launch", "notes"), mapping.launch_doc),
+        "notes": notes(mapping, launch.notes, values, ("launch", "notes")),
     }
 
 
@@ -364,8 +246,11 @@ def render_plan(
         megatron_version=context["versions"]["megatron"],
         deepspeed_version=context["versions"]["deepspeed"],
     )
-    env = _environment(templates)
-    files = {out: _render(env, template, context) for out, template in outputs(context["versions"])}
+    env = environment(templates)
+    files = {
+        out: render_template(env, template, context)
+        for out, template in outputs(context["versions"])
+    }
     files[PLAN_JSON] = doc.to_json()
     check_files(files, nccl_reference=templates.builtin / NCCL_REFERENCE)
     return files
@@ -378,7 +263,7 @@ def deepspeed_config(
     templates = Templates.at(templates_dir)
     context = build_context(doc, templates, hf_trainer=hf_trainer)
     name = DS_CONFIG_TEMPLATE.format(**context["versions"])
-    files = {DS_CONFIG: _render(_environment(templates), name, context)}
+    files = {DS_CONFIG: render_template(environment(templates), name, context)}
     check_files(files, nccl_reference=templates.builtin / NCCL_REFERENCE)
     config = json.loads(files[DS_CONFIG])
     check_ds_config(config, doc.chosen.plan.dp)
@@ -391,7 +276,7 @@ def megatron_args(doc: PlanDocument, *, templates_dir: str | Path | None = None)
     Data, tokenizer, checkpoint and run-length arguments come from the environment in the
     script and are not part of this list. An op-graph model has none (RenderError).
     """
-    if "megatron" not in BACKENDS_BY_KIND[model_kind(doc.model)]:
+    if "megatron" not in doc.model.backends:
         raise RenderError(
             f"{printable(doc.model.name)} is an op-graph model: it has no Megatron-LM arguments "
             "(Megatron-LM trains transformers); launch your training script with "

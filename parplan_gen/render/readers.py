@@ -1,132 +1,134 @@
 """Readers of layouts that users already have: a DeepSpeed ds_config.json and a Megatron-LM
 argument list or launch script (`parplan check --from-deepspeed/--from-megatron`, and the API).
 
-Every number is parsed strictly (ASCII digits, bounded by the size limits of `layout`); an
-argument script is split into shell words linearly and capped in size before it is read.
+What they read is templates/mapping.yaml read backwards (render/mapping_inverse.py): the same
+entries the renderer writes from, so that reading back the files `parplan` wrote gives the
+layout they were written for. Every number is parsed strictly (ASCII digits, bounded by the size
+limits of `layout`); an argument script is capped in size before it is split into shell words,
+in linear time (render/shell_words.py).
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.layout import SIZE_LIMITS, size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
 from parplan_gen.inputs.number_text import ZERO_STAGES, whole_number
-from parplan_gen.inputs.source import load_document, read_text
+from parplan_gen.inputs.reading import read_text
+from parplan_gen.inputs.source import Document, load_document
 from parplan_gen.models.transformer import MAX_LAYERS
+from parplan_gen.render.mapping import MAPPING_FILE, LoadedMapping, load_mapping
+from parplan_gen.render.mapping_inverse import (
+    LAYERS_PER_VIRTUAL_STAGE,
+    DeepSpeedKey,
+    MegatronFlag,
+    deepspeed_keys,
+    megatron_flags,
+)
+from parplan_gen.render.shell_words import shell_words
+from parplan_gen.render.template_env import Templates
 
-# Megatron-LM argument -> layout field (value arguments) and switches -> (field, value).
-MEGATRON_VALUES = {
-    "--tensor-model-parallel-size": "tp",
-    "--pipeline-model-parallel-size": "pp",
-    "--context-parallel-size": "cp",
-    "--expert-model-parallel-size": "ep",
-    "--micro-batch-size": "mbs",
-    "--global-batch-size": "global_batch",
-    "--seq-length": "seq_len",
-    "--num-virtual-stages-per-pipeline-rank": "vpp",
-    "--virtual-pipeline-model-parallel-size": "vpp",
-    "--num-layers-per-virtual-pipeline-stage": "layers_per_virtual_stage",
-    "--recompute-granularity": "recompute",
-    "--fp8-format": "precision",
-}
-MEGATRON_SWITCHES = {
-    "--sequence-parallel": ("sequence_parallel", True),
-    "--use-distributed-optimizer": ("distributed_optimizer", True),
-    "--recompute-activations": ("recompute", "selective"),
-    "--bf16": ("precision", "bf16"),
-    "--fp16": ("precision", "fp16"),
-}
-
-
-def deepspeed_values(path: str) -> dict[str, Any]:
-    """Batch, ZeRO stage and precision of a DeepSpeed ds_config.json."""
-
-    doc = load_document(path)
-    if not isinstance(doc.data, dict):
-        got = "an empty file" if doc.data is None else type(doc.data).__name__
-        raise InputError(f"a DeepSpeed config is a JSON object (got {got})", doc.ref())
-    data = doc.data
-    out: dict[str, Any] = {}
-    for key, field in (
-        ("train_batch_size", "global_batch"),
-        ("train_micro_batch_size_per_gpu", "mbs"),
-        ("gradient_accumulation_steps", "grad_accum"),
-    ):
-        if key in data:
-            out[field] = _size(doc, (key,), field, data[key])
-    zero = data.get("zero_optimization", {})
-    if isinstance(zero, dict) and "stage" in zero:
-        stage = zero["stage"]
-        if type(stage) is not int or stage not in ZERO_STAGES:  # not True, not 3.0
-            where = doc.ref(("zero_optimization", "stage"))
-            raise InputError(f"expected a ZeRO stage 0 to 3, got {shown_value(stage)}", where)
-        out["zero_stage"] = stage
-    for precision in ("bf16", "fp16"):
-        section = data.get(precision)
-        if isinstance(section, dict) and section.get("enabled") is True:
-            out["precision"] = precision
-    return out
-
-
-def _size(doc: Any, path: tuple[str, ...], field: str, value: Any) -> int:
-
-    problem = size_problem(field, value)
-    if problem:
-        hint = " (the HF Trainer fills 'auto'; give the value as a flag)" if value == "auto" else ""
-        raise InputError(problem + hint, doc.ref(path))
-    return value
-
+if TYPE_CHECKING:
+    from parplan_gen.models.kind import TrainedModel
 
 # A Megatron-LM argument file larger than this is refused before it is split: Megatron-LM's
 # example launch scripts are a few KB (examples/gpt3/train_gpt3_175b_distributed.sh), and
 # splitting takes up to ~1 s per MiB in the worst case (one word per two characters).
 MAX_ARGUMENT_SCRIPT_BYTES = 256 * 1024
-_BLANK = " \t\r\n"  # what separates shell words (as shlex)
-# Blanks and `#` comments between words; one piece of a word: plain characters, '...' (all
-# literal), "..." (backslash escapes \" and \\ only, as shlex), or \x (the character x). Matched
-# piece by piece, splitting is linear in the text (shlex.split is quadratic in a word's length).
-_GAP = re.compile(rf"(?:[{_BLANK}]+|#[^\n]*)*")
-_PIECE = re.compile(rf"""[^{_BLANK}'"\\]+|'[^']*'|"[^"\\]*(?:\\.[^"\\]*)*"|\\.""", re.DOTALL)
-_QUOTED_ESCAPE = re.compile(r'\\([\\"])')
+HF_AUTO_HINT = " (the HF Trainer fills 'auto'; give the value as a flag)"
 
 
-def shell_words(text: str) -> list[tuple[str, int]]:
-    """The words of a shell command line with their offsets in `text`: quotes and backslashes
-    removed, `#` comments dropped, nothing expanded; ValueError for an unclosed quote."""
-    words: list[tuple[str, int]] = []
-    pos = _GAP.match(text).end()  # type: ignore[union-attr]
-    while pos < len(text):
-        start, pieces = pos, []
-        while pos < len(text) and text[pos] not in _BLANK:
-            piece = _PIECE.match(text, pos)
-            if piece is None:
-                what = "No escaped character" if text[pos] == "\\" else "No closing quotation"
-                raise ValueError(what, pos)
-            pieces.append(_unquote(piece.group()))
-            pos = piece.end()
-        words.append(("".join(pieces), start))
-        pos = _GAP.match(text, pos).end()  # type: ignore[union-attr]
-    return words
+def layout_from_files(
+    model: TrainedModel,
+    *,
+    deepspeed: str | Path | None = None,
+    megatron: str | Path | None = None,
+    templates_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Layout fields set by a ds_config.json and then a Megatron-LM argument file (either may be
+    None), plus `grad_accum` when the DeepSpeed config gives one (to check against the layout).
+    Megatron-LM arguments describe transformers: for an op-graph model, an InputError."""
+    values: dict[str, Any] = {}
+    if deepspeed:
+        values.update(deepspeed_values(deepspeed, templates_dir=templates_dir))
+    if megatron:
+        if "megatron" not in model.backends:
+            raise InputError(
+                f"--from-megatron: {model.name} is an op-graph model; Megatron-LM arguments "
+                "describe transformers (use --from-deepspeed or the layout flags)"
+            )
+        values.update(megatron_values(megatron, model.pipeline_layers, templates_dir=templates_dir))
+    return values
 
 
-def _unquote(piece: str) -> str:
-    if piece[0] == "'":
-        return piece[1:-1]
-    if piece[0] == '"':
-        return _QUOTED_ESCAPE.sub(r"\1", piece[1:-1])
-    return piece[1] if piece[0] == "\\" else piece
+def _mapping(templates_dir: str | Path | None) -> LoadedMapping:
+    return load_mapping(Templates.at(templates_dir).find(MAPPING_FILE))
 
 
-def megatron_values(path: str, num_layers: int) -> dict[str, Any]:
-    """Layout fields set by a Megatron-LM argument list or launch script (other args ignored)."""
+# ---- DeepSpeed ---------------------------------------------------------------------------------
 
+
+def deepspeed_values(
+    path: str | Path, *, templates_dir: str | Path | None = None
+) -> dict[str, Any]:
+    """Batch, pipeline stages, ZeRO stage, precision and (with a pipeline) recompute of a
+    DeepSpeed ds_config.json."""
+    doc = load_document(str(path))
+    if not isinstance(doc.data, dict):
+        got = "an empty file" if doc.data is None else type(doc.data).__name__
+        raise InputError(f"a DeepSpeed config is a JSON object (got {got})", doc.ref())
+    out: dict[str, Any] = {}
+    for key in deepspeed_keys(_mapping(templates_dir)):
+        found, value = _at(doc.data, key.path)
+        if found:
+            out.update(_deepspeed_value(doc, key, value))
+    return out
+
+
+def _at(data: dict[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
+    """(True, the value at `path`) when every section on the way is an object, else (False, None)."""
+    node: Any = data
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _deepspeed_value(doc: Document, key: DeepSpeedKey, value: Any) -> dict[str, Any]:
+    if key.field == "zero_stage":
+        if type(value) is not int or value not in ZERO_STAGES:  # not True, not 3.0
+            raise InputError(
+                f"expected a ZeRO stage 0 to 3, got {shown_value(value)}", doc.ref(key.path)
+            )
+        return {"zero_stage": value}
+    if key.field is not None:
+        problem = size_problem(key.field, value)
+        if problem:
+            hint = HF_AUTO_HINT if value == "auto" else ""
+            raise InputError(problem + hint, doc.ref(key.path))
+        return {key.field: value}
+    for said, (field, setting) in key.means:  # the same type: `true` is no 1, 1 no `true`
+        if type(value) is type(said) and value == said:
+            return {field: setting}
+    return {}
+
+
+# ---- Megatron-LM -------------------------------------------------------------------------------
+
+
+def megatron_values(
+    path: str | Path, num_layers: int, *, templates_dir: str | Path | None = None
+) -> dict[str, Any]:
+    """Layout fields set by a Megatron-LM argument list or launch script (other args ignored; a
+    later argument overrides an earlier one, as Megatron-LM's argparse does)."""
     # A line continuation becomes a blank, keeping offsets and line numbers.
-    text = read_text(path, max_bytes=MAX_ARGUMENT_SCRIPT_BYTES).replace("\\\n", " \n")
+    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES).replace("\\\n", " \n")
 
     def where(offset: int) -> SourceRef:
-        return SourceRef(path, text.count("\n", 0, offset) + 1)
+        return SourceRef(str(path), text.count("\n", 0, offset) + 1)
 
     try:
         words = shell_words(text)
@@ -135,37 +137,44 @@ def megatron_values(path: str, num_layers: int) -> dict[str, Any]:
         raise InputError(
             f"cannot split into shell words: {message} (is a quote unbalanced?)", where(offset)
         ) from None
+    flags = megatron_flags(_mapping(templates_dir))
     out: dict[str, Any] = {}
     for i, (word, offset) in enumerate(words):
         flag, eq, inline = word.partition("=")
-        if flag in MEGATRON_SWITCHES:
-            key, value = MEGATRON_SWITCHES[flag]
-            out[key] = value
-        elif flag in MEGATRON_VALUES:
-            raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
-            out[MEGATRON_VALUES[flag]] = _megatron_value(flag, raw, where(offset))
-    if out.get("precision") in ("e4m3", "hybrid"):
-        out["precision"] = "fp8"
-    per_chunk = out.pop("layers_per_virtual_stage", None)
+        reading = flags.get(flag)
+        if reading is None:
+            continue
+        if reading.sets is not None and not reading.values:
+            out.update([reading.sets])
+            continue
+        raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
+        out.update(_megatron_value(flag, reading, raw, where(offset)))
+    per_chunk = out.pop(LAYERS_PER_VIRTUAL_STAGE, None)
     if per_chunk is not None:
         stages = out.get("pp", 1)
         if num_layers % (stages * per_chunk):
             raise InputError(
                 f"--num-layers-per-virtual-pipeline-stage {per_chunk}: {num_layers} layers do not "
                 f"divide by pp({stages}) x {per_chunk}",
-                SourceRef(path),
+                SourceRef(str(path)),
             )
         out["vpp"] = num_layers // (stages * per_chunk)
     return out
 
 
-def _megatron_value(flag: str, raw: str, where: Any) -> Any:
-
-    if flag in ("--recompute-granularity", "--fp8-format"):
-        return raw
-    field = MEGATRON_VALUES[flag]
+def _megatron_value(flag: str, reading: MegatronFlag, raw: str, where: SourceRef) -> dict[str, Any]:
+    if reading.sets is not None:  # an argument whose value names the setting (--fp8-format)
+        if raw not in reading.values:
+            choices = " or ".join(reading.values)
+            raise InputError(f"{flag}: expected {choices}, got {shown_value(raw)}", where)
+        return dict([reading.sets])
+    field = reading.field
+    if field is None:
+        return {}
+    if field not in SIZE_LIMITS and field != LAYERS_PER_VIRTUAL_STAGE:
+        return {field: raw}  # a choice (--recompute-granularity): checked by the layout
     try:  # layers per virtual stage: at most a model's layers
-        return whole_number(raw, SIZE_LIMITS.get(field, MAX_LAYERS))
+        return {field: whole_number(raw, SIZE_LIMITS.get(field, MAX_LAYERS))}
     except ValueError as exc:
         hint = " (shell variables are not expanded)" if "$" in raw else ""
         raise InputError(f"{flag}: {exc}{hint}", where) from None

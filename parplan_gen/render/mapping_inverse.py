@@ -1,0 +1,127 @@
+"""templates/mapping.yaml read backwards: what each backend entry says about the layout.
+
+The renderer writes a canonical key's value under a backend's name (render/mapping.py); the
+readers of existing configs (render/readers.py) take the same entries the other way, so that
+reading back what `parplan` wrote gives the layout it was written from, as far as the file says
+it (Megatron-LM has no ZeRO stage; ds_config.json names recompute for a pipeline only).
+
+A Megatron-LM argument or a ds_config.json key is read when its `key` is a layout field
+(`plan.tp`, or one of FIELD_OF_KEY), or when the canonical key it is written from (its `key`,
+or a switch's `when`) is one of FIELD_OF_FACT. Every other entry (model shape, constants,
+communication settings) is ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from parplan_gen.cost.layout import Layout
+from parplan_gen.render.checks import RenderError
+from parplan_gen.render.mapping import LoadedMapping
+from parplan_gen.render.mapping_schema import MegatronArg, Scalar
+
+LAYERS_PER_VIRTUAL_STAGE = "layers_per_virtual_stage"  # not a Layout field: read as vpp
+# Canonical keys, besides plan.<Layout field>, whose value is a layout field's (render/facts.py).
+FIELD_OF_KEY = {
+    "megatron.virtual_stages_per_rank": "vpp",
+    "megatron.layers_per_virtual_stage": LAYERS_PER_VIRTUAL_STAGE,
+    "deepspeed.zero_stage": "zero_stage",
+}
+# Canonical keys that, at one value, set a layout field (how render/facts.py derives them).
+FIELD_OF_FACT: dict[str, dict[Scalar, tuple[str, Any]]] = {
+    "plan.sequence_parallel": {True: ("sequence_parallel", True)},
+    "megatron.distributed_optimizer": {True: ("distributed_optimizer", True)},
+    "train.bf16": {True: ("precision", "bf16")},
+    "train.fp16": {True: ("precision", "fp16")},
+    "train.fp8": {True: ("precision", "fp8")},
+    # DeepSpeed PipelineModule activation_checkpoint_interval 1: every layer is recomputed.
+    "deepspeed.pipeline_checkpoint_interval": {1: ("recompute", "full")},
+}
+# Megatron-LM spellings that parplan does not write but reads (Megatron-LM arguments.py).
+MEGATRON_ALIASES = {  # the older name of --num-virtual-stages-per-pipeline-rank
+    "--virtual-pipeline-model-parallel-size": "--num-virtual-stages-per-pipeline-rank",
+}
+MEGATRON_SWITCH_ALIASES: dict[str, tuple[str, Any]] = {
+    "--recompute-activations": ("recompute", "selective"),  # the older selective switch
+}
+MEGATRON_VALUE_ALIASES = {"--fp8-format": ("e4m3",)}  # the other FP8 recipe: FP8 all the same
+
+
+@dataclass(frozen=True)
+class MegatronFlag:
+    """How one Megatron-LM argument is read: its value is `field`'s, or it sets `sets` (a switch;
+    with `values`, an argument that takes one of them)."""
+
+    field: str | None = None
+    sets: tuple[str, Any] | None = None
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeepSpeedKey:
+    """How one ds_config.json key (its dotted path) is read: its value is `field`'s, or a value
+    of `means` sets that (field, value)."""
+
+    path: tuple[str, ...]
+    field: str | None = None
+    means: tuple[tuple[Scalar, tuple[str, Any]], ...] = ()
+
+
+def layout_field(key: str | None) -> str | None:
+    """The layout field a canonical key's value is, or None."""
+    if key is None:
+        return None
+    name = key.removeprefix("plan.")
+    if name != key and name in Layout.model_fields:
+        return name
+    return FIELD_OF_KEY.get(key)
+
+
+def megatron_flags(m: LoadedMapping) -> dict[str, MegatronFlag]:
+    """Every Megatron-LM argument the readers take, over all versions in the mapping."""
+    flags: dict[str, MegatronFlag] = {}
+    for version in m.data.megatron.values():
+        for group in version.groups:
+            for arg in group.args:
+                reading = _megatron_flag(arg)
+                if reading is not None:
+                    _add(flags, arg.flag, reading)
+    for alias, flag in MEGATRON_ALIASES.items():
+        if flag in flags:
+            _add(flags, alias, flags[flag])
+    for switch, sets in MEGATRON_SWITCH_ALIASES.items():
+        _add(flags, switch, MegatronFlag(sets=sets))
+    return flags
+
+
+def _megatron_flag(arg: MegatronArg) -> MegatronFlag | None:
+    field = layout_field(arg.key)
+    if field is not None:
+        return MegatronFlag(field=field)
+    sets = FIELD_OF_FACT.get(arg.when or "", {}).get(True)
+    if arg.key is not None or sets is None:
+        return None
+    if arg.value is None:  # a switch
+        return MegatronFlag(sets=sets)
+    return MegatronFlag(
+        sets=sets, values=(str(arg.value), *MEGATRON_VALUE_ALIASES.get(arg.flag, ()))
+    )
+
+
+def _add(flags: dict[str, MegatronFlag], flag: str, reading: MegatronFlag) -> None:
+    if flags.setdefault(flag, reading) != reading:
+        raise RenderError(f"{flag} is read two ways in the mapping's Megatron-LM versions")
+
+
+def deepspeed_keys(m: LoadedMapping) -> list[DeepSpeedKey]:
+    """Every ds_config.json key the readers take, over all versions, in the mapping's order."""
+    keys: dict[tuple[str, ...], DeepSpeedKey] = {}
+    for version in m.data.deepspeed.values():
+        for entry in version.config:
+            path = tuple(entry.name.split("."))
+            field = layout_field(entry.key)
+            means = tuple(FIELD_OF_FACT.get(entry.key or "", {}).items())
+            if field is not None or means:
+                keys.setdefault(path, DeepSpeedKey(path, field, means))
+    return list(keys.values())

@@ -1,0 +1,162 @@
+"""The schema of templates/mapping.yaml (pydantic, `extra="forbid"`): canonical plan keys -> each
+backend's names, the launch scripts' variables, NCCL's variables and the renderer's defaults.
+
+render/mapping.py reads a file against it and applies it to one plan's facts; the readers of
+existing configs (render/readers.py) invert it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+Scalar = bool | int | float | str
+# megatron.script stands in a shell word of megatron_args.sh: a relative path of plain names.
+SCRIPT_PATH = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sourced(_Strict):
+    key: str | None = Field(None, description="Canonical key whose value is written.")
+    value: Scalar | None = Field(None, description="A constant the renderer adds.")
+    when: str | None = Field(None, description="Canonical key: write the entry only when true.")
+    source: str | None = Field(None, description="Where a constant comes from.")
+
+    @model_validator(mode="after")
+    def _one_value(self) -> Sourced:
+        if self.key is not None and self.value is not None:
+            raise ValueError("give `key` or `value`, not both")
+        if self.value is not None and not (self.source or "").strip():
+            raise ValueError("a constant `value` names its `source`")
+        return self
+
+
+class DeepSpeedEntry(Sourced):
+    """One ds_config.json key (dotted path) and where its value comes from."""
+
+    name: str = Field(pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")
+    hf_auto: bool = Field(
+        False, description="The HF Trainer fills it in: 'auto' with --hf-trainer."
+    )
+
+    @model_validator(mode="after")
+    def _has_value(self) -> DeepSpeedEntry:
+        if self.key is None and self.value is None:
+            raise ValueError("a DeepSpeed key needs `key` or `value`")
+        return self
+
+
+class MegatronArg(Sourced):
+    """One Megatron-LM argument; with neither key nor value it is a switch."""
+
+    flag: str = Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
+
+
+class ArgGroup(_Strict):
+    title: str
+    var: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$", description="Bash array name.")
+    args: list[MegatronArg]
+
+
+class EnvDefault(_Strict):
+    """An environment variable the script reads, with its default."""
+
+    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
+    flag: str | None = Field(None, pattern=r"^--[a-z0-9][a-z0-9-]*$")
+    default: str = Field(pattern=r"^[A-Za-z0-9_.,:+-]+$")
+    doc: str
+
+
+class Note(_Strict):
+    when: str
+    text: str
+
+
+class DeepSpeedMapping(_Strict):
+    source: str
+    config: list[DeepSpeedEntry]
+    notes: list[Note] = []
+
+
+class MegatronMapping(_Strict):
+    source: str
+    script: str = Field(
+        pattern=SCRIPT_PATH, description="Megatron-LM's training script, relative to its checkout."
+    )
+    groups: list[ArgGroup]
+    run_env: list[EnvDefault]
+    data_env: dict[str, EnvDefault]
+    notes: list[Note] = []
+
+
+class LaunchMapping(_Strict):
+    """What the torchrun launch scripts read, for every plan, and what they say to the training
+    script they start."""
+
+    source: str
+    master_port: EnvDefault = Field(description="torchrun's rendezvous port.")
+    notes: list[Note] = Field(
+        [], description="What the training script must do for the plan (plan.md, launcher)."
+    )
+
+
+class NcclVariable(Sourced):
+    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
+    example: str | None = Field(None, description="A commented example when there is no value.")
+    example_when: str | None = None
+    rule: str = Field(description="Who sets it (printed in its comment).")
+    reason: str
+
+
+class NcclProposalSetting(_Strict):
+    name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
+    reason: str
+
+
+class NcclMapping(_Strict):
+    source: str
+    variables: list[NcclVariable]
+    nvls_architectures: list[str]
+    one_connection_exempt_architectures: list[str]
+    proposal_settings: dict[str, NcclProposalSetting]
+
+
+class ChartStyle(_Strict):
+    width: PositiveInt
+    label_width: PositiveInt
+    legend_height: PositiveInt
+    legend_item_width: PositiveInt
+    bar_height: PositiveInt
+    bar_gap: PositiveInt
+    margin: PositiveInt
+    font_size: PositiveInt
+
+
+class ReportMapping(_Strict):
+    chart_rows: PositiveInt
+    chart: ChartStyle
+    colors: dict[str, str]
+
+
+class KindTexts(_Strict):
+    """One text for each kind of model, where they differ."""
+
+    transformer: str
+    graph: str
+
+
+class Default(_Strict):
+    value: Scalar
+    source: str
+
+
+class MappingFile(_Strict):
+    defaults: dict[str, Default]
+    deepspeed: dict[str, DeepSpeedMapping]
+    megatron: dict[str, MegatronMapping]
+    launch: LaunchMapping
+    nccl: NcclMapping
+    proposal_settings: dict[str, str | KindTexts]
+    report: ReportMapping

@@ -1,0 +1,208 @@
+"""Reading back what `parplan` wrote: ds_config.json and megatron_args.sh give the layout they
+were rendered from, as far as each file says it (render/readers.py reads templates/mapping.yaml
+backwards). The plans are test_render's hand-built scenarios with their layouts varied."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_render import dense_multinode, graph_channel_parallel, moe, single_node
+
+from parplan_gen.cost.layout import Layout, build_layout
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.planning.document import PlanDocument
+from parplan_gen.render.mapping import MAPPING_FILE, load_mapping
+from parplan_gen.render.mapping_inverse import megatron_flags
+from parplan_gen.render.plan_files import render_plan
+from parplan_gen.render.readers import deepspeed_values, layout_from_files, megatron_values
+
+from conftest import REPO
+
+LAYERS = 32  # llama-2-7b, llama-3-8b and mixtral-8x7b (the scenarios' presets) have 32 layers
+
+
+def with_layout(doc: PlanDocument, **changes: Any) -> PlanDocument:
+    """`doc` with its chosen layout rebuilt on the same GPUs with `changes`."""
+    layout = doc.chosen.plan
+    fields = layout.model_dump(exclude={"dp", "grad_accum"}) | changes
+    new = build_layout(doc.cluster.num_gpus, **fields)
+    return doc.model_copy(update={"chosen": doc.chosen.model_copy(update={"plan": new})})
+
+
+PLANS = {
+    "one_node_zero3_fp16_full": single_node,
+    "one_node_zero0": lambda: with_layout(single_node(), zero_stage=0, recompute="none"),
+    "one_node_zero1_tp2": lambda: with_layout(single_node(), zero_stage=1, tp=2),
+    "one_node_zero2_bf16": lambda: with_layout(single_node(), zero_stage=2, precision="bf16"),
+    "nodes_tp_pp_sp_selective": dense_multinode,
+    "nodes_interleaved_even": lambda: with_layout(dense_multinode(), vpp=2, mbs=2),
+    "nodes_pp4_interleaved": lambda: with_layout(dense_multinode(), pp=4, vpp=2),
+    "nodes_pp_full_fp8": lambda: with_layout(
+        dense_multinode(), recompute="full", precision="fp8", sequence_parallel=False
+    ),
+    "nodes_pp_zero1": lambda: with_layout(
+        dense_multinode(), distributed_optimizer=False, zero_stage=1
+    ),
+    "moe_ep_cp_vpp": moe,
+    "moe_pp_full": lambda: with_layout(moe(), recompute="full", vpp=1),
+}
+
+
+def rendered(doc: PlanDocument, folder: Path) -> dict[str, Path]:
+    folder.mkdir()
+    paths = {}
+    for name, text in render_plan(doc).items():
+        (folder / name).write_text(text, encoding="utf-8")
+        paths[name] = folder / name
+    return paths
+
+
+def megatron_says(layout: Layout) -> Layout:
+    """What megatron_args.sh can say of `layout`: no ZeRO stage (any sharding is Megatron-LM's
+    distributed optimizer), sequence parallelism only with tp > 1 (validate_args)."""
+    return layout.model_copy(
+        update={
+            "zero_stage": 0,
+            "distributed_optimizer": layout.distributed_optimizer or layout.zero_stage > 0,
+            "sequence_parallel": layout.sequence_parallel and layout.tp > 1,
+        }
+    )
+
+
+def deepspeed_says(layout: Layout) -> dict[str, Any]:
+    """What ds_config.json says of `layout`: the batch, the pipeline stages, ZeRO (stage 1 for
+    the distributed optimizer), 16-bit precision (FP8 runs inside bf16) and, for a pipeline,
+    whether every layer is recomputed."""
+    return {
+        "global_batch": layout.global_batch,
+        "mbs": layout.mbs,
+        "grad_accum": layout.grad_accum,
+        "zero_stage": layout.zero_stage or int(layout.distributed_optimizer),
+        "precision": "fp16" if layout.precision == "fp16" else "bf16",
+        **({"pp": layout.pp} if layout.pp > 1 else {}),
+        **({"recompute": "full"} if layout.pp > 1 and layout.recompute == "full" else {}),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(PLANS))
+def test_megatron_args_read_back_give_the_layout(case: str, tmp_path: Path) -> None:
+    doc = PLANS[case]()
+    files = rendered(doc, tmp_path / "out")
+    values = megatron_values(files["megatron_args.sh"], LAYERS)
+    layout = build_layout(doc.cluster.num_gpus, **values)
+    assert layout == megatron_says(doc.chosen.plan)
+
+
+@pytest.mark.parametrize("case", [*sorted(PLANS), "graph"])
+def test_ds_config_read_back_gives_what_it_says_of_the_layout(case: str, tmp_path: Path) -> None:
+    doc = graph_channel_parallel() if case == "graph" else PLANS[case]()
+    files = rendered(doc, tmp_path / "out")
+    assert deepspeed_values(files["ds_config.json"]) == deepspeed_says(doc.chosen.plan)
+
+
+@pytest.mark.parametrize("case", ["nodes_interleaved_even", "moe_ep_cp_vpp", "graph"])
+def test_both_files_together_give_the_layout(case: str, tmp_path: Path) -> None:
+    doc = graph_channel_parallel() if case == "graph" else PLANS[case]()
+    files = rendered(doc, tmp_path / "out")
+    values = layout_from_files(
+        doc.model, deepspeed=files["ds_config.json"], megatron=files.get("megatron_args.sh")
+    )
+    assert values.pop("grad_accum") == doc.chosen.plan.grad_accum
+    if case == "graph":  # ds_config.json alone: the rest comes from flags
+        plan = doc.chosen.plan
+        values |= {"tp": plan.tp, "seq_len": plan.seq_len, "recompute": plan.recompute}
+        values["distributed_optimizer"] = False
+        assert build_layout(doc.cluster.num_gpus, **values) == plan
+    else:  # the Megatron-LM arguments, read last, name the optimizer sharding
+        values.pop("zero_stage")
+        layout = build_layout(doc.cluster.num_gpus, **values)
+        assert layout == megatron_says(doc.chosen.plan)
+
+
+def test_megatron_arguments_of_an_op_graph_model_are_refused(tmp_path: Path) -> None:
+    args = tmp_path / "args.sh"
+    args.write_text("--tensor-model-parallel-size 2\n")
+    with pytest.raises(InputError, match="resnet-50 is an op-graph model; Megatron-LM arguments"):
+        layout_from_files(graph_channel_parallel().model, megatron=args)
+
+
+def test_the_megatron_table_is_the_mapping_read_backwards() -> None:
+    flags = megatron_flags(load_mapping(REPO / "templates" / MAPPING_FILE))
+    fields = {flag: r.field for flag, r in flags.items() if r.field}
+    assert fields == {
+        "--tensor-model-parallel-size": "tp",
+        "--pipeline-model-parallel-size": "pp",
+        "--context-parallel-size": "cp",
+        "--expert-model-parallel-size": "ep",
+        "--micro-batch-size": "mbs",
+        "--global-batch-size": "global_batch",
+        "--seq-length": "seq_len",
+        "--num-virtual-stages-per-pipeline-rank": "vpp",
+        "--virtual-pipeline-model-parallel-size": "vpp",  # its older name
+        "--num-layers-per-virtual-pipeline-stage": "layers_per_virtual_stage",
+        "--recompute-granularity": "recompute",
+    }
+    settings = {flag: (r.sets, r.values) for flag, r in flags.items() if r.sets}
+    assert settings == {
+        "--sequence-parallel": (("sequence_parallel", True), ()),
+        "--use-distributed-optimizer": (("distributed_optimizer", True), ()),
+        "--bf16": (("precision", "bf16"), ()),
+        "--fp16": (("precision", "fp16"), ()),
+        "--fp8-format": (("precision", "fp8"), ("hybrid", "e4m3")),
+        "--recompute-activations": (("recompute", "selective"), ()),  # the older switch
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("--bf16 --fp8-format e4m3", {"precision": "fp8"}),
+        ("--fp8-format=hybrid --bf16", {"precision": "bf16"}),  # a later argument wins
+        ("--recompute-activations --virtual-pipeline-model-parallel-size 4", {
+            "recompute": "selective", "vpp": 4}),
+        ("--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2", {
+            "pp": 4, "vpp": 4}),  # 32 layers / (4 stages x 2 layers)
+        ("--decoder-first-pipeline-num-layers 9 --num-layers 32 --swiglu", {}),  # not a layout
+    ],
+)  # fmt: skip
+def test_megatron_spellings(text: str, expected: dict[str, Any], tmp_path: Path) -> None:
+    args = tmp_path / "args.sh"
+    args.write_text(text + "\n")
+    assert megatron_values(args, LAYERS) == expected
+
+
+def test_an_unknown_fp8_format_is_named(tmp_path: Path) -> None:
+    args = tmp_path / "args.sh"
+    args.write_text("--fp8-format e5m2\n")
+    with pytest.raises(
+        InputError, match=r"args.sh:1: --fp8-format: expected hybrid or e4m3, got 'e5m2'"
+    ):
+        megatron_values(args, LAYERS)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ('{"bf16": {"enabled": "auto"}, "fp16": {"enabled": 1}}', {}),  # true only, not 1 or auto
+        ('{"zero_optimization": 3, "pipeline": {"stages": 4, "activation_checkpoint_interval": true}}',
+         {"pp": 4}),  # a section that is no object is not read; true is no interval
+        ('{"pipeline": {"activation_checkpoint_interval": 1}}', {"recompute": "full"}),
+    ],
+)  # fmt: skip
+def test_deepspeed_values_are_read_by_type(
+    config: str, expected: dict[str, Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "ds.json"
+    path.write_text(config)
+    assert deepspeed_values(path) == expected
+
+
+def test_pipeline_stages_are_bounded_like_every_size(tmp_path: Path) -> None:
+    path = tmp_path / "ds.json"
+    path.write_text('{"pipeline": {"stages": 0}}')
+    with pytest.raises(
+        InputError, match=r"pipeline.stages: expected a whole number from 1 to 1048576, got 0"
+    ):
+        deepspeed_values(path)
