@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -14,7 +15,6 @@ from hypothesis import strategies as st
 from parplan_gen.inputs.errors import GraphError, SourceError
 from parplan_gen.inputs.source import parse_document
 from parplan_gen.models.graph import (
-    GraphStats,
     ModelGraph,
     Node,
     build_graph,
@@ -22,6 +22,7 @@ from parplan_gen.models.graph import (
     graph_from_document,
     load_graph,
 )
+from parplan_gen.models.graph_dag import GraphStats
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -563,3 +564,13 @@ def test_depth_and_levels_match_networkx_and_ignore_listing_order(dag, rnd):
     assert sorted(h.stats.op_counts.items()) == sorted(g.stats.op_counts.items())
     assert all(h.level(n.id) == g.level(n.id) for n in nodes)
     assert [n.id for n in h.nodes] == [n.id for n in shuffled_nodes]
+
+
+def test_an_integer_just_above_the_float_range_is_refused_like_any_other():
+    # int(max float) + 1 still rounds to a float; the file's rule refuses it all the same
+    big = int(sys.float_info.max) + 1
+    text = json.dumps({"nodes": [{"id": "a", "op": "A", "w": 1}, {"id": "b", "op": "A", "w": big}]})
+    assert error_of(text, "json") == (
+        "g.json:1:67: nodes[1].w: node 'b': attribute 'w' must be a finite number, a string or "
+        "a boolean, got an integer of 309 digits, too large for a float"
+    )

@@ -19,9 +19,11 @@ from parplan_gen.cli.common import (
     add_rules_option,
     positive_int,
 )
+from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import ParplanError, UsageError
 from parplan_gen.inputs.number_text import whole_number
-from parplan_gen.inputs.source import INPUT_LIMIT_ENV, MIB, gc_paused, input_limit
+from parplan_gen.inputs.reading import INPUT_LIMIT_ENV, input_limit
+from parplan_gen.inputs.source import gc_paused
 
 PROG = "parplan"
 MODEL_HELP = "graph .yaml/.yml/.json, Hugging Face config.json, .onnx, or a preset name"

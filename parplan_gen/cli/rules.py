@@ -20,7 +20,8 @@ from parplan_gen.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from parplan_gen.rules.ruleset import RuleOrigin, RuleSet
+    from parplan_gen.rules.layers import RuleOrigin
+    from parplan_gen.rules.ruleset import RuleSet
 
 _RAW = argparse.RawDescriptionHelpFormatter
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"

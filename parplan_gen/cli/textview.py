@@ -8,31 +8,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from parplan_gen.inputs.safe_text import printable
+from parplan_gen.inputs.safe_text import MAX_SHOWN_CHARS, printable
 from parplan_gen.models.graph import ModelGraph
 from parplan_gen.rules.engine import Opportunity, Proposal
 
 _BYTES_PER_MIB = 1024 * 1024
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: set[int]) -> str:
     """A plain aligned table; columns in `right` are right-aligned, cells shown printable."""
-    headers = [printable(h) for h in headers]
-    rows = [[printable(c) for c in r] for r in rows]
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    shown = [printable(h) for h in headers]
+    columns = [_printable_column(column) for column in zip(*rows, strict=True)] or [
+        [] for _ in shown
     ]
-
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "  ".join(parts).rstrip()
-
-    out = [line(headers), line(["-" * w for w in widths])]
-    out += [line(r) for r in rows]
+    widths = [
+        max(len(h), *map(len, column)) if rows else len(h)
+        for h, column in zip(shown, columns, strict=True)
+    ]
+    form = "  ".join(f"{{:{'>' if i in right else '<'}{w}}}" for i, w in enumerate(widths))
+    out = [form.format(*shown).rstrip(), form.format(*("-" * w for w in widths)).rstrip()]
+    out += [form.format(*cells).rstrip() for cells in zip(*columns, strict=True)]
     return "\n".join(out) + "\n"
+
+
+def _printable_column(cells: Sequence[object]) -> list[str]:
+    """The cells of one column as `printable` shows them, checked as one string when they are
+    short, plain ASCII (nearly always), else one by one."""
+    texts = list(map(str, cells))
+    joined = "".join(texts)
+    if joined.isascii() and joined.isprintable() and max(map(len, texts)) <= MAX_SHOWN_CHARS:
+        return texts
+    return list(map(printable, texts))
 
 
 def _graph_line(graph: ModelGraph) -> str:
@@ -45,20 +51,33 @@ def opportunities_table(graph: ModelGraph, found: Sequence[Opportunity]) -> str:
     head = f"Parallelization opportunities for {_graph_line(graph)}\n\n"
     if not found:
         return head + "No opportunities: no rule matched this graph.\n"
-    rows = [
-        [
-            o.node_id,
-            o.type,
-            f"{o.estimated_speedup:.2f}x",
-            str(o.resource_requirements.min_devices),
-            f"{o.resource_requirements.memory_per_device / _BYTES_PER_MIB:,.0f} MiB",
-            f"{o.resource_requirements.communication_overhead:.2f}",
-            o.rule_id,
-        ]
-        for o in found
-    ]
+    # Most opportunities share all but the node: their cells are formatted once. The key holds
+    # the floats' exact spelling, as 0.0 and -0.0 are equal but print differently.
+    tails: dict[tuple[object, ...], list[str]] = {}
+    rows = []
+    for o in found:
+        needs = o.resource_requirements
+        overhead = needs.communication_overhead
+        key = (o.type, o.rule_id, o.estimated_speedup.hex(), needs, overhead.hex())
+        tail = tails.get(key)
+        if tail is None:
+            tail = tails[key] = _opportunity_cells(o)
+        rows.append([o.node_id, *tail])
     headers = ["node", "type", "speedup", "min devices", "memory/device", "comm overhead", "rule"]
     return head + table(headers, rows, right={2, 3, 4, 5})
+
+
+def _opportunity_cells(o: Opportunity) -> list[str]:
+    """The cells of an opportunity's row after its node id."""
+    needs = o.resource_requirements
+    return [
+        o.type,
+        f"{o.estimated_speedup:.2f}x",
+        str(needs.min_devices),
+        f"{needs.memory_per_device / _BYTES_PER_MIB:,.0f} MiB",
+        f"{needs.communication_overhead:.2f}",
+        o.rule_id,
+    ]
 
 
 def proposals_table(graph: ModelGraph, devices: int, made: Sequence[Proposal]) -> str:

@@ -31,12 +31,22 @@ def _escape(char: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
+def _is_plain_ascii(text: str) -> bool:
+    """ASCII with no control character: of ASCII, exactly the controls (Cc) are unprintable."""
+    return text.isascii() and text.isprintable()
+
+
 def printable(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     """`text` with every non-printable character written as an escape (`\\x1b`, `\\u2028`) and
     cut to `limit` characters (saying how many were left out)."""
     text = str(text)
     cut = text[:limit]
-    shown = "".join(_escape(c) if unicodedata.category(c) in _UNSAFE_CATEGORIES else c for c in cut)
+    if _is_plain_ascii(cut):  # the common case, without a look-up per character
+        shown = cut
+    else:
+        shown = "".join(
+            _escape(c) if unicodedata.category(c) in _UNSAFE_CATEGORIES else c for c in cut
+        )
     if len(text) > limit:
         shown += f"... ({len(text) - limit} more characters)"
     return shown
@@ -51,7 +61,10 @@ def safe_name(text: str, fallback: str = "model", limit: int = MAX_SHOWN_CHARS) 
 
 def is_plain(text: str) -> bool:
     """True when `text` holds nothing that `printable` would escape."""
-    return all(unicodedata.category(c) not in _UNSAFE_CATEGORIES for c in str(text))
+    text = str(text)
+    return _is_plain_ascii(text) or all(
+        unicodedata.category(c) not in _UNSAFE_CATEGORIES for c in text
+    )
 
 
 NOT_PLAIN_NAME = (

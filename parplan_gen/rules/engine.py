@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from parplan_gen.inputs.errors import FormulaError
 from parplan_gen.models.graph import ModelGraph, Node
-from parplan_gen.rules.formulas import Formula
+from parplan_gen.rules.formula_runtime import Formula
 from parplan_gen.rules.ruleset import CompiledOpportunity, CompiledProposal, RuleSet
 
 SettingValue = bool | int | float | str
@@ -160,17 +161,21 @@ def analyze(
     node_names = [n for n in all_names if n.startswith("node.")]
     # Ops whose rules read no node.* name give every node the same best opportunity: work it
     # out at the first such node, then copy it (not when tracing: explain shows every rule).
+    # `shared` is keyed by the node's own op, so that its nodes take one look-up each.
     shared: dict[str, Opportunity | None] = {}
     fixed_ops = set() if trace is not None else _node_independent_ops(node_rules)
     found: list[Opportunity] = []
     for index, node in enumerate(graph.nodes):
+        if node.op in shared:
+            best = shared[node.op]
+            if best is not None:
+                found.append(best.for_node(node.id))
+            continue
         op = node.op if node.op in node_rules else "*"
         matching = node_rules.get(op, [])
         if op in fixed_ops:
-            if op not in shared:
-                fired = [o for o in (p.fire(base, node.id) for p in matching) if o is not None]
-                shared[op] = best_per_node(fired)[0] if fired else None
-            best = shared[op]
+            fired = [o for o in (p.fire(base, node.id) for p in matching) if o is not None]
+            best = shared[node.op] = best_per_node(fired)[0] if fired else None
             if best is not None:
                 found.append(best.for_node(node.id))
             continue
@@ -197,9 +202,13 @@ def _node_independent_ops(node_rules: Mapping[str, list[_Prepared]]) -> set[str]
     return {op for op, rules in node_rules.items() if not any(p.node_dependent for p in rules)}
 
 
+_SPEEDUP = attrgetter("estimated_speedup")
+
+
 def best_per_node(found: list[Opportunity]) -> list[Opportunity]:
-    """Stable sort by speedup (highest first), then keep the first opportunity of each node."""
-    ranked = sorted(found, key=lambda o: -o.estimated_speedup)
+    """Stable sort by speedup (highest first), then keep the first opportunity of each node.
+    (A reversed sort is stable too; speedups are finite, as every formula result is.)"""
+    ranked = sorted(found, key=_SPEEDUP, reverse=True)
     seen: set[str] = set()
     kept = []
     for opportunity in ranked:
