@@ -1,5 +1,8 @@
-"""What the hostile-input tables share: building a case's files, bounding a run's memory, and
-the one check every refusal passes (one printable line on stderr, nothing on stdout)."""
+"""What the hostile-input tables share: building a case's files, bounding a run's memory, a hang
+guard, and the one check every refusal passes (one printable line on stderr, nothing on stdout).
+
+No test here measures speed: `hang_guard` only turns a run that never ends into a failure.
+How long each case takes is printed by `python benchmarks/hostile_speed.py`."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import contextlib
 import json
 import os
 import resource
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "hostile"
 PREFIX = "parplan: error: "
 HEADROOM = 1024 * 1024 * 1024  # address space a run may add before allocations fail
+HANG_S = 30.0  # a watchdog, not a speed target: a refusal takes milliseconds, a defect forever
 
 
 def text(spec: Any) -> str:
@@ -81,6 +86,23 @@ def materialize(folder: Path, files: dict[str, Any]) -> None:
             path.write_text(json.dumps(data | spec["set"], indent=2), encoding="utf-8")
         else:
             onnx_chain(path, spec["onnx_chain"])
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: float = HANG_S) -> Iterator[None]:
+    """A run still going after `seconds` (reading a FIFO, waiting on a lock, a runaway loop)
+    fails with TimeoutError instead of hanging the suite (SIGALRM: the main thread only)."""
+
+    def stop(_signum: int, _frame: Any) -> None:
+        raise TimeoutError(f"still running after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _mapped_bytes() -> int | None:

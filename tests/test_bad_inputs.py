@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
+from test_render import rendered_cases
 
 import parplan_gen.rules.ruleset
 from parplan_gen.cli.main import main
@@ -45,7 +46,11 @@ def materialize(folder: Path, files: dict[str, Any]) -> None:
             with path.open("wb") as handle:
                 handle.truncate(spec["sparse"])
         else:
-            data = json.loads((REPO / spec["copy"]).read_text(encoding="utf-8"))
+            data = json.loads(
+                rendered_cases()[spec["scenario"]]["plan.json"]
+                if "scenario" in spec
+                else (REPO / spec["copy"]).read_text(encoding="utf-8")
+            )
             for dotted, value in spec.get("set", {}).items():
                 _set(data, dotted, value)
             raw = spec.get("set_raw", {})

@@ -1,24 +1,25 @@
 """Hostile formulas and templates (tests/hostile/) through the real command line.
 
 Each payload is refused when it is loaded or stopped when it runs, with one clear line on
-stderr and exit 1, within 100 ms of what a harmless run of the same command takes, without the
-process growing by more than MAX_GROWTH, without creating the MARKER file any payload aims at,
-and without writing anything.
+stderr and exit 1, without the process growing by more than MAX_GROWTH, without creating the
+MARKER file any payload aims at, and without writing anything. A run that never ends fails at
+the hang guard (hostile_support.HANG_S); how long each payload takes next to a harmless run of
+the same command is printed by `python benchmarks/hostile_speed.py`, not asserted here.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
+from test_render import rendered_cases
 
 from parplan_gen.cli.main import main
 
-from hostile_support import memory_ceiling, peak_rss
+from hostile_support import hang_guard, memory_ceiling, peak_rss
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "hostile"
@@ -28,10 +29,8 @@ FORMULAS: list[dict[str, Any]] = YAML(typ="safe").load(
 TEMPLATES: list[dict[str, Any]] = YAML(typ="safe").load(
     (HOSTILE / "templates.yaml").read_text(encoding="utf-8")
 )
-PLAN_JSON = REPO / "tests" / "golden" / "single_node" / "plan.json"
+PLAN_JSON = rendered_cases()["single_node"]["plan.json"]  # test_render's scenario
 MARKER = "MARKER"
-TIME_MARGIN_S = 0.100  # over a harmless run of the same command
-TIME_RETRIES = 2  # extra runs when the first is over the limit; the best one counts
 MAX_GROWTH = 64 * 1024 * 1024  # bytes the process's peak may grow by during one payload
 COMMANDS = {
     "propose": ["propose", str(REPO / "examples" / "tiny_mlp.yaml"), "--devices", "8"],
@@ -131,31 +130,15 @@ def _item(fields: dict[str, Any]) -> list[str]:
 # ---- running one payload ---------------------------------------------------------------------
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str, float, int]:
-    """(exit code, stdout, stderr, seconds, growth of the peak RSS in bytes) of one run."""
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str, int]:
+    """(exit code, stdout, stderr, growth of the peak RSS in bytes) of one run, under the hang
+    guard and the memory ceiling."""
     capsys.readouterr()
     before = peak_rss()
-    with memory_ceiling():
-        start = time.perf_counter()
+    with memory_ceiling(), hang_guard():
         code = main(argv)
-        elapsed = time.perf_counter() - start
     out, err = capsys.readouterr()
-    return code, out, err, elapsed, peak_rss() - before
-
-
-_BASELINES: dict[str, float] = {}
-
-
-def baseline(key: str, argv: list[str], capsys: Any) -> float:
-    """The fastest of two harmless runs of a command shape (its cost without the payload)."""
-    if key not in _BASELINES:
-        times = []
-        for _ in range(2):
-            code, _, err, elapsed, _ = run(argv, capsys)
-            assert code == 0, err
-            times.append(elapsed)
-        _BASELINES[key] = min(times)
-    return _BASELINES[key]
+    return code, out, err, peak_rss() - before
 
 
 def snapshot(folder: Path) -> dict[str, bytes | None]:
@@ -165,18 +148,11 @@ def snapshot(folder: Path) -> dict[str, bytes | None]:
     }
 
 
-def check_refused(
-    argv: list[str], expected: str, limit_s: float, folder: Path, capsys: Any
-) -> None:
+def check_refused(argv: list[str], expected: str, folder: Path, capsys: Any) -> None:
     before = snapshot(folder)
-    code, out, err, elapsed, growth = run(argv, capsys)
+    code, out, err, growth = run(argv, capsys)
     assert (code, err) == (1, f"parplan: error: {expected}\n")
     assert out == ""
-    for _ in range(TIME_RETRIES):  # a busy machine can stretch one run; a runaway stays slow
-        if elapsed < limit_s:
-            break
-        elapsed = min(elapsed, run(argv, capsys)[3])
-    assert elapsed < limit_s, f"took {elapsed:.3f} s, limit {limit_s:.3f} s"
     assert growth < MAX_GROWTH, f"peak memory grew by {growth / 2**20:.0f} MiB"
     assert not (folder / MARKER).exists()
     assert snapshot(folder) == before
@@ -193,13 +169,10 @@ def _formula_case(case: dict[str, Any]) -> Any:
 @pytest.mark.parametrize("case", [_formula_case(c) for c in FORMULAS])
 def test_hostile_formula_is_refused_or_stopped(case, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    command = case.get("command", "propose")
-    for folder, text in (("h0", rule_file({})), ("h", rule_file(case))):
-        (tmp_path / folder).mkdir()
-        (tmp_path / folder / "rules.yaml").write_text(text, encoding="utf-8")
-    harmless = [*COMMANDS[command], "--rules", "h0"]
-    limit = baseline(command, harmless, capsys) + TIME_MARGIN_S
-    check_refused([*COMMANDS[command], "--rules", "h"], case["error"], limit, tmp_path, capsys)
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "rules.yaml").write_text(rule_file(case), encoding="utf-8")
+    argv = [*COMMANDS[case.get("command", "propose")], "--rules", "h"]
+    check_refused(argv, case["error"], tmp_path, capsys)
 
 
 @pytest.mark.parametrize("case", [_formula_case(c) for c in FORMULAS if c.get("check")])
@@ -208,7 +181,7 @@ def test_rules_check_reports_the_load_errors(case, tmp_path, monkeypatch, capsys
     monkeypatch.chdir(tmp_path)
     (tmp_path / "h").mkdir()
     (tmp_path / "h" / "rules.yaml").write_text(rule_file(case), encoding="utf-8")
-    code, out, err, _, _ = run(["rules", "check", "h"], capsys)
+    code, out, err, _ = run(["rules", "check", "h"], capsys)
     assert (code, err) == (1, "")
     assert out == f"{case['error']}\nchecked 1 rule file in h: 1 error\n"
 
@@ -234,13 +207,10 @@ def _write_templates(folder: Path, files: dict[str, Any]) -> None:
 @pytest.mark.parametrize("case", TEMPLATES, ids=[c["id"] for c in TEMPLATES])
 def test_hostile_template_is_refused_or_stopped(case, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "plan.json").write_bytes(PLAN_JSON.read_bytes())
-    _write_templates(tmp_path / "t0", {"launch/hostfile.j2": {"file": "harmless_hostfile.j2"}})
+    (tmp_path / "plan.json").write_text(PLAN_JSON, encoding="utf-8")
     _write_templates(tmp_path / "t", case["files"])
-    harmless = ["render", "plan.json", "--out", "base", "--templates", "t0"]
-    limit = baseline("render", harmless, capsys) + TIME_MARGIN_S
     argv = ["render", "plan.json", "--out", "out", "--templates", "t"]
-    check_refused(argv, case["error"], limit, tmp_path, capsys)
+    check_refused(argv, case["error"], tmp_path, capsys)
     assert not (tmp_path / "out").exists()
 
 
@@ -279,5 +249,5 @@ def test_a_non_finite_formula_is_an_error_not_invalid_json(argv, tmp_path, capsy
         + rule_file({"set": {"proposal.speedup": "1e308 * 10"}}),
         encoding="utf-8",
     )
-    code, out, err, _, _ = run([*argv, "--rules", str(tmp_path / "r")], capsys)
+    code, out, err, _ = run([*argv, "--rules", str(tmp_path / "r")], capsys)
     assert (code, out, err.count("\n")) == (1, "", 1)

@@ -4,16 +4,16 @@ graphs, oversized ONNX models), links out of a rules directory, and model paths 
 regular file (a named pipe, /dev/zero).
 
 Each case is refused with exit 1 (bad input) or 2 (bad usage), one line on stderr that holds no
-control character, nothing on stdout, nothing written, within HANG_LIMIT_S and without the
-process's peak memory growing by more than MAX_GROWTH (the defects took minutes and gigabytes,
-or waited forever on a pipe).
+control character, nothing on stdout, nothing written, and without the process's peak memory
+growing by more than MAX_GROWTH (the defects took minutes and gigabytes, or waited forever on a
+pipe: a run that never ends fails at the hang guard, hostile_support.HANG_S). How long each case
+takes is printed by `python benchmarks/hostile_speed.py`, not asserted here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import stat
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from parplan_gen.cli.main import main
 from hostile_support import (
     HOSTILE,
     check_one_line,
+    hang_guard,
     materialize,
     memory_ceiling,
     onnx_chain,
@@ -37,7 +38,6 @@ CASES: list[dict[str, Any]] = [
     for path in sorted(HOSTILE.glob("inputs*.yaml"))
     for case in YAML(typ="safe").load(path.read_text(encoding="utf-8"))
 ]
-HANG_LIMIT_S = 5.0  # generous: the defects took minutes, or forever; a refusal takes milliseconds
 MAX_GROWTH = 128 * 1024 * 1024  # bytes the peak RSS may grow by in one case (a defect: GBs)
 KINDS = {"yaml", "flags", "json", "onnx", "model", "rules"}
 
@@ -90,15 +90,12 @@ def test_hostile_input_is_refused_at_once_in_one_line(case, warm, tmp_path, monk
     before, peak = snapshot(tmp_path), peak_rss()
     capsys.readouterr()
 
-    with memory_ceiling():
-        start = time.perf_counter()
+    with memory_ceiling(), hang_guard():
         code = main([text(a) for a in case["argv"]])
-        elapsed = time.perf_counter() - start
 
     out, err = capsys.readouterr()
     line = check_one_line(case, code, out, err)
     assert "secret" not in line  # a file outside a rules directory is never read
-    assert elapsed < HANG_LIMIT_S, f"took {elapsed:.1f} s"
     growth = peak_rss() - peak
     assert growth < MAX_GROWTH, f"peak memory grew by {growth / 2**20:.0f} MiB"
     assert snapshot(tmp_path) == before

@@ -1,14 +1,14 @@
 """Hostile sizes, figures and names (tests/hostile/sizes*.yaml) through the real command line.
 
 Each case is refused with exit 1 (bad input) or 2 (bad usage), one line on stderr that holds
-no control character and is bounded in length, nothing on stdout, nothing written, and within
-HANG_LIMIT_S (the defects were tracebacks and runs of minutes). The Python API refuses the same
-sizes with the same words.
+no control character and is bounded in length, nothing on stdout and nothing written (the
+defects were tracebacks and runs of minutes: a run that never ends fails at the hang guard,
+hostile_support.HANG_S). The Python API refuses the same sizes with the same words. How long
+each case takes is printed by `python benchmarks/hostile_speed.py`, not asserted here.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,13 @@ from parplan_gen.inputs.errors import InputError, ParplanError
 from parplan_gen.planning.search_space import divisors, prime_factors
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
-from hostile_support import HOSTILE, PREFIX, check_one_line, materialize, text
+from hostile_support import HOSTILE, PREFIX, check_one_line, hang_guard, materialize, text
 
 CASES: list[dict[str, Any]] = [
     case
     for path in sorted(HOSTILE.glob("sizes*.yaml"))
     for case in YAML(typ="safe").load(path.read_text(encoding="utf-8"))
 ]
-HANG_LIMIT_S = 5.0  # generous: the defects took minutes; a refusal takes milliseconds
 LONGEST_LINE = (
     len(PREFIX) + errors.SHOWN_PLACE_CHARS + errors.SHOWN_MESSAGE_CHARS + 200
 )  # place, message, the `: key.path: ` between them and the "more characters" notes
@@ -83,14 +82,12 @@ def test_hostile_input_is_refused_at_once_in_one_line(case, tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)
     before = snapshot(tmp_path)
 
-    start = time.perf_counter()
-    code = main([text(a) for a in case["argv"]])
-    elapsed = time.perf_counter() - start
+    with hang_guard():
+        code = main([text(a) for a in case["argv"]])
 
     out, err = capsys.readouterr()
     line = check_one_line(case, code, out, err)
     assert len(line) <= LONGEST_LINE
-    assert elapsed < HANG_LIMIT_S, f"took {elapsed:.1f} s"
     assert snapshot(tmp_path) == before
 
 
@@ -166,14 +163,16 @@ def test_a_layout_is_bounded_however_it_is_built():
 
 
 @pytest.mark.usefixtures("builtin_rules_once")
-def test_the_largest_sizes_are_planned_quickly():
+def test_the_largest_sizes_are_planned():
     """The bounds themselves are usable: the largest batch at the longest sequence is planned
-    (nothing fits; the advice is worked out too) within the hang limit."""
-    start = time.perf_counter()
-    found = parplan_gen.plan(
-        "llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=MAX_GLOBAL_BATCH, seq_len=MAX_SEQ_LEN
-    )
-    assert time.perf_counter() - start < HANG_LIMIT_S
+    (nothing fits; the advice is worked out too) before the hang guard stops it."""
+    with hang_guard():
+        found = parplan_gen.plan(
+            "llama-3-8b",
+            {"gpus": 8, "gpu": "h100"},
+            global_batch=MAX_GLOBAL_BATCH,
+            seq_len=MAX_SEQ_LEN,
+        )
     assert (found.chosen.plan.global_batch, found.chosen.plan.seq_len) == (2**29, 2**24)
     assert not found.feasible and found.result.advice
 

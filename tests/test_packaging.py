@@ -1,4 +1,7 @@
-"""The wheel ships its rules and examples: install it into a fresh venv and run it there."""
+"""The wheel ships its rules, templates and examples: install it into a fresh venv and run it
+there. Kept cheap: the wheel is built by calling the build backend's PEP 517 hook directly (no
+pip start-up, no build isolation), once per module, and each test starts as few processes as
+it can."""
 
 from __future__ import annotations
 
@@ -25,26 +28,17 @@ def run(*argv: object, **kwargs) -> subprocess.CompletedProcess:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv holding the built wheel; its dependencies come from this test's environment."""
     root = tmp_path_factory.mktemp("wheel")
-    built = run(
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--no-deps",
-        "--no-build-isolation",
-        "-w",
-        root / "dist",
-        REPO,
-    )
+    backend = "import sys, hatchling.build as b; print(b.build_wheel(sys.argv[1]))"
+    built = run(sys.executable, "-c", backend, root / "dist", cwd=REPO)  # pyproject's backend
     assert built.returncode == 0, built.stderr
-    wheel = next((root / "dist").glob("parplan_gen-*.whl"))
+    wheel = root / "dist" / built.stdout.strip()
     env_dir = root / "venv"
     venv.create(env_dir, with_pip=False)
     py = env_dir / "bin" / "python"
-    site = run(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout
+    site = sysconfig.get_path("purelib", vars={"base": str(env_dir), "platbase": str(env_dir)})
     # Dependencies (pydantic, networkx, ...) are reused from this environment rather than
     # downloaded; the package itself comes only from the wheel.
-    Path(site.strip(), "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     unpacked = run(
         sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "--no-index", wheel
     )
@@ -58,13 +52,16 @@ def test_installed_wheel_runs_analyze_on_a_shipped_example(installed, tmp_path):
     where = run(
         installed / "bin" / "python",
         "-c",
-        "import parplan_gen.inputs.resources as r; print(r.shipped_dir('examples'))",
+        "import parplan_gen.inputs.resources as r\n"
+        "for name in ('examples', 'rules', 'templates'): print(r.shipped_dir(name))",
         cwd=tmp_path,
         env=env,
     )
     assert where.returncode == 0, where.stderr
-    examples = Path(where.stdout.strip())
-    assert str(examples).startswith(str(installed)), "the package must come from the wheel"
+    examples, rules, templates = (Path(line) for line in where.stdout.splitlines())
+    for folder in (examples, rules, templates):  # all three inside the installed package
+        assert str(folder).startswith(str(installed)), "the package must come from the wheel"
+        assert folder.is_dir() and folder.parent.name == "shipped", folder
     done = run(
         installed / "bin" / "parplan",
         "analyze",
@@ -76,14 +73,6 @@ def test_installed_wheel_runs_analyze_on_a_shipped_example(installed, tmp_path):
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)["opportunities"]
     assert found[0]["node_id"] == "pipeline_stages"
-    rules = run(
-        installed / "bin" / "python",
-        "-c",
-        "import parplan_gen.inputs.resources as r; print(r.builtin_rules_dir())",
-        cwd=tmp_path,
-        env=env,
-    )
-    assert rules.stdout.strip().startswith(str(installed))
 
 
 def test_installed_wheel_plans_and_renders_from_its_own_data(installed, tmp_path):

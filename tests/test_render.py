@@ -1,16 +1,26 @@
 """Rendering a plan: golden files, parse-back checks, the sandbox, safe writes, determinism.
 
-The three transformer golden plans (dense multi-node, MoE, single node) are built by hand here
-from model presets, a hand-written GPU and hand-written estimates, and the op-graph one (a
-ResNet-50-like GraphModelSpec with SyncBatchNorm and channel parallelism) from hand-picked sums,
-so they do not move when the planner, the cost model or the hardware catalog change. tests/golden/<case>/ holds their files, reviewed
-by hand; a difference is shown as a diff.
+The four scenarios are built by hand here: three transformer plans (dense multi-node, MoE,
+single node) from model presets, a hand-written GPU and hand-written estimates, and an op-graph
+one (a ResNet-50-like GraphModelSpec with SyncBatchNorm and channel parallelism) from
+hand-picked sums, so they do not move when the planner, the cost model or the hardware catalog
+change.
+
+Golden files: one per output type, all from the richest scenario (GOLDEN_CASE, dense
+multi-node: tp, pp, four nodes, NCCL HCAs named), in tests/golden/dense_multinode/, compared
+byte for byte; a difference is shown as a diff. The other scenarios are checked by targeted
+assertions on the values that differ between scenarios (SCENARIO_VALUES), worked by hand from
+each builder's inputs. There is no switch that rewrites a golden file: after an intended change,
+render the scenario (`render_plan(dense_multinode())`, or apply the diff the failing test
+prints), write the file, and review every changed line by hand before committing it; a golden
+file pasted from the code under test without that review proves nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import json
 import re
 import shutil
@@ -23,9 +33,11 @@ import pytest
 from jinja2 import nodes
 
 from parplan_gen.cli.render import add_render_commands
+from parplan_gen.cost.catalog import GPU, ReferenceNode
 from parplan_gen.cost.estimate import Estimate, MemoryBreakdown, Throughput, TimeBreakdown
-from parplan_gen.cost.hardware import GIB, GPU, Cluster, ReferenceNode
+from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import build_layout
+from parplan_gen.inputs.defaults import GIB
 from parplan_gen.models.graph_model import GraphModelSpec
 from parplan_gen.models.presets import load_preset
 from parplan_gen.planning.document import PlanDocument, PlanDocumentError, load_plan_document
@@ -38,12 +50,8 @@ from parplan_gen.render.checks import (
 )
 from parplan_gen.render.facts import facts, stage_layers
 from parplan_gen.render.mapping import load_mapping
-from parplan_gen.render.plan_files import (
-    Templates,
-    deepspeed_config,
-    megatron_args,
-    render_plan,
-)
+from parplan_gen.render.plan_files import deepspeed_config, megatron_args, render_plan
+from parplan_gen.render.template_env import Templates
 from parplan_gen.render.writer import write_rendered
 from parplan_gen.rules.engine import Proposal
 
@@ -383,30 +391,170 @@ CASES = {
 TRANSFORMER_CASES = sorted(c for c in CASES if not c.startswith("graph"))
 
 
+GOLDEN_CASE = "dense_multinode"  # the scenario whose every file is kept in tests/golden/
+
+
+@functools.cache
+def rendered_cases() -> dict[str, dict[str, str]]:
+    """Every scenario's files, rendered once per session (test_writer reads them too); callers
+    must not change them."""
+    return {name: render_plan(build()) for name, build in CASES.items()}
+
+
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, dict[str, str]]:
-    return {name: render_plan(build()) for name, build in CASES.items()}
+    return rendered_cases()
 
 
 # ---- golden files -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_rendered_files_match_the_reviewed_golden_files(case, rendered):
-    folder = GOLDEN / case
-    files = rendered[case]
+def test_rendered_files_match_the_reviewed_golden_files(rendered):
+    folder = GOLDEN / GOLDEN_CASE
+    files = rendered[GOLDEN_CASE]
+    assert [p.name for p in GOLDEN.iterdir()] == [GOLDEN_CASE]
     assert sorted(p.name for p in folder.iterdir()) == sorted(files)
+    assert {name for case in rendered.values() for name in case} <= set(files)  # every type
     for name, text in files.items():
         expected = (folder / name).read_text(encoding="utf-8")
         if text != expected:
             diff = difflib.unified_diff(
                 expected.splitlines(),
                 text.splitlines(),
-                f"golden/{case}/{name}",
+                f"golden/{GOLDEN_CASE}/{name}",
                 "rendered",
                 lineterm="",
             )
             pytest.fail("\n".join(diff))
+
+
+# ---- the other scenarios: the values that differ, worked from their inputs ----------------------
+
+# Worked from each builder: nodes = GPUs / 8 per node; dp = GPUs / (tp * pp * cp);
+# grad_accum = global_batch / (mbs * dp); memory = the sum of the five hand-picked parts;
+# model TFLOP/s = mfu * the estimate's peak (989 unless given). DeepSpeed's ZeRO stage is the
+# plan's, or 1 where the plan uses Megatron's distributed optimizer (ZeRO-1's sharding).
+SCENARIO_VALUES = {
+    "moe": {  # mixtral-8x7b (32 layers) on 16 H100s; dp = 16 / (2 * 2 * 2) = 2
+        "title": "mixtral-8x7b on 16 x H100-SXM-80GB",
+        "cluster": "`h100-2nodes`: 2 node(s) x 8 GPUs",
+        "nodes": 2,
+        "megatron": {"tensor-model-parallel": 2, "pipeline-model-parallel": 2,
+                     "context-parallel": 2, "expert-model-parallel": 2, "micro-batch": 1,
+                     "global-batch": 128},
+        "seq_len": 8192,
+        "ds": (128, 1, 64, 1, "bf16", True),  # accum 128 / (1 * 2); pp 2: a pipeline section
+        # 11 + 22 + 5.5 + 20 + 3 GiB; 0.31 * 989 = 306.6 TFLOP/s
+        "summary": "| 21.50 s | 48,770 | 31.0% | 306.6 | 61.5 GiB of 80.0 GiB | yes |",
+        "memory": ("params: 11.0 GiB", "grads: 22.0 GiB", "activations: 20.0 GiB"),
+        "time": ("compute: 18.00 s", "ep comm: 1.10 s", "bubble: 900.0 ms"),
+    },
+    "single_node": {  # llama-2-7b (32 layers) on 8 A100s; dp = 8
+        "title": "llama-2-7b on 8 x A100-SXM-80GB",
+        "cluster": "`a100-node`: 1 node(s) x 8 GPUs",
+        "nodes": 1,
+        "megatron": {"tensor-model-parallel": 1, "pipeline-model-parallel": 1,
+                     "context-parallel": 1, "micro-batch": 2, "global-batch": 64},
+        "seq_len": 4096,
+        "ds": (64, 2, 4, 3, "fp16", False),  # accum 64 / (2 * 8); ZeRO-3 in fp16
+        # 1.6 + 1.6 + 9.4 + 12 + 2.5 GiB; 0.52 * 989 = 514.3 TFLOP/s
+        "summary": "| 9.80 s | 26,750 | 52.0% | 514.3 | 27.1 GiB of 80.0 GiB | yes |",
+        "memory": ("params: 1.6 GiB", "optimizer: 9.4 GiB", "other: 2.5 GiB"),
+        "time": ("compute: 9.50 s", "dp comm: 900.0 ms"),
+    },
+    "graph_channel_parallel": {  # resnet-50-like graph on 16 A100s; dp = 16 / 2 = 8
+        "title": "resnet-50 on 16 x A100-SXM-80GB",
+        "cluster": "`a100-2nodes`: 2 node(s) x 8 GPUs",
+        "nodes": 2,
+        "megatron": None,  # an op graph: no Megatron-LM arguments
+        "seq_len": 1,
+        "ds": (512, 16, 4, 1, "bf16", False),  # accum 512 / (16 * 8); ZeRO-1 asked for
+        "summary": None,  # its report is checked in test_a_graph_report_shows_its_kinds_...
+        "memory": ("params: 0.0 GiB", "other: 1.6 GiB"),  # 0.02 GiB shows as 0.0
+        "time": ("compute: 21.0 ms", "tp comm: 6.0 ms", "bn comm: 3.2 ms"),
+    },
+}  # fmt: skip
+PRESET_LAYERS = 32  # llama-2-7b and mixtral-8x7b both have 32 layers (their presets)
+
+
+def test_every_scenario_but_the_golden_one_has_targeted_values():
+    assert sorted(SCENARIO_VALUES) == sorted(set(CASES) - {GOLDEN_CASE})
+
+
+@pytest.mark.parametrize("case", sorted(SCENARIO_VALUES))
+def test_deepspeed_config_holds_the_scenarios_batch_zero_and_precision(case, rendered):
+    config = json.loads(rendered[case]["ds_config.json"])
+    batch, micro, accum, stage, precision, pipeline = SCENARIO_VALUES[case]["ds"]
+    assert (
+        config["train_batch_size"],
+        config["train_micro_batch_size_per_gpu"],
+        config["gradient_accumulation_steps"],
+        config["zero_optimization"]["stage"],
+    ) == (batch, micro, accum, stage)
+    assert config[precision]["enabled"] is True
+    assert ("pipeline" in config) == pipeline
+
+
+@pytest.mark.parametrize("case", sorted(SCENARIO_VALUES))
+def test_megatron_arguments_hold_the_scenarios_layout(case, rendered):
+    values = SCENARIO_VALUES[case]
+    if values["megatron"] is None:
+        assert "megatron_args.sh" not in rendered[case]
+        return
+    script = rendered[case]["megatron_args.sh"]
+    for flag, value in values["megatron"].items():
+        assert f"\n    --{flag}-size {value}\n" in script, flag
+    assert ("--expert-model-parallel-size" in script) == (
+        "expert-model-parallel" in values["megatron"]
+    )
+    assert f"\n    --seq-length {values['seq_len']}\n" in script
+    assert f"\n    --num-layers {PRESET_LAYERS}\n" in script
+    precision = values["ds"][4]
+    assert f"\n    --{precision}\n" in script
+
+
+@pytest.mark.parametrize("case", sorted(SCENARIO_VALUES))
+def test_hostfile_and_launchers_hold_the_scenarios_nodes(case, rendered):
+    files, nodes = rendered[case], SCENARIO_VALUES[case]["nodes"]
+    hosts = [line for line in files["hostfile"].splitlines() if not line.startswith("#")]
+    assert hosts == [f"node-{i} slots=8" for i in range(nodes)]
+    assert (
+        f"\n#SBATCH --nodes={nodes}\n#SBATCH --ntasks-per-node=1\n" in files["launch_slurm.sbatch"]
+    )
+    torchrun = files["launch_torchrun.sh"]
+    assert f'--nnodes "${{NNODES:-{nodes}}}"' in torchrun
+    assert '--nproc_per_node "${NPROC_PER_NODE:-8}"' in torchrun
+    model = SCENARIO_VALUES[case]["title"].split(" on ")[0]
+    assert f'--rdzv_id "${{RDZV_ID:-parplan-{model}}}"' in torchrun
+
+
+@pytest.mark.parametrize("case", sorted(SCENARIO_VALUES))
+def test_report_and_charts_hold_the_scenarios_figures(case, rendered):
+    values, files = SCENARIO_VALUES[case], rendered[case]
+    report = files["plan.md"]
+    assert report.startswith(
+        f"# Training plan: {values['title']}\n\nCluster {values['cluster']}.\n"
+    )
+    if values["summary"]:
+        assert f"\n{values['summary']}\n" in report
+    for part in values["memory"]:
+        assert f"<title>{part}</title>" in files["plan_memory.svg"]
+    for part in values["time"]:
+        assert f"<title>{part}</title>" in files["plan_time.svg"]
+
+
+@pytest.mark.parametrize("case", sorted(SCENARIO_VALUES))
+def test_plan_json_holds_the_scenarios_layout(case, rendered):
+    plan = json.loads(rendered[case]["plan.json"])["chosen"]["plan"]
+    values = SCENARIO_VALUES[case]
+    batch, micro, accum, *_ = values["ds"]
+    assert (plan["global_batch"], plan["mbs"], plan["grad_accum"]) == (batch, micro, accum)
+    assert (plan["seq_len"], plan["precision"]) == (values["seq_len"], values["ds"][4])
+    for dim, value in (values["megatron"] or {}).items():
+        short = {"tensor-model-parallel": "tp", "pipeline-model-parallel": "pp",
+                 "context-parallel": "cp", "expert-model-parallel": "ep"}.get(dim)  # fmt: skip
+        if short:
+            assert plan[short] == value, dim
 
 
 # ---- each file is what its consumer accepts -----------------------------------------------------
@@ -804,53 +952,25 @@ OLD_PORT = '      master_port: {name: MASTER_PORT, default: "29600", doc: "rende
 MEGATRON_NOTES = "    notes:\n      - when: megatron.zero_above_1"  # after core_r0.13's data_env
 
 
-def shipped_mapping(*, launch: bool = True, port_in_data_env: bool = False) -> str:
-    """The shipped mapping.yaml, optionally as one written before its `launch:` section: without
-    that section, and with a master_port (29600) in megatron's data_env, where the port was."""
+def test_a_mapping_of_an_older_format_is_refused_in_one_line(tmp_path):
+    """0.x mapping formats may change (CHANGELOG.md): one without the `launch:` section, or with
+    the rendezvous port in megatron's data_env (where it was before), is refused."""
     text = (TEMPLATES / "mapping.yaml").read_text(encoding="utf-8")
-    if not launch:
-        text, removed = re.subn(r"(?ms)^(#[^\n]*\n)*launch:\n.*?(?=^nccl:)", "", text)
-        assert removed == 1 and "\nlaunch:" not in text
-    if port_in_data_env:
-        assert text.count(MEGATRON_NOTES) == 1
-        text = text.replace(MEGATRON_NOTES, OLD_PORT + MEGATRON_NOTES)
-    return text
-
-
-@pytest.mark.parametrize("case", ["dense_multinode", "graph_channel_parallel"])
-def test_a_user_mapping_without_a_launch_section_takes_the_built_in_one(case, rendered, tmp_path):
-    folder = user_templates(tmp_path, {"mapping.yaml": shipped_mapping(launch=False)})
-    assert render_plan(CASES[case](), templates_dir=folder) == rendered[case]
-
-
-@pytest.mark.parametrize("case", ["dense_multinode", "graph_channel_parallel"])
-def test_a_user_mapping_without_a_launch_section_keeps_its_data_env_port(case, tmp_path):
-    mapping = shipped_mapping(launch=False, port_in_data_env=True)
-    folder = user_templates(tmp_path, {"mapping.yaml": mapping})
-    files = render_plan(CASES[case](), templates_dir=folder)
-    scripts = [text for name, text in files.items() if name.endswith((".sh", ".sbatch"))]
-    assert len(scripts) == (3 if case == "dense_multinode" else 2)
-    for text in scripts:
-        assert "${MASTER_PORT:-29600}" in text and "29500" not in text
-
-
-def test_a_port_in_both_launch_and_data_env_is_refused(tmp_path):
-    folder = user_templates(tmp_path, {"mapping.yaml": shipped_mapping(port_in_data_env=True)})
+    no_launch, removed = re.subn(r"(?ms)^(#[^\n]*\n)*launch:\n.*?(?=^nccl:)", "", text)
+    assert removed == 1
+    folder = user_templates(tmp_path / "a", {"mapping.yaml": no_launch})
+    with pytest.raises(
+        RenderError, match=r"mapping.yaml:1:1: launch: missing required key 'launch'$"
+    ):
+        render_plan(single_node(), templates_dir=folder)
+    assert text.count(MEGATRON_NOTES) == 1
+    port = text.replace(MEGATRON_NOTES, OLD_PORT + MEGATRON_NOTES)
+    folder = user_templates(tmp_path / "b", {"mapping.yaml": port})
     with pytest.raises(
         RenderError,
         match=r"mapping.yaml:\d+:\d+: .*master_port is read from launch.master_port",
     ):
         render_plan(single_node(), templates_dir=folder)
-
-
-def test_an_old_launch_template_reads_the_port_in_megatrons_data_env(rendered, tmp_path):
-    """A launch_torchrun.sh.j2 written before the launch section read the port from
-    megatron.data_env: the same entry as launch.master_port, for a transformer's plan."""
-    template = (TEMPLATES / "launch" / "launch_torchrun.sh.j2").read_text(encoding="utf-8")
-    old = template.replace("launch.master_port.", "megatron.data_env.master_port.")
-    assert old != template and "launch.master_port" not in old
-    folder = user_templates(tmp_path, {"launch/launch_torchrun.sh.j2": old})
-    assert render_plan(dense_multinode(), templates_dir=folder) == rendered["dense_multinode"]
 
 
 def test_versions_default_to_the_latest_and_an_unknown_one_is_named(tmp_path):

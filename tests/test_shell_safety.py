@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
+from test_render import rendered_cases
 
 from parplan_gen.cli.main import main
 from parplan_gen.planning import document as plan_document
@@ -37,7 +38,6 @@ from parplan_gen.render.shell_quote import argument, assignment, comment
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "hostile"
-GOLDEN = REPO / "tests" / "golden"
 
 
 def corpus(name: str) -> list[Any]:
@@ -60,7 +60,7 @@ FAKES = {  # name -> what it does after logging its arguments
 LOGGED = "printf '%s\\0' {command} >> \"$LOG\"; printf '\\n' >> \"$LOG\""  # one record a line
 UNEXPECTED = "UNEXPECTED:"  # logged before a command that is not found
 NOT_FOUND = LOGGED.format(command='"' + UNEXPECTED + '$1" "${@:2}"')
-TIMEOUT_S = 10  # each script starts a handful of processes in milliseconds
+TIMEOUT_S = 30  # a hang guard: each script starts a handful of processes in milliseconds
 TRAINING = ("train.py", "--deepspeed", "ds_config.json")
 
 needs_bash = pytest.mark.skipif(BASH is None, reason="bash is not installed")
@@ -166,8 +166,19 @@ def check_runs_safely(files: dict[str, str], run: Path, fake_bin: Path) -> list[
 
 
 @pytest.fixture(scope="module")
-def plans() -> dict[str, PlanDocument]:
-    return {kind: load_plan_document(GOLDEN / case / "plan.json") for kind, case in PLANS.items()}
+def plan_jsons(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each scenario of test_render as a plan.json file."""
+    folder = tmp_path_factory.mktemp("plans")
+    for case, files in rendered_cases().items():
+        (folder / f"{case}.json").write_text(files["plan.json"], encoding="utf-8")
+    return {case: folder / f"{case}.json" for case in rendered_cases()}
+
+
+@pytest.fixture(scope="module")
+def plans(plan_jsons: dict[str, Path]) -> dict[str, PlanDocument]:
+    """The plans read back from their files, once per module; "single" is single_node."""
+    found = {kind: load_plan_document(plan_jsons[case]) for kind, case in PLANS.items()}
+    return found | {"single": load_plan_document(plan_jsons["single_node"])}
 
 
 def with_value(doc: PlanDocument, at: str, value: str) -> PlanDocument:
@@ -283,7 +294,7 @@ def write_template_folder(folder: Path, outside: Path, files: dict[str, Any]) ->
 def test_a_hostile_template_folder_is_refused_or_renders_plain_data(case, plans, tmp_path):
     folder, outside = tmp_path / "t", tmp_path / "outside"
     write_template_folder(folder, outside, case["files"])
-    doc = load_plan_document(GOLDEN / "single_node" / "plan.json")
+    doc = plans["single"]
     if "error" in case:
         with pytest.raises(RenderError) as refused:
             render_plan(doc, templates_dir=folder)
@@ -326,7 +337,7 @@ def command_line(case: dict[str, Any], folder: Path) -> list[str]:
         (folder / "r" / "rules.yaml").write_text(json.dumps({"proposals": [rule]}), "utf-8")
         force = ["--force-nccl-algo"] if case.get("force") else []
         return ["plan", "llama-2-7b", *planning, "--rules", "r", *force]
-    data = json.loads((GOLDEN / "single_node" / "plan.json").read_text(encoding="utf-8"))
+    data = json.loads(rendered_cases()["single_node"]["plan.json"])
     *parents, leaf = case["at"]
     target = data
     for part in parents:
