@@ -13,9 +13,9 @@ from parplan_gen.cost.estimate import CostModel
 from parplan_gen.cost.hardware import cluster_from_flags
 from parplan_gen.inputs.errors import FormulaError
 from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.pipeline_split import stage_layers
 from parplan_gen.models.presets import load_graph_preset, load_preset
 from parplan_gen.planning.constraints import Constraints, estimate_env, phase_of, violation
-from parplan_gen.planning.search_space import stage_layers
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 PLAN_DEFAULTS: dict[str, Any] = {

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import Layout
+from parplan_gen.cost.layout import Layout, plan_values
 from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import ModelKind, TrainedModel
 from parplan_gen.rules.layers import figure_label
@@ -69,6 +69,14 @@ class TimeBreakdown(BaseModel):
     bn_comm_s: float = 0.0  # SyncBatchNorm statistics (graph models); absent in older plan.json
     bubble_s: float
     optimizer_s: float
+
+    @property
+    def sync_batchnorm(self) -> bool:
+        """Whether the plan synchronises BatchNorm statistics (PyTorch SyncBatchNorm), as the cost
+        model states it: rules/cost/graph.yaml pays for the exchange (graph_bn_comm_s) exactly
+        when its `sync_batchnorm` holds, so this figure, which plan.json keeps, carries the fact
+        to the renderer under any rules overlay."""
+        return self.bn_comm_s > 0
 
 
 class Throughput(BaseModel):
@@ -156,24 +164,6 @@ class CostModel:
         }
         return {**spec.formula_values(seq_len), **cluster_env(cluster, precision), **train}
 
-    @staticmethod
-    def plan_env(layout: Layout) -> dict[str, Any]:
-        """plan.* values of `layout`."""
-        return {
-            "plan.dp": layout.dp,
-            "plan.tp": layout.tp,
-            "plan.pp": layout.pp,
-            "plan.cp": layout.cp,
-            "plan.ep": layout.ep,
-            "plan.vpp": layout.vpp,
-            "plan.mbs": layout.mbs,
-            "plan.grad_accum": layout.grad_accum,
-            "plan.zero_stage": layout.zero_stage,
-            "plan.distributed_optimizer": layout.distributed_optimizer,
-            "plan.sequence_parallel": layout.sequence_parallel,
-            "plan.recompute": layout.recompute,
-        }
-
     def figures(self, env: Mapping[str, Any]) -> dict[str, float]:
         """Every figure as `<section>_<key>` (memory_total and memory_capacity included)."""
         return self._all(env)
@@ -190,7 +180,7 @@ class CostModel:
             precision=layout.precision,
             flash_attention=flash_attention,
         )
-        env.update(self.plan_env(layout))
+        env.update(plan_values(layout))
         return env
 
 

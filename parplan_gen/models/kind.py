@@ -152,6 +152,7 @@ class TransformerKind:
             "model.moe": self.is_moe,
             "model.max_positions": self.max_position_embeddings,
             "model.learned_positions": self.position_embedding == "learned",
+            "model.positions_cover_seq_len": self.positions_cover(seq_len),
             "model.gated_mlp": self.gated_mlp,
             "model.params": self.total_params(),
             "model.params_embedding": self.embedding_params(),

@@ -197,6 +197,15 @@ class ModelSpec(TransformerKind, FlopCounts, ActivationBytes, BaseModel):
         """Gated MLPs (SwiGLU, GeGLU) have three matrices instead of two."""
         return self.mlp_kind in GATED_MLPS
 
+    def positions_cover(self, seq_len: int) -> bool:
+        """Whether the positions serve sequences of `seq_len` tokens: computed ones (RoPE, ALiBi)
+        always do; a learned table has max_position_embeddings rows and cannot grow (Megatron-LM
+        validate_args: max_position_embeddings >= seq_length). The one home of the limit: the
+        constraint model.seq_len_within_learned_positions reads it as
+        model.positions_cover_seq_len, and the renderer asks it before it writes
+        --max-position-embeddings."""
+        return self.position_embedding != "learned" or seq_len <= self.max_position_embeddings
+
     @property
     def qk_head_dim(self) -> int:
         """Width of one query/key head (MLA: no-RoPE part + RoPE part)."""

@@ -4,25 +4,35 @@
 where it does not apply): model.*, plan.*, train.*, cluster.*, comm.*, megatron.*, deepspeed.*.
 A transformer has no graph-model fields and an op-graph model no transformer fields (None), and
 no Megatron-LM spelling (every megatron.* None): a mapping that names a key reads for both.
-Decisions that follow a backend's rules (Megatron-LM's uneven pipeline split, its
-CUDA_DEVICE_MAX_CONNECTIONS assertion, DeepSpeed's ZeRO stage for a distributed-optimizer
-plan) are made here, each with its source in a comment.
+Spellings that follow a backend's rules (its CUDA_DEVICE_MAX_CONNECTIONS assertion, DeepSpeed's
+ZeRO stage for a distributed-optimizer plan) are made here, each with its source in a comment.
+What the planner and the cost model decided is read from its one home, not computed again: the
+pipeline split (models/pipeline_split.py, which the constraint pipeline.layers_split calls),
+the learned-position limit (ModelSpec.positions_cover, read by the constraint
+model.seq_len_within_learned_positions), SyncBatchNorm (the estimate's
+TimeBreakdown.sync_batchnorm), the gradients' type and the optimizer sharding (the built-in
+rules' grad_bytes and optimizer_sharded).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
+from functools import cache
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import Layout
+from parplan_gen.cost.layout import Layout, plan_values
+from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.load import MODEL_FACT_NAMES
-from parplan_gen.planning.document import PlanDocument, ProposalRecord
-from parplan_gen.planning.search_space import stage_layers as planned_stage_layers
+from parplan_gen.models.pipeline_split import stage_layers
+from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping_schema import MappingFile
+from parplan_gen.rules.engine import Proposal
+from parplan_gen.rules.ruleset import load_rules
 
 if TYPE_CHECKING:
     from parplan_gen.models.transformer import ModelSpec  # what the megatron.* facts read
@@ -32,6 +42,9 @@ MEGATRON_NORM = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 MEGATRON_POSITION = {"learned": "learned_absolute", "rope": "rope", "alibi": "none"}
 MEGATRON_ACTIVATION_FLAGS = {"swiglu": "swiglu", "squared_relu": "squared_relu", "gelu": None}
 SIXTEEN_BIT = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}  # fp8 matmuls run inside bf16
+TYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element sizes of communication_data_type
+GRADIENT_BYTES = "grad_bytes"  # the cost model's gradient element size (rules/cost/memory.yaml)
+OPTIMIZER_SHARDED = "optimizer_sharded"  # the cost model's optimizer sharding (memory.yaml)
 ZERO_GRADS_STAGE = 2  # the ZeRO stage that also shards the gradients
 ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
 MODEL_FIELDS_NOT_FACTS = {"sliding_window_layers", "moe_layers"}  # per-layer lists
@@ -95,8 +108,7 @@ def _graph_training_facts(doc: PlanDocument) -> dict[str, Any]:
     layout = doc.chosen.plan
     full = graph is not None and layout.recompute == "full"
     return {
-        # rules/cost/graph.yaml sync_batchnorm: the estimate pays for SyncBatchNorm exactly then.
-        "train.sync_batchnorm": graph is not None and doc.chosen.time.bn_comm_s > 0,
+        "train.sync_batchnorm": graph is not None and doc.chosen.time.sync_batchnorm,
         # Channel-parallel Conv2d / MatMul layers (graph_model.py): the script splits them.
         "train.channel_parallel": graph is not None and layout.tp > 1,
         # Full recompute: the script checkpoints about every sqrt(n)-th node (Chen et al. 2016),
@@ -122,7 +134,7 @@ def _cluster_facts(cluster: Cluster, mapping: MappingFile) -> dict[str, Any]:
     }
 
 
-def _comm_facts(proposals: list[ProposalRecord]) -> dict[str, Any]:
+def _comm_facts(proposals: list[Proposal]) -> dict[str, Any]:
     """Settings of the proposals that backends take as they are (None: no proposal said)."""
     overlap = None
     for proposal in proposals:
@@ -217,17 +229,17 @@ def _megatron_parallel(
     spec: ModelSpec, layout: Layout, cluster: Cluster, mapping: MappingFile, known: dict[str, Any]
 ) -> dict[str, Any]:
     """How the layout is spelled in Megatron-LM arguments, by its validate_args rules."""
-    first, last = stage_layers(spec.num_layers, layout.pp, layout.vpp)
-    uneven, interleaved = first is not None, layout.vpp > 1
-    dist_opt = layout.distributed_optimizer or layout.zero_stage >= 1
+    first, middle, last = _stage_split(spec, layout)
+    uneven, interleaved = not first == middle == last, layout.vpp > 1
+    # Optimizer states sharded over dp, as the cost model counts them: Megatron-LM's
+    # distributed optimizer also stands in for a ZeRO plan's sharding.
+    dist_opt = bool(rule_value(OPTIMIZER_SHARDED, layout))
     exempt = mapping.nccl.one_connection_exempt_architectures
     return {
-        "first_stage_layers": first,
-        "last_stage_layers": last,
+        "first_stage_layers": first if uneven else None,
+        "last_stage_layers": last if uneven else None,
         # Uneven stages take the virtual stages per rank; even ones the layers per virtual stage.
-        "layers_per_virtual_stage": (
-            spec.num_layers // (layout.pp * layout.vpp) if interleaved and not uneven else None
-        ),
+        "layers_per_virtual_stage": middle // layout.vpp if interleaved and not uneven else None,
         "virtual_stages_per_rank": layout.vpp if interleaved and uneven else None,
         "distributed_optimizer": dist_opt,
         "zero_above_1": layout.zero_stage >= ZERO_GRADS_STAGE,
@@ -242,41 +254,59 @@ def _megatron_parallel(
 def _deepspeed_facts(layout: Layout) -> dict[str, Any]:
     # Megatron's distributed optimizer shards optimizer states over dp: DeepSpeed's ZeRO-1.
     stage = layout.zero_stage or (1 if layout.distributed_optimizer else 0)
-    # Gradients are reduced in fp32 without ZeRO and in the 16-bit type with it, as the cost
-    # model counts them (rules/cost/memory.yaml grad_bytes, rules/cost/time.yaml dp_comm_s).
-    comm_type = SIXTEEN_BIT[layout.precision] if stage else "fp32"
+    as_configured = layout.model_copy(update={"zero_stage": stage, "distributed_optimizer": False})
     return {
         "deepspeed.zero_stage": stage,
         "deepspeed.zero": stage > 0,
         "deepspeed.zero_below_3": 0 < stage < ZERO_PARAMS_STAGE,
         "deepspeed.zero_3": stage == ZERO_PARAMS_STAGE,
         "deepspeed.zero_off_for_megatron": layout.distributed_optimizer,
-        "deepspeed.communication_data_type": comm_type,
+        "deepspeed.communication_data_type": gradient_type(as_configured),
         # PipelineModule activation_checkpoint_interval: 1 checkpoints every layer, 0 none.
         "deepspeed.pipeline_checkpoint_interval": int(layout.recompute == "full"),
         "deepspeed.fp8": layout.precision == "fp8",
     }
 
 
-def stage_layers(layers: int, pp: int, vpp: int) -> tuple[int | None, int | None]:
-    """Layers on the first and last pipeline stage when they cannot all be equal, else (None, None).
+def gradient_type(layout: Layout) -> str:
+    """The type gradients are reduced in: the one the cost model counts them in for `layout`
+    (the built-in rules' grad_bytes, rules/cost/memory.yaml, read at render time: plan.json
+    keeps no rules overlay), fp32 or the plan's 16-bit type."""
+    size = rule_value(GRADIENT_BYTES, layout)
+    sixteen = SIXTEEN_BIT[layout.precision]
+    for name in (sixteen, "fp32"):
+        if TYPE_BYTES[name] == size:
+            return name
+    raise RenderError(f"{GRADIENT_BYTES} is {size} bytes: neither {sixteen} nor fp32")
 
-    The planner's split (`search_space.stage_layers`, checked by the constraint
-    `pipeline.layers_split`): middle stages get vpp * ceil(L / (pp * vpp)) layers each, the first
-    and last stages share the rest, the first the larger half.
-    """
-    if layers % (pp * vpp) == 0:
-        return None, None
+
+def rule_value(name: str, layout: Layout) -> object:
+    """The built-in rules' named formula `name` (one that reads plan.* and train.precision only)
+    for `layout`: what the cost model assumes, read at render time, as plan.json keeps no rules
+    overlay."""
+    env = {**plan_values(layout), "train.precision": layout.precision}
+    return _builtin_formula(name)(env)
+
+
+@cache
+def _builtin_formula(name: str) -> Callable[[Mapping[str, Any]], object]:
+    """The built-in rules' named formula `name`, compiled once per process."""
+    where = SourceRef(f"built-in formula {name}")
+    return load_rules().library.compile(name, where, "estimate").evaluate
+
+
+def _stage_split(spec: ModelSpec, layout: Layout) -> tuple[int, int, int]:
+    """Layers on the (first, each middle, last) pipeline stage: the split the constraint
+    `pipeline.layers_split` checks (models/pipeline_split.py, its one home)."""
     try:
-        first, _, last = planned_stage_layers(layers, pp, vpp)
+        return stage_layers(spec.num_layers, layout.pp, layout.vpp)
     except ValueError as exc:
         raise RenderError(f"{exc} (constraint pipeline.layers_split)") from None
-    return first, last
 
 
 def _max_positions(spec: ModelSpec, seq_len: int) -> int:
     """Megatron asserts max_position_embeddings >= seq_length; a learned table cannot grow."""
-    if spec.position_embedding == "learned" and seq_len > spec.max_position_embeddings:
+    if not spec.positions_cover(seq_len):  # the constraint model.seq_len_within_learned_positions
         raise RenderError(
             f"seq_len ({seq_len}) exceeds the learned position table of {spec.name} "
             f"({spec.max_position_embeddings} positions)"
