@@ -88,7 +88,7 @@ def others(repeat: int) -> None:
                 m, {"gpus": n, "gpu": g}, global_batch=b, seq_len=s, rules=rules
             ),
         )
-        r = result.result
+        r = result
         print(
             f"  {model:<14} {gpus:>6} x {gpu:<10} {wall * 1e3:8.1f} ms wall "
             f"{cpu * 1e3:8.1f} ms CPU  searched {r.searched:>8,} estimated {r.evaluated:>6,}"

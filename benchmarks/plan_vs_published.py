@@ -135,7 +135,7 @@ def compare(case: Case, rules: RuleSet, repeat: int = 1) -> Comparison:
     request = Request(
         case.spec, case.cluster, layout.global_batch, layout.seq_len, layout.precision,
         flash_attention=case.flash_attention,
-        options=SearchOptions.for_model(case.spec, result.proposals),
+        options=SearchOptions.for_model(case.spec, result.document.proposals),
     )  # fmt: skip
     return Comparison(
         case.name, published, violations, outside_search(layout, request),

@@ -5,6 +5,7 @@ Megatron-LM arguments, or write plan.json.
     plan = parplan_gen.plan("llama-3-8b", {"gpus": 8, "gpu": "h100"},
                             global_batch=512, seq_len=8192)
     plan.chosen.plan.tp               # the chosen layout (a Layout)
+    plan.document                     # the plan: what plan.json holds, the views and files read
     ds_config = plan.deepspeed_config()   # deepspeed.initialize(config=ds_config)
     argv = plan.megatron_args()           # pretrain_gpt.py arguments
     plan.write("plan/")                   # plan.json
@@ -21,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, get_args
 
@@ -32,12 +33,10 @@ from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import MAX_GPUS, Layout, build_layout, check_sizes
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.models.graph_model import AnyModelSpec
 from parplan_gen.models.kind import TrainedModel
-from parplan_gen.planning.constraints import Violation
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluation, evaluate
-from parplan_gen.planning.planner import Advice, PlanError, Planner, PlanResult
+from parplan_gen.planning.planner import PlanError, Planner, SearchResult
 from parplan_gen.planning.search_space import (
     Backend,
     Objective,
@@ -89,51 +88,46 @@ def proposals_for(
     return propose(spec.op_graph(seq_len), rules, cluster.num_gpus)
 
 
-class Plan(BaseModel):
-    """A planning result with what it was planned for; renders the chosen layout."""
+class Advice(BaseModel):
+    """What would make an infeasible request fit, measured by re-estimating one change."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    result: PlanResult
-    model: AnyModelSpec
-    cluster: Cluster
-    proposals: list[Proposal]
+    change: str
+    fits: bool
+    memory_total: int | None  # bytes per GPU after the change; None when it cannot run
+    note: str
+
+
+class Plan(BaseModel):
+    """A plan: its document (what plan.json holds and what the text view, `plan --json` and the
+    renderer read: the model, the cluster, the chosen estimate and the runners-up, the
+    rejections, the advice, the rules' proposals) and what the search adds to it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    document: PlanDocument
+    feasible: bool  # False: nothing fits; the chosen layout is the closest candidate
+    objective: Objective
+    searched: int  # candidates in the search space
+    evaluated: int  # candidates the cost model estimated
+    advice: list[Advice]  # when nothing fits, each change measured; document.advice: their notes
 
     @property
     def chosen(self) -> Estimate:
         """The chosen layout's estimate (the closest candidate when nothing fits)."""
-        return self.result.chosen
-
-    @property
-    def feasible(self) -> bool:
-        """Whether the chosen layout fits."""
-        return self.result.feasible
-
-    def document(self) -> PlanDocument:
-        """The plan.json document of this plan (what `render` turns into launch files)."""
-        from parplan_gen.planning.document import PlanDocument
-
-        return PlanDocument.from_parts(
-            model=self.model,
-            cluster=self.cluster,
-            chosen=self.result.chosen,
-            candidates=self.result.candidates,
-            rejected=self.result.rejected,
-            advice=[a.note for a in self.result.advice],
-            proposals=self.proposals,
-        )
+        return self.document.chosen
 
     def deepspeed_config(self) -> dict[str, Any]:
         """The dict for `deepspeed.initialize(config=...)`: ds_config.json as rendered."""
         from parplan_gen.render.plan_files import deepspeed_config
 
-        return deepspeed_config(self.document())
+        return deepspeed_config(self.document)
 
     def megatron_args(self) -> list[str]:
         """The `pretrain_gpt.py` argument list of megatron_args.sh as rendered (transformers
         only: for an op-graph model, launched with DeepSpeed / torchrun, a RenderError)."""
         from parplan_gen.render.plan_files import megatron_args
 
-        return megatron_args(self.document())
+        return megatron_args(self.document)
 
     def write(self, out_dir: str | Path, **options: Any) -> list[Path]:
         """Render every file (plan.json, ds_config.json, megatron_args.sh for a transformer,
@@ -143,7 +137,7 @@ class Plan(BaseModel):
         `force=True`."""
         from parplan_gen.render.render_options import RenderOptions, write_plan
 
-        status = write_plan(self.document(), out_dir, RenderOptions(**options))
+        status = write_plan(self.document, out_dir, RenderOptions(**options))
         return [Path(out_dir) / name for name in sorted(status)]
 
 
@@ -177,12 +171,18 @@ def plan(
     )  # fmt: skip
     planner = Planner(ruleset, spec.kind)
     result = planner.plan(request)
-    if not result.feasible:
-        result = result.model_copy(update={"advice": advise(planner, request, result)})
-    return Plan(result=result, model=spec, cluster=machines, proposals=proposals)
+    advice = [] if result.feasible else advise(planner, request, result)
+    document = PlanDocument.from_parts(
+        model=spec, cluster=machines, chosen=result.chosen, candidates=result.candidates,
+        rejected=result.rejected, advice=[a.note for a in advice], proposals=proposals,
+    )  # fmt: skip
+    return Plan(
+        document=document, feasible=result.feasible, objective=result.objective,
+        searched=result.searched, evaluated=result.evaluated, advice=advice,
+    )  # fmt: skip
 
 
-def advise(planner: Planner, request: Request, result: PlanResult) -> list[Advice]:
+def advise(planner: Planner, request: Request, result: SearchResult) -> list[Advice]:
     """For an infeasible result: each single change to the closest candidate, re-estimated,
     then the first multiple of the GPUs at which a plan fits."""
     closest = result.chosen.plan
@@ -261,21 +261,15 @@ def _more_gpus(planner: Planner, request: Request, closest: Estimate) -> Advice:
     return Advice(change="more GPUs", fits=False, memory_total=None, note=note)
 
 
-class CheckReport(BaseModel):
-    """`parplan check`: a layout's broken rules, its estimate, and a better plan if any."""
+@dataclass(frozen=True)
+class CheckReport(Evaluation):
+    """`parplan check`: the layout's evaluation (its estimate and every rule it breaks) and a
+    better plan if the planner finds one."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    model: AnyModelSpec
+    model: TrainedModel
     cluster: Cluster
-    estimate: Estimate
-    violations: list[Violation]
     better: Estimate | None  # the planner's choice when it is faster (or the layout cannot run)
     planner_found: bool = True  # False: no layout of the request fits and meets every rule
-
-    @property
-    def runnable(self) -> bool:
-        """No `invalid` rule is broken."""
-        return not any(v.severity == "invalid" for v in self.violations)
 
     def contract(self) -> dict[str, Any]:
         """JSON: the estimate, the violations, fits / by how much, and the better plan."""
@@ -314,8 +308,8 @@ def check(
         best.chosen if best is not None and best.feasible and (found.violations or faster) else None
     )
     return CheckReport(
-        model=spec, cluster=machines, estimate=found.estimate, violations=list(found.violations),
-        better=better, planner_found=best is not None and best.feasible,
+        found.estimate, found.violations, model=spec, cluster=machines, better=better,
+        planner_found=best is not None and best.feasible,
     )  # fmt: skip
 
 

@@ -304,18 +304,18 @@ def test_random_requests_through_the_planner(
     except ParplanError as exc:
         event(f"refused: {type(exc).__name__}")
         return
-    r = result.result
-    event(f"planned, feasible={r.feasible}")
+    r = result.document
+    event(f"planned, feasible={result.feasible}")
     for estimate in [r.chosen, *r.candidates]:
         p = estimate.plan
         assert p.dp * p.tp * p.pp * p.cp == gpus
         assert p.mbs * p.grad_accum * p.dp == batch == p.global_batch
         assert p.dp % p.ep == 0
     strict_json(json.dumps(r.contract()))
-    if not r.feasible:
+    if not result.feasible:
         return
     try:
-        files = render_plan(result.document())
+        files = render_plan(r)
     except ParplanError as exc:  # e.g. seq_len beyond a learned position table (reported)
         assert "position table" in str(exc)
         return

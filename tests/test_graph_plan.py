@@ -45,7 +45,7 @@ A100_HBM = 2.039e12
 
 
 def layouts(result: Any) -> list[Estimate]:
-    return [result.chosen, *result.result.candidates]
+    return [result.chosen, *result.document.candidates]
 
 
 def test_resnet50_on_64_a100s_plans_plain_data_parallelism() -> None:
@@ -152,7 +152,7 @@ def test_check_a_resnet50_layout() -> None:
     accumulating = build_layout(64, mbs=16, global_batch=4096, seq_len=1)
     report = check(RESNET, cluster, accumulating)
     assert report.runnable
-    assert report.violations == []
+    assert report.violations == ()
     assert report.estimate.time.bn_comm_s > 0
     # (3 x 174 launches + 2 x 53 SyncBatchNorm exchanges) x 73.4 us, 4 times.
     assert report.estimate.time.compute_s == pytest.approx(4 * (3 * 174 + 2 * 53) * HOST)

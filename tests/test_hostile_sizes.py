@@ -174,7 +174,7 @@ def test_the_largest_sizes_are_planned():
             seq_len=MAX_SEQ_LEN,
         )
     assert (found.chosen.plan.global_batch, found.chosen.plan.seq_len) == (2**29, 2**24)
-    assert not found.feasible and found.result.advice
+    assert not found.feasible and found.advice
 
 
 # ---- divisors by factorisation ---------------------------------------------------------------

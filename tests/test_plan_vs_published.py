@@ -13,7 +13,7 @@ from ruamel.yaml import YAML
 from parplan_gen.api import plan
 from parplan_gen.cost.estimate import CostModel
 from parplan_gen.cost.hardware import cluster_from_flags
-from parplan_gen.cost.layout import build_layout
+from parplan_gen.cost.layout import build_layout, plan_values
 from parplan_gen.models.presets import load_preset
 from parplan_gen.planning.constraints import Constraints
 from parplan_gen.planning.search_space import Request, mbs_options, outside_search
@@ -156,7 +156,7 @@ def test_the_175b_plan_keeps_tensor_parallel_groups_inside_nodes(rules: RuleSet)
     layout = build_layout(1536, tp=3, pp=8, mbs=1, global_batch=1536, seq_len=2048)
     cost = CostModel(rules)
     env = cost.base_env(spec, cluster, global_batch=1536, seq_len=2048)
-    env.update(cost.plan_env(layout))
+    env.update(plan_values(layout))
     assert "parallel.tp_within_node" in [v.rule_id for v in Constraints(rules).check(env, "layout")]
 
 

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from parplan_gen.api import Plan, check, plan
 from parplan_gen.cost.hardware import Cluster, cluster_from_flags
-from parplan_gen.cost.layout import build_layout
+from parplan_gen.cost.layout import PLAN_FIELDS, build_layout, plan_values
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.presets import load_preset
 from parplan_gen.planning.constraints import Constraints, estimate_env
+from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.planner import DOMINATED, PlanError, Planner, ranking_key
 from parplan_gen.planning.search_space import (
-    PLAN_FIELDS,
     Request,
     SearchOptions,
     mbs_options,
@@ -122,7 +122,11 @@ def test_every_chosen_plan_is_whole_and_meets_every_rule(request: Request) -> No
     layout = result.chosen.plan
     assert layout.dp * layout.tp * layout.pp * layout.cp == request.cluster.num_gpus
     assert layout.mbs * layout.grad_accum * layout.dp == request.global_batch
-    contract = json.loads(json.dumps(result.contract()))
+    document = PlanDocument.from_parts(
+        model=request.spec, cluster=request.cluster, chosen=result.chosen,
+        candidates=result.candidates, rejected=result.rejected,
+    )  # fmt: skip
+    contract = json.loads(json.dumps(document.contract()))
     assert set(contract) == {"chosen", "candidates", "rejected"}
     assert set(contract["chosen"]) == {"plan", "memory", "time", "throughput"}
     assert set(contract["chosen"]["plan"]) >= CONTRACT_PLAN_KEYS
@@ -140,7 +144,7 @@ def _full_env(p: Planner, request: Request, estimate: Any) -> dict[str, Any]:
     env = p.cost.base_env(
         request.spec, request.cluster, global_batch=request.global_batch, seq_len=request.seq_len
     )
-    env.update(p.cost.plan_env(estimate.plan))
+    env.update(plan_values(estimate.plan))
     env.update(estimate_env(p.cost.figures(env)))
     return env
 
@@ -174,11 +178,11 @@ def test_gpt3_175b_on_1536_a100s_is_not_pure_zero3_data_parallelism() -> None:
 def test_an_infeasible_request_gets_the_closest_candidate_and_advice() -> None:
     result = plan("llama-3-405b", {"gpus": 8, "gpu": "h100"}, global_batch=64, seq_len=8192)
     assert not result.feasible
-    memory = [c.memory.total for c in result.result.candidates]
+    memory = [c.memory.total for c in result.document.candidates]
     assert memory == sorted(memory)
     assert not result.chosen.memory.fits
-    assert result.result.advice, "never an empty answer"
-    more = result.result.advice[-1]
+    assert result.advice, "never an empty answer"
+    more = result.advice[-1]
     assert more.fits and more.change.endswith("GPUs")
     assert int(more.change.split()[0]) > 8
 
@@ -232,7 +236,8 @@ def _plan_on(spec_name: str, gpus: int, **layout: Any) -> Plan:
     result = plan(spec_name, {"gpus": gpus, "gpu": "h100"}, global_batch=64, seq_len=4096, top=1)
     fixed = build_layout(gpus, global_batch=64, seq_len=4096, **layout)
     chosen = result.chosen.model_copy(update={"plan": fixed})
-    return result.model_copy(update={"result": result.result.model_copy(update={"chosen": chosen})})
+    document = result.document.model_copy(update={"chosen": chosen})
+    return result.model_copy(update={"document": document})
 
 
 def test_deepspeed_config_batch_sizes_multiply_out() -> None:
@@ -271,14 +276,14 @@ def test_plan_write_renders_every_file(tmp_path: Path) -> None:
     assert {path.name for path in paths} >= {"plan.json", "ds_config.json", "megatron_args.sh"}
     data = json.loads((tmp_path / "plan.json").read_text())
     assert data["chosen"] == p.chosen.contract()
-    assert data["rejected"] == dict(sorted(p.result.rejected.items()))
+    assert data["rejected"] == dict(sorted(p.document.rejected.items()))
 
 
 def test_check_reports_violations_and_a_better_plan() -> None:
     cluster = cluster_from_flags(8, "h100")
     layout = build_layout(8, tp=8, global_batch=64, seq_len=4096)  # no sequence parallelism
     report = check("llama-2-7b", cluster, layout)
-    assert report.runnable and report.violations == []
+    assert report.runnable and report.violations == ()
     assert report.better is not None
     assert report.better.time.step_s < report.estimate.time.step_s
     bad = check(

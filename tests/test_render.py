@@ -48,7 +48,7 @@ from parplan_gen.render.checks import (
     check_env,
     check_hostfile,
 )
-from parplan_gen.render.facts import facts, stage_layers
+from parplan_gen.render.facts import facts
 from parplan_gen.render.mapping import load_mapping
 from parplan_gen.render.plan_files import deepspeed_config, megatron_args, render_plan
 from parplan_gen.render.template_env import Templates
@@ -698,25 +698,6 @@ def test_a_graph_plan_json_renders_again_through_the_command(rendered, tmp_path,
     written = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "out").iterdir()}
     assert written == rendered["graph_channel_parallel"]
     assert "megatron_args.sh" not in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    ("layers", "pp", "vpp", "split"),
-    [
-        (32, 4, 1, (None, None)),
-        (32, 2, 2, (None, None)),
-        (126, 16, 1, (7, 7)),  # Llama 3 405B: 126 layers on 16 stages
-        (61, 8, 1, (7, 6)),  # DeepSeek-V3
-        (30, 4, 2, (8, 6)),
-    ],
-)
-def test_uneven_pipeline_stages(layers, pp, vpp, split):
-    assert stage_layers(layers, pp, vpp) == split
-
-
-def test_a_layer_count_that_cannot_split_is_an_error():
-    with pytest.raises(RenderError, match=r"pipeline\.layers_split"):
-        stage_layers(5, 4, 1)
 
 
 def test_uneven_split_uses_first_and_last_stage_arguments():

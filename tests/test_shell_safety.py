@@ -28,13 +28,13 @@ from parplan_gen.planning import document as plan_document
 from parplan_gen.planning.document import (
     PlanDocument,
     PlanDocumentError,
-    ProposalRecord,
     load_plan_document,
 )
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping import COMMUNICATION
 from parplan_gen.render.plan_files import render_plan
 from parplan_gen.render.shell_quote import argument, assignment, comment
+from parplan_gen.rules.engine import Proposal
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "hostile"
@@ -200,7 +200,7 @@ def with_value(doc: PlanDocument, at: str, value: str) -> PlanDocument:
         fields[key] = value
     else:
         settings = {key: value}
-    proposal = ProposalRecord(
+    proposal = Proposal(
         group=COMMUNICATION,
         type="CommunicationOptimization",
         estimated_speedup=1.0,

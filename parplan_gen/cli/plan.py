@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from parplan_gen.api import CheckReport, Plan
     from parplan_gen.cost.estimate import Estimate
     from parplan_gen.models.kind import TrainedModel
-    from parplan_gen.planning.planner import PlanResult
 
 PLAN_EXAMPLE = (
     "example:\n"
@@ -125,11 +124,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         rules=args.rules,
     )
     if args.out:
-        if not result.result.feasible:
+        if not result.feasible:
             raise _nothing_fits(result, args.out)
-        write_plan_files(result.document(), args.out, args, stream=sys.stderr)
+        write_plan_files(result.document, args.out, args, stream=sys.stderr)
     if args.json:
-        print_json(result.result.contract())
+        print_json(result.document.contract())
     else:
         sys.stdout.write(plan_text(result))
     return 0
@@ -139,9 +138,8 @@ def _nothing_fits(plan: Plan, out: str) -> Exception:
     """The one-line refusal to write launch files for a layout that does not fit."""
     from parplan_gen.inputs.errors import InputError
 
-    r, cluster = plan.result, plan.cluster
-    memory = r.chosen.memory
-    fix = next((a.note for a in r.advice if a.fits), None)
+    cluster, memory = plan.document.cluster, plan.chosen.memory
+    fix = next((a.note for a in plan.advice if a.fits), None)
     return InputError(
         f"--out {out}: nothing fits on {cluster.num_gpus} x {cluster.gpu.name} (the closest "
         f"layout needs {memory.total / GIB:.1f} GiB per GPU, the GPU has "
@@ -155,27 +153,28 @@ def plan_text(plan: Plan) -> str:
     """The human view of `parplan plan`."""
     from parplan_gen.cli.estimate_view import batch_text, layout_line, memory_lines, time_lines
 
-    r, spec, cluster = plan.result, plan.model, plan.cluster
+    doc, feasible = plan.document, plan.feasible
+    spec, cluster, chosen = doc.model, doc.cluster, doc.chosen
     lines = [
         f"{spec.title} on {cluster.num_gpus} x {cluster.gpu.name}, "
-        f"{batch_text(spec, r.chosen)}, objective {r.objective}",
+        f"{batch_text(spec, chosen)}, objective {plan.objective}",
         "",
-        ("Chosen: " if r.feasible else "NOTHING FITS. Closest candidate: ") + layout_line(r.chosen),
+        ("Chosen: " if feasible else "NOTHING FITS. Closest candidate: ") + layout_line(chosen),
         "",
         spec.memory_heading,
-        *memory_lines(r.chosen),
+        *memory_lines(chosen),
         "",
         "Time per step",
-        *time_lines(r.chosen, spec),
+        *time_lines(chosen, spec),
         "",
-        _throughput_line(r.chosen, spec),
+        _throughput_line(chosen, spec),
         "",
-        f"Top {len(r.candidates)}" + ("" if r.feasible else " (none fits; least memory first)"),
-        _candidates_table(r),
-        *_rejected_lines(r),
+        f"Top {len(doc.candidates)}" + ("" if feasible else " (none fits; least memory first)"),
+        _candidates_table(doc.candidates),
+        *_rejected_lines(plan),
     ]
-    if r.advice:
-        lines += ["", "What would make it fit:", *(f"  - {a.note}" for a in r.advice)]
+    if doc.advice:
+        lines += ["", "What would make it fit:", *(f"  - {note}" for note in doc.advice)]
     return "\n".join(lines) + "\n"
 
 
@@ -188,7 +187,7 @@ def _throughput_line(estimate: Estimate, spec: TrainedModel) -> str:
     )
 
 
-def _candidates_table(result: PlanResult) -> str:
+def _candidates_table(candidates: list[Estimate]) -> str:
     from parplan_gen.cli.estimate_view import layout_line
     from parplan_gen.cli.textview import table
 
@@ -200,19 +199,19 @@ def _candidates_table(result: PlanResult) -> str:
             f"{c.memory.total / GIB:.1f}",
             layout_line(c),
         ]
-        for i, c in enumerate(result.candidates, 1)
+        for i, c in enumerate(candidates, 1)
     ]
     return table(["#", "step s", "MFU", "GiB/GPU", "layout"], rows, right={0, 1, 2, 3})
 
 
-def _rejected_lines(result: PlanResult) -> list[str]:
-    total = sum(result.rejected.values())
+def _rejected_lines(plan: Plan) -> list[str]:
+    rejected = plan.document.rejected
     lines = [
         "",
-        f"Searched {result.searched:,} candidates ({result.evaluated:,} estimated by the cost "
-        f"model); rejected {total:,}, by reason:",
+        f"Searched {plan.searched:,} candidates ({plan.evaluated:,} estimated by the cost "
+        f"model); rejected {sum(rejected.values()):,}, by reason:",
     ]
-    lines += [f"  {n:>10,}  {reason}" for reason, n in result.rejected.items()]
+    lines += [f"  {n:>10,}  {reason}" for reason, n in rejected.items()]
     return lines
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from parplan_gen.inputs.errors import InputError, shown_value
 from parplan_gen.models.transformer import MAX_LAYERS, MAX_WIDTH
+from parplan_gen.rules.vocabulary import NAMES
 
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -122,6 +123,18 @@ class Layout(BaseModel):
         if self.zero_stage and self.distributed_optimizer:
             raise ValueError("choose ZeRO (zero_stage > 0) or the distributed optimizer, not both")
         return self
+
+
+# The fields a formula reads as plan.<field> (the vocabulary's plan.* names, with their units),
+# in Layout order; the others (global_batch, seq_len, precision) are the request's train.* names.
+PLAN_FIELDS: tuple[str, ...] = tuple(
+    f for f in Layout.model_fields if f in {n.name.removeprefix("plan.") for n in NAMES}
+)
+
+
+def plan_values(layout: Layout) -> dict[str, object]:
+    """The plan.* formula values of `layout`."""
+    return {f"plan.{field}": getattr(layout, field) for field in PLAN_FIELDS}
 
 
 def check_sizes(**sizes: object) -> None:

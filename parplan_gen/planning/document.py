@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
@@ -24,7 +24,7 @@ from parplan_gen.inputs.safe_text import NOT_PLAIN_NAME, is_plain, printable
 from parplan_gen.inputs.source import KeyPath, format_path, load_document
 from parplan_gen.inputs.validation import validate
 from parplan_gen.models.graph_model import AnyModelSpec
-from parplan_gen.rules.engine import Proposal, SettingValue
+from parplan_gen.rules.engine import Proposal
 
 FORMAT_VERSION = 1
 JSON_INDENT = 2  # plan.json is meant to be read and diffed by people
@@ -41,23 +41,6 @@ _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 
 class PlanDocumentError(InputError):
     """A plan.json that cannot be read back (wrong version, unknown keys, bad values)."""
-
-
-class ProposalRecord(BaseModel):
-    """One proposal of the rules engine, as plan.json keeps it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    rule_id: str = Field(description="The rule that made it, e.g. `seed.communication.overlap`.")
-    group: str = Field(description="data | pipeline | tensor | communication | ...")
-    type: str = Field(description="DataParallel | ... | CommunicationOptimization")
-    description: str
-    estimated_speedup: float
-    settings: dict[str, SettingValue] = Field(description="What the proposal contributes.")
-
-    @classmethod
-    def from_proposal(cls, proposal: Proposal) -> ProposalRecord:
-        return cls.model_validate(proposal.model_dump())
 
 
 class RenderOptions(BaseModel):
@@ -82,10 +65,17 @@ class PlanDocument(BaseModel):
     cluster: Cluster
     chosen: Estimate = Field(description="The chosen layout and its estimate.")
     candidates: list[Estimate] = Field(description="The top candidates, best first.")
-    rejected: dict[str, int] = Field(description="Rejected candidates, counted by reason.")
+    rejected: dict[str, int] = Field(
+        description="Rejected candidates, counted by reason: most first as the search counted "
+        "them (the order `plan --json` and the text view show), by reason in plan.json."
+    )
     advice: list[str] = Field(description="The planner's advice, in its order.")
-    proposals: list[ProposalRecord] = Field(description="The rules' proposals, in rule order.")
+    proposals: list[Proposal] = Field(description="The rules' proposals, in rule order.")
     render: RenderOptions = Field(default_factory=RenderOptions)
+
+    @field_serializer("rejected")
+    def _by_reason(self, rejected: dict[str, int]) -> dict[str, int]:
+        return dict(sorted(rejected.items()))
 
     @model_validator(mode="after")
     def _portable(self) -> PlanDocument:
@@ -114,7 +104,7 @@ class PlanDocument(BaseModel):
         candidates: Iterable[Estimate] = (),
         rejected: Mapping[str, int] | None = None,
         advice: Iterable[str] = (),
-        proposals: Iterable[Proposal | ProposalRecord] = (),
+        proposals: Iterable[Proposal] = (),
         megatron_version: str | None = None,
         deepspeed_version: str | None = None,
     ) -> PlanDocument:
@@ -129,18 +119,14 @@ class PlanDocument(BaseModel):
         bad_name = next(_unprintable_names(parts), None)
         if bad_name is not None:
             raise PlanDocumentError(f"{format_path(bad_name[0])}: {bad_name[1]}")
-        records = [
-            p if isinstance(p, ProposalRecord) else ProposalRecord.from_proposal(p)
-            for p in proposals
-        ]
         return cls(
             model=model,
             cluster=cluster,
             chosen=chosen,
             candidates=list(candidates),
-            rejected=dict(sorted((rejected or {}).items())),
+            rejected=dict(rejected or {}),
             advice=list(advice),
-            proposals=records,
+            proposals=list(proposals),
             render=RenderOptions(
                 megatron_version=megatron_version, deepspeed_version=deepspeed_version
             ),
@@ -161,6 +147,15 @@ class PlanDocument(BaseModel):
             }
         )
         return self.model_copy(update={"render": options})
+
+    def contract(self) -> dict[str, Any]:
+        """`plan --json` (DESIGN.md): `{"chosen": ..., "candidates": [...], "rejected": {...}}`,
+        the rejections most first."""
+        return {
+            "chosen": self.chosen.contract(),
+            "candidates": [c.contract() for c in self.candidates],
+            "rejected": dict(self.rejected),
+        }
 
     def to_json(self) -> str:
         """plan.json's text: the same document always gives the same bytes."""

@@ -24,13 +24,14 @@ Every candidate that is not ranked is counted under the first reason that remove
 from __future__ import annotations
 
 import heapq
-from collections import Counter
-from collections.abc import Mapping
+from collections import Counter, namedtuple
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
 from parplan_gen.cost.estimate import Estimate, Figures
+from parplan_gen.cost.layout import PLAN_FIELDS, plan_values
 from parplan_gen.inputs.errors import FormulaError, InputError, RuleError
 from parplan_gen.models.kind import ModelKind
 from parplan_gen.planning.constraints import Violation, figures_read, first_violation, names_read
@@ -39,6 +40,7 @@ from parplan_gen.planning.search_space import (
     MemoryOption,
     Objective,
     Request,
+    Structure,
     layout_of,
     mbs_options,
     memory_options,
@@ -49,20 +51,20 @@ from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 DOMINATED = "dominated: fits with less recomputation, which is never slower"
 STRUCTURE, VIRTUAL, MICRO, MEMORY = range(4)  # search levels
+# The plan.* names each level sets: a Structure, vpp, the micro-batch split, a MemoryOption.
+STRUCTURE_NAMES, MEMORY_NAMES = (
+    tuple(f"plan.{f}" for f in t._fields) for t in (Structure, MemoryOption)
+)
 LEVEL_OF: dict[str, int] = {
-    **dict.fromkeys(("plan.dp", "plan.tp", "plan.pp", "plan.cp", "plan.ep"), STRUCTURE),
+    **dict.fromkeys(STRUCTURE_NAMES, STRUCTURE),
     "plan.vpp": VIRTUAL,
     **dict.fromkeys(("plan.mbs", "plan.grad_accum"), MICRO),
-    **dict.fromkeys(
-        (
-            "plan.zero_stage",
-            "plan.distributed_optimizer",
-            "plan.sequence_parallel",
-            "plan.recompute",
-        ),
-        MEMORY,
-    ),
+    **dict.fromkeys(MEMORY_NAMES, MEMORY),
 }
+# One candidate of the search: the Layout's plan fields, in order (the rest is the request's).
+_Candidate = namedtuple("_Candidate", PLAN_FIELDS)
+# A candidate's leading fields, as the search fixes them: dp, tp, pp, cp, ep, vpp[, mbs, accum].
+_Prefix = tuple[int, ...]
 _UNSEEN = object()
 
 
@@ -70,47 +72,33 @@ class PlanError(InputError):
     """No layout of the request can exist at all (every candidate breaks an `invalid` rule)."""
 
 
-class Advice(BaseModel):
-    """What would make an infeasible request fit, measured by re-estimating one change."""
+class SearchResult(BaseModel):
+    """What one search found, before `api.plan` makes it a plan document: the best K estimates
+    (the closest when nothing fits), the rejections by reason and how much was searched."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    change: str
-    fits: bool
-    memory_total: int | None  # bytes per GPU after the change; None when it cannot run
-    note: str
-
-
-class PlanResult(BaseModel):
-    """The chosen layout, the best K, what was rejected and why, and advice when nothing fits."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    chosen: Estimate
-    candidates: list[Estimate]
-    rejected: dict[str, int]
-    advice: list[Advice]
-    feasible: bool  # False: nothing fits; `chosen` is the closest candidate
+    candidates: list[Estimate]  # best first; never empty
+    rejected: dict[str, int]  # by reason, most first
+    feasible: bool  # False: nothing fits; the candidates are the closest, least memory first
     objective: Objective
     searched: int  # candidates in the search space: ranked ones plus every rejected one
     evaluated: int  # candidates the cost model estimated
 
-    def contract(self) -> dict[str, Any]:
-        """The DESIGN.md JSON: `{"chosen": ..., "candidates": [...], "rejected": {...}}`."""
-        return {
-            "chosen": self.chosen.contract(),
-            "candidates": [c.contract() for c in self.candidates],
-            "rejected": dict(self.rejected),
-        }
+    @property
+    def chosen(self) -> Estimate:
+        """The best candidate."""
+        return self.candidates[0]
 
 
 class _Scored(NamedTuple):
     key: tuple[float, ...]
     order: int
-    plan: tuple[Any, ...]  # values in PLAN_FIELDS order
+    plan: _Candidate
     figures: dict[str, float]
 
 
 def ranking_key(
-    figures: Mapping[str, float], plan: tuple[Any, ...], objective: Objective
+    figures: Mapping[str, float], plan: Sequence[Any], objective: Objective
 ) -> tuple[float, ...]:
     """Objective first, then the other figure, then fewer parallel dimensions."""
     dims = sum(size > 1 for size in plan[:6])  # dp, tp, pp, cp, ep, vpp
@@ -169,7 +157,7 @@ class Planner:
         self.memory_figures = Figures(self.cost, memory_needs, memory=True)
         self.time_figures = Figures(self.cost, needed - memory_needs, memory=False)
 
-    def plan(self, request: Request) -> PlanResult:
+    def plan(self, request: Request) -> SearchResult:
         """Search the request's candidates and rank those that pass (module docstring).
 
         The result has no advice; `api.advise` adds it when nothing fits.
@@ -198,7 +186,7 @@ class _Search:
         self.fitting: list[_Scored] = []
         self.unfit: list[_Scored] = []  # broke a memory rule only: the closest candidates
         self.evaluated = self.searched = 0
-        self._cache: dict[tuple[Any, ...], tuple[dict[str, float], Violation | None]] = {}
+        self._cache: dict[_Candidate, tuple[dict[str, float], Violation | None]] = {}
         self._memo: list[dict[tuple[Any, ...], object]] = [{} for _ in planner.levels]
         self._reasons: dict[tuple[Any, ...], str] = {}
 
@@ -217,12 +205,11 @@ class _Search:
             found = memo[key] = first_violation(self.p.levels[level], env)
         return found  # type: ignore[return-value]
 
-    def _structure(self, head: tuple[int, int, int, int, int]) -> None:
-        dp, tp, pp, cp, ep = head
-        self.env.update({"plan.dp": dp, "plan.tp": tp, "plan.pp": pp, "plan.cp": cp, "plan.ep": ep})
-        vpps = vpp_options(self.r.layers, pp, self.r.options)
-        mbss = mbs_options(self.r.global_batch, dp)
-        mems = memory_options(tp, self.r.options)
+    def _structure(self, head: Structure) -> None:
+        self.env.update(zip(STRUCTURE_NAMES, head, strict=True))
+        vpps = vpp_options(self.r.layers, head.pp, self.r.options)
+        mbss = mbs_options(self.r.global_batch, head.dp)
+        mems = memory_options(head.tp, self.r.options)
         self.searched += len(vpps) * len(mbss) * len(mems)
         found = self._first(STRUCTURE)
         if found is not None:
@@ -246,9 +233,7 @@ class _Search:
         return accum, self._first(MICRO)
 
     def _set_memory(self, mem: MemoryOption) -> None:
-        env = self.env
-        env["plan.zero_stage"], env["plan.distributed_optimizer"] = mem[0], mem[1]
-        env["plan.sequence_parallel"], env["plan.recompute"] = mem[2], mem[3]
+        self.env.update(zip(MEMORY_NAMES, mem, strict=True))
 
     def _options(
         self, mems: list[MemoryOption], bound: Violation | None
@@ -266,7 +251,7 @@ class _Search:
 
     def _virtual(
         self,
-        head: tuple[int, ...],
+        head: _Prefix,
         mbss: list[int],
         mems: list[MemoryOption],
         bound: Violation | None,
@@ -286,7 +271,7 @@ class _Search:
 
     def _leaf(
         self,
-        head: tuple[Any, ...],
+        head: _Prefix,
         mem: MemoryOption,
         failed: dict[MemoryOption, Violation],
         fitted: set[tuple[Any, ...]],
@@ -299,7 +284,7 @@ class _Search:
             self.rejected[DOMINATED] += 1
             return
         self._set_memory(mem)
-        plan = (*head, *mem)
+        plan = _Candidate(*head, *mem)
         figures, found = self._assess(plan)
         if found is None:
             self._keep(self.fitting, plan, figures)
@@ -310,7 +295,7 @@ class _Search:
             failed[mem] = found
             self._keep(self.unfit, plan, figures)
 
-    def _assess(self, plan: tuple[Any, ...]) -> tuple[dict[str, float], Violation | None]:
+    def _assess(self, plan: _Candidate) -> tuple[dict[str, float], Violation | None]:
         """The candidate's figures and the first estimate rule it breaks; the time figures are
         computed only when the memory rules hold."""
         cached = self._cache.get(plan)
@@ -343,7 +328,7 @@ class _Search:
             return Violation(c.rule.id, c.rule.severity, self._reasons[key])
         return None
 
-    def _keep(self, into: list[_Scored], plan: tuple[Any, ...], figures: dict[str, float]) -> None:
+    def _keep(self, into: list[_Scored], plan: _Candidate, figures: dict[str, float]) -> None:
         key = (
             ranking_key(figures, plan, self.r.objective)
             if into is self.fitting
@@ -352,7 +337,7 @@ class _Search:
         into.append(_Scored(key, len(into), plan, figures))
 
     def _memory_bound(
-        self, head: tuple[int, ...], mbss: list[int], mems: list[MemoryOption]
+        self, head: _Prefix, mbss: list[int], mems: list[MemoryOption]
     ) -> Violation | None:
         """The memory violation every candidate under `head` shares, when even the most frugal
         ones (smallest allowed mbs, full recomputation, most sharding) break a memory rule."""
@@ -373,10 +358,10 @@ class _Search:
         zeros = [m for m in allowed if not m.distributed_optimizer]
         reps = [max(zeros, key=lambda m: m.zero_stage)] if zeros else []
         reps += [m for m in allowed if m.distributed_optimizer]
-        broken: list[tuple[float, Violation, tuple[Any, ...]]] = []
+        broken: list[tuple[float, Violation, _Candidate]] = []
         for mem in reps:
             self._set_memory(mem)
-            plan = (*head, mbs, accum, *mem)
+            plan = _Candidate(*head, mbs, accum, *mem)
             figures, found = self._assess(plan)
             if "time_step_s" in figures:  # it fits memory: no bound
                 return None
@@ -385,7 +370,7 @@ class _Search:
             self._keep(self.unfit, plan, self._cache[plan][0])
         return min(broken, key=lambda b: b[0])[1] if broken else None
 
-    def result(self) -> PlanResult:
+    def result(self) -> SearchResult:
         """The ranked result; the closest candidates (least memory) when nothing fits."""
         top = heapq.nsmallest(self.r.top, self.fitting, key=lambda s: (s.key, s.order))
         feasible = bool(top)
@@ -395,15 +380,14 @@ class _Search:
             reasons = "; ".join(f"{r} ({n})" for r, n in self.rejected.most_common())
             world, name = self.r.cluster.num_gpus, self.r.spec.name
             raise PlanError(f"no layout of {world} GPUs can run {name}: {reasons}")
-        estimates = [self.estimate(s.plan) for s in top]
-        return PlanResult(
-            chosen=estimates[0], candidates=estimates, rejected=dict(self.rejected.most_common()),
-            advice=[], feasible=feasible, objective=self.r.objective, searched=self.searched,
-            evaluated=self.evaluated,
+        return SearchResult(
+            candidates=[self.estimate(s.plan) for s in top],
+            rejected=dict(self.rejected.most_common()), feasible=feasible,
+            objective=self.r.objective, searched=self.searched, evaluated=self.evaluated,
         )  # fmt: skip
 
-    def estimate(self, plan: tuple[Any, ...]) -> Estimate:
+    def estimate(self, plan: _Candidate) -> Estimate:
         """The full, typed estimate of one candidate, evaluated as every layout is."""
         layout = layout_of(plan, self.r)
-        self.env.update(self.p.cost.plan_env(layout))
+        self.env.update(plan_values(layout))
         return self.p.evaluator.evaluate_env(layout, self.env).estimate

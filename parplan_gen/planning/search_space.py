@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple, Protocol, get_args
 
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import Layout, Precision, check_sizes
+from parplan_gen.cost.layout import PLAN_FIELDS, Layout, Precision, check_sizes
 from parplan_gen.inputs.errors import InputError, shown_value
 from parplan_gen.models.kind import TrainedModel
 
@@ -29,10 +29,6 @@ OPTIMIZERS: tuple[tuple[int, bool], ...] = (
     (0, True),
 )
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")  # least to most recomputation
-PLAN_FIELDS = (
-    "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum",
-    "zero_stage", "distributed_optimizer", "sequence_parallel", "recompute",
-)  # fmt: skip
 
 Backend = Literal["any", "megatron", "deepspeed"]
 # Optimizer sharding each backend runs: Megatron-LM has its distributed optimizer, DeepSpeed ZeRO.
@@ -156,6 +152,16 @@ class Request:
         return self.spec.pipeline_layers
 
 
+class Structure(NamedTuple):
+    """How a candidate splits the GPUs: dp * tp * pp * cp = world size, ep divides dp."""
+
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+
+
 class MemoryOption(NamedTuple):
     """How a candidate saves memory: optimizer sharding, sequence parallelism, recomputation."""
 
@@ -190,16 +196,14 @@ def divisors(n: int) -> list[int]:
     return sorted(found)
 
 
-def structures(
-    world: int, moe: bool, options: SearchOptions
-) -> Iterator[tuple[int, int, int, int, int]]:
+def structures(world: int, moe: bool, options: SearchOptions) -> Iterator[Structure]:
     """Every (dp, tp, pp, cp, ep) with dp * tp * pp * cp = world; ep divides dp (MoE only)."""
     for tp in divisors(world):
         for pp in divisors(world // tp) if options.pipeline else [1]:
             for cp in divisors(world // (tp * pp)) if options.backend != "deepspeed" else [1]:
                 dp = world // (tp * pp * cp)
                 for ep in divisors(dp) if moe else (1,):
-                    yield dp, tp, pp, cp, ep
+                    yield Structure(dp, tp, pp, cp, ep)
 
 
 def vpp_options(layers: int, pp: int, options: SearchOptions) -> list[int]:
@@ -265,27 +269,8 @@ def outside_search(layout: Layout, request: Request) -> str | None:
     return None
 
 
-def stage_layers(layers: int, pp: int, vpp: int = 1) -> tuple[int, int, int]:
-    """Layers on the (first, each middle, last) pipeline stage.
-
-    An even split when pp * vpp divides the layers; otherwise every middle stage gets the
-    rounded-up share (a multiple of vpp) and the first and last share the rest, the first the
-    larger half (the last also computes the logits and the loss): the split that
-    rules/constraints/megatron.yaml (`mg_stage_layers`) checks. ValueError when impossible.
-    """
-    if layers % (pp * vpp) == 0:
-        return (layers // pp,) * 3  # type: ignore[return-value]
-    middle = vpp * -(-layers // (pp * vpp))
-    edge = layers - middle * (pp - 2)
-    last = vpp * (edge // (2 * vpp))
-    first = edge - last
-    if pp < 2 or last < vpp or first % vpp or first > middle:
-        raise ValueError(f"{layers} layers do not split over pp({pp}) x vpp({vpp}) stages")
-    return first, middle, last
-
-
-def layout_of(plan: tuple[Any, ...], request: Request) -> Layout:
-    """The Layout a plan tuple describes."""
+def layout_of(plan: Iterable[Any], request: Request) -> Layout:
+    """The Layout whose plan fields (cost.layout.PLAN_FIELDS, in order) are `plan`."""
     values = dict(zip(PLAN_FIELDS, plan, strict=True))
     return Layout(
         **values, global_batch=request.global_batch, seq_len=request.seq_len,

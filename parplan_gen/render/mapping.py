@@ -25,7 +25,6 @@ from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.source import Document, KeyPath, load_document
 from parplan_gen.inputs.validation import validate
 from parplan_gen.models.kind import ModelKind
-from parplan_gen.planning.document import ProposalRecord
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping_schema import (
     KindTexts,
@@ -36,6 +35,7 @@ from parplan_gen.render.mapping_schema import (
     Sourced,
 )
 from parplan_gen.render.shell_quote import assignment
+from parplan_gen.rules.engine import Proposal
 
 MAPPING_FILE = "mapping.yaml"
 MASTER_PORT = "master_port"  # launch.master_port, never in a Megatron version's data_env
@@ -139,7 +139,7 @@ def _word(value: Scalar) -> str:
 def nccl_entries(
     m: LoadedMapping,
     facts: Mapping[str, Any],
-    proposals: Iterable[ProposalRecord],
+    proposals: Iterable[Proposal],
     *,
     force_algo: bool,
 ) -> list[dict[str, Any]]:
@@ -179,7 +179,7 @@ def applied_as(mapping: MappingFile, kind: ModelKind) -> dict[str, str]:
 
 
 def _proposal_entries(
-    nccl: NcclMapping, proposals: Iterable[ProposalRecord], *, force_algo: bool
+    nccl: NcclMapping, proposals: Iterable[Proposal], *, force_algo: bool
 ) -> list[dict[str, Any]]:
     """One entry per NCCL variable that proposals set; values of several proposals are joined
     into NCCL's list syntax (`Ring,Tree`: NCCL may use either)."""

@@ -49,7 +49,7 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class CheckReport:
+class RuleCheckReport:
     """What `check_rules` found, in file order, and the rules it could load."""
 
     problems: tuple[Problem, ...]
@@ -77,7 +77,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def check_rules(dirs: Sequence[str | Path] = ()) -> CheckReport:
+def check_rules(dirs: Sequence[str | Path] = ()) -> RuleCheckReport:
     """Check `dirs` layered over the built-in rules (or the built-in rules alone)."""
     checker = Checker()
     rules = load_rules(dirs, collect=checker)
@@ -98,7 +98,7 @@ def check_rules(dirs: Sequence[str | Path] = ()) -> CheckReport:
         where = p.where or SourceRef("")
         return rank.get(where.file, -1), where.line or 0, where.column or 0
 
-    return CheckReport(
+    return RuleCheckReport(
         problems=tuple(sorted(errors + unused, key=order)),
         files=tuple(f for f in checker.files if in_scope(f)),
         scope=", ".join(str(d) for d in dirs) or "the built-in rules",

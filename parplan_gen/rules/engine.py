@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.inputs.errors import FormulaError
 from parplan_gen.models.graph import ModelGraph, Node
@@ -73,15 +73,16 @@ class Opportunity:
 
 
 class Proposal(BaseModel):
-    """A strategy for the whole graph and cluster, with the settings it contributes."""
+    """A strategy for the whole graph and cluster, with the settings it contributes; plan.json
+    keeps each one whole, `propose --json` without `rule_id` and `group`."""
 
-    model_config = ConfigDict(frozen=True)
-    type: str
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    rule_id: str = Field(description="The rule that made it, e.g. `seed.communication.overlap`.")
+    group: str = Field(description="data | pipeline | tensor | communication | ...")
+    type: str = Field(description="DataParallel | ... | CommunicationOptimization")
     description: str
     estimated_speedup: float
-    settings: dict[str, SettingValue]
-    rule_id: str
-    group: str
+    settings: dict[str, SettingValue] = Field(description="What the proposal contributes.")
 
 
 def graph_env(graph: ModelGraph, names: Iterable[str]) -> dict[str, Any]:

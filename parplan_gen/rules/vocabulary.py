@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from parplan_gen.models.kind import MODEL_KINDS, ModelKind
+from parplan_gen.models.pipeline_split import pipeline_split_ok
 
 ValueKind = Literal["number", "bool", "str"]
 
@@ -130,6 +131,7 @@ _TRANSFORMER_NAMES: tuple[Name, ...] = (
         "-",
         "True when positions are a learned table (it cannot serve longer sequences).",
     ),
+    Name("model.positions_cover_seq_len", "bool", "-", "The positions serve train.seq_len."),
     Name("model.gated_mlp", "bool", "-", "True for a gated MLP (SwiGLU/GeGLU: three matrices)."),
     Name("model.params_embedding", "number", "parameters", "Input embedding (and position table)."),
     Name("model.params_output", "number", "parameters", "LM head (0 when tied to the embedding)."),
@@ -278,7 +280,7 @@ _RUN_NAMES: tuple[Name, ...] = (
     Name(
         "train.flash_attention", "bool", "-", "Attention scores are not stored (flash attention)."
     ),
-    # --- plan.*: the layout being estimated ---------------------------------------------------
+    # --- plan.*: the layout being estimated (cost.layout.PLAN_FIELDS: the Layout's fields) ------
     Name("plan.dp", "number", "ranks", "Data-parallel size."),
     Name("plan.tp", "number", "ranks", "Tensor-parallel size."),
     Name("plan.pp", "number", "ranks", "Pipeline-parallel size."),
@@ -348,6 +350,16 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("log2", "log2(x)", 1, 1, "number", "Base-2 logarithm (x > 0).", math.log2),
     Function("log10", "log10(x)", 1, 1, "number", "Base-10 logarithm (x > 0).", math.log10),
     Function("exp", "exp(x)", 1, 1, "number", "e to the power x.", math.exp),
+    # A backend fact computed once, in parplan_gen/models; the renderer calls it too.
+    Function(
+        "pipeline_split_ok",
+        "pipeline_split_ok(layers, pp, vpp)",
+        3,
+        3,
+        "bool",
+        "`layers` split over pp x vpp pipeline stages (models/pipeline_split.py).",
+        pipeline_split_ok,
+    ),
 )
 
 # Which namespaces a formula may read, by the place it appears in a rule file.
