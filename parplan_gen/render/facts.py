@@ -64,7 +64,6 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= _deepspeed_facts(layout)
     out |= {
         "deepspeed.hf_trainer": hf_trainer,
-        "deepspeed.hf_trainer_pipeline": hf_trainer and layout.pp > 1,
     }
     return out
 
@@ -231,8 +230,8 @@ def _megatron_parallel(
     """How the layout is spelled in Megatron-LM arguments, by its validate_args rules."""
     first, middle, last = _stage_split(spec, layout)
     uneven, interleaved = not first == middle == last, layout.vpp > 1
-    # Optimizer states sharded over dp, as the cost model counts them: Megatron-LM's
-    # distributed optimizer also stands in for a ZeRO plan's sharding.
+    # Optimizer states sharded over dp, as the cost model counts them (written only for a
+    # layout Megatron-LM runs, plan_files.backend_runs: ZeRO 0, so the distributed optimizer).
     dist_opt = bool(rule_value(OPTIMIZER_SHARDED, layout))
     exempt = mapping.nccl.one_connection_exempt_architectures
     return {
@@ -252,16 +251,14 @@ def _megatron_parallel(
 
 
 def _deepspeed_facts(layout: Layout) -> dict[str, Any]:
-    # Megatron's distributed optimizer shards optimizer states over dp: DeepSpeed's ZeRO-1.
-    stage = layout.zero_stage or (1 if layout.distributed_optimizer else 0)
-    as_configured = layout.model_copy(update={"zero_stage": stage, "distributed_optimizer": False})
+    # Written only for a layout DeepSpeed runs (plan_files.backend_runs): its ZeRO stage as is.
+    stage = layout.zero_stage
     return {
         "deepspeed.zero_stage": stage,
         "deepspeed.zero": stage > 0,
         "deepspeed.zero_below_3": 0 < stage < ZERO_PARAMS_STAGE,
         "deepspeed.zero_3": stage == ZERO_PARAMS_STAGE,
-        "deepspeed.zero_off_for_megatron": layout.distributed_optimizer,
-        "deepspeed.communication_data_type": gradient_type(as_configured),
+        "deepspeed.communication_data_type": gradient_type(layout),
         # PipelineModule activation_checkpoint_interval: 1 checkpoints every layer, 0 none.
         "deepspeed.pipeline_checkpoint_interval": int(layout.recompute == "full"),
         "deepspeed.fp8": layout.precision == "fp8",
