@@ -186,3 +186,32 @@ def test_ddp_runs_data_parallelism_and_nothing_more() -> None:
         assert (p.dp, p.tp, p.pp, p.cp, p.ep, p.zero_stage, p.recompute) == (
             8, 1, 1, 1, 1, 0, "none"
         )  # fmt: skip
+
+
+# ---- the command line --------------------------------------------------------------------------
+
+
+def test_backend_is_repeatable_and_each_candidate_names_one_of_them(cli) -> None:
+    run = cli(
+        "plan", "llama-2-7b", "--gpus", "8", "--gpu", "h100", "--global-batch", "64",
+        "--backend", "ddp", "--backend", "megatron", "--top", "20", "--json",
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    names = {c["backend"]["name"] for c in run.json()["candidates"]}
+    assert names <= {"ddp", "megatron"} and "deepspeed" not in names
+
+
+def test_check_reads_a_rendered_megatron_script_on_megatron_and_refuses_it_on_deepspeed(
+    cli, tmp_path: Path
+) -> None:
+    out = tmp_path / "plan"
+    argv = ("llama-3-70b", "--gpus", "64", "--gpu", "h100", "--seq-len", "4096")
+    assert cli("plan", *argv, "--global-batch", "512", "--out", out).code == 0
+    script = out / "megatron_args.sh"
+    run = cli("check", *argv, "--from-megatron", script)
+    assert run.code == 0, run.out
+    assert "backend: megatron core_r0.13\n" in run.out and "Constraints: all met" in run.out
+    # The same layout on DeepSpeed: interleaving and Megatron's optimizer are not DeepSpeed's.
+    run = cli("check", *argv, "--from-megatron", script, "--backend", "deepspeed")
+    assert run.code == 1
+    assert "[backend.capabilities, invalid]" in run.out

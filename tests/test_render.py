@@ -671,7 +671,7 @@ def test_graph_facts_have_every_key_with_megatron_ones_none():
     transformer = facts(moe(), mapping)
     assert graph.keys() == transformer.keys()
     megatron = [k for k in graph if k.startswith("megatron.")]
-    assert len(megatron) == 25 and all(graph[k] is None for k in megatron)
+    assert len(megatron) == 24 and all(graph[k] is None for k in megatron)
     assert transformer["megatron.one_cuda_connection"] is True  # tp 2, cp 2 on Hopper
     assert (graph["model.kind"], graph["model.nodes"], graph["model.num_layers"]) == (
         "graph",
@@ -966,7 +966,7 @@ def test_unknown_canonical_key_in_a_user_mapping_points_at_its_line(tmp_path):
 
 
 OLD_PORT = '      master_port: {name: MASTER_PORT, default: "29600", doc: "rendezvous port"}\n'
-MEGATRON_NOTES = "    notes:\n      - when: megatron.zero_above_1"  # after core_r0.13's data_env
+MEGATRON_NOTES = "    notes:\n      - when: megatron.unsupported_mlp"  # after core_r0.13's data_env
 
 
 def test_a_mapping_of_an_older_format_is_refused_in_one_line(tmp_path):

@@ -45,7 +45,6 @@ SIXTEEN_BIT = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}  # fp8 matmuls run
 TYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element sizes of communication_data_type
 GRADIENT_BYTES = "grad_bytes"  # the cost model's gradient element size (rules/cost/memory.yaml)
 OPTIMIZER_SHARDED = "optimizer_sharded"  # the cost model's optimizer sharding (memory.yaml)
-ZERO_GRADS_STAGE = 2  # the ZeRO stage that also shards the gradients
 ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
 MODEL_FIELDS_NOT_FACTS = {"sliding_window_layers", "moe_layers"}  # per-layer lists
 
@@ -171,7 +170,6 @@ class MegatronSpelling:
     layers_per_virtual_stage: int | None
     virtual_stages_per_rank: int | None
     distributed_optimizer: bool
-    zero_above_1: bool
     overlap_param_gather: bool
     one_cuda_connection: bool
 
@@ -241,7 +239,6 @@ def _megatron_parallel(
         "layers_per_virtual_stage": middle // layout.vpp if interleaved and not uneven else None,
         "virtual_stages_per_rank": layout.vpp if interleaved and uneven else None,
         "distributed_optimizer": dist_opt,
-        "zero_above_1": layout.zero_stage >= ZERO_GRADS_STAGE,
         # --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce.
         "overlap_param_gather": dist_opt and bool(known["comm.overlap_grad_reduce"]),
         # CUDA_DEVICE_MAX_CONNECTIONS=1 is asserted for TP/CP > 1 before Blackwell.
