@@ -345,7 +345,7 @@ def estimate(
     (None: the first of the model's backends that runs it)."""
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
-    names = None if backend is None else backends_for(spec, backend)
+    names = None if backend in (None, ANY_BACKEND) else backends_for(spec, backend)
     if not isinstance(layout, Layout):
         sizes = dict(layout)
         sizes["seq_len"] = spec.sequence_length(sizes.get("seq_len"))
