@@ -132,10 +132,12 @@ def compare(case: Case, rules: RuleSet, repeat: int = 1) -> Comparison:
         wall, _, result = best_of(repeat, planned)
     except PlanError as exc:
         return Comparison(case.name, published, violations, None, None, False, 0.0, str(exc))
+    # The search over the backend the published layout was judged on (the first that runs it).
+    options = SearchOptions.for_model(case.spec, result.document.proposals)
+    backend = published.backend.name if published.backend else options.backends[0]
     request = Request(
         case.spec, case.cluster, layout.global_batch, layout.seq_len, layout.precision,
-        flash_attention=case.flash_attention,
-        options=SearchOptions.for_model(case.spec, result.document.proposals),
+        flash_attention=case.flash_attention, options=options.on(backend),
     )  # fmt: skip
     return Comparison(
         case.name, published, violations, outside_search(layout, request),

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -35,14 +35,19 @@ from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.planning.evaluate import Evaluation, evaluate
-from parplan_gen.planning.planner import PlanError, Planner, SearchResult
+from parplan_gen.planning.evaluate import (
+    CAPABILITY_RULE,
+    Evaluation,
+    backend_verdicts,
+    evaluate,
+)
+from parplan_gen.planning.planner import BackendPlanner, PlanError, Planner, SearchResult
 from parplan_gen.planning.search_space import (
-    Backend,
+    ANY_BACKEND,
     Objective,
     Request,
     SearchOptions,
-    check_choice,
+    backends_for,
 )
 from parplan_gen.rules.engine import Proposal
 from parplan_gen.rules.ruleset import RuleSet, load_rules
@@ -151,16 +156,15 @@ def plan(
     objective: Objective = "time",
     top: int = 5,
     flash_attention: bool = True,
-    backend: Backend = "any",
+    backend: str | Sequence[str] = ANY_BACKEND,
     rules: Sequence[str | Path] | RuleSet = (),
 ) -> Plan:
     """Plan `model` on `cluster`: the fastest layout that fits (objective `time`) or the
     smallest (`memory`), the best `top`, the rejections by reason and, when nothing fits, the
-    closest candidate with advice. `backend` limits the search to what Megatron-LM or DeepSpeed
-    runs; `rules` layers rule directories over the built-in ones (or is a loaded RuleSet).
+    closest candidate with advice. `backend` (a name or several: `megatron`, `deepspeed`, `ddp`;
+    `any`: every backend that trains the model) limits the search to what those backends run; `rules` layers rule directories over the built-in ones (or is a loaded RuleSet).
     `seq_len` defaults to 2048 tokens for a transformer; a graph model has none (1)."""
     check_sizes(global_batch=global_batch, seq_len=seq_len)
-    check_choice("backend", backend, get_args(Backend))
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
     seq_len = spec.sequence_length(seq_len)
@@ -172,9 +176,11 @@ def plan(
     planner = Planner(ruleset, spec.kind)
     result = planner.plan(request)
     advice = [] if result.feasible else advise(planner, request, result)
+    runs_on = backend_verdicts(spec, machines, result.chosen.plan, ruleset)
     document = PlanDocument.from_parts(
         model=spec, cluster=machines, chosen=result.chosen, candidates=result.candidates,
         rejected=result.rejected, advice=[a.note for a in advice], proposals=proposals,
+        backends=runs_on,
     )  # fmt: skip
     return Plan(
         document=document, feasible=result.feasible, objective=result.objective,
@@ -183,9 +189,11 @@ def plan(
 
 
 def advise(planner: Planner, request: Request, result: SearchResult) -> list[Advice]:
-    """For an infeasible result: each single change to the closest candidate, re-estimated,
-    then the first multiple of the GPUs at which a plan fits."""
+    """For an infeasible result: each single change to the closest candidate on its backend,
+    re-estimated, then the first multiple of the GPUs at which a plan fits."""
     closest = result.chosen.plan
+    name = result.chosen.backend.name if result.chosen.backend else request.options.backends[0]
+    on_backend = planner.on(name)
     changes: list[tuple[str, dict[str, Any]]] = [
         ("ZeRO-3", {"zero_stage": 3, "distributed_optimizer": False}),
         ("full recomputation", {"recompute": "full"}),
@@ -197,12 +205,12 @@ def advise(planner: Planner, request: Request, result: SearchResult) -> list[Adv
     for label, change in changes:
         current = {k: getattr(closest, k) for k in change}
         if current != change and not (label == "sequence parallelism" and no_sp):
-            advice.append(_try_change(planner, request, closest, label, change))
+            advice.append(_try_change(on_backend, request, closest, label, change))
     return [*advice, _more_gpus(planner, request, result.chosen)]
 
 
 def _try_change(
-    planner: Planner, request: Request, closest: Layout, label: str, change: dict[str, Any]
+    planner: BackendPlanner, request: Request, closest: Layout, label: str, change: dict[str, Any]
 ) -> Advice:
     try:
         layout = Layout(**{**closest.model_dump(), **change})
@@ -213,7 +221,7 @@ def _try_change(
         request.spec, request.cluster, layout, flash_attention=request.flash_attention
     )
     # A change the planner would not choose (an `invalid` or a `reject` rule) is no advice.
-    layout_rules = {c.rule.id for c in planner.constraints.layout}
+    layout_rules = {c.rule.id for c in planner.constraints.layout} | {CAPABILITY_RULE}
     broken = [v for v in found.violations if v.rule_id in layout_rules]
     if broken:
         note = f"{label}: not possible with this layout ({broken[0].reason})"
@@ -290,16 +298,23 @@ def check(
     *,
     rules: Sequence[str | Path] | RuleSet = (),
     flash_attention: bool = True,
+    backend: str | None = None,
+    any_backend: bool = False,
 ) -> CheckReport:
-    """Check an existing layout: every rule it breaks, its estimate (also when it cannot run),
-    and the planner's choice for the same batch when that is faster."""
+    """Check an existing layout on `backend` (None: the first of the model's backends that runs
+    it): every rule it breaks, its estimate (also when it cannot run), and the planner's choice
+    for the same batch on the same backend (`any_backend`: on any) when that is faster."""
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
-    found = estimate(spec, machines, layout, rules=ruleset, flash_attention=flash_attention)
+    found = estimate(
+        spec, machines, layout, rules=ruleset, flash_attention=flash_attention, backend=backend
+    )
+    same = found.estimate.backend
     try:
         best = plan(
             spec, machines, global_batch=layout.global_batch, seq_len=layout.seq_len,
             precision=layout.precision, flash_attention=flash_attention, top=1, rules=ruleset,
+            backend=ANY_BACKEND if any_backend or same is None else same.name,
         )  # fmt: skip
     except PlanError:
         best = None
@@ -320,16 +335,22 @@ def estimate(
     *,
     rules: Sequence[str | Path] | RuleSet = (),
     flash_attention: bool = True,
+    backend: str | None = None,
 ) -> Evaluation:
     """Estimate one layout: its memory, time and throughput, and every constraint rule it
     breaks; `fits` is the memory rules' verdict. `layout` is a Layout or its sizes as a dict
     (`{"tp": 2, "global_batch": 512, "seq_len": 8192}`; dp defaults to what the other sizes
     leave, `seq_len` to 2048 tokens for a transformer); `rules` layers rule directories over
-    the built-in ones (or is a loaded RuleSet)."""
+    the built-in ones (or is a loaded RuleSet). `backend`: the backend whose rules judge it
+    (None: the first of the model's backends that runs it)."""
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
+    names = None if backend in (None, ANY_BACKEND) else backends_for(spec, backend)
     if not isinstance(layout, Layout):
         sizes = dict(layout)
         sizes["seq_len"] = spec.sequence_length(sizes.get("seq_len"))
         layout = build_layout(machines.num_gpus, **sizes)
-    return evaluate(spec, machines, layout, ruleset, flash_attention=flash_attention)
+    return evaluate(
+        spec, machines, layout, ruleset, flash_attention=flash_attention,
+        backend=None if names is None else names[0],
+    )  # fmt: skip

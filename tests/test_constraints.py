@@ -13,6 +13,7 @@ from parplan_gen.cost.estimate import CostModel
 from parplan_gen.cost.hardware import cluster_from_flags
 from parplan_gen.inputs.errors import FormulaError
 from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.kind import BACKEND_NAMES
 from parplan_gen.models.pipeline_split import stage_layers
 from parplan_gen.models.presets import load_graph_preset, load_preset
 from parplan_gen.planning.constraints import Constraints, estimate_env, phase_of, violation
@@ -55,8 +56,13 @@ def env_for(
 
 
 def broken(rules: RuleSet, env: dict[str, Any]) -> dict[str, str]:
-    """rule id -> rendered reason of every rule `env` breaks (layout phase)."""
-    return {v.rule_id: v.reason for v in Constraints(rules).check(env, "layout")}
+    """rule id -> rendered reason of every rule `env` breaks (layout phase), the shared rules
+    and each backend's own."""
+    return {
+        v.rule_id: v.reason
+        for backend in (None, *BACKEND_NAMES)
+        for v in Constraints(rules, backend=backend).check(env, "layout")
+    }
 
 
 # Each rule: an environment that breaks it, and the exact reason it gives.
@@ -138,23 +144,30 @@ CASES = [
         {"model": "mixtral-8x7b", "precision": "fp16"},
         "expert parallelism does not support fp16",
     ),
+    # DeepSpeed's own (rules/constraints/deepspeed.yaml, `backend: deepspeed`)
     (
-        "zero.no_pipeline_above_stage1",
+        "deepspeed.pipeline_zero_at_most_1",
         {"zero_stage": 3, "pp": 2},
         {},
-        "ZeRO-3 does not work with pipeline parallelism",
+        "DeepSpeed: ZeRO-3 does not work with pipeline parallelism",
     ),
     (
-        "zero.no_interleaving",
-        {"zero_stage": 1, "pp": 4, "vpp": 2, "grad_accum": 8},
+        "deepspeed.autotp_zero_at_most_2",
+        {"zero_stage": 3, "tp": 2},
         {},
-        "DeepSpeed ZeRO plans have no interleaved pipeline schedule",
+        "DeepSpeed: AutoTP (tp 2) does not run with ZeRO-3",
     ),
     (
-        "zero.no_context_parallel",
-        {"zero_stage": 1, "cp": 2},
+        "deepspeed.autotp_no_pipeline",
+        {"tp": 2, "pp": 2},
         {},
-        "DeepSpeed ZeRO plans have no context parallelism",
+        "DeepSpeed: AutoTP (tp 2) is not combined with the pipeline engine",
+    ),
+    (
+        "deepspeed.moe_zero_at_most_2",
+        {"zero_stage": 3, "ep": 2},
+        {"model": "mixtral-8x7b"},
+        "DeepSpeed: MoE layers (ep 2) do not run with ZeRO-3",
     ),
     (
         "zero.needs_data_parallel",
@@ -236,7 +249,9 @@ def test_each_rule_gives_its_exact_reason(
 
 
 def test_every_layout_rule_has_a_case_and_a_source(rules: RuleSet) -> None:
-    layout_rules = {c.rule.id for c in Constraints(rules).layout}
+    layout_rules = {
+        c.rule.id for b in (None, *BACKEND_NAMES) for c in Constraints(rules, backend=b).layout
+    }
     assert layout_rules == {case[0] for case in CASES}
     assert all(c.rule.source for c in rules.constraints)
 

@@ -275,6 +275,7 @@ def test_every_preset_estimates_on_every_catalog_gpu(evaluator: Evaluator) -> No
 # DESIGN.md "Plan and estimate contract", plus the documented extras (issue 3: MoE all-to-all,
 # optimizer step; the plan's precision option).
 CONTRACT: dict[str, dict[str, type]] = {
+    "backend": {"name": str, "version": str},  # the backend whose rules judged the layout
     "plan": {
         **dict.fromkeys(("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "global_batch"), int),
         **dict.fromkeys(("grad_accum", "zero_stage", "seq_len"), int),

@@ -74,8 +74,10 @@ def test_check_estimate_and_plan_agree_on_the_plans_own_layouts(cli, overlay):
     for candidate in planned["candidates"]:
         p = candidate["plan"]
         flags = [f"--{k}={p[k]}" for k in ("tp", "pp", "dp", "cp", "ep", "vpp", "mbs")]
-        flags += [f"--zero={p['zero_stage']}", f"--recompute={p['recompute']}", *REQUEST]
+        flags += [f"--recompute={p['recompute']}", *REQUEST]
         flags += ["--distributed-optimizer"] if p["distributed_optimizer"] else []
+        flags += [] if p["distributed_optimizer"] else [f"--zero={p['zero_stage']}"]
+        flags += [f"--backend={candidate['backend']['name']}"]
         flags += ["--sequence-parallel"] if p["sequence_parallel"] else []
         if p["zero_stage"] and p["distributed_optimizer"]:
             continue  # the flags cannot say both

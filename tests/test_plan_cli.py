@@ -15,7 +15,12 @@ def test_plan_json_is_the_contract(cli: Callable[..., Run]) -> None:
     assert run.code == 0, run.err
     data = run.json()
     assert set(data) == {"chosen", "candidates", "rejected"}
-    assert set(data["chosen"]) == {"plan", "memory", "time", "throughput"}
+    assert set(data["chosen"]) == {"backend", "plan", "memory", "time", "throughput"}
+    assert data["chosen"]["backend"] in (
+        {"name": "megatron", "version": "core_r0.13"},
+        {"name": "deepspeed", "version": "0.16"},
+        {"name": "ddp", "version": "torch 2"},
+    )
     assert data["candidates"][0] == data["chosen"]
     assert all(isinstance(n, int) and n > 0 for n in data["rejected"].values())
     plan = data["chosen"]["plan"]
@@ -26,7 +31,13 @@ def test_plan_json_is_the_contract(cli: Callable[..., Run]) -> None:
 def test_plan_human_view_explains_the_choice(cli: Callable[..., Run]) -> None:
     run = cli("plan", "llama-2-7b", *H100_8, "--global-batch", "64", "--top", "3")
     assert run.code == 0, run.err
-    for text in ("Chosen: dp=", "Memory per GPU", "Time per step", "Top 3", "Searched "):
+    for text in (
+        "Chosen: deepspeed 0.16: dp=",
+        "Memory per GPU",
+        "Time per step",
+        "Top 3",
+        "Searched ",
+    ):
         assert text in run.out
     assert "does not fit in GPU memory (80 GiB)" in run.out
 
@@ -149,11 +160,14 @@ def test_check_refuses_shell_variables(cli: Callable[..., Run], write: Callable[
 def test_check_says_what_the_planner_offers(cli: Callable[..., Run]) -> None:
     # tp 8 for a 7B model on one node: the planner's tp 1 / ZeRO layout is faster.
     run = cli("check", "llama-2-7b", *H100_8, "--tp", "8", "--global-batch", "64")
-    assert "Better plan: dp=" in run.out and "x faster)" in run.out
+    # The layout is judged on the first backend that runs it (Megatron-LM) and the better plan
+    # is that backend's: its distributed optimizer, not DeepSpeed ZeRO.
+    assert "backend: megatron core_r0.13\n" in run.out
+    assert "Better plan: megatron core_r0.13: dp=8 tp=1" in run.out and "x faster)" in run.out
     # a micro-batch of 32 breaks a reject rule: the planner's plan is shown as the one that meets
     # every rule, without a speed-up over a layout that may not be chosen
     run = cli("check", "llama-3-8b", *H100_8, "--tp", "8", "--global-batch", "64", "--mbs", "32")
-    assert "Plan that meets every rule: dp=" in run.out
+    assert "Plan that meets every rule: megatron core_r0.13: dp=" in run.out
     assert "faster" not in run.out
     # 405B on one 40 GB GPU: nothing the planner could offer fits
     run = cli("check", "llama-3-405b", "--gpus", "1", "--gpu", "a100-40gb", "--global-batch", "8")
@@ -161,9 +175,17 @@ def test_check_says_what_the_planner_offers(cli: Callable[..., Run]) -> None:
 
 
 def test_advice_never_offers_what_a_rule_rules_out(cli: Callable[..., Run]) -> None:
-    # Llama 3 8B on one H100 does not fit; ZeRO-3 on a single replica shards nothing
-    # (zero.needs_data_parallel), so it is not offered as a way to fit, and two GPUs are.
+    # Llama 3 8B on one H100 does not fit; the closest candidate is Megatron-LM's, which has no
+    # ZeRO-3, so it is not offered as a way to fit (advice stays on the candidate's backend);
+    # on DeepSpeed, ZeRO-3 on a single replica shards nothing (zero.needs_data_parallel).
     run = cli("plan", "llama-3-8b", "--gpus", "1", "--gpu", "h100", "--global-batch", "16")
+    assert "  - ZeRO-3: not possible with this layout (Megatron-LM has no ZeRO-3 sharding)\n" in (
+        run.out
+    )
+    run = cli(
+        "plan", "llama-3-8b", "--gpus", "1", "--gpu", "h100", "--global-batch", "16",
+        "--backend", "deepspeed",
+    )  # fmt: skip
     assert (
         "  - ZeRO-3: not possible with this layout (optimizer sharding over a single "
         "data-parallel rank shards nothing)\n" in run.out

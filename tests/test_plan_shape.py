@@ -9,8 +9,8 @@ import pytest
 
 import parplan_gen
 from parplan_gen.cost.layout import PLAN_FIELDS, Layout, build_layout, plan_values
+from parplan_gen.planning.backend_planner import LEVEL_OF
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.planning.planner import LEVEL_OF
 from parplan_gen.rules import vocabulary
 from parplan_gen.rules.engine import Proposal
 

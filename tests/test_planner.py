@@ -16,9 +16,11 @@ from parplan_gen.cost.hardware import Cluster, cluster_from_flags
 from parplan_gen.cost.layout import PLAN_FIELDS, build_layout, plan_values
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.presets import load_preset
+from parplan_gen.planning.backend_planner import DOMINATED, ranking_key
+from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.constraints import Constraints, estimate_env
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.planning.planner import DOMINATED, PlanError, Planner, ranking_key
+from parplan_gen.planning.planner import PlanError, Planner
 from parplan_gen.planning.search_space import (
     Request,
     SearchOptions,
@@ -44,32 +46,36 @@ def planner() -> Planner:
 
 
 def brute_force(p: Planner, request: Request) -> tuple[list[tuple[Any, ...]], int]:
-    """Every candidate checked against every rule with the full cost model: the keys of those
-    that pass, and how many candidates there are."""
-    constraints = Constraints(p.rules)
-    env = p.cost.base_env(
-        request.spec,
-        request.cluster,
-        global_batch=request.global_batch,
-        seq_len=request.seq_len,
-        precision=request.precision,
-    )
+    """Every candidate of every backend checked against every rule of that backend with the
+    full cost model: the keys of those that pass, and how many candidates there are."""
     keys, total = [], 0
-    for dp, tp, pp, cp, ep in structures(
-        request.cluster.num_gpus, request.spec.is_moe, request.options
-    ):
-        for vpp in vpp_options(request.spec.num_layers, pp, request.options):
-            for mbs in mbs_options(request.global_batch, dp):
-                for mem in memory_options(tp, request.options):
-                    total += 1
-                    plan_ = (dp, tp, pp, cp, ep, vpp, mbs, request.global_batch // (mbs * dp), *mem)
-                    env.update({f"plan.{k}": v for k, v in zip(PLAN_FIELDS, plan_, strict=True)})
-                    if constraints.check(env, "layout"):
-                        continue
-                    figures = p.cost.figures(env)
-                    env.update(estimate_env(figures))
-                    if not constraints.check(env, "estimate"):
-                        keys.append(ranking_key(figures, plan_, request.objective))
+    for backend in request.options.backends:
+        constraints, options = Constraints(p.rules, backend=backend), request.options.on(backend)
+        cost = p.on(backend).cost
+        env = cost.base_env(
+            request.spec,
+            request.cluster,
+            global_batch=request.global_batch,
+            seq_len=request.seq_len,
+            precision=request.precision,
+        )
+        for dp, tp, pp, cp, ep in structures(
+            request.cluster.num_gpus, request.spec.is_moe, options
+        ):
+            for vpp in vpp_options(request.spec.num_layers, pp, options):
+                for mbs in mbs_options(request.global_batch, dp):
+                    for mem in memory_options(tp, options):
+                        total += 1
+                        accum = request.global_batch // (mbs * dp)
+                        plan_ = (dp, tp, pp, cp, ep, vpp, mbs, accum, *mem)
+                        names = zip(PLAN_FIELDS, plan_, strict=True)
+                        env.update({f"plan.{k}": v for k, v in names})
+                        if constraints.check(env, "layout"):
+                            continue
+                        figures = cost.figures(env)
+                        env.update(estimate_env(figures))
+                        if not constraints.check(env, "estimate"):
+                            keys.append(ranking_key(figures, plan_, request.objective))
     return keys, total
 
 
@@ -128,10 +134,11 @@ def test_every_chosen_plan_is_whole_and_meets_every_rule(request: Request) -> No
     )  # fmt: skip
     contract = json.loads(json.dumps(document.contract()))
     assert set(contract) == {"chosen", "candidates", "rejected"}
-    assert set(contract["chosen"]) == {"plan", "memory", "time", "throughput"}
+    assert set(contract["chosen"]) == {"backend", "plan", "memory", "time", "throughput"}
     assert set(contract["chosen"]["plan"]) >= CONTRACT_PLAN_KEYS
     env = _full_env(p, request, result.chosen)
-    violations = Constraints(p.rules).check(env)
+    violations = Constraints(p.rules, backend=result.chosen.backend.name).check(env)
+    assert BACKENDS[result.chosen.backend.name].refuses(result.chosen.plan) is None
     if result.feasible:
         assert violations == []
         times = [c.time.step_s for c in result.candidates]
@@ -141,11 +148,12 @@ def test_every_chosen_plan_is_whole_and_meets_every_rule(request: Request) -> No
 
 
 def _full_env(p: Planner, request: Request, estimate: Any) -> dict[str, Any]:
-    env = p.cost.base_env(
+    cost = p.on(estimate.backend.name).cost
+    env = cost.base_env(
         request.spec, request.cluster, global_batch=request.global_batch, seq_len=request.seq_len
     )
     env.update(plan_values(estimate.plan))
-    env.update(estimate_env(p.cost.figures(env)))
+    env.update(estimate_env(cost.figures(env)))
     return env
 
 
@@ -216,17 +224,23 @@ def test_proposal_settings_seed_the_search_options() -> None:
     assert SearchOptions.from_settings({}) == SearchOptions(False, False)
 
 
-@pytest.mark.parametrize("backend", ["megatron", "deepspeed"])
+@pytest.mark.parametrize("backend", ["megatron", "deepspeed", "ddp"])
 def test_a_backend_limits_the_search_to_what_it_runs(backend: str) -> None:
-    options = SearchOptions(backend=backend)  # type: ignore[arg-type]
+    options = SearchOptions(backends=(backend,))  # type: ignore[arg-type]
     request = Request(
         load_preset("llama-2-7b"), cluster_from_flags(16, "h100"), 64, 4096, options=options
     )
     for c in planner().plan(request).candidates:
-        if backend == "megatron":
-            assert c.plan.zero_stage == 0
-        else:
-            assert (c.plan.cp, c.plan.vpp, c.plan.distributed_optimizer) == (1, 1, False)
+        assert c.backend is not None and c.backend.name == backend
+        p = c.plan
+        if backend == "megatron":  # its distributed optimizer, never a ZeRO stage
+            assert p.zero_stage == 0
+        elif backend == "deepspeed":  # no cp, interleaving, Megatron SP or distributed optimizer
+            assert (p.cp, p.vpp, p.sequence_parallel, p.distributed_optimizer) == (
+                1, 1, False, False
+            )  # fmt: skip
+        else:  # data parallelism and nothing more
+            assert (p.dp, p.zero_stage, p.recompute) == (16, 0, "none")
 
 
 # ---- the API --------------------------------------------------------------------------------
@@ -273,7 +287,13 @@ def test_megatron_args_for_uneven_interleaved_stages() -> None:
 def test_plan_write_renders_every_file(tmp_path: Path) -> None:
     p = plan("llama-2-7b", {"gpus": 8, "gpu": "h100"}, global_batch=64, seq_len=4096)
     paths = p.write(tmp_path)
-    assert {path.name for path in paths} >= {"plan.json", "ds_config.json", "megatron_args.sh"}
+    # Each backend's file exactly when it runs the chosen layout (the document's verdicts).
+    own = {"deepspeed": "ds_config.json", "megatron": "megatron_args.sh"}
+    names = {path.name for path in paths}
+    assert p.document.backends[p.chosen.backend.name] is None
+    for backend, why in p.document.backends.items():
+        if backend in own:
+            assert (own[backend] in names) is (why is None), (backend, why)
     data = json.loads((tmp_path / "plan.json").read_text())
     assert data["chosen"] == p.chosen.contract()
     assert data["rejected"] == dict(sorted(p.document.rejected.items()))
@@ -291,7 +311,10 @@ def test_check_reports_violations_and_a_better_plan() -> None:
         cluster,
         build_layout(8, global_batch=64, seq_len=4096, zero_stage=3, sequence_parallel=True),
     )
-    assert [v.rule_id for v in bad.violations] == ["parallel.sequence_parallel_needs_tp"]
+    # Neither backend runs it: Megatron-LM has no ZeRO-3, DeepSpeed no sequence parallelism
+    assert [v.rule_id for v in bad.violations] == [
+        "backend.capabilities", "parallel.sequence_parallel_needs_tp"
+    ]  # fmt: skip
     assert not bad.runnable and bad.better is not None
 
 

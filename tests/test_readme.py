@@ -3,6 +3,7 @@ graph-model plan excerpt is real output."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 
@@ -45,4 +46,7 @@ def test_the_quick_start_plans_and_writes_the_files(cli, tmp_path, monkeypatch):
     result = cli(*argv)
     assert result.code == 0, result.err
     written = {p.name for p in (tmp_path / "plan").iterdir()}
-    assert {"plan.json", "ds_config.json", "megatron_args.sh", "nccl.env"} <= written
+    assert {"plan.json", "nccl.env", "plan.md"} <= written
+    own = {"deepspeed": "ds_config.json", "megatron": "megatron_args.sh"}
+    chosen = json.loads((tmp_path / "plan" / "plan.json").read_text())["chosen"]["backend"]
+    assert own[chosen["name"]] in written  # the chosen backend's file is the plan

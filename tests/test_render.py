@@ -40,6 +40,7 @@ from parplan_gen.cost.layout import build_layout
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.models.graph_model import GraphModelSpec
 from parplan_gen.models.presets import load_preset
+from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.document import PlanDocument, PlanDocumentError, load_plan_document
 from parplan_gen.render.checks import (
     RenderError,
@@ -106,9 +107,12 @@ def cluster(name: str, g: GPU, gpus: int, **nccl: object) -> Cluster:
     )
 
 
-def estimate(layout, memory_gib, step_s, parts_s, tokens_per_s, mfu, capacity_gib=80, peak=989):
+def estimate(
+    layout, memory_gib, step_s, parts_s, tokens_per_s, mfu, capacity_gib=80, peak=989, backend=None
+):
     """An estimate with hand-picked numbers; memory parts in GiB, time parts in seconds, the
-    GPU's peak in TFLOP/s (tokens_per_s counts samples for an op-graph model)."""
+    GPU's peak in TFLOP/s (tokens_per_s counts samples for an op-graph model); `backend`: the
+    name of the backend that runs it (None: not named, as a plan.json of before)."""
     parts = ("params", "grads", "optimizer", "activations", "other")
     memory = dict(zip(parts, memory_gib, strict=True))
     memory = {k: round(v * GIB) for k, v in memory.items()}
@@ -116,6 +120,7 @@ def estimate(layout, memory_gib, step_s, parts_s, tokens_per_s, mfu, capacity_gi
     names = ("compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s")
     times = dict.fromkeys((*names, "bubble_s", "optimizer_s"), 0.0) | parts_s
     return Estimate(
+        backend=None if backend is None else BACKENDS[backend].ref,
         plan=layout,
         memory=MemoryBreakdown(**memory, total=total, capacity=capacity, fits=total <= capacity),
         time=TimeBreakdown(step_s=step_s, **times),
@@ -200,6 +205,7 @@ def dense_multinode() -> PlanDocument:
         {"compute_s": 14.9, "tp_comm_s": 0.7, "pp_comm_s": 0.1, "bubble_s": 0.25},
         262144.0,
         0.48,
+        backend="megatron",
     )
     e2 = estimate(
         second,
@@ -208,6 +214,7 @@ def dense_multinode() -> PlanDocument:
         {"compute_s": 16.2, "dp_comm_s": 0.1},
         257000.0,
         0.47,
+        backend="deepspeed",
     )
     e3 = estimate(
         third,
@@ -216,6 +223,7 @@ def dense_multinode() -> PlanDocument:
         {"compute_s": 15.5, "tp_comm_s": 1.5},
         245000.0,
         0.45,
+        backend="megatron",
     )
     data = proposal(
         "seed.data.parallel",
@@ -272,6 +280,7 @@ def moe() -> PlanDocument:
         },
         48770.0,
         0.31,
+        backend="megatron",
     )
     return PlanDocument.from_parts(
         model=load_preset("mixtral-8x7b"),
@@ -285,19 +294,27 @@ def moe() -> PlanDocument:
 
 
 def single_node() -> PlanDocument:
-    """Llama 2 7B on one node of 8 A100s with ZeRO-3 in fp16; no proposals."""
+    """Llama 2 7B on one node of 8 A100s, data parallel without sharding in fp16, full
+    recomputation: a layout both Megatron-LM and DeepSpeed run, so both files are written; no
+    proposals."""
     c = cluster("a100-node", A100, 8)
     layout = build_layout(
         8,
         mbs=2,
         global_batch=64,
         seq_len=4096,
-        zero_stage=3,
+        zero_stage=0,
         recompute="full",
         precision="fp16",
     )
     e = estimate(
-        layout, (1.6, 1.6, 9.4, 12.0, 2.5), 9.8, {"compute_s": 9.5, "dp_comm_s": 0.9}, 26750.0, 0.52
+        layout,
+        (1.6, 1.6, 9.4, 12.0, 2.5),
+        9.8,
+        {"compute_s": 9.5, "dp_comm_s": 0.9},
+        26750.0,
+        0.52,
+        backend="megatron",
     )
     return PlanDocument.from_parts(
         model=load_preset("llama-2-7b"), cluster=c, chosen=e, candidates=[e], rejected={}
@@ -342,6 +359,7 @@ def graph_channel_parallel() -> PlanDocument:
         16101.0,
         0.079,
         peak=312,
+        backend="deepspeed",
     )
     e2 = estimate(
         second,
@@ -351,6 +369,7 @@ def graph_channel_parallel() -> PlanDocument:
         15468.0,
         0.076,
         peak=312,
+        backend="deepspeed",
     )
     channel = proposal(
         "seed.tensor.channel_parallel",
@@ -414,7 +433,11 @@ def test_rendered_files_match_the_reviewed_golden_files(rendered):
     files = rendered[GOLDEN_CASE]
     assert [p.name for p in GOLDEN.iterdir()] == [GOLDEN_CASE]
     assert sorted(p.name for p in folder.iterdir()) == sorted(files)
-    assert {name for case in rendered.values() for name in case} <= set(files)  # every type
+    # every type; ds_config.json is not the golden plan's (DeepSpeed does not run its layout: tp 2
+    # with sequence parallelism and Megatron's distributed optimizer), single_node's holds it
+    others = {"ds_config.json"}
+    assert {name for case in rendered.values() for name in case} <= set(files) | others
+    assert "ds_config.json" in rendered["single_node"]
     for name, text in files.items():
         expected = (folder / name).read_text(encoding="utf-8")
         if text != expected:
@@ -443,7 +466,9 @@ SCENARIO_VALUES = {
                      "context-parallel": 2, "expert-model-parallel": 2, "micro-batch": 1,
                      "global-batch": 128},
         "seq_len": 8192,
-        "ds": (128, 1, 64, 1, "bf16", True),  # accum 128 / (1 * 2); pp 2: a pipeline section
+        "ds": (128, 1, 64, 1, "bf16", True),  # accum 128 / (1 * 2)
+        # DeepSpeed runs no interleaved schedule, cp or Megatron's distributed optimizer
+        "ds_config": False,
         # 11 + 22 + 5.5 + 20 + 3 GiB; 0.31 * 989 = 306.6 TFLOP/s
         "summary": "| 21.50 s | 48,770 | 31.0% | 306.6 | 61.5 GiB of 80.0 GiB | yes |",
         "memory": ("params: 11.0 GiB", "grads: 22.0 GiB", "activations: 20.0 GiB"),
@@ -456,7 +481,7 @@ SCENARIO_VALUES = {
         "megatron": {"tensor-model-parallel": 1, "pipeline-model-parallel": 1,
                      "context-parallel": 1, "micro-batch": 2, "global-batch": 64},
         "seq_len": 4096,
-        "ds": (64, 2, 4, 3, "fp16", False),  # accum 64 / (2 * 8); ZeRO-3 in fp16
+        "ds": (64, 2, 4, 0, "fp16", False),  # accum 64 / (2 * 8); ZeRO-0 in fp16
         # 1.6 + 1.6 + 9.4 + 12 + 2.5 GiB; 0.52 * 989 = 514.3 TFLOP/s
         "summary": "| 9.80 s | 26,750 | 52.0% | 514.3 | 27.1 GiB of 80.0 GiB | yes |",
         "memory": ("params: 1.6 GiB", "optimizer: 9.4 GiB", "other: 2.5 GiB"),
@@ -483,6 +508,10 @@ def test_every_scenario_but_the_golden_one_has_targeted_values():
 
 @pytest.mark.parametrize("case", sorted(SCENARIO_VALUES))
 def test_deepspeed_config_holds_the_scenarios_batch_zero_and_precision(case, rendered):
+    if SCENARIO_VALUES[case].get("ds_config") is False:
+        assert "ds_config.json" not in rendered[case]
+        assert "ds_config.json: not written, DeepSpeed does not run" in rendered[case]["plan.md"]
+        return
     config = json.loads(rendered[case]["ds_config.json"])
     batch, micro, accum, stage, precision, pipeline = SCENARIO_VALUES[case]["ds"]
     assert (
@@ -560,7 +589,7 @@ def test_plan_json_holds_the_scenarios_layout(case, rendered):
 # ---- each file is what its consumer accepts -----------------------------------------------------
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", ["single_node", "graph_channel_parallel"])  # the DeepSpeed ones
 def test_ds_config_batch_identity_holds_with_the_plan_dp(case, rendered):
     doc = CASES[case]()
     config = json.loads(rendered[case]["ds_config.json"])
@@ -607,7 +636,9 @@ def test_megatron_arguments_follow_validate_args(rendered):
 
 
 def test_deepspeed_config_api_matches_the_file(rendered):
-    assert deepspeed_config(moe()) == json.loads(rendered["moe"]["ds_config.json"])
+    assert deepspeed_config(single_node()) == json.loads(rendered["single_node"]["ds_config.json"])
+    with pytest.raises(RenderError, match=r"DeepSpeed does not run this plan: .*vpp 2"):
+        deepspeed_config(moe())
 
 
 # ---- op-graph models: DeepSpeed / torchrun only ---------------------------------------------------
@@ -640,7 +671,7 @@ def test_graph_facts_have_every_key_with_megatron_ones_none():
     transformer = facts(moe(), mapping)
     assert graph.keys() == transformer.keys()
     megatron = [k for k in graph if k.startswith("megatron.")]
-    assert len(megatron) == 25 and all(graph[k] is None for k in megatron)
+    assert len(megatron) == 24 and all(graph[k] is None for k in megatron)
     assert transformer["megatron.one_cuda_connection"] is True  # tp 2, cp 2 on Hopper
     assert (graph["model.kind"], graph["model.nodes"], graph["model.num_layers"]) == (
         "graph",
@@ -702,7 +733,9 @@ def test_a_graph_plan_json_renders_again_through_the_command(rendered, tmp_path,
 
 def test_uneven_split_uses_first_and_last_stage_arguments():
     doc = dense_multinode()
-    layout = build_layout(48, pp=6, mbs=1, global_batch=64, seq_len=4096, zero_stage=1)
+    layout = build_layout(
+        48, pp=6, mbs=1, global_batch=64, seq_len=4096, distributed_optimizer=True
+    )
     doc = doc.model_copy(update={"chosen": estimate(layout, (1, 1, 1, 1, 1), 1.0, {}, 1.0, 0.5)})
     doc = doc.model_copy(update={"candidates": [], "cluster": cluster("x", H100, 48)})
     args = megatron_args(doc)
@@ -733,7 +766,10 @@ def test_force_nccl_algo_sets_it():
 
 
 def test_hf_trainer_variant_says_auto_where_the_trainer_fills_in():
-    config = json.loads(render_plan(single_node(), hf_trainer=True)["ds_config.json"])
+    zero3 = single_node()
+    layout = zero3.chosen.plan.model_copy(update={"zero_stage": 3})
+    zero3 = zero3.model_copy(update={"chosen": zero3.chosen.model_copy(update={"plan": layout})})
+    config = json.loads(render_plan(zero3, hf_trainer=True)["ds_config.json"])
     for key in (
         "train_batch_size",
         "train_micro_batch_size_per_gpu",
@@ -930,7 +966,7 @@ def test_unknown_canonical_key_in_a_user_mapping_points_at_its_line(tmp_path):
 
 
 OLD_PORT = '      master_port: {name: MASTER_PORT, default: "29600", doc: "rendezvous port"}\n'
-MEGATRON_NOTES = "    notes:\n      - when: megatron.zero_above_1"  # after core_r0.13's data_env
+MEGATRON_NOTES = "    notes:\n      - when: megatron.unsupported_mlp"  # after core_r0.13's data_env
 
 
 def test_a_mapping_of_an_older_format_is_refused_in_one_line(tmp_path):
@@ -1005,12 +1041,10 @@ def run_render(*argv: object) -> int:
 
 def test_render_command_writes_every_file_and_refuses_to_clobber(rendered, tmp_path, capsys):
     plan = tmp_path / "plan.json"
-    plan.write_text(rendered["dense_multinode"]["plan.json"])
+    plan.write_text(rendered["single_node"]["plan.json"])
     assert run_render("render", plan, "--out", tmp_path / "a") == 0
     assert "written    " in capsys.readouterr().out
-    assert {p.name: p.read_text() for p in (tmp_path / "a").iterdir()} == rendered[
-        "dense_multinode"
-    ]
+    assert {p.name: p.read_text() for p in (tmp_path / "a").iterdir()} == rendered["single_node"]
     (tmp_path / "a" / "hostfile").write_text("mine slots=8\n")
     with pytest.raises(RenderError, match="hostfile"):
         run_render("render", plan, "--out", tmp_path / "a", "--hf-trainer")

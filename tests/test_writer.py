@@ -285,7 +285,7 @@ def test_the_status_names_written_unchanged_and_removed_files(tmp_path, fast_wri
 
 def test_a_held_lock_makes_the_next_run_wait_then_give_up(tmp_path, fast_writer, monkeypatch):
     out = tmp_path / "out"
-    _place(out, PLANS["single_node"])
+    _place(out, PLANS["dense_multinode"])
     monkeypatch.setattr(folder_lock, "LOCK_WAIT_S", 0.05)
     with (out / LOCK_NAME).open("w") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)
@@ -296,7 +296,7 @@ def test_a_held_lock_makes_the_next_run_wait_then_give_up(tmp_path, fast_writer,
         "try again when it has finished"
     )
     (out / LOCK_NAME).unlink()
-    assert holds_plan(out) == "single_node"
+    assert holds_plan(out) == "dense_multinode"
 
 
 # ---- races -----------------------------------------------------------------------------------
@@ -355,13 +355,13 @@ def test_an_interrupt_at_any_call_leaves_one_plan_and_no_debris(
     while staging) or the new one is completed (stopped while renaming), then it propagates."""
     for k in itertools.count(1):
         out = tmp_path / f"out{k}"
-        _place(out, PLANS["single_node"])
+        _place(out, PLANS["dense_multinode"])
         try:
             with _patched(*STEPS[step], at_call(k, _raise, interrupt)):
                 write_rendered(out, texts("moe"), force=True)
         except interrupt:
             left = holds_plan(out)
-            assert (left == "moe") if step == "rename" else (left in ("single_node", "moe"))
+            assert (left == "moe") if step == "rename" else (left in ("dense_multinode", "moe"))
             continue
         assert holds_plan(out) == "moe"
         break
@@ -369,7 +369,7 @@ def test_an_interrupt_at_any_call_leaves_one_plan_and_no_debris(
 
 
 def _signalled_write(out: Path, signum: int, step: str) -> None:
-    """In a child: write moe over single_node, sending `signum` to itself at the 3rd call of
+    """In a child: write moe over dense_multinode, sending `signum` to itself at the 3rd call of
     `step`; exits 130 on KeyboardInterrupt (SystemExit gives its own code)."""
     with _patched(*STEPS[step], at_call(3, os.kill, os.getpid(), signum)):
         try:
@@ -383,13 +383,13 @@ def _signalled_write(out: Path, signum: int, step: str) -> None:
     ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
 )
 @pytest.mark.parametrize(
-    ("step", "plan"), [("create a staged file", "single_node"), ("rename", "moe")]
+    ("step", "plan"), [("create a staged file", "dense_multinode"), ("rename", "moe")]
 )
 def test_a_real_signal_while_staging_cleans_up_and_while_renaming_waits(
     signum, code, step, plan, tmp_path, fast_writer
 ):
     out = tmp_path / "out"
-    _place(out, PLANS["single_node"])
+    _place(out, PLANS["dense_multinode"])
     child = FORK.Process(target=_signalled_write, args=(out, signum, step))
     child.start()
     child.join()
@@ -400,16 +400,16 @@ def test_a_real_signal_while_staging_cleans_up_and_while_renaming_waits(
 @pytest.mark.parametrize(
     ("step", "k", "left", "warning"),
     [
-        ("create a staged file", 4, "single_node", r"removed 3 staged file\(s\)"),
-        ("rename", 1, "moe", r"completed an interrupted write \(10 staged file\(s\) renamed"),
-        ("rename", 7, "moe", r"completed an interrupted write \(4 staged file\(s\) renamed"),
+        ("create a staged file", 4, "dense_multinode", r"removed 3 staged file\(s\)"),
+        ("rename", 1, "moe", r"completed an interrupted write \(9 staged file\(s\) renamed"),
+        ("rename", 7, "moe", r"completed an interrupted write \(3 staged file\(s\) renamed"),
     ],
 )
 def test_after_kill_9_the_next_run_repairs_the_folder_and_says_so(
     step, k, left, warning, tmp_path, fast_writer
 ):
     out = tmp_path / "out"
-    _place(out, PLANS["single_node"])
+    _place(out, PLANS["dense_multinode"])
     child = FORK.Process(target=_killed_write, args=(out, "moe", step, k))
     child.start()
     child.join()
@@ -424,13 +424,13 @@ def test_after_kill_9_the_next_run_repairs_the_folder_and_says_so(
 
 def test_the_cli_tells_of_a_repair(tmp_path, capsys, monkeypatch, golden_render, plan_jsons):
     monkeypatch.chdir(tmp_path)
-    interrupted(tmp_path / "out", {"from": "single_node", "to": "moe", "renamed": 2})
+    interrupted(tmp_path / "out", {"from": "dense_multinode", "to": "moe", "renamed": 2})
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the CLI prints the warning: none escapes
         code, stdout, stderr, _ = run(["render", str(plan_jsons["moe"]), "--out", "out"], capsys)
     assert (code, stderr) == (
         0,
-        "parplan: warning: out: completed an interrupted write (8 staged file(s) renamed into "
+        "parplan: warning: out: completed an interrupted write (7 staged file(s) renamed into "
         "place, 0 removed)\n",
     )
     assert sorted(stdout.splitlines()) == [f"unchanged  out/{n}" for n in sorted(PLANS["moe"])]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN
 from parplan_gen.inputs.errors import UsageError
 from parplan_gen.inputs.number_text import ZERO_STAGES, positive_decimal, whole_number
+from parplan_gen.models.kind import BACKEND_NAMES
 
 if TYPE_CHECKING:
     from parplan_gen.cost.hardware import Cluster
@@ -234,4 +235,30 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
         args.gpu,
         gpus_per_node=args.gpus_per_node or DEFAULT_GPUS_PER_NODE,
         inter_node_gbps=args.inter_node_gbps,
+    )
+
+
+BACKEND_CHOICES = ("any", *BACKEND_NAMES)  # --backend: any, then each backend by name
+
+
+def add_backend_option(parser: argparse.ArgumentParser | Any, *, search: bool) -> None:
+    """`--backend NAME`: with `search` (plan), repeatable, each restricting the search to what
+    that backend runs (default any); else (estimate, check) the one backend whose rules judge
+    the layout (default: the first that runs it)."""
+    if search:
+        parser.add_argument(
+            "--backend",
+            choices=BACKEND_CHOICES,
+            action="append",
+            metavar="NAME",
+            help="search only what this backend runs: megatron, deepspeed or ddp (repeatable; "
+            "default any: every backend that trains the model; docs/backends.md)",
+        )
+        return
+    parser.add_argument(
+        "--backend",
+        choices=BACKEND_NAMES,
+        metavar="NAME",
+        help="the backend you run (megatron, deepspeed, ddp) whose rules judge the layout; "
+        "default: the one a --from-* file is for, else the first that runs it",
     )

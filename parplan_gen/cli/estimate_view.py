@@ -28,6 +28,12 @@ def batch_text(spec: TrainedModel, estimate: Estimate) -> str:
     return spec.batch_text(estimate.plan.global_batch, estimate.plan.seq_len)
 
 
+def backend_text(estimate: Estimate) -> str:
+    """`megatron core_r0.13`: the backend that runs the layout and its release."""
+    ref = estimate.backend
+    return "backend not named" if ref is None else f"{ref.name} {ref.version}"
+
+
 def layout_line(estimate: Estimate) -> str:
     """`tp=8 pp=12 dp=16 ...` for the non-default parts of a layout."""
     p = estimate.plan
@@ -81,6 +87,7 @@ def estimate_text(spec: TrainedModel, cluster: Cluster, estimate: Estimate) -> s
     head = (
         f"{spec.title} on {cluster.num_gpus} x "
         f"{printable(cluster.gpu.name)} ({cluster.num_nodes} node{'s' if cluster.num_nodes > 1 else ''})\n"
+        f"backend: {backend_text(estimate)}\n"
         f"layout: {layout_line(estimate)}, {batch_text(spec, estimate)}\n"
     )
     rates = (

@@ -8,6 +8,7 @@ from typing import Any
 
 from parplan_gen.cli.common import (
     TRAINED_MODEL_HELP,
+    add_backend_option,
     add_cluster_options,
     add_layout_options,
     add_rules_option,
@@ -40,6 +41,7 @@ def add_model_commands(sub: Any) -> None:
     estimate.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
     add_cluster_options(estimate)
     add_layout_options(estimate)
+    add_backend_option(estimate, search=False)
     add_rules_option(estimate)
     estimate.add_argument("--json", action="store_true", help="print JSON (the plan contract)")
     estimate.set_defaults(handler=_cmd_estimate)
@@ -104,8 +106,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     spec, cluster = load_model(args.model), cluster_from_args(args)
     layout = layout_from_args(args, cluster.num_gpus, spec.sequence_length(args.seq_len))
     found = estimate(
-        spec, cluster, layout, rules=rules, flash_attention=not args.no_flash_attention
-    )
+        spec, cluster, layout, rules=rules, flash_attention=not args.no_flash_attention,
+        backend=args.backend,
+    )  # fmt: skip
     # A layout that cannot exist (an `invalid` constraint, e.g. heads not divisible by tp) is an
     # error; one that merely does not fit is still estimated ("fits": false).
     invalid = [v for v in found.violations if v.severity == "invalid"]

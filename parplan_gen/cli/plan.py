@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from parplan_gen.cli.common import (
     LAYOUT_SIZES,
     TRAINED_MODEL_HELP,
+    add_backend_option,
     add_batch_options,
     add_cluster_options,
     add_layout_options,
@@ -86,6 +87,12 @@ def add_plan_commands(sub: Any) -> None:
     )
     layout.add_argument("--from-deepspeed", metavar="FILE", help="read a DeepSpeed ds_config.json")
     layout.add_argument("--from-megatron", metavar="FILE", help="read Megatron-LM arguments")
+    add_backend_option(check, search=False)
+    check.add_argument(
+        "--any-backend",
+        action="store_true",
+        help="offer a better plan on any backend (default: on the layout's backend only)",
+    )
     add_rules_option(check)
     check.add_argument("--json", action="store_true", help="print JSON")
     check.set_defaults(handler=_cmd_check)
@@ -96,12 +103,7 @@ def _add_request_options(parser: argparse.ArgumentParser) -> None:
     add_cluster_options(parser)
     group = parser.add_argument_group("training")
     add_batch_options(group)
-    group.add_argument(
-        "--backend",
-        choices=("any", "megatron", "deepspeed"),
-        default="any",
-        help="search only what Megatron-LM (distributed optimizer) or DeepSpeed (ZeRO) runs",
-    )
+    add_backend_option(group, search=True)
     add_rules_option(parser)
 
 
@@ -120,7 +122,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         objective=args.objective,
         top=args.top,
         flash_attention=not args.no_flash_attention,
-        backend=args.backend,
+        backend=args.backend or "any",
         rules=args.rules,
     )
     if args.out:
@@ -151,7 +153,13 @@ def _nothing_fits(plan: Plan, out: str) -> Exception:
 
 def plan_text(plan: Plan) -> str:
     """The human view of `parplan plan`."""
-    from parplan_gen.cli.estimate_view import batch_text, layout_line, memory_lines, time_lines
+    from parplan_gen.cli.estimate_view import (
+        backend_text,
+        batch_text,
+        layout_line,
+        memory_lines,
+        time_lines,
+    )
 
     doc, feasible = plan.document, plan.feasible
     spec, cluster, chosen = doc.model, doc.cluster, doc.chosen
@@ -159,7 +167,8 @@ def plan_text(plan: Plan) -> str:
         f"{spec.title} on {cluster.num_gpus} x {cluster.gpu.name}, "
         f"{batch_text(spec, chosen)}, objective {plan.objective}",
         "",
-        ("Chosen: " if feasible else "NOTHING FITS. Closest candidate: ") + layout_line(chosen),
+        ("Chosen: " if feasible else "NOTHING FITS. Closest candidate: ")
+        + f"{backend_text(chosen)}: {layout_line(chosen)}",
         "",
         spec.memory_heading,
         *memory_lines(chosen),
@@ -197,11 +206,12 @@ def _candidates_table(candidates: list[Estimate]) -> str:
             f"{c.time.step_s:.3f}",
             f"{c.throughput.mfu:.1%}",
             f"{c.memory.total / GIB:.1f}",
+            c.backend.name if c.backend else "-",
             layout_line(c),
         ]
         for i, c in enumerate(candidates, 1)
     ]
-    return table(["#", "step s", "MFU", "GiB/GPU", "layout"], rows, right={0, 1, 2, 3})
+    return table(["#", "step s", "MFU", "GiB/GPU", "backend", "layout"], rows, right={0, 1, 2, 3})
 
 
 def _rejected_lines(plan: Plan) -> list[str]:
@@ -233,9 +243,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
             f"{args.from_deepspeed}: gradient_accumulation_steps({accum}) != global batch("
             f"{layout.global_batch}) / (mbs({layout.mbs}) * dp({layout.dp})) = {layout.grad_accum}"
         )
+    read_from = "deepspeed" if args.from_deepspeed else "megatron" if args.from_megatron else None
     report = check(
-        spec, cluster, layout, rules=args.rules, flash_attention=not args.no_flash_attention
-    )
+        spec, cluster, layout, rules=args.rules, flash_attention=not args.no_flash_attention,
+        backend=args.backend or read_from, any_backend=args.any_backend,
+    )  # fmt: skip
     if args.json:
         print_json(report.contract())
     else:
@@ -245,7 +257,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def check_text(report: CheckReport) -> str:
     """The human view of `parplan check`."""
-    from parplan_gen.cli.estimate_view import estimate_text, layout_line
+    from parplan_gen.cli.estimate_view import backend_text, estimate_text, layout_line
 
     lines = [estimate_text(report.model, report.cluster, report.estimate).rstrip("\n"), ""]
     if report.violations:
@@ -264,7 +276,10 @@ def check_text(report: CheckReport) -> str:
             label, gain = "Plan that meets every rule", ""
         else:
             label, gain = "Better plan", f", {mine / theirs:.2f}x faster"
-        lines.append(f"{label}: {layout_line(better)} ({theirs:.3f} s per step{gain})")
+        lines.append(
+            f"{label}: {backend_text(better)}: {layout_line(better)} "
+            f"({theirs:.3f} s per step{gain})"
+        )
     return "\n".join(lines) + "\n"
 
 

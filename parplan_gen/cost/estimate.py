@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, plan_values
 from parplan_gen.inputs.errors import FormulaError, RuleError
-from parplan_gen.models.kind import ModelKind, TrainedModel
+from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
 from parplan_gen.rules.layers import figure_label
 from parplan_gen.rules.ruleset import RuleSet
 
@@ -89,10 +89,20 @@ class Throughput(BaseModel):
     mfu: float
 
 
-class Estimate(BaseModel):
-    """One layout's predicted memory, time and throughput."""
+class BackendRef(BaseModel):
+    """The framework that runs a plan and the release its constraints and files follow."""
 
     model_config = _FROZEN
+    name: BackendName
+    version: str
+
+
+class Estimate(BaseModel):
+    """One layout's predicted memory, time and throughput, and the backend that runs it (None:
+    a plan.json written before plans named their backend, or a layout estimated on its own)."""
+
+    model_config = _FROZEN
+    backend: BackendRef | None = None
     plan: Layout
     memory: MemoryBreakdown
     time: TimeBreakdown
@@ -211,13 +221,20 @@ class Figures:
         return out
 
 
-def estimate_from_figures(layout: Layout, figures: Mapping[str, float], *, fits: bool) -> Estimate:
+def estimate_from_figures(
+    layout: Layout,
+    figures: Mapping[str, float],
+    *,
+    fits: bool,
+    backend: BackendRef | None = None,
+) -> Estimate:
     """Build the typed Estimate from a `figures` mapping; `fits` is the memory rules' verdict
     (`planning.evaluate`), which this module does not judge."""
     memory = {p: round(figures[f"memory_{p}"]) for p in MEMORY_PARTS}
     total = sum(memory.values())
     capacity = int(figures["memory_capacity"])
     return Estimate(
+        backend=backend,
         plan=layout,
         memory=MemoryBreakdown(**memory, total=total, capacity=capacity, fits=fits),
         time=TimeBreakdown(**{p: float(figures[f"time_{p}"]) for p in TIME_PARTS}),

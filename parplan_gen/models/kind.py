@@ -23,6 +23,10 @@ ModelKind = Literal["transformer", "graph"]
 # The kinds of model the cost model and constraints know: a transformer (from its ModelSpec:
 # presets and Hugging Face configs) and an op graph (native graph files, ONNX, graph presets).
 MODEL_KINDS: tuple[ModelKind, ...] = ("transformer", "graph")
+# The frameworks a plan is for (docs/backends.md); each has its constraints in
+# rules/constraints/<name>.yaml and its capabilities in parplan_gen/planning/backends/<name>.py.
+BackendName = Literal["megatron", "deepspeed", "ddp"]
+BACKEND_NAMES: tuple[BackendName, ...] = ("megatron", "deepspeed", "ddp")
 WorkUnit = Literal["tokens", "samples"]
 PER_LAYER_FIELDS = frozenset({"sliding_window_layers", "moe_layers"})  # lists, not facts
 GRAPH_PARAMS_IN_MILLIONS = 100_000  # from here a graph model's count is shown as `25.6M`
@@ -65,7 +69,7 @@ class TrainedModel(Protocol):
         ...
 
     @property
-    def backends(self) -> tuple[str, ...]:
+    def backends(self) -> tuple[BackendName, ...]:
         """The backends that train it (and whose files it gets)."""
         ...
 
@@ -117,7 +121,7 @@ class TransformerKind:
         "compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s",
         "bubble_s", "optimizer_s",
     )  # fmt: skip
-    backends: ClassVar[tuple[str, ...]] = ("megatron", "deepspeed")
+    backends: ClassVar[tuple[BackendName, ...]] = ("megatron", "deepspeed", "ddp")
 
     @property
     def title(self) -> str:
@@ -193,7 +197,7 @@ class GraphKind:
     time_parts: ClassVar[tuple[str, ...]] = (
         "compute_s", "tp_comm_s", "dp_comm_s", "bn_comm_s", "optimizer_s",
     )  # fmt: skip
-    backends: ClassVar[tuple[str, ...]] = ("deepspeed",)
+    backends: ClassVar[tuple[BackendName, ...]] = ("deepspeed",)
 
     @property
     def title(self) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from parplan_gen.inputs.errors import FormulaError
-from parplan_gen.models.kind import ModelKind
+from parplan_gen.models.kind import BackendName, ModelKind
 from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 Phase = Literal["layout", "estimate"]
@@ -90,12 +90,21 @@ def first_violation(
     return None
 
 
-class Constraints:
-    """The constraint rules of a RuleSet that apply to one kind of model, split by phase (rule
-    file order is kept)."""
+def applies(constraint: CompiledConstraint, kind: ModelKind, backend: BackendName | None) -> bool:
+    """Whether `constraint` judges plans of `kind` models on `backend` (None: the rules every
+    backend shares only)."""
+    scope = constraint.rule.backend
+    return kind in constraint.model_kinds and (scope is None or scope == backend)
 
-    def __init__(self, rules: RuleSet, kind: ModelKind = "transformer") -> None:
-        self.all = tuple(c for c in rules.constraints if kind in c.model_kinds)
+
+class Constraints:
+    """The constraint rules of a RuleSet that apply to one kind of model on one backend, split
+    by phase (rule file order is kept)."""
+
+    def __init__(
+        self, rules: RuleSet, kind: ModelKind = "transformer", backend: BackendName | None = None
+    ) -> None:
+        self.all = tuple(c for c in rules.constraints if applies(c, kind, backend))
         self.layout = tuple(c for c in self.all if phase_of(c) == "layout")
         self.estimate = tuple(c for c in self.all if phase_of(c) == "estimate")
 

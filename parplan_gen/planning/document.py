@@ -71,6 +71,12 @@ class PlanDocument(BaseModel):
     )
     advice: list[str] = Field(description="The planner's advice, in its order.")
     proposals: list[Proposal] = Field(description="The rules' proposals, in rule order.")
+    backends: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="For each backend that trains the model: null when it runs the chosen "
+        "layout exactly (its files are written), else why not (they are not). Empty in a "
+        "plan.json written before plans named their backend: only the chosen backend's files.",
+    )
     render: RenderOptions = Field(default_factory=RenderOptions)
 
     @field_serializer("rejected")
@@ -105,6 +111,7 @@ class PlanDocument(BaseModel):
         rejected: Mapping[str, int] | None = None,
         advice: Iterable[str] = (),
         proposals: Iterable[Proposal] = (),
+        backends: Mapping[str, str | None] | None = None,
         megatron_version: str | None = None,
         deepspeed_version: str | None = None,
     ) -> PlanDocument:
@@ -127,6 +134,7 @@ class PlanDocument(BaseModel):
             rejected=dict(rejected or {}),
             advice=list(advice),
             proposals=list(proposals),
+            backends=dict(backends or {}),
             render=RenderOptions(
                 megatron_version=megatron_version, deepspeed_version=deepspeed_version
             ),

@@ -22,11 +22,13 @@ from typing import Any
 from parplan_gen.cost.estimate import CostModel, Estimate, estimate_from_figures
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout
-from parplan_gen.models.kind import ModelKind, TrainedModel
+from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
+from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.constraints import Constraints, Violation, estimate_env, figures_read
 from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 MEMORY_FIGURE_PREFIX = "memory_"
+CAPABILITY_RULE = "backend.capabilities"  # the rule id of a layout outside its backend's reach
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,16 @@ def is_memory_rule(constraint: CompiledConstraint) -> bool:
 
 
 class Evaluator:
-    """The cost model and the constraint rules of one RuleSet for one kind of model."""
+    """The cost model and the constraint rules of one RuleSet for one kind of model on one
+    backend (None: only the rules every backend shares)."""
 
-    def __init__(self, rules: RuleSet, kind: ModelKind = "transformer") -> None:
-        self.kind = kind
+    def __init__(
+        self, rules: RuleSet, kind: ModelKind = "transformer", backend: BackendName | None = None
+    ) -> None:
+        self.kind, self.backend = kind, backend
         self.cost = CostModel(rules, kind)
-        self.constraints = Constraints(rules, kind)
+        self.constraints = Constraints(rules, kind, backend)
+        self.backend_ref = None if backend is None else BACKENDS[backend].ref
         self.memory_rules = tuple(c for c in self.constraints.estimate if is_memory_rule(c))
         self._memory_ids = frozenset(c.rule.id for c in self.memory_rules)
 
@@ -87,8 +93,12 @@ class Evaluator:
         between candidates); the estimate.* names are written into `env`."""
         figures = self.cost.figures(env)
         env.update(estimate_env(figures))
-        violations = tuple(self.constraints.check(env))
-        estimate = estimate_from_figures(layout, figures, fits=self.fits(violations))
+        refused = None if self.backend is None else BACKENDS[self.backend].refuses(layout)
+        outside = () if refused is None else (Violation(CAPABILITY_RULE, "invalid", refused),)
+        violations = (*outside, *self.constraints.check(env))
+        estimate = estimate_from_figures(
+            layout, figures, fits=self.fits(violations), backend=self.backend_ref
+        )
         return Evaluation(estimate, violations)
 
 
@@ -99,7 +109,35 @@ def evaluate(
     rules: RuleSet,
     *,
     flash_attention: bool = True,
+    backend: BackendName | None = None,
 ) -> Evaluation:
-    """The estimate of `layout` for `model` on `cluster` under `rules`, with its verdicts."""
-    evaluator = Evaluator(rules, model.kind)
-    return evaluator.evaluate(model, cluster, layout, flash_attention=flash_attention)
+    """The estimate of `layout` for `model` on `cluster` under `rules`, with its verdicts, on
+    `backend`; None: on the first of the model's backends that runs it (no `invalid` rule of
+    its own broken), else on the one it breaks the fewest `invalid` rules of."""
+    names = model.backends if backend is None else (backend,)
+    found: list[Evaluation] = []
+    for name in names:
+        evaluator = Evaluator(rules, model.kind, name)
+        found.append(evaluator.evaluate(model, cluster, layout, flash_attention=flash_attention))
+        if found[-1].runnable:
+            return found[-1]
+    return min(found, key=lambda e: sum(v.severity == "invalid" for v in e.violations))
+
+
+def backend_verdicts(
+    model: TrainedModel, cluster: Cluster, layout: Layout, rules: RuleSet
+) -> dict[str, str | None]:
+    """For each of the model's backends: None when it runs `layout` (it is within the backend's
+    capabilities and breaks none of its `invalid` rules), else why not."""
+    env: dict[str, Any] | None = None
+    out: dict[str, str | None] = {}
+    for name in model.backends:
+        why = BACKENDS[name].refuses(layout)
+        if why is None:
+            constraints = Constraints(rules, model.kind, name)
+            if env is None:
+                env = Evaluator(rules, model.kind).env(model, cluster, layout, flash_attention=True)
+            broken = [v for v in constraints.check(env, "layout") if v.severity == "invalid"]
+            why = broken[0].reason if broken else None
+        out[name] = why
+    return out

@@ -17,26 +17,12 @@ from typing import Any, Literal, NamedTuple, Protocol, get_args
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import PLAN_FIELDS, Layout, Precision, check_sizes
 from parplan_gen.inputs.errors import InputError, shown_value
-from parplan_gen.models.kind import TrainedModel
+from parplan_gen.models.kind import BACKEND_NAMES, BackendName, TrainedModel
+from parplan_gen.planning.backends import BACKENDS, Capabilities
 
 Objective = Literal["time", "memory"]
-# (zero_stage, distributed_optimizer): DeepSpeed ZeRO 0-3, then Megatron's distributed optimizer
-OPTIMIZERS: tuple[tuple[int, bool], ...] = (
-    (0, False),
-    (1, False),
-    (2, False),
-    (3, False),
-    (0, True),
-)
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")  # least to most recomputation
-
-Backend = Literal["any", "megatron", "deepspeed"]
-# Optimizer sharding each backend runs: Megatron-LM has its distributed optimizer, DeepSpeed ZeRO.
-BACKEND_OPTIMIZERS: dict[str, tuple[tuple[int, bool], ...]] = {
-    "any": OPTIMIZERS,
-    "megatron": ((0, False), (0, True)),
-    "deepspeed": tuple(o for o in OPTIMIZERS if not o[1]),
-}
+ANY_BACKEND = "any"  # `--backend any`: every backend the model has (the default)
 
 
 def check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
@@ -59,22 +45,39 @@ class SearchOptions:
 
     interleave: bool = True  # try vpp > 1
     sequence_parallel_fixed: bool = False  # True: sequence parallelism exactly when tp > 1
-    # `deepspeed`: ZeRO only, and no context parallelism or interleaving (DeepSpeed has
-    # neither); `megatron`: the distributed optimizer instead of ZeRO.
-    backend: Backend = "any"
+    # The backends searched, in order; `backend` is the one a search over its part runs for
+    # (planning/backends: what each runs).
+    backends: tuple[BackendName, ...] = BACKEND_NAMES
+    backend: BackendName = "megatron"
     pipeline: bool = True  # try pp > 1
     sequence_parallel: bool = True  # try sequence parallelism when tp > 1
     recompute: tuple[str, ...] = RECOMPUTE  # recomputation choices, least first
 
     @property
+    def runs(self) -> Capabilities:
+        """What `backend` runs."""
+        return BACKENDS[self.backend]
+
+    @property
     def optimizers(self) -> tuple[tuple[int, bool], ...]:
         """(zero_stage, distributed_optimizer) pairs searched."""
-        return BACKEND_OPTIMIZERS[self.backend]
+        return self.runs.optimizers
+
+    def on(self, backend: BackendName) -> SearchOptions:
+        """These options for the search over `backend`'s part of the space: what the request
+        allows and the backend runs."""
+        runs = BACKENDS[backend]
+        return replace(
+            self,
+            backend=backend,
+            interleave=self.interleave and runs.interleave,
+            pipeline=self.pipeline and runs.pipeline,
+            sequence_parallel=self.sequence_parallel and runs.sequence_parallel,
+            recompute=tuple(r for r in self.recompute if r in runs.recompute),
+        )
 
     @classmethod
-    def from_settings(
-        cls, settings: Mapping[str, object], backend: Backend = "any"
-    ) -> SearchOptions:
+    def from_settings(cls, settings: Mapping[str, object]) -> SearchOptions:
         """Options seeded by the rules engine's proposals (their merged `settings`).
 
         `sequence_parallel: true` (the seed's tensor proposal) fixes sequence parallelism on
@@ -86,43 +89,54 @@ class SearchOptions:
         return cls(
             interleave=settings.get("pipeline_schedule") == "interleaved_1f1b",
             sequence_parallel_fixed=settings.get("sequence_parallel") is True,
-            backend=backend,
         )
 
     @classmethod
-    def from_proposals(
-        cls, proposals: Iterable[Proposing], backend: Backend = "any"
-    ) -> SearchOptions:
+    def from_proposals(cls, proposals: Iterable[Proposing]) -> SearchOptions:
         """`from_settings` of the proposals' settings merged in order (a later one wins)."""
         settings: dict[str, object] = {}
         for proposal in proposals:
             settings.update(proposal.settings)
-        return cls.from_settings(settings, backend)
+        return cls.from_settings(settings)
 
     @classmethod
     def for_model(
-        cls, model: TrainedModel, proposals: Iterable[Proposing], backend: Backend = "any"
+        cls,
+        model: TrainedModel,
+        proposals: Iterable[Proposing],
+        backends: str | Iterable[str] = ANY_BACKEND,
     ) -> SearchOptions:
         """What the planner searches for `model`: the proposals' options (`from_proposals`)
-        within the layout dimensions, recomputation and backends the model has (an op-graph
-        model: data and channel parallelism under DeepSpeed ZeRO 0-3, recomputation of all
-        nodes or none). An InputError for a backend that does not train it."""
-        if backend != "any" and backend not in model.backends:
-            raise InputError(
-                f"--backend {backend}: {model.name} is an op-graph model; Megatron-LM trains "
-                "transformers, graph models are planned for DeepSpeed / torchrun"
-            )
-        options = cls.from_proposals(proposals, backend)
-        dims, only = model.layout_dims, model.backends[0] if len(model.backends) == 1 else backend
+        within the layout dimensions and recomputation the model has, on the backends asked
+        for (`any`: every backend that trains the model). An InputError for a backend that
+        does not train it."""
+        options = cls.from_proposals(proposals)
+        dims = model.layout_dims
         return replace(
             options,
             interleave=options.interleave and "vpp" in dims,
             sequence_parallel_fixed=options.sequence_parallel_fixed and "sp" in dims,
-            backend=only,  # type: ignore[arg-type]
+            backends=backends_for(model, backends),
             pipeline="pp" in dims,
             sequence_parallel="sp" in dims,
             recompute=model.recompute_choices,
         )
+
+
+def backends_for(model: TrainedModel, asked: str | Iterable[str]) -> tuple[BackendName, ...]:
+    """The backends of `asked` (a name, `any`, or several names) in the model's order; an
+    InputError for an unknown name or one that does not train the model."""
+    names = [asked] if isinstance(asked, str) else list(asked)
+    if not names or ANY_BACKEND in names:
+        return model.backends
+    for name in names:
+        check_choice("backend", name, (*BACKEND_NAMES, ANY_BACKEND))
+        if name not in model.backends:
+            raise InputError(
+                f"--backend {name}: {model.name} is trained by {', '.join(model.backends)} "
+                "only (docs/backends.md)"
+            )
+    return tuple(b for b in model.backends if b in names)
 
 
 @dataclass(frozen=True)
@@ -198,17 +212,18 @@ def divisors(n: int) -> list[int]:
 
 def structures(world: int, moe: bool, options: SearchOptions) -> Iterator[Structure]:
     """Every (dp, tp, pp, cp, ep) with dp * tp * pp * cp = world; ep divides dp (MoE only)."""
-    for tp in divisors(world):
+    runs = options.runs
+    for tp in divisors(world) if runs.tensor else [1]:
         for pp in divisors(world // tp) if options.pipeline else [1]:
-            for cp in divisors(world // (tp * pp)) if options.backend != "deepspeed" else [1]:
+            for cp in divisors(world // (tp * pp)) if runs.context else [1]:
                 dp = world // (tp * pp * cp)
-                for ep in divisors(dp) if moe else (1,):
+                for ep in divisors(dp) if moe and runs.experts else (1,):
                     yield Structure(dp, tp, pp, cp, ep)
 
 
 def vpp_options(layers: int, pp: int, options: SearchOptions) -> list[int]:
     """1, and with interleaving every divisor > 1 of a stage's (rounded-up) layer count."""
-    interleave = options.interleave and options.backend != "deepspeed"
+    interleave = options.interleave
     return divisors(-(-layers // pp)) if pp > 1 and interleave else [1]
 
 
@@ -250,8 +265,8 @@ def outside_search(layout: Layout, request: Request) -> str | None:
         if not options.pipeline:
             return f"(dp, tp, pp, cp, ep) {head} is not searched (graph models: dp and tp only)"
         return (
-            f"(dp, tp, pp, cp, ep) {head} is not searched (ep > 1 needs a mixture of experts, "
-            f"cp > 1 a backend with context parallelism: {options.backend})"
+            f"(dp, tp, pp, cp, ep) {head} is not searched on {options.backend} (ep > 1 needs a "
+            f"mixture of experts; {options.runs.refuses(layout) or 'see docs/backends.md'})"
         )
     if layout.vpp not in vpp_options(request.layers, layout.pp, options):
         why = "interleaving is off for this request" if not options.interleave else "not searched"

@@ -45,7 +45,6 @@ SIXTEEN_BIT = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}  # fp8 matmuls run
 TYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element sizes of communication_data_type
 GRADIENT_BYTES = "grad_bytes"  # the cost model's gradient element size (rules/cost/memory.yaml)
 OPTIMIZER_SHARDED = "optimizer_sharded"  # the cost model's optimizer sharding (memory.yaml)
-ZERO_GRADS_STAGE = 2  # the ZeRO stage that also shards the gradients
 ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
 MODEL_FIELDS_NOT_FACTS = {"sliding_window_layers", "moe_layers"}  # per-layer lists
 
@@ -64,7 +63,6 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= _deepspeed_facts(layout)
     out |= {
         "deepspeed.hf_trainer": hf_trainer,
-        "deepspeed.hf_trainer_pipeline": hf_trainer and layout.pp > 1,
     }
     return out
 
@@ -172,7 +170,6 @@ class MegatronSpelling:
     layers_per_virtual_stage: int | None
     virtual_stages_per_rank: int | None
     distributed_optimizer: bool
-    zero_above_1: bool
     overlap_param_gather: bool
     one_cuda_connection: bool
 
@@ -231,8 +228,8 @@ def _megatron_parallel(
     """How the layout is spelled in Megatron-LM arguments, by its validate_args rules."""
     first, middle, last = _stage_split(spec, layout)
     uneven, interleaved = not first == middle == last, layout.vpp > 1
-    # Optimizer states sharded over dp, as the cost model counts them: Megatron-LM's
-    # distributed optimizer also stands in for a ZeRO plan's sharding.
+    # Optimizer states sharded over dp, as the cost model counts them (written only for a
+    # layout Megatron-LM runs, plan_files.backend_runs: ZeRO 0, so the distributed optimizer).
     dist_opt = bool(rule_value(OPTIMIZER_SHARDED, layout))
     exempt = mapping.nccl.one_connection_exempt_architectures
     return {
@@ -242,7 +239,6 @@ def _megatron_parallel(
         "layers_per_virtual_stage": middle // layout.vpp if interleaved and not uneven else None,
         "virtual_stages_per_rank": layout.vpp if interleaved and uneven else None,
         "distributed_optimizer": dist_opt,
-        "zero_above_1": layout.zero_stage >= ZERO_GRADS_STAGE,
         # --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce.
         "overlap_param_gather": dist_opt and bool(known["comm.overlap_grad_reduce"]),
         # CUDA_DEVICE_MAX_CONNECTIONS=1 is asserted for TP/CP > 1 before Blackwell.
@@ -252,16 +248,14 @@ def _megatron_parallel(
 
 
 def _deepspeed_facts(layout: Layout) -> dict[str, Any]:
-    # Megatron's distributed optimizer shards optimizer states over dp: DeepSpeed's ZeRO-1.
-    stage = layout.zero_stage or (1 if layout.distributed_optimizer else 0)
-    as_configured = layout.model_copy(update={"zero_stage": stage, "distributed_optimizer": False})
+    # Written only for a layout DeepSpeed runs (plan_files.backend_runs): its ZeRO stage as is.
+    stage = layout.zero_stage
     return {
         "deepspeed.zero_stage": stage,
         "deepspeed.zero": stage > 0,
         "deepspeed.zero_below_3": 0 < stage < ZERO_PARAMS_STAGE,
         "deepspeed.zero_3": stage == ZERO_PARAMS_STAGE,
-        "deepspeed.zero_off_for_megatron": layout.distributed_optimizer,
-        "deepspeed.communication_data_type": gradient_type(as_configured),
+        "deepspeed.communication_data_type": gradient_type(layout),
         # PipelineModule activation_checkpoint_interval: 1 checkpoints every layer, 0 none.
         "deepspeed.pipeline_checkpoint_interval": int(layout.recompute == "full"),
         "deepspeed.fp8": layout.precision == "fp8",

@@ -20,12 +20,15 @@ anywhere in a shell line), nccl.env's lines are built by `shell_quote.assignment
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
 from parplan_gen.inputs.safe_text import printable, safe_name
+from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.document import PlanDocument
+from parplan_gen.planning.evaluate import backend_verdicts
 from parplan_gen.render import mapping as render_mapping
 from parplan_gen.render.checks import RenderError, check_ds_config, check_files
 from parplan_gen.render.facts import facts
@@ -43,6 +46,7 @@ from parplan_gen.render.report import report_context
 from parplan_gen.render.shell_quote import comment
 from parplan_gen.render.template_env import Templates, environment, render_template
 from parplan_gen.render.writer import NCCL_REFERENCE
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 DS_CONFIG, DS_CONFIG_TEMPLATE = "ds_config.json", "deepspeed/{deepspeed}/ds_config.json.j2"
 OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the chosen versions
@@ -57,14 +61,52 @@ OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the cho
     ("plan.md", "report/plan.md.j2"),
 )
 PLAN_JSON = "plan.json"
+BACKEND_FILES = {"deepspeed": DS_CONFIG, "megatron": "megatron_args.sh"}  # a backend's own file
 JOB_PREFIX = "parplan-"  # the SLURM job and rendezvous id: parplan-<model name>
+
+
+def backend_runs(doc: PlanDocument) -> dict[str, str | None]:
+    """For each backend the model has: None when its files are written (it runs the chosen
+    layout exactly), else why not. The document's verdicts (`PlanDocument.backends`, from the
+    rules it was planned with); for a plan.json without them (written before plans named
+    their backend, or built by hand), the built-in rules' verdicts."""
+    if doc.backends:
+        unjudged = "not judged when this plan was made"
+        return {b: doc.backends.get(b, unjudged) for b in doc.model.backends}
+    return _builtin_verdicts(doc.model, doc.cluster, doc.chosen.plan)
+
+
+@functools.lru_cache(maxsize=8)
+def _builtin_verdicts(model: Any, cluster: Any, layout: Any) -> dict[str, str | None]:
+    return backend_verdicts(model, cluster, layout, _builtin_rules())
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_rules() -> RuleSet:
+    return load_rules()
+
+
+def hf_trainer_runs(doc: PlanDocument) -> None:
+    """A RenderError unless the Hugging Face Trainer runs the chosen layout: it wraps the model
+    in DeepSpeed ZeRO data parallelism only (no pipeline engine, no AutoTP or MoE groups of
+    its own), so a plan with tp, pp or ep > 1 is not one it runs."""
+    layout = doc.chosen.plan
+    sizes = {"tp": layout.tp, "pp": layout.pp, "ep": layout.ep}
+    split = [f"{k} {v}" for k, v in sizes.items() if v > 1]
+    if backend_runs(doc).get("deepspeed") is not None or split:
+        why = ", ".join(split) or backend_runs(doc)["deepspeed"]
+        raise RenderError(
+            f"--hf-trainer: the Hugging Face Trainer runs DeepSpeed ZeRO data parallelism only "
+            f"and this plan has {why}; render it without --hf-trainer"
+        )
 
 
 def resolve_versions(
     doc: PlanDocument, templates: Templates, mapping: LoadedMapping
 ) -> dict[str, str | None]:
     """The Megatron-LM and DeepSpeed template versions: the document's choice, else the latest;
-    None for a backend the plan's kind of model does not use."""
+    None for a backend the plan's kind of model does not use or that does not run the chosen
+    layout (`backend_runs`: its files are not written)."""
     chosen = {
         "megatron": doc.render.megatron_version,
         "deepspeed": doc.render.deepspeed_version,
@@ -79,6 +121,9 @@ def resolve_versions(
                     f"--{backend}-version '{printable(wanted)}': {printable(doc.model.name)} is "
                     f"an op-graph model, rendered for {' and '.join(used)} only"
                 )
+            out[backend] = None
+            continue
+        if backend_runs(doc).get(backend) is not None:
             out[backend] = None
             continue
         shipped = [v for v in templates.versions(backend) if v in sections[backend]]
@@ -130,11 +175,18 @@ def build_context(
         if versions["megatron"] is None
         else _megatron_context(mapping, versions["megatron"], values)
     )
-    deepspeed = _deepspeed_context(mapping, versions["deepspeed"], values, hf_trainer)
+    if hf_trainer:
+        hf_trainer_runs(doc)
+    deepspeed = (
+        None
+        if versions["deepspeed"] is None
+        else _deepspeed_context(mapping, versions["deepspeed"], values, hf_trainer)
+    )
     launch = _launch(doc, mapping, values)
     cluster = doc.cluster
     all_notes = [f"megatron_args.sh: {n}" for n in (megatron["notes"] if megatron else [])]
-    all_notes += [f"ds_config.json: {n}" for n in deepspeed["notes"]]
+    all_notes += [f"ds_config.json: {n}" for n in (deepspeed["notes"] if deepspeed else [])]
+    chosen_backend = doc.chosen.backend
     context = {
         "versions": versions,
         "model": {**doc.model.model_dump(mode="json"), "name": safe_name(doc.model.name)},
@@ -148,6 +200,16 @@ def build_context(
         },
         "deepspeed": deepspeed,
         "megatron": megatron,
+        "backend": {
+            "title": BACKENDS[chosen_backend.name].title if chosen_backend else "not named",
+            "version": chosen_backend.version if chosen_backend else "",
+            "not_written": [
+                f"{BACKEND_FILES[b]}: not written, {BACKENDS[b].title} does not run this "
+                f"layout ({why})"
+                for b, why in backend_runs(doc).items()
+                if why is not None and b in BACKEND_FILES
+            ],
+        },
         "nccl": {
             "entries": nccl_entries(mapping, values, doc.proposals, force_algo=force_nccl_algo),
         },
@@ -262,6 +324,7 @@ def deepspeed_config(
     """The plan's DeepSpeed config, as ds_config.json holds it (rendered, parsed and checked)."""
     templates = Templates.at(templates_dir)
     context = build_context(doc, templates, hf_trainer=hf_trainer)
+    _runs_or_fail(doc, "deepspeed")
     name = DS_CONFIG_TEMPLATE.format(**context["versions"])
     files = {DS_CONFIG: render_template(environment(templates), name, context)}
     check_files(files, nccl_reference=templates.builtin / NCCL_REFERENCE)
@@ -282,8 +345,16 @@ def megatron_args(doc: PlanDocument, *, templates_dir: str | Path | None = None)
             "(Megatron-LM trains transformers); launch your training script with "
             "launch_torchrun.sh and ds_config.json (parplan render / Plan.write)"
         )
+    _runs_or_fail(doc, "megatron")
     templates = Templates.at(templates_dir)
     context = build_context(doc, templates)
     return [
         word for group in context["megatron"]["groups"] for arg in group["args"] for word in arg
     ]
+
+
+def _runs_or_fail(doc: PlanDocument, backend: str) -> None:
+    """A RenderError when `backend` does not run the chosen layout (its files are not written)."""
+    why = backend_runs(doc).get(backend)
+    if why is not None:
+        raise RenderError(f"{BACKENDS[backend].title} does not run this plan: {why}")

@@ -135,6 +135,7 @@ def _candidate_row(index: int, e: Estimate, chosen: bool) -> list[str]:
     p = e.plan
     return [
         f"{index + 1}{' (chosen)' if chosen else ''}",
+        e.backend.name if e.backend else "-",
         *(str(v) for v in (p.dp, p.tp, p.pp, p.vpp, p.cp, p.ep, p.mbs, p.grad_accum)),
         _memory_mode(e),
         "yes" if p.sequence_parallel else "no",

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from parplan_gen.models.kind import BackendName
+
 Value = bool | int | float | str  # a constant, or a formula when it is a string
 NumberOrFormula = int | float | str
 BoolOrFormula = bool | str
@@ -123,6 +125,12 @@ class ConstraintRule(_Strict):
         "Face configs), `graph` (graph files, ONNX, graph presets) or `any`; its formulas may "
         "only read model.* names that have a value for each of them. Left out: the kinds whose "
         "model.* names its formulas read (every kind when they read none).",
+    )
+    backend: BackendName | None = Field(
+        None,
+        description="The backend whose plans the constraint applies to (`megatron`, "
+        "`deepspeed`, `ddp`: the framework that refuses such a layout); left out: every "
+        "backend's plans.",
     )
     source: str | None = Field(None, description="Where the constraint comes from.")
 

@@ -1,0 +1,61 @@
+"""What one backend runs: the shape of its part of the search space."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parplan_gen.cost.estimate import BackendRef
+from parplan_gen.cost.layout import Layout
+from parplan_gen.models.kind import BackendName
+
+# (zero_stage, distributed_optimizer) pairs: DeepSpeed ZeRO 0-3, Megatron's distributed optimizer
+Optimizer = tuple[int, bool]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The layout dimensions and optimizer sharding a backend can run at all. What it refuses
+    within them (ZeRO-3 with MoE, ...) is its constraint rules' to say."""
+
+    name: BackendName
+    title: str  # how the text view and plan.md name it
+    version: str  # the release its constraints and templates follow
+    optimizers: tuple[Optimizer, ...]  # searched in this order
+    tensor: bool  # tp > 1
+    pipeline: bool  # pp > 1
+    interleave: bool  # vpp > 1
+    context: bool  # cp > 1 (ring context parallelism)
+    experts: bool  # ep > 1
+    sequence_parallel: bool  # Megatron-style sequence parallelism with tp
+    recompute: tuple[str, ...]  # recomputation modes it can be told to run
+
+    @property
+    def ref(self) -> BackendRef:
+        """The name and version a plan carries."""
+        return BackendRef(name=self.name, version=self.version)
+
+    def refuses(self, layout: Layout) -> str | None:
+        """Why the backend cannot run `layout` at all (None: within its capabilities)."""
+        sizes = (
+            ("tp", layout.tp, self.tensor, "tensor parallelism"),
+            ("pp", layout.pp, self.pipeline, "pipeline parallelism"),
+            ("vpp", layout.vpp, self.interleave, "interleaved pipeline schedule"),
+            ("cp", layout.cp, self.context, "context parallelism"),
+            ("ep", layout.ep, self.experts, "expert parallelism"),
+        )
+        for field, size, runs, what in sizes:
+            if size > 1 and not runs:
+                return f"{self.title} has no {what} ({field} {size})"
+        if layout.sequence_parallel and not self.sequence_parallel:
+            return f"{self.title} has no Megatron-style sequence parallelism"
+        if (layout.zero_stage, layout.distributed_optimizer) not in self.optimizers:
+            return f"{self.title} has no {_sharding(layout)}"
+        if layout.recompute not in self.recompute:
+            return f"{self.title} is not told to recompute ({layout.recompute} recomputation)"
+        return None
+
+
+def _sharding(layout: Layout) -> str:
+    if layout.distributed_optimizer:
+        return "distributed optimizer (Megatron-LM's)"
+    return f"ZeRO-{layout.zero_stage} sharding"

@@ -1,0 +1,23 @@
+"""DeepSpeed (templates/deepspeed/0.16; constraints read from v0.16.9): ZeRO 0-3, AutoTP
+training (`tensor_parallel.autotp_size`, ZeRO <= 2), DeepSpeed-MoE (not with ZeRO-3) and the
+pipeline engine (ZeRO <= 1). No Megatron-style sequence parallelism, no ring context
+parallelism and no interleaved pipeline schedule; `rules/constraints/deepspeed.yaml` holds the
+refusals with their sources."""
+
+from __future__ import annotations
+
+from parplan_gen.planning.backends.capabilities import Capabilities
+
+DEEPSPEED = Capabilities(
+    name="deepspeed",
+    title="DeepSpeed",
+    version="0.16",
+    optimizers=((0, False), (1, False), (2, False), (3, False)),
+    tensor=True,
+    pipeline=True,
+    interleave=False,
+    context=False,
+    experts=True,
+    sequence_parallel=False,
+    recompute=("none", "selective", "full"),
+)
