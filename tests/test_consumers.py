@@ -6,9 +6,9 @@ real code refuses fails with that code's message; an accepted file must read bac
 layout.
 
 Scenarios: the issue's "Done when" list, planned through the public API with the batch and
-sequence chosen below, and test_render.py's four hand-built plans. A case refused today because
-of a defect the issue names is a strict xfail, whose reason is what the real code said: fixing
-the defect turns it into a failure, so that the mark is removed.
+sequence chosen below, and test_render.py's four hand-built plans. A backend's file is written
+only when that backend runs the chosen layout; a file that is absent must be explained in
+plan.json's `backends`, and the chosen backend's own file is always there.
 
 Needs the `consumers` extra (pip install -e '.[consumers]'); CI sets
 PARPLAN_REQUIRE_CONSUMERS=1 so that these tests cannot skip there.
@@ -17,8 +17,9 @@ PARPLAN_REQUIRE_CONSUMERS=1 so that these tests cannot skip there.
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import pytest
 from test_render import rendered_cases
@@ -48,34 +49,6 @@ PLANNED = {
 REFUSALS = (AssertionError, ValueError, RuntimeError, TypeError, KeyError)
 RENDERED = ("dense_multinode", "moe", "single_node", "graph_channel_parallel")
 
-_NO_DS_TP = "issue 13: ds_config.json has no tensor/pipeline parallelism for this plan: "
-DEEPSPEED_XFAIL = {
-    "llama-3-70b-64xh100": _NO_DS_TP + "DeepSpeedConfig: 512 != 1 * 16 * 64",
-    "llama-3-70b-256xh100": _NO_DS_TP + "DeepSpeedConfig: 1024 != 1 * 8 * 256",
-    "gpt3-175b-1024xa100": _NO_DS_TP + "DeepSpeedConfig: 1536 != 3 * 2 * 1024",
-    "deepseek-v3-1024xh100": _NO_DS_TP + "DeepSpeedConfig: 2048 != 1 * 128 * 64",
-    "llama-3-405b-16384xh100": _NO_DS_TP + "DeepSpeedConfig: 2048 != 1 * 256 * 512",
-    "dense_multinode": _NO_DS_TP + "DeepSpeedConfig: 512 != 1 * 64 * 16",
-    "moe": _NO_DS_TP + "DeepSpeedConfig: 128 != 1 * 64 * 8",
-    # Channel parallelism is done by the training script, which plan.md tells to pass an mpu;
-    # the file alone does not say so.
-    "graph_channel_parallel": "issue 13: ds_config.json cannot carry the channel-parallel tp 2: "
-    "DeepSpeedConfig: 512 != 16 * 4 * 16",
-}
-_SWAP = "issue 13: megatron_args.sh swaps the plan's ZeRO-3 for --use-distributed-optimizer: "
-MEGATRON_LAYOUT_XFAIL = {
-    name: _SWAP + "sharding zero-1 read, plan.json says zero-3"
-    for name in (
-        "llama-3-8b-8xh100",
-        "llama-3-70b-64xh100",
-        "llama-3-70b-256xh100",
-        "gpt3-175b-1024xa100",
-        "mixtral-8x7b-64xh100",
-        "qwen3-30b-a3b-16xh100",
-        "single_node",
-    )
-}
-
 
 @functools.cache
 def _planned(name: str, root: Path) -> Path:
@@ -104,26 +77,35 @@ def plan_folder(tmp_path_factory: pytest.TempPathFactory):
     return folder
 
 
-def _cases(xfail: dict[str, str]) -> list[Any]:
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=xfail[name]))
-        if name in xfail
-        else name
-        for name in (*PLANNED, *RENDERED)
-    ]
+CASES = (*PLANNED, *RENDERED)
+TRANSFORMER_CASES = tuple(name for name in CASES if name != "graph_channel_parallel")
+# The backend whose file each consumer reads.
+BACKEND_OF_FILE = {"ds_config.json": "deepspeed", "megatron_args.sh": "megatron"}
+
+
+def _written(folder: Path, file: str) -> bool:
+    """Whether `file` was written; when it was not, plan.md must say so and why, and the plan
+    must not be on that file's backend (no file may stand for a plan its backend does not run)."""
+    if (folder / file).exists():
+        return True
+    report = (folder / "plan.md").read_text(encoding="utf-8")
+    assert f"- {file}: not written, " in report, f"{file} not written, and plan.md says nothing"
+    document = json.loads((folder / "plan.json").read_text(encoding="utf-8"))
+    assert document["chosen"]["backend"]["name"] != BACKEND_OF_FILE[file]
+    return False
 
 
 def _refused(consumer_name: str, file: Path, exc: Exception) -> NoReturn:
     pytest.fail(f"{consumer_name} refuses {file.name}: {type(exc).__name__}: {exc}", pytrace=False)
 
 
-@pytest.mark.parametrize("name", _cases(DEEPSPEED_XFAIL))
+@pytest.mark.parametrize("name", CASES)
 def test_deepspeed_accepts_ds_config_as_the_plans_layout(name, plan_folder):
     folder = plan_folder(name)
     plan, gpus = plan_of(folder)
     path = folder / "ds_config.json"
-    if not path.exists():
-        return  # not written for this plan's backend: plan.md says so
+    if not _written(folder, path.name):
+        return
     try:
         config = consumer_deepspeed.deepspeed_config(path, gpus)
     except REFUSALS as exc:
@@ -137,7 +119,7 @@ def test_deepspeed_accepts_ds_config_as_the_plans_layout(name, plan_folder):
 def _megatron(folder: Path) -> consumer_megatron.MegatronReading | None:
     """Megatron-Core's reading of the folder's megatron_args.sh (None: not written)."""
     path = folder / "megatron_args.sh"
-    if not path.exists():
+    if not _written(folder, path.name):
         return None
     try:
         return consumer_megatron.megatron_reading(path)
@@ -145,23 +127,19 @@ def _megatron(folder: Path) -> consumer_megatron.MegatronReading | None:
         _refused("Megatron-Core", path, exc)
 
 
-def _transformer_cases(xfail: dict[str, str]) -> list[Any]:
-    return [c for c in _cases(xfail) if getattr(c, "values", (c,))[0] != "graph_channel_parallel"]
-
-
-@pytest.mark.parametrize("name", _transformer_cases({}))
+@pytest.mark.parametrize("name", TRANSFORMER_CASES)
 def test_megatron_core_accepts_megatron_args(name, plan_folder):
     reading = _megatron(plan_folder(name))
     # every argument is read by a Megatron-Core config or listed as Megatron-LM training-only
     assert reading is None or reading.unread == ()
 
 
-@pytest.mark.parametrize("name", _transformer_cases(MEGATRON_LAYOUT_XFAIL))
+@pytest.mark.parametrize("name", TRANSFORMER_CASES)
 def test_megatron_args_read_back_as_the_plans_layout_and_model(name, plan_folder):
     folder = plan_folder(name)
     (plan, _), reading = plan_of(folder), _megatron(folder)
     if reading is None:
-        return  # not written for this plan's backend: plan.md says so
+        return  # not written: _written checked that plan.json says why
     assert reading.world == plan["dp"] * plan["tp"] * plan["pp"] * plan["cp"]
     assert mismatches(consumer_megatron.layout_read(reading), plan) == []
     assert mismatches(consumer_megatron.model_read(reading), model_of(folder)) == []
@@ -230,3 +208,14 @@ def test_megatron_reading_works_dp_and_micro_batches_from_megatron_core(tmp_path
 def test_megatron_refusal_carries_megatron_cores_message(tmp_path, args, message):
     with pytest.raises((ValueError, AssertionError, RuntimeError), match=message):
         consumer_megatron.megatron_reading(_megatron_script(tmp_path, *args))
+
+
+@pytest.mark.parametrize("name", PLANNED)
+def test_the_chosen_backends_file_is_written(name, plan_folder):
+    folder = plan_folder(name)
+    document = json.loads((folder / "plan.json").read_text(encoding="utf-8"))
+    chosen = document["chosen"]["backend"]["name"]
+    assert document["backends"][chosen] is None
+    files = {"megatron": "megatron_args.sh", "deepspeed": "ds_config.json"}
+    if chosen in files:
+        assert (folder / files[chosen]).exists()
