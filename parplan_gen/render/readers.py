@@ -4,8 +4,8 @@ argument list or launch script (`parplan check --from-deepspeed/--from-megatron`
 What they read is templates/mapping.yaml read backwards (render/mapping_inverse.py): the same
 entries the renderer writes from, so that reading back the files `parplan` wrote gives the
 layout they were written for. Every number is parsed strictly (ASCII digits, bounded by the size
-limits of `layout`); an argument script is capped in size before it is split into shell words,
-in linear time (render/shell_words.py).
+limits of `layout`); an argument script is capped in size before it is read as bash reads it
+(the variables it sets expanded, nothing run), in linear time (render/shell_script.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from parplan_gen.render.mapping_inverse import (
     deepspeed_keys,
     megatron_flags,
 )
-from parplan_gen.render.shell_words import shell_words
+from parplan_gen.render.shell_script import script_words
 from parplan_gen.render.template_env import Templates
 
 if TYPE_CHECKING:
@@ -124,22 +124,25 @@ def megatron_values(
 ) -> dict[str, Any]:
     """Layout fields set by a Megatron-LM argument list or launch script (other args ignored; a
     later argument overrides an earlier one, as Megatron-LM's argparse does)."""
-    # A line continuation becomes a blank, keeping offsets and line numbers.
-    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES).replace("\\\n", " \n")
+    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
 
-    def where(offset: int) -> SourceRef:
-        return SourceRef(str(path), text.count("\n", 0, offset) + 1)
+    def where(line: int) -> SourceRef:
+        return SourceRef(str(path), line)
 
     try:
-        words = shell_words(text)
+        words = script_words(text)
     except ValueError as exc:
         message, offset = exc.args
-        raise InputError(
-            f"cannot split into shell words: {message} (is a quote unbalanced?)", where(offset)
-        ) from None
+        line = text.count("\n", 0, offset) + 1
+        hint = (
+            " (is a quote unbalanced?)" if message.startswith("No ")
+            else " (a variable that doubles itself?)" if message.startswith("expanding")
+            else ""
+        )  # fmt: skip
+        raise InputError(f"cannot split into shell words: {message}{hint}", where(line)) from None
     flags = megatron_flags(_mapping(templates_dir))
     out: dict[str, Any] = {}
-    for i, (word, offset) in enumerate(words):
+    for i, (word, line) in enumerate(words):
         flag, eq, inline = word.partition("=")
         reading = flags.get(flag)
         if reading is None:
@@ -148,7 +151,9 @@ def megatron_values(
             out.update([reading.sets])
             continue
         raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
-        out.update(_megatron_value(flag, reading, raw, where(offset)))
+        out.update(_megatron_value(flag, reading, raw, where(line)))
+    if out.get("tp", 1) == 1:  # Megatron-LM validate_args: "Disabling sequence parallelism
+        out.pop("sequence_parallel", None)  # because tensor model parallelism is disabled"
     per_chunk = out.pop(LAYERS_PER_VIRTUAL_STAGE, None)
     if per_chunk is not None:
         stages = out.get("pp", 1)

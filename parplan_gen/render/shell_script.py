@@ -1,0 +1,229 @@
+"""Read a bash launch script without running it: the words its commands get, with the variables
+the script itself sets expanded (render/readers.py reads Megatron-LM arguments from them).
+
+Understood, as bash does it, in the script's order (every branch of an `if` is taken):
+- assignments `NAME=value`, `NAME+=value`, arrays `NAME=(...)` and `NAME+=(...)`, also after
+  `export`, `declare`, `local`, `readonly`, `typeset` and before a command;
+- expansions `$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME[*]}` and `${NAME:-word}` (`-`, `:=`,
+  `=`, `:+`, `+` too); positional parameters are unset (`${1:-x}` is x, `"$@"` is nothing).
+  Unquoted, an expansion is split into words at blanks; quoted, it is not;
+- quotes, backslashes, `#` comments, line continuations; `;`, `&`, `|`, parentheses and line
+  ends separate commands.
+Nothing is executed and the environment is not read: a variable the script does not set (and
+that has no default), `$(...)`, `$((...))`, backquotes and other `${...}` forms stay as written.
+
+In linear time: the text is scanned once (render/shell_parse.py: regular-expression runs, one
+step per quote, escape or expansion), arrays and `+=` grow in place, and the characters that expanding variables produces
+are capped (MAX_EXPANDED_CHARS), so that variables which double themselves cannot blow up.
+Errors are ValueError(message, offset in the text).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from parplan_gen.render.shell_parse import Exp, Lit, Parser, Word
+
+# Megatron-LM's example scripts expand to a few KB (examples/llama/train_llama3_8b_h100_fp8.sh);
+# this is four times the largest script the readers accept (readers.MAX_ARGUMENT_SCRIPT_BYTES).
+MAX_EXPANDED_CHARS = 1024 * 1024
+
+Seg = tuple[str, int]  # text and the line it comes from
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
+_FIELD = re.compile(r"[^ \t\n]+")
+_SKIPPED = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", "!", "{", "}"}
+_DECLARATIONS = {"export", "declare", "local", "readonly", "typeset"}
+
+
+@dataclass
+class _Var:
+    elements: list[list[Seg]] = field(default_factory=list)  # a scalar is one element
+
+
+class _Fields:
+    """The words an expansion gives: with `split`, unquoted text is split at blanks; without,
+    everything joins into one value (an assignment's)."""
+
+    def __init__(self, split: bool) -> None:
+        self.split = split
+        self.fields: list[list[Seg]] = []
+        self.current: list[Seg] | None = None
+
+    def add(self, text: str, line: int, quoted: bool) -> None:
+        if quoted or not self.split:
+            self._append(text, line)
+            return
+        at, found = 0, False
+        for m in _FIELD.finditer(text):
+            line += text.count("\n", at, m.start())
+            if m.start() > 0:
+                self.close()
+            self._append(m.group(), line)
+            at, found = m.start(), True
+        if text and (not found or text[-1] in " \t\n"):
+            self.close()
+
+    def next_element(self, line: int) -> None:
+        """Between two elements of a quoted "${A[@]}": a new word (one value: a blank)."""
+        if self.split:
+            self.close()
+        else:
+            self._append(" ", line)
+
+    def _append(self, text: str, line: int) -> None:
+        if self.current is None:
+            self.current = []
+        self.current.append((text, line))
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.fields.append(self.current)
+            self.current = None
+
+    def done(self) -> list[list[Seg]]:
+        self.close()
+        return self.fields
+
+
+def script_words(text: str) -> list[Seg]:
+    """The words the script's commands get, in order, each with the line it comes from (for an
+    expanded word, the line of the value it was taken from)."""
+    return _Script(text).run()
+
+
+class _Script:
+    def __init__(self, text: str) -> None:
+        self.parser = Parser(text)
+        self.vars: dict[str, _Var] = {}
+        self.expanded = 0  # characters produced by expanding variables so far
+        self.words: list[Seg] = []
+
+    def run(self) -> list[Seg]:
+        tokens = self.parser.tokens()
+        i, statement = 0, _Statement(self)
+        while i < len(tokens):
+            token = tokens[i]
+            i += 1
+            if isinstance(token, Word):
+                statement.word(token, tokens, i)
+                i = statement.resume_at or i
+                statement.resume_at = None
+            else:
+                statement = _Statement(self)  # an operator ends the command
+        return self.words
+
+    # ---- expansion -----------------------------------------------------------------------------
+
+    def expand(self, parts: list[Lit | Exp] | tuple[Lit | Exp, ...], out: _Fields) -> None:
+        for part in parts:
+            if isinstance(part, Lit):
+                out.add(part.text, part.line, part.quoted)
+            else:
+                self._expand(part, out)
+
+    def _expand(self, exp: Exp, out: _Fields) -> None:
+        if exp.name == "@":
+            return
+        var = self.vars.get(exp.name)
+        elements = [] if var is None else var.elements if exp.index else var.elements[:1]
+        if var is not None:
+            self.expanded += sum(len(text) + 1 for element in elements for text, _ in element)
+            if self.expanded > MAX_EXPANDED_CHARS:
+                raise ValueError(
+                    f"expanding variables gives more than {MAX_EXPANDED_CHARS:,} characters",
+                    exp.offset,
+                )
+        null = not any(text for element in elements for text, _ in element)
+        unset = var is None or (exp.op is not None and exp.op.startswith(":") and null)
+        if exp.op is not None and exp.op.endswith("+"):
+            if not unset:
+                self.expand(exp.word, out)
+            return
+        if exp.op is not None and unset:
+            if exp.op.endswith("="):
+                value = _Fields(split=False)
+                self.expand(exp.word, value)
+                self.vars[exp.name] = _Var(value.done() or [[]])
+            self.expand(exp.word, out)
+            return
+        if var is None:
+            out.add(exp.source, exp.line, True)  # not set by the script: as written
+            return
+        for n, element in enumerate(elements):
+            if n and exp.quoted and exp.index == "@":
+                out.next_element(exp.line)
+            elif n:
+                out.add(" ", exp.line, exp.quoted)
+            if not element and exp.quoted:
+                out.add("", exp.line, True)
+            for text, line in element:
+                out.add(text, line, exp.quoted)
+
+    def assign(self, name: str, append: bool, elements: list[list[Seg]], array: bool) -> None:
+        var = self.vars.get(name)
+        if var is None or not append:
+            self.vars[name] = _Var(elements)
+        elif array or not var.elements:
+            var.elements.extend(elements)
+        else:
+            var.elements[0].extend(elements[0])
+
+
+class _Statement:
+    """One simple command: assignments and declarations first, then the command's words."""
+
+    def __init__(self, script: _Script) -> None:
+        self.script = script
+        self.command = False  # a command word was seen: the rest are its arguments
+        self.declaring = False  # after export/declare/...: words are names or assignments
+        self.resume_at: int | None = None
+
+    def word(self, word: Word, tokens: list[Word | tuple[str, int]], after: int) -> None:
+        script = self.script
+        first = word.parts[0] if word.parts else None
+        if not self.command:
+            head = first.text if isinstance(first, Lit) and not first.quoted else ""
+            m = _ASSIGNMENT.match(head)
+            if m:
+                self._assignment(word, m, tokens, after)
+                return
+            if self.declaring or (len(word.parts) == 1 and head in _SKIPPED):
+                return
+            if len(word.parts) == 1 and head in _DECLARATIONS:
+                self.declaring = True
+                return
+            self.command = True
+        if len(word.parts) == 1 and isinstance(first, Lit) and not first.quoted:
+            script.words.append((first.text, first.line))  # plain text: no blank in it
+            return
+        fields = _Fields(split=True)
+        script.expand(word.parts, fields)
+        script.words.extend(("".join(t for t, _ in f), f[0][1]) for f in fields.done())
+
+    def _assignment(
+        self, word: Word, m: re.Match[str], tokens: list[Word | tuple[str, int]], after: int
+    ) -> None:
+        script, first = self.script, word.parts[0]
+        assert isinstance(first, Lit)
+        rest = first.text[m.end() :]
+        parts = ([Lit(rest, first.line, True)] if rest else []) + word.parts[1:]
+        nxt = tokens[after] if after < len(tokens) else None
+        if not parts and isinstance(nxt, tuple) and nxt == ("(", word.end):  # NAME=( ... )
+            elements: list[list[Seg]] = []
+            i = after + 1
+            while i < len(tokens) and not (isinstance(tokens[i], tuple) and tokens[i][0] == ")"):
+                token = tokens[i]
+                if isinstance(token, Word):
+                    fields = _Fields(split=True)
+                    script.expand(token.parts, fields)
+                    elements.extend(fields.done())
+                i += 1
+            if i == len(tokens):
+                raise ValueError(f"No closing parenthesis for {m.group()}(", word.start)
+            script.assign(m.group(1), bool(m.group(2)), elements, array=True)
+            self.resume_at = i + 1
+            return
+        value = _Fields(split=False)
+        script.expand(parts, value)
+        script.assign(m.group(1), bool(m.group(2)), value.done() or [[]], array=False)

@@ -1,0 +1,195 @@
+"""Megatron-LM launch scripts as people write them (render/shell_script.py): arguments kept in
+quoted variables and arrays, `${VAR:-default}` sizes, line continuations, read as bash would
+expand them, without running anything or reading the environment. The scripts are shaped like
+Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh and examples/llama/*.sh."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.render.readers import megatron_values
+from parplan_gen.render.shell_parse import MAX_NESTING
+from parplan_gen.render.shell_script import MAX_EXPANDED_CHARS, script_words
+
+LAYERS = 32
+
+
+def read(tmp_path: Path, text: str, layers: int = LAYERS) -> dict[str, Any]:
+    path = tmp_path / "train.sh"
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return megatron_values(path, layers)
+
+
+def words(text: str) -> list[str]:
+    return [w for w, _ in script_words(textwrap.dedent(text))]
+
+
+def test_arguments_in_quoted_variables(tmp_path: Path) -> None:
+    values = read(
+        tmp_path,
+        """
+        #!/bin/bash
+        GPT_ARGS="--num-layers 32 --hidden-size 4096 --seq-length 4096 \\
+            --micro-batch-size 2 --global-batch-size 512 --bf16"
+        DATA_ARGS="--data-path $DATA --split 949,50,1"
+        torchrun --nproc_per_node 8 pretrain_gpt.py $GPT_ARGS $DATA_ARGS \\
+            --tensor-model-parallel-size 2
+        """,
+    )
+    assert values == {
+        "seq_len": 4096, "mbs": 2, "global_batch": 512, "precision": "bf16", "tp": 2,
+    }  # fmt: skip
+
+
+def test_arrays_appends_comments_and_both_branches(tmp_path: Path) -> None:
+    # As in a 175B-style script: positional paths, one array per concern; as in the Llama
+    # FP8 script: an array grown with += inside an `if` (every branch is read, in order).
+    values = read(
+        tmp_path,
+        """
+        CHECKPOINT_PATH=$1 # <path>
+        GPUS_PER_NODE=8
+        WORLD_SIZE=$(($GPUS_PER_NODE*4))
+        MODEL_ARGS=(
+            --num-layers 32
+            --seq-length 2048 # tokens per sample
+        )
+        TRAINING_ARGS=(
+            --micro-batch-size 1
+            --global-batch-size 1024
+            --fp16
+        )
+        PRECISION=fp8
+        EXTRA=()
+        if [[ "$PRECISION" == "fp8" ]]; then
+            EXTRA+=(
+                "--fp8-format hybrid"
+                "--fp8-amax-history-len 1024"
+            )
+        fi
+        PARALLEL_ARGS=(
+        \t--tensor-model-parallel-size 4
+        \t# --pipeline-model-parallel-size 8
+        \t--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 4
+        )
+        PARALLEL_ARGS+=("--sequence-parallel")
+        torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \\
+            ${MODEL_ARGS[@]} \\
+            "${TRAINING_ARGS[@]}" \\
+            ${EXTRA[@]} \\
+            ${PARALLEL_ARGS[@]} \\
+            --save $CHECKPOINT_PATH
+        """,
+    )
+    assert values == {
+        "seq_len": 2048, "mbs": 1, "global_batch": 1024, "precision": "fp8", "tp": 4, "pp": 2,
+        "vpp": 4,  # 32 layers / (2 stages x 4 layers per virtual stage)
+        "sequence_parallel": True,
+    }  # fmt: skip
+
+
+def test_sizes_with_defaults_and_exports(tmp_path: Path) -> None:
+    values = read(
+        tmp_path,
+        """
+        TP_SIZE=${TP_SIZE:-4}
+        export PP_SIZE=${PP_SIZE:=2}
+        declare -r MBS=1
+        GBS="${1:-256}"
+        : "${CP:=1}"
+        torchrun pretrain_gpt.py --tensor-model-parallel-size ${TP_SIZE} \\
+            --pipeline-model-parallel-size "$PP_SIZE" --context-parallel-size $CP \\
+            --micro-batch-size=$MBS --global-batch-size ${GBS}
+        """,
+    )
+    assert values == {"tp": 4, "pp": 2, "cp": 1, "mbs": 1, "global_batch": 256}
+
+
+def test_tensor_parallel_1_disables_sequence_parallel(tmp_path: Path) -> None:
+    # Megatron-LM validate_args: "Disabling sequence parallelism because tensor model
+    # parallelism is disabled" (tp 1 is its default).
+    values = read(tmp_path, "TP=1\nARGS=(--tensor-model-parallel-size $TP --sequence-parallel)\n"
+                  'python pretrain_gpt.py "${ARGS[@]}"\n')  # fmt: skip
+    assert values == {"tp": 1}
+
+
+def test_bash_word_rules() -> None:
+    # quoted: one word (Megatron-LM's argparse would refuse it); unquoted: split at blanks
+    assert words('A="--tp 2"\ncmd "$A" $A\n') == ["cmd", "--tp 2", "--tp", "2"]
+    # quotes inside a value are not parsed again, as in bash
+    assert words("A=\"--split '99,1,0'\"\ncmd $A\n") == ["cmd", "--split", "'99,1,0'"]
+    # an empty array and "$@" give no word; "" gives an empty one
+    assert words('E=()\ncmd "${E[@]}" "$@" ""\n') == ["cmd", ""]
+    # ${A[*]} quoted joins with blanks; `+` gives its word only when set
+    assert words('A=(x y)\ncmd "${A[*]}" ${A[@]+"${A[@]}"} ${B+b}\n') == ["cmd", "x y", "x", "y"]
+    # a later assignment does not change what an earlier command got
+    assert words("cmd $X\nX=1\ncmd $X\n") == ["cmd", "$X", "cmd", "1"]
+    # not set by the script, $(...) and arithmetic stay as written
+    assert words('cmd $HOME "$(date +%s)" $((1 + 2)) ${#A}\n') == [
+        "cmd", "$HOME", "$(date +%s)", "$((1 + 2))", "${#A}"]  # fmt: skip
+
+
+def test_an_expanded_word_names_the_line_of_its_flag(tmp_path: Path) -> None:
+    text = """
+        GPT_ARGS="--num-layers 32
+                  --global-batch-size many"
+        torchrun pretrain_gpt.py $GPT_ARGS
+    """
+    with pytest.raises(InputError, match=r"train.sh:2: --global-batch-size: expected a whole "
+                       r"number \(digits 0-9\), got 'many'$"):  # fmt: skip
+        read(tmp_path, text)
+
+
+def test_a_variable_the_script_does_not_set_is_an_error_when_read(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"train.sh:2: --tensor-model-parallel-size: expected a "
+                       r"whole number \(digits 0-9\), got '\$TP' \(shell variables are not "
+                       r"expanded\)"):  # fmt: skip
+        read(
+            tmp_path,
+            "ARGS=(--global-batch-size 8)\ncmd ${ARGS[@]} --tensor-model-parallel-size $TP\n",
+        )
+    # the environment is not read
+    assert read(tmp_path, "cmd --data-path $HOME --global-batch-size 8\n") == {"global_batch": 8}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("A=x\n" + 'A="$A$A"\n' * 40 + "cmd $A\n",
+         f"expanding variables gives more than {MAX_EXPANDED_CHARS:,} characters "
+         "(a variable that doubles itself?)"),
+        ("cmd " + "${A:-" * (MAX_NESTING + 1) + "x" + "}" * (MAX_NESTING + 1) + "\n",
+         f"expansions nested more than {MAX_NESTING} deep"),
+        ("A=(--tp 2\ncmd\n", "No closing parenthesis for A=( (is a quote unbalanced?)"),
+        ("cmd $(date\n", "No closing parenthesis (is a quote unbalanced?)"),
+        ("cmd ${A:-x\n", "No closing brace (is a quote unbalanced?)"),
+    ],
+)  # fmt: skip
+def test_hostile_scripts_are_refused_in_one_line(text: str, message: str, tmp_path: Path) -> None:
+    start = time.perf_counter()
+    with pytest.raises(InputError) as caught:
+        read(tmp_path, text)
+    assert time.perf_counter() - start < 1.0
+    assert str(caught.value).startswith(f"{tmp_path / 'train.sh'}:")
+    assert str(caught.value).endswith(f": cannot split into shell words: {message}")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "A=()\n" + "A+=(--tp)\n" * 20_000 + 'cmd "${A[@]}"\n',  # appends grow in place
+        "A=x\n" + "A+=x\n" * 40_000 + "cmd $A\n",
+        "cmd " + '"$X"' * 50_000 + "\n",
+        "X=" + "'a'" * 80_000 + "\ncmd\n",
+    ],
+)
+def test_large_scripts_are_read_in_linear_time(text: str) -> None:
+    start = time.perf_counter()
+    script_words(text)
+    assert time.perf_counter() - start < 1.0
