@@ -279,14 +279,39 @@ class CheckReport(Evaluation):
     better: Estimate | None  # the planner's choice when it is faster (or the layout cannot run)
     planner_found: bool = True  # False: no layout of the request fits and meets every rule
 
+    @property
+    def runs_as_given(self) -> bool:
+        """No `invalid` rule is broken and it fits (the memory rules hold): `check` exits 0."""
+        return self.runnable and self.fits
+
+    def problem(self) -> str | None:
+        """Why the layout does not run as given, in one line (None when it does): the first
+        `invalid` rule it breaks (and how many more), else by how much it does not fit."""
+        invalid = [v for v in self.violations if v.severity == "invalid"]
+        if invalid:
+            more = f" (and {len(invalid) - 1} more rule(s))" if len(invalid) > 1 else ""
+            return f"the layout cannot run: {invalid[0].describe()}{more}"
+        if self.fits:
+            return None
+        memory = self.estimate.memory
+        over = memory.total - memory.capacity
+        why = f"{over / GIB:.1f} GiB over" if over > 0 else "a memory rule asks for headroom"
+        return (
+            f"the layout does not fit: {memory.total / GIB:.1f} GiB per GPU, the GPU has "
+            f"{memory.capacity / GIB:.1f} GiB ({why})"
+        )
+
     def contract(self) -> dict[str, Any]:
-        """JSON: the estimate, the violations, fits / by how much, and the better plan."""
+        """JSON: the estimate, the violations, fits / by how much, whether it runs as given
+        (and why not), and the better plan."""
         memory = self.estimate.memory
         return {
             **self.estimate.contract(),
             "violations": [dataclasses.asdict(v) for v in self.violations],
             "runnable": self.runnable,
             "over_capacity_bytes": max(0, memory.total - memory.capacity),
+            "runs_as_given": self.runs_as_given,
+            "problem": self.problem(),
             "better": None if self.better is None else self.better.contract(),
         }
 

@@ -1,13 +1,17 @@
 """Reading back what `parplan` wrote: ds_config.json and megatron_args.sh give the layout they
 were rendered from, as far as each file says it (render/readers.py reads templates/mapping.yaml
-backwards). The plans are test_render's hand-built scenarios with their layouts varied."""
+backwards). The plans are test_render's hand-built scenarios with their layouts varied, and at
+the command line, the issue's scenarios through `plan --out` and `check --from-*`."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_consumers import PLANNED
 from test_render import dense_multinode, graph_channel_parallel, moe, single_node
 
 from parplan_gen.cost.layout import Layout, build_layout
@@ -18,7 +22,7 @@ from parplan_gen.render.mapping_inverse import megatron_flags
 from parplan_gen.render.plan_files import render_plan
 from parplan_gen.render.readers import deepspeed_values, layout_from_files, megatron_values
 
-from conftest import REPO
+from conftest import REPO, Run
 
 LAYERS = 32  # llama-2-7b, llama-3-8b and mixtral-8x7b (the scenarios' presets) have 32 layers
 
@@ -215,3 +219,34 @@ def test_pipeline_stages_are_bounded_like_every_size(tmp_path: Path) -> None:
         InputError, match=r"pipeline.stages: expected a whole number from 1 to 1048576, got 0"
     ):
         deepspeed_values(path)
+
+
+# ---- the command line: `plan --out` then `check --from-*` on what it wrote ----------------------
+
+READERS = {"ds_config.json": "--from-deepspeed", "megatron_args.sh": "--from-megatron"}
+
+
+@pytest.mark.parametrize("case", sorted(PLANNED))  # the issue's scenarios
+def test_check_reads_back_every_file_plan_writes(
+    case: str, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    model, gpus, gpu, batch, seq = PLANNED[case]
+    cluster = ("--gpus", gpus, "--gpu", gpu)
+    out = tmp_path / "plan"
+    made = cli("plan", model, *cluster, "--global-batch", batch, "--seq-len", seq, "--out", out)
+    assert made.code == 0, made.err
+    chosen = json.loads((out / "plan.json").read_text(encoding="utf-8"))["chosen"]
+    written = [name for name in READERS if (out / name).is_file()]
+    assert written, "the chosen backend's file is always written"
+    for name in written:
+        # ds_config.json holds no sequence length, and no expert-parallel size: DeepSpeed-MoE
+        # takes ep_size in the model code (plan.md says so); those come as flags.
+        flags = () if name == "megatron_args.sh" else ("--seq-len", seq)
+        if name == "ds_config.json" and chosen["plan"]["ep"] > 1:
+            flags += ("--ep", chosen["plan"]["ep"])
+        run = cli("check", model, *cluster, READERS[name], out / name, *flags, "--json")
+        assert (run.code, run.err) == (0, ""), f"{name}: {run.err}"
+        report = run.json()
+        assert report["plan"] == chosen["plan"], name
+        assert report["backend"] == chosen["backend"], name
+        assert report["runs_as_given"] and report["problem"] is None

@@ -76,7 +76,8 @@ def add_plan_commands(sub: Any) -> None:
         help="pre-flight check of a layout you already have",
         description="Check a layout against the constraint rules, predict its memory against "
         "the GPU's and its throughput, and show a better plan if the planner finds one. "
-        "Exit code 1 when the layout cannot run (an `invalid` rule), else 0.",
+        "Exit code 0 only when the layout runs as given; 1 when it breaks an `invalid` rule "
+        "or does not fit (the report is printed all the same, the reason goes to stderr).",
         epilog=CHECK_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -252,7 +253,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print_json(report.contract())
     else:
         sys.stdout.write(check_text(report))
-    return 0 if report.runnable else 1
+    problem = report.problem()
+    if problem is not None:  # the report is on stdout; the reason is the one-line error (exit 1)
+        from parplan_gen.inputs.errors import InputError
+
+        raise InputError(problem)
+    return 0
 
 
 def check_text(report: CheckReport) -> str:
