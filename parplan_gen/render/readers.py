@@ -181,5 +181,9 @@ def _megatron_value(flag: str, reading: MegatronFlag, raw: str, where: SourceRef
     try:  # layers per virtual stage: at most a model's layers
         return {field: whole_number(raw, SIZE_LIMITS.get(field, MAX_LAYERS))}
     except ValueError as exc:
-        hint = " (shell variables are not expanded)" if "$" in raw else ""
+        hint = (
+            " (a variable the script does not set; the environment is not read)"
+            if "$" in raw
+            else ""
+        )
         raise InputError(f"{flag}: {exc}{hint}", where) from None
