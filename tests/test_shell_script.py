@@ -148,8 +148,8 @@ def test_an_expanded_word_names_the_line_of_its_flag(tmp_path: Path) -> None:
 
 def test_a_variable_the_script_does_not_set_is_an_error_when_read(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"train.sh:2: --tensor-model-parallel-size: expected a "
-                       r"whole number \(digits 0-9\), got '\$TP' \(shell variables are not "
-                       r"expanded\)"):  # fmt: skip
+                       r"whole number \(digits 0-9\), got '\$TP' \(a variable the script does "
+                       r"not set; the environment is not read\)"):  # fmt: skip
         read(
             tmp_path,
             "ARGS=(--global-batch-size 8)\ncmd ${ARGS[@]} --tensor-model-parallel-size $TP\n",
