@@ -198,6 +198,13 @@ CASES = [
         "torchtitan: ep (2) does not divide dp_shard x cp x tp",
     ),
     (
+        # ZeRO 0 is data_parallel_replicate_degree; with cp 2, FSDP shards over cp all the same.
+        "torchtitan.replicate_without_cp",
+        {"zero_stage": 0, "cp": 2},
+        {},
+        "torchtitan: with cp (2) > 1 the parameters are sharded over cp (FSDP), not replicated (ZeRO 0)",
+    ),
+    (
         "zero.needs_data_parallel",
         {"zero_stage": 2, "dp": 1, "tp": 8},
         {},

@@ -121,9 +121,7 @@ class TransformerKind:
         "compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s",
         "bubble_s", "optimizer_s",
     )  # fmt: skip
-    # torchtitan (planning/backends/torchtitan.py) joins once its launch script is rendered:
-    # a chosen backend's file is always written.
-    backends: ClassVar[tuple[BackendName, ...]] = ("megatron", "deepspeed", "ddp")
+    backends: ClassVar[tuple[BackendName, ...]] = ("megatron", "deepspeed", "ddp", "torchtitan")
 
     @property
     def title(self) -> str:
