@@ -161,7 +161,7 @@ def plan(
 ) -> Plan:
     """Plan `model` on `cluster`: the fastest layout that fits (objective `time`) or the
     smallest (`memory`), the best `top`, the rejections by reason and, when nothing fits, the
-    closest candidate with advice. `backend` (a name or several: `megatron`, `deepspeed`, `ddp`;
+    closest candidate with advice. `backend` (a name or several: `megatron`, `deepspeed`, `ddp`, `torchtitan`;
     `any`: every backend that trains the model) limits the search to what those backends run; `rules` layers rule directories over the built-in ones (or is a loaded RuleSet).
     `seq_len` defaults to 2048 tokens for a transformer; a graph model has none (1)."""
     check_sizes(global_batch=global_batch, seq_len=seq_len)

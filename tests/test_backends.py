@@ -53,8 +53,27 @@ def runs_on(result: Plan) -> list[str]:
 # own estimate). Now the plan is one backend's and only that backend's file is written.
 
 
-def test_llama_3_70b_plan_is_one_backend_runs_and_its_file_is_that_plan(tmp_path: Path) -> None:
+def test_llama_3_70b_default_plan_is_torchtitans_fsdp_with_tp(tmp_path: Path) -> None:
+    # The plan (dp 32, tp 2, ZeRO-3, sequence parallelism) that neither DeepSpeed nor
+    # Megatron-LM runs: with torchtitan searched it is torchtitan's, and its file says exactly it.
     result = planned("llama-3-70b", 64, 512, 4096)
+    chosen = result.chosen
+    assert chosen.backend is not None and chosen.backend.name == "torchtitan"
+    p = chosen.plan
+    assert (p.dp, p.tp, p.pp, p.zero_stage, p.sequence_parallel) == (32, 2, 1, 3, True)
+    files = written(result, tmp_path / "out")
+    assert "megatron_args.sh" not in files and "ds_config.json" not in files
+    script = files["torchtitan_run.sh"].read_text(encoding="utf-8")
+    assert "--parallelism.data_parallel_shard_degree 32" in script
+    assert "--config llama3_70b" in script
+    why = result.document.backends["megatron"]
+    assert f"megatron_args.sh: not written, Megatron-LM does not run this layout ({why})" in (
+        files["plan.md"].read_text(encoding="utf-8")
+    )
+
+
+def test_llama_3_70b_plan_is_one_backend_runs_and_its_file_is_that_plan(tmp_path: Path) -> None:
+    result = planned("llama-3-70b", 64, 512, 4096, "megatron")
     runs_on(result)
     chosen = result.chosen
     assert chosen.backend is not None and chosen.backend.name == "megatron"
@@ -156,7 +175,7 @@ def test_deepseek_v3_megatron_plan_is_estimated_as_the_distributed_optimizer_it_
 
 
 def test_hf_trainer_refuses_a_layout_the_trainer_cannot_run() -> None:
-    result = planned("llama-3-70b", 64, 512, 4096)  # tp 2, pp 8: Megatron-LM's
+    result = planned("llama-3-70b", 64, 512, 4096, "megatron")  # tp 2, pp 8: Megatron-LM's
     with pytest.raises(RenderError, match=r"--hf-trainer: .* this plan has tp 2, pp 8"):
         render_plan(result.document, hf_trainer=True)
     zero = planned("llama-3-70b", 64, 512, 4096, "deepspeed")  # dp 64 ZeRO-3
@@ -206,7 +225,8 @@ def test_check_reads_a_rendered_megatron_script_on_megatron_and_refuses_it_on_de
 ) -> None:
     out = tmp_path / "plan"
     argv = ("llama-3-70b", "--gpus", "64", "--gpu", "h100", "--seq-len", "4096")
-    assert cli("plan", *argv, "--global-batch", "512", "--out", out).code == 0
+    plan = ("plan", *argv, "--global-batch", "512", "--backend", "megatron", "--out", out)
+    assert cli(*plan).code == 0
     script = out / "megatron_args.sh"
     run = cli("check", *argv, "--from-megatron", script)
     assert run.code == 0, run.out

@@ -170,6 +170,41 @@ CASES = [
         "DeepSpeed: MoE layers (ep 2) do not run with ZeRO-3",
     ),
     (
+        # torchtitan 0.3's llama3 flavors are 8B, 70B and 405B; GPT-3's 96 layers are none.
+        "torchtitan.has_config",
+        {},
+        {"model": "gpt3-175b", "seq_len": 2048},
+        "torchtitan 0.3 has no config (--module/--config) that builds this model",
+    ),
+    (
+        "torchtitan.config_precision",
+        {},
+        {"precision": "fp8"},
+        "torchtitan 0.3's config for this model trains in bf16, not fp8",
+    ),
+    (
+        # 32 layers + 2 = 34 weighted: ceil(34 / 20) = 2 per stage gives ceil(34 / 2) = 17
+        # stages, not pp x vpp = 20.
+        "torchtitan.virtual_stages",
+        {"pp": 4, "vpp": 5},
+        {},
+        "torchtitan: no pipeline_parallel_layers_per_stage gives pp (4) x vpp (5) stages",
+    ),
+    (
+        # No sharding (ZeRO 0): dp_shard is 1, so ep 2 must divide cp x tp = 1.
+        "torchtitan.ep_within_dense_mesh",
+        {"zero_stage": 0, "ep": 2},
+        {"model": "mixtral-8x7b"},
+        "torchtitan: ep (2) does not divide dp_shard x cp x tp",
+    ),
+    (
+        # ZeRO 0 is data_parallel_replicate_degree; with cp 2, FSDP shards over cp all the same.
+        "torchtitan.replicate_without_cp",
+        {"zero_stage": 0, "cp": 2},
+        {},
+        "torchtitan: with cp (2) > 1 the parameters are sharded over cp (FSDP), not replicated (ZeRO 0)",
+    ),
+    (
         "zero.needs_data_parallel",
         {"zero_stage": 2, "dp": 1, "tp": 8},
         {},

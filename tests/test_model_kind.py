@@ -203,7 +203,8 @@ def test_each_kind_gives_exactly_its_model_names():
         (
             "llama-3-8b", "transformer", "llama-3-8b (8.03B params)", "tokens",
             "Memory per GPU (most loaded stage)", "global batch 512 x 8192 tokens", 32,
-            ("megatron", "deepspeed", "ddp"), ("dp", "tp", "pp", "cp", "ep", "vpp", "sp"),
+            ("megatron", "deepspeed", "ddp", "torchtitan"),
+            ("dp", "tp", "pp", "cp", "ep", "vpp", "sp"),
         ),
         (
             "resnet-50", "graph", "resnet-50 (25.6M params, op graph)", "samples",

@@ -88,6 +88,9 @@ def add_plan_commands(sub: Any) -> None:
     )
     layout.add_argument("--from-deepspeed", metavar="FILE", help="read a DeepSpeed ds_config.json")
     layout.add_argument("--from-megatron", metavar="FILE", help="read Megatron-LM arguments")
+    layout.add_argument(
+        "--from-torchtitan", metavar="FILE", help="read torchtitan 0.3 --config and overrides"
+    )
     add_backend_option(check, search=False)
     check.add_argument(
         "--any-backend",
@@ -244,7 +247,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
             f"{args.from_deepspeed}: gradient_accumulation_steps({accum}) != global batch("
             f"{layout.global_batch}) / (mbs({layout.mbs}) * dp({layout.dp})) = {layout.grad_accum}"
         )
-    read_from = "deepspeed" if args.from_deepspeed else "megatron" if args.from_megatron else None
+    read_from = (
+        "deepspeed"
+        if args.from_deepspeed
+        else "megatron"
+        if args.from_megatron
+        else "torchtitan"
+        if args.from_torchtitan
+        else None
+    )
     report = check(
         spec, cluster, layout, rules=args.rules, flash_attention=not args.no_flash_attention,
         backend=args.backend or read_from, any_backend=args.any_backend,
@@ -301,7 +312,12 @@ def layout_values(args: argparse.Namespace, spec: TrainedModel) -> dict[str, Any
 
     values: dict[str, Any] = {"tp": 1, "pp": 1}
     values.update(
-        layout_from_files(spec, deepspeed=args.from_deepspeed, megatron=args.from_megatron)
+        layout_from_files(
+            spec,
+            deepspeed=args.from_deepspeed,
+            megatron=args.from_megatron,
+            torchtitan=args.from_torchtitan,
+        )
     )
     flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}
     flags.update(

@@ -25,8 +25,8 @@ ModelKind = Literal["transformer", "graph"]
 MODEL_KINDS: tuple[ModelKind, ...] = ("transformer", "graph")
 # The frameworks a plan is for (docs/backends.md); each has its constraints in
 # rules/constraints/<name>.yaml and its capabilities in parplan_gen/planning/backends/<name>.py.
-BackendName = Literal["megatron", "deepspeed", "ddp"]
-BACKEND_NAMES: tuple[BackendName, ...] = ("megatron", "deepspeed", "ddp")
+BackendName = Literal["megatron", "deepspeed", "ddp", "torchtitan"]
+BACKEND_NAMES: tuple[BackendName, ...] = ("megatron", "deepspeed", "ddp", "torchtitan")
 WorkUnit = Literal["tokens", "samples"]
 PER_LAYER_FIELDS = frozenset({"sliding_window_layers", "moe_layers"})  # lists, not facts
 GRAPH_PARAMS_IN_MILLIONS = 100_000  # from here a graph model's count is shown as `25.6M`
@@ -121,7 +121,7 @@ class TransformerKind:
         "compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s",
         "bubble_s", "optimizer_s",
     )  # fmt: skip
-    backends: ClassVar[tuple[BackendName, ...]] = ("megatron", "deepspeed", "ddp")
+    backends: ClassVar[tuple[BackendName, ...]] = ("megatron", "deepspeed", "ddp", "torchtitan")
 
     @property
     def title(self) -> str:

@@ -41,6 +41,8 @@ LINE_BREAK = "\n"  # the only line break bash splits on (check_characters refuse
 TEXT_CONTROLS = "\t\n"  # the control characters a rendered text file may hold
 _MAYBE_UNSAFE = re.compile(r"[^\t\n\x20-\x7e]")  # plain ASCII text needs no closer look
 HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")  # deepspeed/launcher/runner.py _parse_hostfile
+TORCHTITAN_DP = re.compile(r"--parallelism\.data_parallel_(replicate|shard)_degree (\d+)")
+TORCHTITAN_CONFIG = re.compile(r"^\s*--module \S+\n\s*--config \S+$", re.MULTILINE)
 SVG_TAG = "{http://www.w3.org/2000/svg}svg"
 AUTO = "auto"
 COMMUNICATION_TYPES = ("fp16", "bf16", "fp32")  # deepspeed/runtime/config.py
@@ -74,6 +76,8 @@ def _check_one(name: str, text: str, plan: dict[str, Any], nccl_reference: Path)
     check_characters(text)
     if name.endswith((".sh", ".sbatch")):
         check_bash(text)
+        if name == "torchtitan_run.sh":
+            check_torchtitan(text, plan.get("dp"))
     elif name.endswith(".env"):
         check_env(text, nccl_reference)
     elif name == "hostfile":
@@ -177,6 +181,20 @@ def check_bash(text: str) -> None:
     )
     if done.returncode != 0:
         raise RenderError(f"bash -n: {done.stderr.strip()}")
+
+
+def check_torchtitan(text: str, dp: int | None) -> None:
+    """torchtitan_run.sh names its config and spans the plan's data-parallel ranks:
+    data_parallel_replicate_degree x data_parallel_shard_degree = dp (torchtitan 0.3
+    distributed/parallel_dims.py ParallelDims._validate multiplies them with cp, tp and pp to
+    the world size), one of them 1 (both > 1 is HSDP, which no plan is)."""
+    if not TORCHTITAN_CONFIG.search(text):
+        raise RenderError("no --module/--config: torchtitan 0.3 starts a job from its config")
+    degrees = {k: int(v) for k, v in TORCHTITAN_DP.findall(text)}
+    if len(degrees) != 2 or min(degrees.values()) != 1:
+        raise RenderError(f"expected one data-parallel degree > 1 at most, got {degrees}")
+    if dp is not None and degrees["replicate"] * degrees["shard"] != dp:
+        raise RenderError(f"data-parallel degrees {degrees} do not make dp {dp}")
 
 
 def check_hostfile(text: str, nodes: int | None, slots: int | None) -> None:

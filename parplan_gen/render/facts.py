@@ -31,6 +31,7 @@ from parplan_gen.models.pipeline_split import stage_layers
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping_schema import MappingFile
+from parplan_gen.render.torchtitan_facts import torchtitan_facts
 from parplan_gen.rules.engine import Proposal
 from parplan_gen.rules.ruleset import load_rules
 
@@ -61,6 +62,7 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= _comm_facts(doc.proposals)
     out |= _megatron_facts(doc.model, layout, doc.cluster, mapping, out)
     out |= _deepspeed_facts(layout)
+    out |= torchtitan_facts(doc.model, layout, mapping)
     out |= {
         "deepspeed.hf_trainer": hf_trainer,
     }

@@ -130,6 +130,22 @@ def megatron_groups(
     return groups
 
 
+def torchtitan_args(m: LoadedMapping, version: str, facts: Mapping[str, Any]) -> list[list[str]]:
+    """torchtitan's overrides ([flag] or [flag, value]), then its activation-checkpointing
+    subcommand ([`activation-checkpoint:<mode>`])."""
+    section = m.data.torchtitan[version]
+    args: list[list[str]] = []
+    for index, arg in enumerate(section.overrides):
+        value = _enabled(m, facts, arg, ("torchtitan", version, "overrides", index))
+        if value is None or value is False:
+            continue
+        switch = arg.key is None and arg.value is None
+        args.append([arg.flag] if switch else [arg.flag, _word(value)])
+    sub = section.activation_checkpoint
+    m.check_key(facts, sub.key, ("torchtitan", version, "activation_checkpoint", "key"))
+    return [*args, [f"{sub.subcommand}:{_word(facts[sub.key])}"]]
+
+
 def _word(value: Scalar) -> str:
     if isinstance(value, bool):
         raise RenderError(f"a boolean ({value}) is not an argument value; make it a switch")

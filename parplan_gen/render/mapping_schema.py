@@ -123,6 +123,36 @@ class NcclMapping(_Strict):
     proposal_settings: dict[str, NcclProposalSetting]
 
 
+class TorchtitanArg(Sourced):
+    """One torchtitan (tyro) override; with neither key nor value it is a switch."""
+
+    flag: str = Field(pattern=r"^--[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+
+
+class TorchtitanConfig(_Strict):
+    """A config function of the module's config_registry: the rules formula that says a model
+    is the one it builds, and the precision it trains in."""
+
+    model: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    precision: str
+
+
+class TorchtitanSubcommand(_Strict):
+    """A tyro subcommand `<subcommand>:<value of key>` (activation checkpointing)."""
+
+    subcommand: str = Field(pattern=r"^[a-z][a-z-]*$")
+    key: str
+
+
+class TorchtitanMapping(_Strict):
+    source: str
+    entry: str = Field(pattern=r"^[a-z_]+(\.[a-z_]+)*$", description="python -m entry point.")
+    module: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="--module")
+    configs: dict[str, TorchtitanConfig] = Field(description="--config name -> what it builds.")
+    overrides: list[TorchtitanArg]
+    activation_checkpoint: TorchtitanSubcommand
+
+
 class ChartStyle(_Strict):
     width: PositiveInt
     label_width: PositiveInt
@@ -156,6 +186,7 @@ class MappingFile(_Strict):
     defaults: dict[str, Default]
     deepspeed: dict[str, DeepSpeedMapping]
     megatron: dict[str, MegatronMapping]
+    torchtitan: dict[str, TorchtitanMapping] = {}
     launch: LaunchMapping
     nccl: NcclMapping
     proposal_settings: dict[str, str | KindTexts]

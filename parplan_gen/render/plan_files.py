@@ -52,6 +52,7 @@ DS_CONFIG, DS_CONFIG_TEMPLATE = "ds_config.json", "deepspeed/{deepspeed}/ds_conf
 OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the chosen versions
     (DS_CONFIG, DS_CONFIG_TEMPLATE),
     ("megatron_args.sh", "megatron/{megatron}/megatron_args.sh.j2"),
+    ("torchtitan_run.sh", "torchtitan/{torchtitan}/torchtitan_run.sh.j2"),
     ("nccl.env", "nccl/nccl.env.j2"),
     ("launch_torchrun.sh", "launch/launch_torchrun.sh.j2"),
     ("launch_slurm.sbatch", "launch/launch_slurm.sbatch.j2"),
@@ -61,7 +62,11 @@ OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the cho
     ("plan.md", "report/plan.md.j2"),
 )
 PLAN_JSON = "plan.json"
-BACKEND_FILES = {"deepspeed": DS_CONFIG, "megatron": "megatron_args.sh"}  # a backend's own file
+BACKEND_FILES = {
+    "deepspeed": DS_CONFIG,
+    "megatron": "megatron_args.sh",
+    "torchtitan": "torchtitan_run.sh",
+}  # a backend's own file
 JOB_PREFIX = "parplan-"  # the SLURM job and rendezvous id: parplan-<model name>
 
 
@@ -110,8 +115,13 @@ def resolve_versions(
     chosen = {
         "megatron": doc.render.megatron_version,
         "deepspeed": doc.render.deepspeed_version,
+        "torchtitan": None,  # the latest shipped (plan.json records no torchtitan version)
     }
-    sections = {"megatron": mapping.data.megatron, "deepspeed": mapping.data.deepspeed}
+    sections = {
+        "megatron": mapping.data.megatron,
+        "deepspeed": mapping.data.deepspeed,
+        "torchtitan": mapping.data.torchtitan,
+    }
     used = doc.model.backends
     out: dict[str, str | None] = {}
     for backend, wanted in chosen.items():
@@ -182,6 +192,11 @@ def build_context(
         if versions["deepspeed"] is None
         else _deepspeed_context(mapping, versions["deepspeed"], values, hf_trainer)
     )
+    torchtitan = (
+        None
+        if versions["torchtitan"] is None
+        else _torchtitan_context(mapping, versions["torchtitan"], values)
+    )
     launch = _launch(doc, mapping, values)
     cluster = doc.cluster
     all_notes = [f"megatron_args.sh: {n}" for n in (megatron["notes"] if megatron else [])]
@@ -200,6 +215,7 @@ def build_context(
         },
         "deepspeed": deepspeed,
         "megatron": megatron,
+        "torchtitan": torchtitan,
         "backend": {
             "title": BACKENDS[chosen_backend.name].title if chosen_backend else "not named",
             "version": chosen_backend.version if chosen_backend else "",
@@ -263,6 +279,23 @@ def _deepspeed_context(
         "config": render_mapping.deepspeed_config(mapping, version, values, hf_trainer=hf_trainer),
         "hf_trainer": hf_trainer,
         "notes": notes(mapping, ds.notes, values, ("deepspeed", version, "notes")),
+    }
+
+
+def _torchtitan_context(
+    mapping: LoadedMapping, version: str, values: dict[str, Any]
+) -> dict[str, Any]:
+    section = mapping.data.torchtitan[version]
+    if values["torchtitan.config"] is None:  # the constraint torchtitan.has_config refuses it
+        raise RenderError(f"torchtitan {version} has no config that builds this model")
+    *overrides, subcommand = render_mapping.torchtitan_args(mapping, version, values)
+    return {
+        "version": version,
+        "entry": section.entry,
+        "module": section.module,
+        "config": values["torchtitan.config"],
+        "overrides": overrides,
+        "subcommand": subcommand,
     }
 
 

@@ -29,6 +29,7 @@ from parplan_gen.render.mapping_inverse import (
 )
 from parplan_gen.render.shell_script import script_words
 from parplan_gen.render.template_env import Templates
+from parplan_gen.render.torchtitan_reader import torchtitan_values
 
 if TYPE_CHECKING:
     from parplan_gen.models.kind import TrainedModel
@@ -45,6 +46,7 @@ def layout_from_files(
     *,
     deepspeed: str | Path | None = None,
     megatron: str | Path | None = None,
+    torchtitan: str | Path | None = None,
     templates_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Layout fields set by a ds_config.json and then a Megatron-LM argument file (either may be
@@ -60,6 +62,11 @@ def layout_from_files(
                 "describe transformers (use --from-deepspeed or the layout flags)"
             )
         values.update(megatron_values(megatron, model.pipeline_layers, templates_dir=templates_dir))
+    if torchtitan:
+        if "torchtitan" not in model.backends:
+            raise InputError(f"--from-torchtitan: torchtitan does not train {model.name}")
+        mapping = _mapping(templates_dir)
+        values.update(torchtitan_values(torchtitan, model.pipeline_layers, mapping))
     return values
 
 

@@ -13,7 +13,8 @@ from parplan_gen.planning.backends.capabilities import Capabilities
 from parplan_gen.planning.backends.ddp import DDP
 from parplan_gen.planning.backends.deepspeed import DEEPSPEED
 from parplan_gen.planning.backends.megatron import MEGATRON
+from parplan_gen.planning.backends.torchtitan import TORCHTITAN
 
-BACKENDS: dict[str, Capabilities] = {b.name: b for b in (MEGATRON, DEEPSPEED, DDP)}
+BACKENDS: dict[str, Capabilities] = {b.name: b for b in (MEGATRON, DEEPSPEED, DDP, TORCHTITAN)}
 
 __all__ = ["BACKENDS", "Capabilities"]

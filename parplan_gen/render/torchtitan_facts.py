@@ -1,0 +1,88 @@
+"""The torchtitan.* canonical facts of a plan (render/facts.py calls `torchtitan_facts`): how
+torchtitan 0.3 spells the layout in its overrides (templates/mapping.yaml, `torchtitan`).
+
+What torchtitan computes from them is read in the torchtitan 0.3.0 wheel:
+- the data-parallel ranks are `data_parallel_shard_degree` (FSDP2, ZeRO-3) or
+  `data_parallel_replicate_degree` (parameters replicated, ZeRO-0); both > 1 is HSDP, which a
+  Layout does not say (config/configs.py ParallelismConfig, distributed/parallel_dims.py);
+- gradient accumulation is global_batch_size / (local_batch_size x dp) (trainer.py), and with
+  pp the local batch is split into pipeline micro-batches of pipeline_parallel_microbatch_size
+  (trainer.py Trainer.Config.__post_init__ asserts it divides): so without pp the local batch is
+  the micro-batch, and with pp it is micro-batch x accumulation (one optimizer step per local
+  batch, the pipeline's micro-batches being the accumulation);
+- pipeline stages: ceil((layers + 2) / pipeline_parallel_layers_per_stage)
+  (distributed/pipeline_parallel.py), the formula `tt_layers_per_stage` of
+  rules/constraints/torchtitan.yaml, read here rather than computed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from parplan_gen.cost.layout import Layout, plan_values
+from parplan_gen.inputs.errors import SourceRef
+from parplan_gen.models.kind import TrainedModel
+from parplan_gen.render.mapping_schema import MappingFile
+from parplan_gen.rules.ruleset import load_rules
+
+ZERO_SHARDED = 3  # FSDP2 shards parameters, gradients and optimizer states (ZeRO-3)
+LAYERS_PER_STAGE = "tt_layers_per_stage"  # rules/constraints/torchtitan.yaml
+# torch.distributed.pipelining schedule names (ParallelismConfig.pipeline_parallel_schedule).
+SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = "1F1B", "Interleaved1F1B"
+
+FACT_NAMES = (
+    "torchtitan.config",
+    "torchtitan.dp_shard",
+    "torchtitan.dp_replicate",
+    "torchtitan.local_batch_size",
+    "torchtitan.pp_schedule",
+    "torchtitan.layers_per_stage",
+    "torchtitan.sequence_parallel",
+    "torchtitan.no_sequence_parallel",
+)
+
+
+def torchtitan_facts(model: TrainedModel, layout: Layout, mapping: MappingFile) -> dict[str, Any]:
+    """torchtitan.* for `layout` (every key; None where it does not apply)."""
+    if model.kind != "transformer":
+        return dict.fromkeys(FACT_NAMES)
+    env = {**model.formula_values(layout.seq_len), **plan_values(layout)}
+    env["train.precision"] = layout.precision
+    sharded = layout.zero_stage == ZERO_SHARDED
+    pipeline, interleaved = layout.pp > 1, layout.vpp > 1
+    split = layout.sequence_parallel and layout.tp > 1
+    return {
+        "torchtitan.config": config_name(model, layout, mapping),
+        "torchtitan.dp_shard": layout.dp if sharded else 1,
+        "torchtitan.dp_replicate": 1 if sharded else layout.dp,
+        "torchtitan.local_batch_size": layout.mbs * (layout.grad_accum if pipeline else 1),
+        "torchtitan.pp_schedule": (SCHEDULE_INTERLEAVED if interleaved else SCHEDULE_1F1B)
+        if pipeline
+        else None,
+        "torchtitan.layers_per_stage": _formula(LAYERS_PER_STAGE)(env) if interleaved else None,
+        "torchtitan.sequence_parallel": split,
+        "torchtitan.no_sequence_parallel": layout.tp > 1 and not split,
+    }
+
+
+def config_name(model: TrainedModel, layout: Layout, mapping: MappingFile) -> str | None:
+    """The first torchtitan config (of the latest version in the mapping) whose model formula
+    holds for `model`, else None (torchtitan's constraint torchtitan.has_config refuses it)."""
+    if not mapping.torchtitan:
+        return None
+    env = model.formula_values(layout.seq_len)
+    section = mapping.torchtitan[max(mapping.torchtitan)]
+    return next((name for name, c in section.configs.items() if _holds(c.model, env)), None)
+
+
+def _holds(name: str, env: Mapping[str, Any]) -> bool:
+    return bool(_formula(name)(env))
+
+
+@cache
+def _formula(name: str) -> Any:
+    """The built-in rules' named formula `name`, compiled once per process."""
+    where = SourceRef(f"built-in formula {name}")
+    return load_rules().library.compile(name, where, "estimate").evaluate
