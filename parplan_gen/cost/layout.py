@@ -26,7 +26,7 @@ from parplan_gen.rules.vocabulary import NAMES
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8"]
 
-# GPUs of a cluster, and so any parallel size (dp, tp, pp, cp, ep): ~5x the largest clusters
+# GPUs of a cluster, and so any parallel size (dp, tp, pp, cp, ep, etp): ~5x the largest clusters
 # built (about 200,000 GPUs); bounds the search and the launch files.
 MAX_GPUS = 1 << 20
 # Tokens per sequence: no more than the most positions a model may have.

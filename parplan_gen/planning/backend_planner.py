@@ -6,7 +6,7 @@ by reason. The candidate space is `search_space`, constraints are rules (`constr
 figures come from the cost model (`estimate`); the planner adds no threshold of its own.
 Advice for a request that nothing fits is `api.advise`.
 
-The search goes structure (dp, tp, pp, cp, ep) -> vpp -> mbs -> memory option. Each layout rule
+The search goes structure (dp, tp, pp, cp, ep, etp) -> vpp -> mbs -> memory option. Each layout rule
 is checked at the first level where every plan name it reads is known, so a broken rule rejects
 a whole subtree at once (counted leaf by leaf). The cost model runs only for candidates that
 pass, memory figures first and the step time only for those that fit. Three prunings rest on

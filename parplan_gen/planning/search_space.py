@@ -1,8 +1,9 @@
 """The planner's candidate space: which layouts exist to be searched, and one request.
 
 This module owns what a candidate is made of and how the sizes are enumerated: every
-dp * tp * pp * cp = world size (ep, for a mixture of experts, a divisor of dp), vpp = 1 or a
-divisor (> 1) of a stage's layers, micro-batch sizes that divide the per-replica batch, and the
+dp * tp * pp * cp = world size (for a mixture of experts, the expert groups etp x ep the
+backend forms: `expert_groups`), vpp = 1 or a divisor (> 1) of a stage's layers (with the
+embedding and the loss counted or not), micro-batch sizes that divide the per-replica batch, and the
 memory options: DeepSpeed ZeRO 0-3 or Megatron's distributed optimizer, recomputation none /
 selective / full, sequence parallelism when tp > 1.
 Which of these may run is for the constraint rules to say, not for this module.
