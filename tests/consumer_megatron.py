@@ -164,7 +164,12 @@ def _derived(args: dict[str, Any], torch: Any) -> dict[str, Any]:
         out.update(params_dtype=dtype, pipeline_dtype=dtype)
     pp = int(args.get("pipeline_model_parallel_size", 1))
     if "num_layers_per_virtual_pipeline_stage" in args:  # validate_args, even stages
-        per_stage = int(args["num_layers"]) // pp
+        # with the embedding and the loss counted as layers when the script says so
+        accounted = sum(
+            bool(args.get(f"account_for_{part}_in_pipeline_split"))
+            for part in ("embedding", "loss")
+        )
+        per_stage = (int(args["num_layers"]) + accounted) // pp
         out["virtual_pipeline_model_parallel_size"] = per_stage // int(
             args["num_layers_per_virtual_pipeline_stage"]
         )
@@ -252,6 +257,7 @@ def layout_read(reading: MegatronReading) -> dict[str, Any]:
         "pp": c.pipeline_model_parallel_size,
         "cp": c.context_parallel_size,
         "ep": c.expert_model_parallel_size,
+        "etp": c.expert_tensor_parallel_size,  # ModelParallelConfig: tp when not given
         "vpp": c.virtual_pipeline_model_parallel_size or 1,
         "sequence_parallel": c.sequence_parallel,
         "grad_accum": reading.micro_batches,

@@ -16,8 +16,13 @@ import pytest
 
 from parplan_gen.api import estimate, load_cluster_spec, load_model
 from parplan_gen.inputs.errors import SourceRef
-from parplan_gen.models import pipeline_split
-from parplan_gen.models.pipeline_split import pipeline_split_ok, stage_layers
+from parplan_gen.models import pipeline_split as split_module
+from parplan_gen.models.pipeline_split import (
+    PipelineSplit,
+    pipeline_split,
+    pipeline_split_ok,
+    stage_layers,
+)
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluation, Evaluator
 from parplan_gen.render import facts as render_facts
@@ -60,9 +65,31 @@ def test_a_split_that_does_not_exist_is_refused(layers: float, pp: float, vpp: f
     assert not pipeline_split_ok(layers, pp, vpp)
 
 
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "split"),
+    [
+        # Llama 3 405B on pp 16 x vpp 8: 126 + 2 = 128 = 16 x 8, one layer per virtual stage;
+        # the first virtual stage is the embedding alone, the last the loss alone. Uneven
+        # stages cannot: middle 8 x ceil(126 / 128) = 8, the ends share 126 - 8 x 14 = 14 < 16.
+        (126, 16, 8, PipelineSplit(7, 8, 7, embedding=True, loss=True)),
+        # Qwen3-235B-A22B (94 layers) on pp 8 x vpp 4 (Megatron-Bridge's 256-H100 preset):
+        # 94 + 2 = 96 = 8 x 4 x 3; uneven stages cannot (middle 12, ends 22: first 14 > 12).
+        (94, 8, 4, PipelineSplit(11, 12, 11, embedding=True, loss=True)),
+        # 127 + 1 = 128: the loss alone is counted (the embedding too would give 129)
+        (127, 16, 8, PipelineSplit(8, 8, 7, embedding=False, loss=True)),
+        (126, 16, 1, PipelineSplit(7, 8, 7)),  # uneven stages first, as Llama 3 did
+        (32, 4, 2, PipelineSplit(8, 8, 8)),
+    ],
+)
+def test_pipeline_split(layers: int, pp: int, vpp: int, split: PipelineSplit) -> None:
+    assert pipeline_split(layers, pp, vpp) == split
+    assert stage_layers(layers, pp, vpp) == split[:3]
+    assert pipeline_split_ok(layers, pp, vpp)
+
+
 def test_the_rule_and_the_renderer_call_the_one_split() -> None:
-    assert vocabulary.FUNCTION_BY_NAME["pipeline_split_ok"].impl is pipeline_split.pipeline_split_ok
-    assert render_facts.stage_layers is pipeline_split.stage_layers
+    assert vocabulary.FUNCTION_BY_NAME["pipeline_split_ok"].impl is split_module.pipeline_split_ok
+    assert render_facts.pipeline_split is split_module.pipeline_split
 
 
 def test_an_uneven_split_is_allowed_and_rendered_as_checked() -> None:

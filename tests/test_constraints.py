@@ -14,7 +14,7 @@ from parplan_gen.cost.hardware import cluster_from_flags
 from parplan_gen.inputs.errors import FormulaError
 from parplan_gen.models.graph_model import GraphModelSpec
 from parplan_gen.models.kind import BACKEND_NAMES
-from parplan_gen.models.pipeline_split import stage_layers
+from parplan_gen.models.pipeline_split import pipeline_split, stage_layers
 from parplan_gen.models.presets import load_graph_preset, load_preset
 from parplan_gen.planning.constraints import Constraints, estimate_env, phase_of, violation
 from parplan_gen.rules.ruleset import RuleSet, load_rules
@@ -115,8 +115,10 @@ CASES = [
         "pipeline.layers_split",
         {"pp": 8, "vpp": 3},
         {},
+        # 24 virtual stages: middle 3 x ceil(32 / 24) = 6 leaves 32 - 36 < 0 for the ends, and
+        # neither 33 nor 34 layers (the loss, the embedding counted) divide by 24
         "layers (32) do not split over pp (8) x vpp (3) stages, not even with smaller first and "
-        "last stages",
+        "last stages or the embedding and loss counted as layers",
     ),
     ("pipeline.interleave_needs_pp", {"vpp": 2}, {}, "interleaving (vpp 2) needs pp > 1"),
     (
@@ -344,14 +346,20 @@ def test_stage_layers_agrees_with_the_layers_rule(layers: int, pp: int, vpp: int
     env = {**base, "plan.pp": pp, "plan.vpp": vpp, "model.layers": layers}
     allowed = "pipeline.layers_split" not in broken(rules, env)
     try:
-        first, middle, last = stage_layers(layers, pp, vpp)
+        first, middle, last, embedding, loss = pipeline_split(layers, pp, vpp)
     except ValueError:
         assert not allowed
         return
     assert allowed
+    assert stage_layers(layers, pp, vpp) == (first, middle, last)
     stages = [first, *[middle] * (pp - 2), last] if pp > 1 else [first]
     assert sum(stages) == layers
-    assert all(s > 0 and s % vpp == 0 and s <= middle for s in stages)
+    # what each stage's split counts: its layers, and the embedding (first) or loss (last)
+    counted = [first + embedding, *stages[1:-1], last + loss] if pp > 1 else stages
+    if embedding or loss:  # Megatron: every stage the same share, whole virtual stages
+        assert counted == [middle] * pp and middle % vpp == 0 and min(stages) >= 0
+    else:  # Megatron: uneven first/last stages, whole virtual stages, none above the middle
+        assert all(s > 0 and s % vpp == 0 and s <= middle for s in stages)
 
 
 _CACHE: dict[str, Any] = {}

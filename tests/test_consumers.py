@@ -25,6 +25,9 @@ import pytest
 from test_render import rendered_cases
 
 import parplan_gen
+from parplan_gen.api import load_cluster_spec, load_model
+from parplan_gen.planning.document import PlanDocument
+from parplan_gen.render.render_options import RenderOptions, write_plan
 
 import consumer_deepspeed
 import consumer_megatron
@@ -44,6 +47,25 @@ PLANNED = {
     "deepseek-v3-1024xh100": ("deepseek-v3", 1024, "h100", 2048, 4096),
     "llama-3-405b-16384xh100": ("llama-3-405b", 16384, "h100", 2048, 8192),
 }
+# Layouts the issue names as expressible, rendered as given (model, GPUs, layout): Megatron-LM
+# options the search's choice may not show. Llama 3 405B's 126 layers on pp 16 x vpp 8 count the
+# embedding and the loss as layers of the split (128 = 16 x 8); Qwen3-235B-A22B on 256 H100s
+# as Megatron-Bridge's performance preset runs it (scripts/performance/configs/qwen/
+# qwen3_workload_base_configs.py: tp 2, pp 8, vpp 4, ep 32, etp 1, global batch 2048, mbs 1):
+# ep 32 > dp 16, the expert groups folded over tp x dp, and 94 + 2 = 96 layers on 8 x 4 stages.
+QWEN3_235B = str(Path(__file__).parents[1] / "examples" / "hf" / "qwen3-235b-a22b.json")
+PINNED = {
+    "llama-3-405b-pp16-vpp8": (
+        "llama-3-405b", 16384,
+        {"tp": 8, "pp": 16, "vpp": 8, "mbs": 1, "global_batch": 2048, "seq_len": 8192,
+         "sequence_parallel": True, "distributed_optimizer": True, "recompute": "full"},
+    ),
+    "qwen3-235b-ep32-256xh100": (
+        QWEN3_235B, 256,
+        {"tp": 2, "pp": 8, "vpp": 4, "ep": 32, "etp": 1, "mbs": 1, "global_batch": 2048,
+         "seq_len": 4096, "sequence_parallel": True, "distributed_optimizer": True},
+    ),
+}  # fmt: skip
 # What DeepSpeed and Megatron-Core raise for a config they refuse (pydantic's ValidationError is
 # a ValueError; parallel_state raises RuntimeError).
 REFUSALS = (AssertionError, ValueError, RuntimeError, TypeError, KeyError)
@@ -55,6 +77,19 @@ def _planned(name: str, root: Path) -> Path:
     model, gpus, gpu, batch, seq = PLANNED[name]
     cluster = {"gpus": gpus, "gpu": gpu}
     parplan_gen.plan(model, cluster, global_batch=batch, seq_len=seq).write(root / name)
+    return root / name
+
+
+@functools.cache
+def _pinned(name: str, root: Path) -> Path:
+    model, gpus, layout = PINNED[name]
+    cluster = load_cluster_spec({"gpus": gpus, "gpu": "h100"})
+    evaluation = parplan_gen.estimate(model, cluster, layout, backend="megatron")
+    assert evaluation.runnable and evaluation.fits, evaluation.violations
+    document = PlanDocument.from_parts(
+        model=load_model(model), cluster=cluster, chosen=evaluation.estimate
+    )
+    write_plan(document, root / name, RenderOptions())
     return root / name
 
 
@@ -72,12 +107,14 @@ def plan_folder(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("consumers")
 
     def folder(name: str) -> Path:
+        if name in PINNED:
+            return _pinned(name, root)
         return _planned(name, root) if name in PLANNED else _rendered(name, root)
 
     return folder
 
 
-CASES = (*PLANNED, *RENDERED)
+CASES = (*PLANNED, *PINNED, *RENDERED)
 TRANSFORMER_CASES = tuple(name for name in CASES if name != "graph_channel_parallel")
 # The backend whose file each consumer reads.
 BACKEND_OF_FILE = {"ds_config.json": "deepspeed", "megatron_args.sh": "megatron"}

@@ -277,7 +277,7 @@ def test_every_preset_estimates_on_every_catalog_gpu(evaluator: Evaluator) -> No
 CONTRACT: dict[str, dict[str, type]] = {
     "backend": {"name": str, "version": str},  # the backend whose rules judged the layout
     "plan": {
-        **dict.fromkeys(("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "global_batch"), int),
+        **dict.fromkeys(("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "global_batch"), int),
         **dict.fromkeys(("grad_accum", "zero_stage", "seq_len"), int),
         **dict.fromkeys(("distributed_optimizer", "sequence_parallel"), bool),
         **dict.fromkeys(("recompute", "precision"), str),

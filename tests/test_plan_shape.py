@@ -29,7 +29,9 @@ def test_plan_values_give_every_plan_name() -> None:
     layout = build_layout(64, tp=4, pp=2, vpp=3, mbs=2, global_batch=256, seq_len=4096)
     values = plan_values(layout)
     assert values == {
-        "plan.dp": 8, "plan.tp": 4, "plan.pp": 2, "plan.cp": 1, "plan.ep": 1, "plan.vpp": 3,
+        "plan.dp": 8, "plan.tp": 4, "plan.pp": 2, "plan.cp": 1, "plan.ep": 1,
+        "plan.etp": 4,  # the experts' tensor parallelism defaults to tp
+        "plan.vpp": 3,
         "plan.mbs": 2, "plan.grad_accum": 16, "plan.zero_stage": 0,
         "plan.distributed_optimizer": False, "plan.sequence_parallel": False,
         "plan.recompute": "none",

@@ -59,7 +59,7 @@ def brute_force(p: Planner, request: Request) -> tuple[list[tuple[Any, ...]], in
             seq_len=request.seq_len,
             precision=request.precision,
         )
-        for dp, tp, pp, cp, ep in structures(
+        for dp, tp, pp, cp, ep, etp in structures(
             request.cluster.num_gpus, request.spec.is_moe, options
         ):
             for vpp in vpp_options(request.spec.num_layers, pp, options):
@@ -67,7 +67,7 @@ def brute_force(p: Planner, request: Request) -> tuple[list[tuple[Any, ...]], in
                     for mem in memory_options(tp, options):
                         total += 1
                         accum = request.global_batch // (mbs * dp)
-                        plan_ = (dp, tp, pp, cp, ep, vpp, mbs, accum, *mem)
+                        plan_ = (dp, tp, pp, cp, ep, etp, vpp, mbs, accum, *mem)
                         names = zip(PLAN_FIELDS, plan_, strict=True)
                         env.update({f"plan.{k}": v for k, v in names})
                         if constraints.check(env, "layout"):

@@ -30,7 +30,8 @@ LAYERS = 32  # llama-2-7b, llama-3-8b and mixtral-8x7b (the scenarios' presets) 
 def with_layout(doc: PlanDocument, **changes: Any) -> PlanDocument:
     """`doc` with its chosen layout rebuilt on the same GPUs with `changes`."""
     layout = doc.chosen.plan
-    fields = layout.model_dump(exclude={"dp", "grad_accum"}) | changes
+    follows_tp = {"etp"} if layout.etp == layout.tp else set()  # etp defaults to tp
+    fields = layout.model_dump(exclude={"dp", "grad_accum", *follows_tp}) | changes
     new = build_layout(doc.cluster.num_gpus, **fields)
     return doc.model_copy(update={"chosen": doc.chosen.model_copy(update={"plan": new})})
 
@@ -149,6 +150,7 @@ def test_the_megatron_table_is_the_mapping_read_backwards() -> None:
         "--pipeline-model-parallel-size": "pp",
         "--context-parallel-size": "cp",
         "--expert-model-parallel-size": "ep",
+        "--expert-tensor-parallel-size": "etp",
         "--micro-batch-size": "mbs",
         "--global-batch-size": "global_batch",
         "--seq-length": "seq_len",
@@ -165,6 +167,9 @@ def test_the_megatron_table_is_the_mapping_read_backwards() -> None:
         "--fp16": (("precision", "fp16"), ()),
         "--fp8-format": (("precision", "fp8"), ("hybrid", "e4m3")),
         "--recompute-activations": (("recompute", "selective"), ()),  # the older switch
+        # not Layout fields: the layers the pipeline split counts besides the transformer's
+        "--account-for-embedding-in-pipeline-split": (("account_embedding", True), ()),
+        "--account-for-loss-in-pipeline-split": (("account_loss", True), ()),
     }
 
 
@@ -184,6 +189,29 @@ def test_megatron_spellings(text: str, expected: dict[str, Any], tmp_path: Path)
     args = tmp_path / "args.sh"
     args.write_text(text + "\n")
     assert megatron_values(args, LAYERS) == expected
+
+
+@pytest.mark.parametrize(
+    ("layers", "text", "expected"),
+    [
+        # Llama 3 405B: (126 + embedding + loss) / (16 stages x 1 layer) = 8 virtual stages
+        (126, "--pipeline-model-parallel-size 16 --account-for-embedding-in-pipeline-split "
+              "--account-for-loss-in-pipeline-split --num-layers-per-virtual-pipeline-stage 1",
+         {"pp": 16, "vpp": 8}),
+        # the loss alone: (127 + 1) / (16 x 2) = 4
+        (127, "--pipeline-model-parallel-size 16 --account-for-loss-in-pipeline-split "
+              "--num-layers-per-virtual-pipeline-stage 2", {"pp": 16, "vpp": 4}),
+        # Qwen3-235B as Megatron-Bridge runs it on 256 H100s: ep 32 over tp 2 x dp 16, etp 1
+        (94, "--tensor-model-parallel-size 2 --expert-model-parallel-size 32 "
+             "--expert-tensor-parallel-size 1", {"tp": 2, "ep": 32, "etp": 1}),
+    ],
+)  # fmt: skip
+def test_megatron_pipeline_accounting_and_expert_tp(
+    layers: int, text: str, expected: dict[str, Any], tmp_path: Path
+) -> None:
+    args = tmp_path / "args.sh"
+    args.write_text(text + "\n")
+    assert megatron_values(args, layers) == expected
 
 
 def test_an_unknown_fp8_format_is_named(tmp_path: Path) -> None:

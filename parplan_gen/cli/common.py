@@ -27,6 +27,7 @@ LAYOUT_SIZES: tuple[tuple[str, str, int | None], ...] = (
     ("dp", "data-parallel size (default: GPUs / (tp*pp*cp))", None),
     ("cp", "context-parallel size (default 1)", 1),
     ("ep", "expert-parallel size (default 1)", 1),
+    ("etp", "expert-tensor-parallel size, Megatron-LM only (default: tp)", None),
     ("vpp", "model chunks per pipeline rank, interleaved schedule when > 1 (default 1)", 1),
     ("mbs", "micro-batch size (default 1)", 1),
 )

@@ -38,7 +38,9 @@ def layout_line(estimate: Estimate) -> str:
     """`tp=8 pp=12 dp=16 ...` for the non-default parts of a layout."""
     p = estimate.plan
     parts = [f"dp={p.dp}", f"tp={p.tp}", f"pp={p.pp}"]
-    parts += [f"{k}={v}" for k, v in (("cp", p.cp), ("ep", p.ep), ("vpp", p.vpp)) if v > 1]
+    parts += [f"{k}={v}" for k, v in (("cp", p.cp), ("ep", p.ep)) if v > 1]
+    parts += [f"etp={p.etp}"] if p.etp != p.tp else []  # experts' own tensor parallelism
+    parts += [f"vpp={p.vpp}"] if p.vpp > 1 else []
     parts += [f"mbs={p.mbs}", f"grad_accum={p.grad_accum}", f"recompute={p.recompute}"]
     if p.zero_stage:
         parts.append(f"zero={p.zero_stage}")

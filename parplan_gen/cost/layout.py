@@ -1,9 +1,12 @@
 """The parallel layout of one training job, the invariants that make it exist, and the bounds
 of every size a request holds.
 
-A `Layout` is validated once, when it is built: dp·tp·pp·cp = world size and
-global batch = mbs·grad_accum·dp. Nothing downstream re-checks these. Model-dependent limits
-(heads divisible by tp, layers by pp, ...) are constraint rules (rules/constraints/).
+A `Layout` is validated once, when it is built: dp·tp·pp·cp = world size,
+global batch = mbs·grad_accum·dp, and the expert groups (etp·ep ranks) tile the tp·cp·dp ranks
+of a pipeline stage. Nothing downstream re-checks these. Model-dependent limits (heads
+divisible by tp, layers by pp, ...) are constraint rules (rules/constraints/), and how a backend
+forms its expert groups (Megatron-LM folds ep over tp x cp x dp; DeepSpeed-MoE carves it out of
+dp) is its own (planning/backends/).
 
 `SIZE_LIMITS` is the one table of size bounds: the command-line flags, the `--from-*` readers,
 cluster files, the Python API and `Layout` itself check a size against it where it enters, so
@@ -12,7 +15,7 @@ that no search, division or output is ever sized by an absurd number.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,7 +26,7 @@ from parplan_gen.rules.vocabulary import NAMES
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8"]
 
-# GPUs of a cluster, and so any parallel size (dp, tp, pp, cp, ep): ~5x the largest clusters
+# GPUs of a cluster, and so any parallel size (dp, tp, pp, cp, ep, etp): ~5x the largest clusters
 # built (about 200,000 GPUs); bounds the search and the launch files.
 MAX_GPUS = 1 << 20
 # Tokens per sequence: no more than the most positions a model may have.
@@ -38,7 +41,7 @@ MAX_VPP = MAX_LAYERS
 # Field (or flag, without the dashes) -> largest value; every size is at least 1.
 SIZE_LIMITS: dict[str, int] = {
     "gpus": MAX_GPUS,
-    **dict.fromkeys(("dp", "tp", "pp", "cp", "ep"), MAX_GPUS),
+    **dict.fromkeys(("dp", "tp", "pp", "cp", "ep", "etp"), MAX_GPUS),
     "vpp": MAX_VPP,
     **dict.fromkeys(("mbs", "global_batch", "grad_accum"), MAX_GLOBAL_BATCH),
     "seq_len": MAX_SEQ_LEN,
@@ -78,7 +81,15 @@ class Layout(BaseModel):
         1,
         ge=1,
         le=SIZE_LIMITS["ep"],
-        description="Expert-parallel size, carved out of dp (MoE only).",
+        description="Expert-parallel size (MoE only): expert groups of etp x ep ranks tile the "
+        "tp x cp x dp ranks of a stage (Megatron-Core parallel_state).",
+    )
+    etp: int = Field(
+        None,  # type: ignore[assignment]  # filled with tp before validation (_expert_tp)
+        ge=1,
+        le=SIZE_LIMITS["etp"],
+        description="Expert-tensor-parallel size: the tensor parallelism of the expert layers "
+        "(Megatron-LM --expert-tensor-parallel-size; tp when not given).",
     )
     vpp: int = Field(
         1, ge=1, le=SIZE_LIMITS["vpp"], description="Model chunks per pipeline rank (interleaving)."
@@ -107,9 +118,24 @@ class Layout(BaseModel):
         return self.dp * self.tp * self.pp * self.cp
 
     @property
+    def expert_dp(self) -> int:
+        """Expert-data-parallel size: the ranks that hold the same experts and reduce their
+        gradients (Megatron-Core parallel_state: world / (etp * ep * pp))."""
+        return self.tp * self.cp * self.dp // (self.etp * self.ep)
+
+    @property
     def interleaved(self) -> bool:
         """The interleaved 1F1B schedule is in use (more than one chunk per stage)."""
         return self.vpp > 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expert_tp(cls, data: Any) -> Any:
+        # Megatron-LM arguments.py validate_args: expert_tensor_parallel_size defaults to
+        # tensor_model_parallel_size; plan.json files written before etp existed read the same.
+        if isinstance(data, dict) and data.get("etp") is None and "tp" in data:
+            return {**data, "etp": data["tp"]}
+        return data
 
     @model_validator(mode="after")
     def _exists(self) -> Layout:
@@ -118,8 +144,14 @@ class Layout(BaseModel):
                 f"mbs({self.mbs}) * grad_accum({self.grad_accum}) * dp({self.dp}) "
                 f"!= global_batch({self.global_batch})"
             )
-        if self.dp % self.ep:
-            raise ValueError(f"dp({self.dp}) % ep({self.ep}) != 0: ep is carved out of dp")
+        stage = self.tp * self.cp * self.dp
+        if stage % (self.etp * self.ep):
+            # Megatron-Core parallel_state.initialize_model_parallel: "decoder world_size is not
+            # divisible by expert_tensor_model_pipeline_parallel size" (etp * ep * pp)
+            raise ValueError(
+                f"tp({self.tp}) * cp({self.cp}) * dp({self.dp}) = {stage} % "
+                f"(etp({self.etp}) * ep({self.ep})) != 0: the expert groups do not tile a stage"
+            )
         if self.zero_stage and self.distributed_optimizer:
             raise ValueError("choose ZeRO (zero_stage > 0) or the distributed optimizer, not both")
         return self

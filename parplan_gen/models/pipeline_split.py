@@ -2,41 +2,102 @@
 
 The constraint `pipeline.layers_split` (rules/constraints/megatron.yaml) checks it through the
 formula function `pipeline_split_ok`, and megatron_args.sh spells it
-(--decoder-first/last-pipeline-num-layers, --num-layers-per-virtual-pipeline-stage), both by
-calling `stage_layers`, so that a plan the rules accept is the plan the files describe.
+(--decoder-first/last-pipeline-num-layers, --account-for-embedding/loss-in-pipeline-split,
+--num-layers-per-virtual-pipeline-stage), both by calling `pipeline_split`, so that a plan the
+rules accept is the plan the files describe.
 
-An even split when pp * vpp divides the layers. Otherwise (Megatron-LM's uneven stages; Llama 3
-Sec. 3.3.2 put 126 layers on 16 stages this way) every middle stage gets the rounded-up share, a
-multiple of vpp, and the first and last stages share what is left, each a positive multiple of
-vpp and no more than a middle stage, the first the larger half (the last also computes the
-logits and the loss). Megatron-LM transformer_config.py __post_init__
-(num_layers_in_first/last_pipeline_stage: middle layers divisible by the middle stages, every
-stage by the virtual stages).
+The first of these that works, in this order (Megatron-LM core_r0.13, unchanged in core 0.16):
+1. An even split, when pp * vpp divides the layers.
+2. Uneven first and last stages (--decoder-first/last-pipeline-num-layers; Llama 3 Sec. 3.3.2
+   put 126 layers on 16 stages this way): every middle stage gets the rounded-up share, a
+   multiple of vpp, and the first and last stages share what is left, each a positive multiple
+   of vpp and no more than a middle stage, the first the larger half (the last also computes
+   the logits and the loss). transformer_config.py __post_init__
+   (num_layers_in_first/last_pipeline_stage: middle layers divisible by the middle stages,
+   every stage by the virtual stages).
+3. The embedding and the loss counted as one layer each of the split
+   (--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split): both,
+   else the loss alone, else the embedding alone, when the layers plus those divide by pp * vpp.
+   Every virtual stage then holds the same share, and the first (last) virtual stage builds one
+   transformer layer less, possibly none: 126 layers + 2 on pp 16 x vpp 8 is one per virtual
+   stage. transformer_config.py __post_init__ ((layers + accounted) divisible by pp, and its
+   share per rank by vpp; refused together with uneven first/last stages) and
+   transformer_block.py get_num_layers_to_build ("Not enough layers in the first virtual
+   pipeline stage" only below zero).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
 
-def stage_layers(layers: int, pp: int, vpp: int = 1) -> tuple[int, int, int]:
-    """Layers on the (first, each middle, last) pipeline stage; ValueError when impossible."""
-    if layers % (pp * vpp) == 0:
-        return (layers // pp,) * 3  # type: ignore[return-value]
+# (embedding, loss) counted in the split, in the order tried (the loss, an output GEMM over the
+# vocabulary and the softmax, outweighs the embedding lookup).
+ACCOUNTING: tuple[tuple[bool, bool], ...] = ((True, True), (False, True), (True, False))
+
+
+class PipelineSplit(NamedTuple):
+    """Transformer layers on the (first, each middle, last) pipeline stage, and what the first
+    and last stages count besides them."""
+
+    first: int
+    middle: int
+    last: int
+    embedding: bool = False  # the embedding counts as one layer of the split
+    loss: bool = False  # the loss (LM head) counts as one layer of the split
+
+    @property
+    def uneven(self) -> bool:
+        """First/last stages set apart (--decoder-first/last-pipeline-num-layers)."""
+        accounted = self.embedding or self.loss
+        return not accounted and not self.first == self.middle == self.last
+
+    @property
+    def share(self) -> int:
+        """The layers of a middle stage, and so of every stage when the split is even or counts
+        the embedding/loss: what --num-layers-per-virtual-pipeline-stage divides."""
+        return self.middle
+
+
+def pipeline_split(layers: int, pp: int, vpp: int = 1) -> PipelineSplit:
+    """The split of `layers` over pp x vpp stages (module docstring); ValueError when none."""
+    stages = pp * vpp
+    if layers % stages == 0:
+        return PipelineSplit(*(layers // pp,) * 3)
+    uneven = _uneven(layers, pp, vpp)
+    if uneven is not None:
+        return uneven
+    for embedding, loss in ACCOUNTING if pp > 1 else ():
+        counted = layers + embedding + loss
+        if counted % stages == 0:
+            share = counted // pp
+            return PipelineSplit(share - embedding, share, share - loss, embedding, loss)
+    raise ValueError(f"{layers} layers do not split over pp({pp}) x vpp({vpp}) stages")
+
+
+def _uneven(layers: int, pp: int, vpp: int) -> PipelineSplit | None:
     middle = vpp * -(-layers // (pp * vpp))
     edge = layers - middle * (pp - 2)
     last = vpp * (edge // (2 * vpp))
     first = edge - last
     if pp < 2 or last < vpp or first % vpp or first > middle:
-        raise ValueError(f"{layers} layers do not split over pp({pp}) x vpp({vpp}) stages")
+        return None
+    return PipelineSplit(first, middle, last)
+
+
+def stage_layers(layers: int, pp: int, vpp: int = 1) -> tuple[int, int, int]:
+    """Transformer layers on the (first, each middle, last) pipeline stage; ValueError when
+    impossible."""
+    first, middle, last, _, _ = pipeline_split(layers, pp, vpp)
     return first, middle, last
 
 
 def pipeline_split_ok(layers: float, pp: float, vpp: float) -> bool:
-    """Whether `layers` split over pp x vpp stages (`stage_layers` finds a split): the formula
+    """Whether `layers` split over pp x vpp stages (`pipeline_split` finds a split): the formula
     function the rules call. Any argument that is not a whole number >= 1 gives False."""
     if not all(_whole(x) and x >= 1 for x in (layers, pp, vpp)):
         return False
     try:
-        stage_layers(int(layers), int(pp), int(vpp))
+        pipeline_split(int(layers), int(pp), int(vpp))
     except ValueError:
         return False
     return True

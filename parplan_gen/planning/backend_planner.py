@@ -6,7 +6,7 @@ by reason. The candidate space is `search_space`, constraints are rules (`constr
 figures come from the cost model (`estimate`); the planner adds no threshold of its own.
 Advice for a request that nothing fits is `api.advise`.
 
-The search goes structure (dp, tp, pp, cp, ep) -> vpp -> mbs -> memory option. Each layout rule
+The search goes structure (dp, tp, pp, cp, ep, etp) -> vpp -> mbs -> memory option. Each layout rule
 is checked at the first level where every plan name it reads is known, so a broken rule rejects
 a whole subtree at once (counted leaf by leaf). The cost model runs only for candidates that
 pass, memory figures first and the step time only for those that fit. Three prunings rest on
@@ -64,7 +64,8 @@ LEVEL_OF: dict[str, int] = {
 }
 # One candidate of the search: the Layout's plan fields, in order (the rest is the request's).
 _Candidate = namedtuple("_Candidate", PLAN_FIELDS)
-# A candidate's leading fields, as the search fixes them: dp, tp, pp, cp, ep, vpp[, mbs, accum].
+# A candidate's leading fields, as the search fixes them: dp, tp, pp, cp, ep, etp, vpp[, mbs,
+# accum].
 _Prefix = tuple[int, ...]
 _UNSEEN = object()
 
@@ -98,7 +99,8 @@ def ranking_key(
     figures: Mapping[str, float], plan: Sequence[Any], objective: Objective
 ) -> tuple[float, ...]:
     """Objective first, then the other figure, then fewer parallel dimensions."""
-    dims = sum(size > 1 for size in plan[:6])  # dp, tp, pp, cp, ep, vpp
+    dp, tp, pp, cp, ep, _etp, vpp = plan[:7]
+    dims = sum(size > 1 for size in (dp, tp, pp, cp, ep, vpp))  # etp is tensor parallelism
     time, memory = figures["time_step_s"], figures["memory_total"]
     return (time, memory, dims) if objective == "time" else (memory, time, dims)
 

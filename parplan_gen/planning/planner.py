@@ -74,4 +74,5 @@ def _key(estimate: Estimate, objective: Objective, feasible: bool) -> tuple[floa
         return (estimate.memory.total,)
     figures = {"time_step_s": estimate.time.step_s, "memory_total": estimate.memory.total}
     plan = estimate.plan
-    return ranking_key(figures, (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep, plan.vpp), objective)
+    sizes = (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep, plan.etp, plan.vpp)
+    return ranking_key(figures, sizes, objective)

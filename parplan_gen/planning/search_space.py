@@ -1,8 +1,9 @@
 """The planner's candidate space: which layouts exist to be searched, and one request.
 
 This module owns what a candidate is made of and how the sizes are enumerated: every
-dp * tp * pp * cp = world size (ep, for a mixture of experts, a divisor of dp), vpp = 1 or a
-divisor (> 1) of a stage's layers, micro-batch sizes that divide the per-replica batch, and the
+dp * tp * pp * cp = world size (for a mixture of experts, the expert groups etp x ep the
+backend forms: `expert_groups`), vpp = 1 or a divisor (> 1) of a stage's layers (with the
+embedding and the loss counted or not), micro-batch sizes that divide the per-replica batch, and the
 memory options: DeepSpeed ZeRO 0-3 or Megatron's distributed optimizer, recomputation none /
 selective / full, sequence parallelism when tp > 1.
 Which of these may run is for the constraint rules to say, not for this module.
@@ -167,13 +168,15 @@ class Request:
 
 
 class Structure(NamedTuple):
-    """How a candidate splits the GPUs: dp * tp * pp * cp = world size, ep divides dp."""
+    """How a candidate splits the GPUs: dp * tp * pp * cp = world size; etp * ep divides
+    tp * cp * dp (ep divides dp and etp = tp on a backend that carves ep out of dp)."""
 
     dp: int
     tp: int
     pp: int
     cp: int
     ep: int
+    etp: int
 
 
 class MemoryOption(NamedTuple):
@@ -211,20 +214,38 @@ def divisors(n: int) -> list[int]:
 
 
 def structures(world: int, moe: bool, options: SearchOptions) -> Iterator[Structure]:
-    """Every (dp, tp, pp, cp, ep) with dp * tp * pp * cp = world; ep divides dp (MoE only)."""
+    """Every (dp, tp, pp, cp, ep, etp) with dp * tp * pp * cp = world and, for a mixture of
+    experts, the expert groups the backend forms (`expert_groups`)."""
     runs = options.runs
     for tp in divisors(world) if runs.tensor else [1]:
         for pp in divisors(world // tp) if options.pipeline else [1]:
             for cp in divisors(world // (tp * pp)) if runs.context else [1]:
                 dp = world // (tp * pp * cp)
-                for ep in divisors(dp) if moe and runs.experts else (1,):
-                    yield Structure(dp, tp, pp, cp, ep)
+                for ep, etp in expert_groups(dp, tp, cp, options) if moe else ((1, tp),):
+                    yield Structure(dp, tp, pp, cp, ep, etp)
+
+
+def expert_groups(dp: int, tp: int, cp: int, options: SearchOptions) -> list[tuple[int, int]]:
+    """(ep, etp) pairs searched: with expert tensor parallelism (Megatron), etp = tp or 1 and
+    every ep whose etp x ep groups tile the tp x cp x dp ranks of a stage (Megatron-Bridge's
+    Qwen3-235B preset on 256 H100s runs tp 2, ep 32, etp 1 with dp 16); otherwise ep divides
+    dp and etp = tp (DeepSpeed-MoE carves ep out of dp)."""
+    runs = options.runs
+    if not runs.experts:
+        return [(1, tp)]
+    if not runs.expert_tensor:
+        return [(ep, tp) for ep in divisors(dp)]
+    etps = (tp, 1) if tp > 1 else (tp,)
+    return [(ep, etp) for etp in etps for ep in divisors(tp * cp * dp // etp)]
 
 
 def vpp_options(layers: int, pp: int, options: SearchOptions) -> list[int]:
-    """1, and with interleaving every divisor > 1 of a stage's (rounded-up) layer count."""
-    interleave = options.interleave
-    return divisors(-(-layers // pp)) if pp > 1 and interleave else [1]
+    """1, and with interleaving every divisor > 1 of a stage's (rounded-up) layer count, also
+    with the embedding and the loss counted as layers (models/pipeline_split.py ACCOUNTING)."""
+    if pp == 1 or not options.interleave:
+        return [1]
+    shares = {-(-(layers + counted) // pp) for counted in range(3)}
+    return sorted({d for share in shares for d in divisors(share)})
 
 
 def mbs_options(global_batch: int, dp: int) -> list[int]:
@@ -260,12 +281,14 @@ def outside_search(layout: Layout, request: Request) -> str | None:
     if asked != given:
         return f"planned for (GPUs, batch, sequence, precision) {asked}, the layout has {given}"
     options, spec = request.options, request.spec
-    head = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep)
+    head = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp)
     if head not in structures(layout.world_size, spec.is_moe, options):
         if not options.pipeline:
-            return f"(dp, tp, pp, cp, ep) {head} is not searched (graph models: dp and tp only)"
+            return (
+                f"(dp, tp, pp, cp, ep, etp) {head} is not searched (graph models: dp and tp only)"
+            )
         return (
-            f"(dp, tp, pp, cp, ep) {head} is not searched on {options.backend} (ep > 1 needs a "
+            f"(dp, tp, pp, cp, ep, etp) {head} is not searched on {options.backend} (ep > 1 needs a "
             f"mixture of experts; {options.runs.refuses(layout) or 'see docs/backends.md'})"
         )
     if layout.vpp not in vpp_options(request.layers, layout.pp, options):

@@ -27,7 +27,7 @@ from parplan_gen.cost.layout import Layout, plan_values
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.load import MODEL_FACT_NAMES
-from parplan_gen.models.pipeline_split import stage_layers
+from parplan_gen.models.pipeline_split import PipelineSplit, pipeline_split
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping_schema import MappingFile
@@ -169,8 +169,11 @@ class MegatronSpelling:
     # parallelism
     first_stage_layers: int | None  # None: every pipeline stage holds as many layers
     last_stage_layers: int | None
+    account_embedding: bool  # the embedding counts as a layer of the pipeline split
+    account_loss: bool  # the loss counts as a layer of the pipeline split
     layers_per_virtual_stage: int | None
     virtual_stages_per_rank: int | None
+    expert_tensor_parallel_size: int | None  # None: the experts' tensor parallelism is tp
     distributed_optimizer: bool
     overlap_param_gather: bool
     one_cuda_connection: bool
@@ -228,18 +231,27 @@ def _megatron_parallel(
     spec: ModelSpec, layout: Layout, cluster: Cluster, mapping: MappingFile, known: dict[str, Any]
 ) -> dict[str, Any]:
     """How the layout is spelled in Megatron-LM arguments, by its validate_args rules."""
-    first, middle, last = _stage_split(spec, layout)
-    uneven, interleaved = not first == middle == last, layout.vpp > 1
+    split = _stage_split(spec, layout)
+    uneven, interleaved = split.uneven, layout.vpp > 1
     # Optimizer states sharded over dp, as the cost model counts them (written only for a
     # layout Megatron-LM runs, plan_files.backend_runs: ZeRO 0, so the distributed optimizer).
     dist_opt = bool(rule_value(OPTIMIZER_SHARDED, layout))
     exempt = mapping.nccl.one_connection_exempt_architectures
     return {
-        "first_stage_layers": first if uneven else None,
-        "last_stage_layers": last if uneven else None,
-        # Uneven stages take the virtual stages per rank; even ones the layers per virtual stage.
-        "layers_per_virtual_stage": middle // layout.vpp if interleaved and not uneven else None,
+        "first_stage_layers": split.first if uneven else None,
+        "last_stage_layers": split.last if uneven else None,
+        "account_embedding": split.embedding,
+        "account_loss": split.loss,
+        # Uneven stages take the virtual stages per rank; the others the layers per virtual
+        # stage, of the stage's share with the embedding/loss counted (arguments.py).
+        "layers_per_virtual_stage": split.share // layout.vpp
+        if interleaved and not uneven
+        else None,
         "virtual_stages_per_rank": layout.vpp if interleaved and uneven else None,
+        # arguments.py validate_args: --expert-tensor-parallel-size defaults to tp.
+        "expert_tensor_parallel_size": layout.etp
+        if spec.is_moe and layout.etp != layout.tp
+        else None,
         "distributed_optimizer": dist_opt,
         # --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce.
         "overlap_param_gather": dist_opt and bool(known["comm.overlap_grad_reduce"]),
@@ -291,11 +303,11 @@ def _builtin_formula(name: str) -> Callable[[Mapping[str, Any]], object]:
     return load_rules().library.compile(name, where, "estimate").evaluate
 
 
-def _stage_split(spec: ModelSpec, layout: Layout) -> tuple[int, int, int]:
-    """Layers on the (first, each middle, last) pipeline stage: the split the constraint
+def _stage_split(spec: ModelSpec, layout: Layout) -> PipelineSplit:
+    """How the layers sit on the pipeline stages: the split the constraint
     `pipeline.layers_split` checks (models/pipeline_split.py, its one home)."""
     try:
-        return stage_layers(spec.num_layers, layout.pp, layout.vpp)
+        return pipeline_split(spec.num_layers, layout.pp, layout.vpp)
     except ValueError as exc:
         raise RenderError(f"{exc} (constraint pipeline.layers_split)") from None
 

@@ -22,10 +22,14 @@ from parplan_gen.render.mapping import LoadedMapping
 from parplan_gen.render.mapping_schema import MegatronArg, Scalar
 
 LAYERS_PER_VIRTUAL_STAGE = "layers_per_virtual_stage"  # not a Layout field: read as vpp
+# Not Layout fields either: layers the pipeline split counts besides the transformer's, which
+# --num-layers-per-virtual-pipeline-stage divides with them (arguments.py validate_args).
+ACCOUNTED_LAYERS = ("account_embedding", "account_loss")
 # Canonical keys, besides plan.<Layout field>, whose value is a layout field's (render/facts.py).
 FIELD_OF_KEY = {
     "megatron.virtual_stages_per_rank": "vpp",
     "megatron.layers_per_virtual_stage": LAYERS_PER_VIRTUAL_STAGE,
+    "megatron.expert_tensor_parallel_size": "etp",
     "deepspeed.zero_stage": "zero_stage",
 }
 # Canonical keys that, at one value, set a layout field (how render/facts.py derives them).
@@ -35,6 +39,8 @@ FIELD_OF_FACT: dict[str, dict[Scalar, tuple[str, Any]]] = {
     "train.bf16": {True: ("precision", "bf16")},
     "train.fp16": {True: ("precision", "fp16")},
     "train.fp8": {True: ("precision", "fp8")},
+    "megatron.account_embedding": {True: (ACCOUNTED_LAYERS[0], True)},
+    "megatron.account_loss": {True: (ACCOUNTED_LAYERS[1], True)},
     # DeepSpeed PipelineModule activation_checkpoint_interval 1: every layer is recomputed.
     "deepspeed.pipeline_checkpoint_interval": {1: ("recompute", "full")},
 }

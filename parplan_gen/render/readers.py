@@ -21,6 +21,7 @@ from parplan_gen.inputs.source import Document, load_document
 from parplan_gen.models.transformer import MAX_LAYERS
 from parplan_gen.render.mapping import MAPPING_FILE, LoadedMapping, load_mapping
 from parplan_gen.render.mapping_inverse import (
+    ACCOUNTED_LAYERS,
     LAYERS_PER_VIRTUAL_STAGE,
     DeepSpeedKey,
     MegatronFlag,
@@ -162,15 +163,16 @@ def megatron_values(
     if out.get("tp", 1) == 1:  # Megatron-LM validate_args: "Disabling sequence parallelism
         out.pop("sequence_parallel", None)  # because tensor model parallelism is disabled"
     per_chunk = out.pop(LAYERS_PER_VIRTUAL_STAGE, None)
+    counted = num_layers + sum(bool(out.pop(name, False)) for name in ACCOUNTED_LAYERS)
     if per_chunk is not None:
         stages = out.get("pp", 1)
-        if num_layers % (stages * per_chunk):
+        if counted % (stages * per_chunk):
             raise InputError(
-                f"--num-layers-per-virtual-pipeline-stage {per_chunk}: {num_layers} layers do not "
+                f"--num-layers-per-virtual-pipeline-stage {per_chunk}: {counted} layers do not "
                 f"divide by pp({stages}) x {per_chunk}",
                 SourceRef(str(path)),
             )
-        out["vpp"] = num_layers // (stages * per_chunk)
+        out["vpp"] = counted // (stages * per_chunk)
     return out
 
 

@@ -103,6 +103,7 @@ def _layout_rows(e: Estimate, unit: str) -> list[list[str]]:
         ["virtual stages per rank (vpp)", str(p.vpp)],
         ["context parallel (cp)", str(p.cp)],
         ["expert parallel (ep)", str(p.ep)],
+        *([["expert tensor parallel (etp)", str(p.etp)]] if p.etp != p.tp else []),
         ["micro-batch (mbs)", str(p.mbs)],
         ["gradient accumulation", str(p.grad_accum)],
         ["global batch", f"{p.global_batch:,} {each}"],

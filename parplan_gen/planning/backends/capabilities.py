@@ -28,6 +28,9 @@ class Capabilities:
     experts: bool  # ep > 1
     sequence_parallel: bool  # Megatron-style sequence parallelism with tp
     recompute: tuple[str, ...]  # recomputation modes it can be told to run
+    # Expert groups folded over tp x cp x dp with their own tensor parallelism (Megatron-Core
+    # parallel_state: etp x ep x expert-dp); False: ep is carved out of dp and etp = tp.
+    expert_tensor: bool = False
 
     @property
     def ref(self) -> BackendRef:
@@ -46,6 +49,10 @@ class Capabilities:
         for field, size, runs, what in sizes:
             if size > 1 and not runs:
                 return f"{self.title} has no {what} ({field} {size})"
+        if not self.expert_tensor and layout.dp % layout.ep:
+            return f"{self.title} carves ep out of dp: dp({layout.dp}) % ep({layout.ep}) != 0"
+        if not self.expert_tensor and layout.etp != layout.tp:
+            return f"{self.title} has no expert tensor parallelism of its own (etp {layout.etp})"
         if layout.sequence_parallel and not self.sequence_parallel:
             return f"{self.title} has no Megatron-style sequence parallelism"
         if (layout.zero_stage, layout.distributed_optimizer) not in self.optimizers:

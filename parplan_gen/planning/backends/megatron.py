@@ -1,6 +1,7 @@
 """Megatron-LM / Megatron-Core (templates/megatron/core_r0.13): TP with sequence parallelism,
-PP with 1F1B and interleaving, CP, EP, and the distributed optimizer for optimizer-state
-sharding (ZeRO-1-like). It has no ZeRO-2/3 style sharding outside Megatron-FSDP, which
+PP with 1F1B and interleaving, CP, EP folded over TP x CP x DP with its own expert-tensor
+parallelism (parallel_state.initialize_model_parallel), and the distributed optimizer for
+optimizer-state sharding (ZeRO-1-like). It has no ZeRO-2/3 style sharding outside Megatron-FSDP, which
 parplan does not plan yet: `rules/constraints/megatron.yaml` refuses those layouts."""
 
 from __future__ import annotations
@@ -19,4 +20,5 @@ MEGATRON = Capabilities(
     experts=True,
     sequence_parallel=True,
     recompute=("none", "selective", "full"),
+    expert_tensor=True,
 )
