@@ -11,17 +11,13 @@ this machine's loopback.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 import parplan_gen
 
 from consumer_support import consumer
+from launch_support import launch_two_cpu_ranks
 
 TRAIN = """\
 import contextlib, json, sys
@@ -60,12 +56,6 @@ dist.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_rendered_torchrun_launcher_trains_two_cpu_ranks_over_gloo(tmp_path):
     consumer("torch.distributed.run")  # torchrun
@@ -76,20 +66,11 @@ def test_rendered_torchrun_launcher_trains_two_cpu_ranks_over_gloo(tmp_path):
     assert (chosen.dp, chosen.tp, chosen.pp) == (8, 1, 1)  # a plan plain DDP runs
     script, result = tmp_path / "train.py", tmp_path / "result.json"
     script.write_text(TRAIN, encoding="utf-8")
-    env = dict(
-        os.environ,
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-        NNODES="1",
-        NPROC_PER_NODE="2",
-        OMP_NUM_THREADS="1",
+    run = launch_two_cpu_ranks(
+        folder / "launch_torchrun.sh",
+        [str(script), str(folder / "ds_config.json"), str(result)],
+        timeout=120,
     )
-    run = subprocess.run(
-        ["bash", str(folder / "launch_torchrun.sh"), str(script), str(folder / "ds_config.json"),
-         str(result)],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     ds = json.loads((folder / "ds_config.json").read_text(encoding="utf-8"))
     mbs, accum = ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]

@@ -2,7 +2,8 @@
 training (`tensor_parallel.autotp_size`, ZeRO <= 2), DeepSpeed-MoE (not with ZeRO-3) and the
 pipeline engine (ZeRO <= 1). No Megatron-style sequence parallelism, no ring context
 parallelism and no interleaved pipeline schedule; `rules/constraints/deepspeed.yaml` holds the
-refusals with their sources."""
+refusals with their sources. Ulysses sequence parallelism (`sequence_parallel_size`, a ds_config
+key from v0.17.0) and ZeRO-Offload/Infinity are not planned: docs/backends.md says why."""
 
 from __future__ import annotations
 

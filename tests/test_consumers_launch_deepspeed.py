@@ -1,0 +1,88 @@
+"""The rendered DeepSpeed files start a real DeepSpeed engine (issue 13, item 4, beyond
+parsing): launch_torchrun.sh of a DeepSpeed ZeRO-3 plan runs torchrun with 2 CPU processes, and
+a tiny training script hands the rendered ds_config.json to `deepspeed.initialize` unchanged,
+on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu), for two optimizer steps.
+
+DeepSpeed's CPU accelerator talks oneCCL when `oneccl_bindings_for_pytorch` is installed and
+falls back to gloo otherwise (accelerator/cpu_accelerator.py, CPU_Accelerator.__init__); the
+script asks for gloo, so nothing beyond the `consumers` extra is needed. The plan is made for 2
+GPUs so that DeepSpeed's batch assertion (train_batch_size == micro batch x accumulation x
+data-parallel ranks, deepspeed/runtime/config.py _batch_assertion) holds on the 2 processes
+as rendered; MASTER_ADDR/MASTER_PORT point the rendezvous at this machine's loopback.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import parplan_gen
+
+from consumer_support import consumer
+from launch_support import launch_two_cpu_ranks
+
+TRAIN = """\
+import json, sys
+import torch, torch.distributed as dist
+import deepspeed
+from deepspeed.accelerator import get_accelerator
+
+deepspeed.init_distributed(dist_backend="gloo")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)  # ZeRO refuses SGD untold (zero_allow_untested_optimizer)
+engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=sys.argv[1])
+dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.float32
+mbs = engine.train_micro_batch_size_per_gpu()
+samples, micro = 0, 0
+while engine.global_steps < 2:
+    data = torch.Generator().manual_seed(10 * micro + engine.global_rank)
+    x = torch.randn(mbs, 8, generator=data).to(dtype)
+    loss = ((engine(x).float() - x.float().sum(1, keepdim=True)) ** 2).mean()
+    engine.backward(loss)
+    engine.step()
+    samples, micro = samples + mbs, micro + 1
+total = torch.tensor([float(samples)])
+dist.all_reduce(total)
+if engine.global_rank == 0:
+    json.dump({"accelerator": get_accelerator().device_name(), "world": engine.world_size,
+               "zero_stage": int(engine.zero_optimization_stage()),
+               "steps": engine.global_steps, "micro_steps": micro, "samples": int(total.item()),
+               "loss_finite": bool(torch.isfinite(loss))},
+              open(sys.argv[2], "w"))
+"""
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_rendered_ds_config_starts_the_deepspeed_engine_on_two_cpu_ranks(tmp_path):
+    consumer("deepspeed")
+    consumer("torch.distributed.run")  # torchrun
+    folder = tmp_path / "plan"
+    plan = parplan_gen.plan("llama-3-8b", {"gpus": 2, "gpu": "h100"}, global_batch=8, seq_len=1024)
+    plan.write(folder)
+    chosen = plan.document.chosen
+    layout = chosen.plan
+    # a ZeRO-3 data-parallel plan on DeepSpeed: 8 = mbs 1 x accumulation 4 x dp 2
+    assert chosen.backend.name == "deepspeed"
+    assert (layout.dp, layout.tp, layout.pp, layout.zero_stage) == (2, 1, 1, 3)
+    assert (layout.mbs, layout.grad_accum) == (1, 4)
+    script, result = tmp_path / "train.py", tmp_path / "result.json"
+    script.write_text(TRAIN, encoding="utf-8")
+    run = launch_two_cpu_ranks(
+        folder / "launch_torchrun.sh",
+        [str(script), str(folder / "ds_config.json"), str(result)],
+        timeout=240,
+        DS_ACCELERATOR="cpu",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    # 2 optimizer steps of 4 micro-batches on each rank; 2 steps x global batch 8 samples
+    assert json.loads(result.read_text()) == {
+        "accelerator": "cpu",
+        "world": 2,
+        "zero_stage": 3,
+        "steps": 2,
+        "micro_steps": 8,
+        "samples": 16,
+        "loss_finite": True,
+    }
