@@ -66,6 +66,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def launch(folder: Path, *argv: Path) -> subprocess.CompletedProcess[str]:
+    """Run the folder's launch_torchrun.sh with `argv` as 2 CPU ranks on this machine."""
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        NNODES="1",
+        NPROC_PER_NODE="2",
+        OMP_NUM_THREADS="1",
+    )
+    return subprocess.run(
+        ["bash", str(folder / "launch_torchrun.sh"), *map(str, argv)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_rendered_torchrun_launcher_trains_two_cpu_ranks_over_gloo(tmp_path):
     consumer("torch.distributed.run")  # torchrun
@@ -76,20 +93,7 @@ def test_rendered_torchrun_launcher_trains_two_cpu_ranks_over_gloo(tmp_path):
     assert (chosen.dp, chosen.tp, chosen.pp) == (8, 1, 1)  # a plan plain DDP runs
     script, result = tmp_path / "train.py", tmp_path / "result.json"
     script.write_text(TRAIN, encoding="utf-8")
-    env = dict(
-        os.environ,
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-        NNODES="1",
-        NPROC_PER_NODE="2",
-        OMP_NUM_THREADS="1",
-    )
-    run = subprocess.run(
-        ["bash", str(folder / "launch_torchrun.sh"), str(script), str(folder / "ds_config.json"),
-         str(result)],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    run = launch(folder, script, folder / "ds_config.json", result)
     assert run.returncode == 0, run.stderr[-3000:]
     ds = json.loads((folder / "ds_config.json").read_text(encoding="utf-8"))
     mbs, accum = ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
