@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "__version__", "analyze", "check", "estimate", "load_graph", "load_rules", "plan", "propose",
+    "__version__", "analyze", "check", "estimate", "load_graph", "load_rules", "plan",
+    "plan_all_backends", "propose",
 ]  # fmt: skip
 
 if TYPE_CHECKING:
-    from parplan_gen.api import check, estimate, plan
+    from parplan_gen.api import check, estimate, plan, plan_all_backends
     from parplan_gen.models.graph import load_graph
     from parplan_gen.rules.engine import analyze, propose
     from parplan_gen.rules.ruleset import load_rules
@@ -38,6 +39,7 @@ _LAZY = {
     "load_graph": "parplan_gen.models.graph",
     "load_rules": "parplan_gen.rules.ruleset",
     "plan": "parplan_gen.api",
+    "plan_all_backends": "parplan_gen.api",
     "estimate": "parplan_gen.api",
     "check": "parplan_gen.api",
 }

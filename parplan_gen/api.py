@@ -188,6 +188,25 @@ def plan(
     )  # fmt: skip
 
 
+def plan_all_backends(model: Any, cluster: Any, **request: Any) -> dict[str, Plan | str]:
+    """`plan` per backend of `backend` (default any), each search restricted to it (`plan
+    --all-backends`): backend -> its own best plan (labelled `best_on` it), or why none runs."""
+    spec, found = load_model(model), {}
+    for name in backends_for(spec, request.pop("backend", ANY_BACKEND)):
+        try:
+            one = plan(spec, cluster, backend=name, **request)
+        except PlanError as exc:
+            found[name] = exc.message
+            continue
+        memory, label = one.chosen.memory, {"best_on": name}
+        found[name] = (
+            one.model_copy(update={"document": one.document.model_copy(update=label)})
+            if one.feasible else f"nothing fits (the closest layout needs {memory.total / GIB:.1f}"
+            f" GiB per GPU of {memory.capacity / GIB:.1f})"
+        )  # fmt: skip
+    return found
+
+
 def advise(planner: Planner, request: Request, result: SearchResult) -> list[Advice]:
     """For an infeasible result: each single change to the closest candidate on its backend,
     re-estimated, then the first multiple of the GPUs at which a plan fits."""

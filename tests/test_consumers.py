@@ -1,7 +1,9 @@
 """Rendered files against the real upstream code (issue 13, item 4): every ds_config.json goes
-through DeepSpeed's DeepSpeedConfig and every megatron_args.sh through Megatron-Core's
+through DeepSpeed's DeepSpeedConfig, every megatron_args.sh through Megatron-Core's
 TransformerConfig, DistributedDataParallelConfig, OptimizerConfig, parallel_state and
-num-microbatches calculator (tests/consumer_deepspeed.py, tests/consumer_megatron.py). A file the
+num-microbatches calculator, and every torchtitan_run.sh of the planned scenarios through
+torchtitan's own config classes and ParallelDims (tests/consumer_deepspeed.py,
+tests/consumer_megatron.py, tests/consumer_torchtitan.py). A file the
 real code refuses fails with that code's message; an accepted file must read back as the plan's
 layout.
 
@@ -21,6 +23,7 @@ import json
 from pathlib import Path
 from typing import NoReturn
 
+import consumer_torchtitan
 import pytest
 from test_render import rendered_cases
 
@@ -117,7 +120,11 @@ def plan_folder(tmp_path_factory: pytest.TempPathFactory):
 CASES = (*PLANNED, *PINNED, *RENDERED)
 TRANSFORMER_CASES = tuple(name for name in CASES if name != "graph_channel_parallel")
 # The backend whose file each consumer reads.
-BACKEND_OF_FILE = {"ds_config.json": "deepspeed", "megatron_args.sh": "megatron"}
+BACKEND_OF_FILE = {
+    "ds_config.json": "deepspeed",
+    "megatron_args.sh": "megatron",
+    "torchtitan_run.sh": "torchtitan",
+}
 
 
 def _written(folder: Path, file: str) -> bool:
@@ -181,6 +188,20 @@ def test_megatron_args_read_back_as_the_plans_layout_and_model(name, plan_folder
     assert mismatches(consumer_megatron.layout_read(reading), plan) == []
     assert mismatches(consumer_megatron.model_read(reading), model_of(folder)) == []
     assert consumer_megatron.sharding_read(reading) == sharding(plan)
+
+
+@pytest.mark.parametrize("name", PLANNED)
+def test_torchtitan_accepts_torchtitan_run_as_the_plans_layout(name, plan_folder):
+    folder = plan_folder(name)
+    plan, gpus = plan_of(folder)
+    path = folder / "torchtitan_run.sh"
+    if not _written(folder, path.name):
+        return
+    try:
+        reading = consumer_torchtitan.torchtitan_reading(path, gpus)
+    except REFUSALS as exc:
+        _refused("torchtitan", path, exc)
+    assert mismatches(consumer_torchtitan.layout_read(reading), plan) == []
 
 
 def test_the_consumers_are_the_pinned_releases():
@@ -253,6 +274,6 @@ def test_the_chosen_backends_file_is_written(name, plan_folder):
     document = json.loads((folder / "plan.json").read_text(encoding="utf-8"))
     chosen = document["chosen"]["backend"]["name"]
     assert document["backends"][chosen] is None
-    files = {"megatron": "megatron_args.sh", "deepspeed": "ds_config.json"}
+    files = {backend: file for file, backend in BACKEND_OF_FILE.items()}
     if chosen in files:
         assert (folder / files[chosen]).exists()

@@ -2,20 +2,15 @@
 written, read back (`check --from-torchtitan`) to the plan's layout, and its overrides are
 accepted by torchtitan 0.3.0's own config classes and ParallelDims.
 
-The consumer: torchtitan's ConfigManager loads the config function first, and importing a
-config_registry imports the trainer (triton ~1 GB, datasets, torchdata...), too heavy for CI.
-So the test parses the overrides as ConfigManager.parse_args does after loading: tyro.cli with
-ConfigManager's own tyro registry, over torchtitan's own sections (TrainingConfig,
-ParallelismConfig, ActivationCheckpointingConfig), checks Trainer.Config.__post_init__'s
-pipeline conditions, and builds ParallelDims.from_config (its _validate needs no GPU)."""
+The consumer (tests/consumer_torchtitan.py, shared with test_consumers.py) parses the overrides
+with torchtitan's own config classes and builds its ParallelDims."""
 
 from __future__ import annotations
 
-import dataclasses
-import shlex
 from pathlib import Path
 from typing import Any
 
+import consumer_torchtitan
 import pytest
 
 import parplan_gen
@@ -24,7 +19,7 @@ from parplan_gen.inputs.errors import InputError
 from parplan_gen.render.mapping import load_mapping
 from parplan_gen.render.torchtitan_reader import torchtitan_values
 
-from consumer_support import consumer
+from consumer_support import mismatches
 
 MAPPING = Path(parplan_gen.__file__).parent.parent / "templates" / "mapping.yaml"
 CASES = [  # model, GPUs, global batch, seq len
@@ -44,13 +39,6 @@ def _planned(tmp_path: Path, model: str, gpus: int, batch: int, seq: int) -> tup
     )
     plan.write(tmp_path / "plan")
     return plan, tmp_path / "plan" / "torchtitan_run.sh"
-
-
-def _args(script: Path) -> list[str]:
-    """The torchtitan arguments the script passes: its TORCHTITAN_ARGS and the subcommand."""
-    text = script.read_text(encoding="utf-8")
-    block = text.split("TORCHTITAN_ARGS=(", 1)[1].split(")", 1)[0]
-    return [*shlex.split(block), shlex.split(text.rstrip().splitlines()[-1])[-1]]
 
 
 @pytest.mark.parametrize(("model", "gpus", "batch", "seq"), CASES)
@@ -83,52 +71,7 @@ def test_hsdp_is_refused_by_the_reader(tmp_path: Path) -> None:
 def test_torchtitan_parses_the_overrides(
     tmp_path: Path, model: str, gpus: int, batch: int, seq: int
 ) -> None:
-    tyro = consumer("tyro")
-    manager = consumer("torchtitan.config.manager")
-    configs = consumer("torchtitan.config.configs")
-    ac = consumer("torchtitan.distributed.activation_checkpoint")
-    dims = consumer("torchtitan.distributed.parallel_dims")
     plan, script = _planned(tmp_path, model, gpus, batch, seq)
-    layout = plan.chosen.plan
-    args = _args(script)
-    # ConfigManager._load_config: --module and --config name a config function.
-    i, j = args.index("--module"), args.index("--config")
-    registry = Path(manager.__file__).parent.parent / "models" / args[i + 1] / "config_registry.py"
-    assert f"def {args[j + 1]}() -> Trainer.Config:" in registry.read_text(encoding="utf-8")
-    rest = [a for n, a in enumerate(args) if n not in (i, i + 1, j, j + 1)]
-
-    field = dataclasses.field
-    sections = dataclasses.make_dataclass(  # the parts of Trainer.Config the overrides set
-        "Sections",
-        [
-            ("training", configs.TrainingConfig, field(default_factory=configs.TrainingConfig)),
-            (
-                "parallelism",
-                configs.ParallelismConfig,
-                field(default_factory=configs.ParallelismConfig),
-            ),
-            (
-                "activation_checkpoint",
-                ac.ActivationCheckpointingConfig,
-                field(default_factory=ac.SelectiveAC.Config),
-            ),
-        ],
-    )
-    manager.ConfigManager()  # registers its tyro rules
-    parsed = tyro.cli(sections, args=rest, default=sections(), registry=manager.custom_registry)
-    par, train = parsed.parallelism, parsed.training
-    # Trainer.Config.__post_init__ and _validate_cuda_graphs with pp > 1.
-    if par.pipeline_parallel_degree > 1:
-        assert train.local_batch_size % par.pipeline_parallel_microbatch_size == 0
-        assert train.disable_cuda_graphs
-    built = dims.ParallelDims.from_config(par, gpus)
-    assert (built.dp_replicate * built.dp_shard, built.tp, built.pp, built.cp, built.ep) == (
-        layout.dp, layout.tp, layout.pp, layout.cp, layout.ep,
-    )  # fmt: skip
-    # trainer.py: accumulation = global / (local x dp); pp splits the local batch.
-    micro = par.pipeline_parallel_microbatch_size if layout.pp > 1 else train.local_batch_size
-    steps = train.global_batch_size // (train.local_batch_size * layout.dp)
-    pp_micro = train.local_batch_size // micro if layout.pp > 1 else 1
-    assert (micro, steps * pp_micro, train.seq_len) == (layout.mbs, layout.grad_accum, seq)
-    recompute = {ac.SelectiveAC.Config: "selective", ac.FullAC.Config: "full", type(None): "none"}
-    assert recompute[type(parsed.activation_checkpoint)] == layout.recompute
+    layout = plan.chosen.plan.model_dump()
+    read = consumer_torchtitan.layout_read(consumer_torchtitan.torchtitan_reading(script, gpus))
+    assert mismatches(read, {**layout, "seq_len": seq}) == []

@@ -63,6 +63,12 @@ def add_plan_commands(sub: Any) -> None:
     plan.add_argument("--top", type=positive_int, default=5, metavar="K", help="candidates shown")
     plan.add_argument("--json", action="store_true", help="print JSON (the plan contract)")
     plan.add_argument(
+        "--all-backends",
+        action="store_true",
+        help="each backend's own best plan (the search restricted to it), in DIR/<backend>/ "
+        "with --out; a backend that runs nothing gets no folder and the view says why",
+    )
+    plan.add_argument(
         "--out",
         type=out_folder,
         metavar="DIR",
@@ -114,21 +120,28 @@ def _add_request_options(parser: argparse.ArgumentParser) -> None:
 # ---- plan --------------------------------------------------------------------------------------
 
 
+def plan_request(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of `api.plan` that `parplan plan`'s flags give."""
+    return {
+        "global_batch": args.global_batch,
+        "seq_len": args.seq_len,
+        "precision": args.precision,
+        "objective": args.objective,
+        "top": args.top,
+        "flash_attention": not args.no_flash_attention,
+        "backend": args.backend or "any",
+        "rules": args.rules,
+    }
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from parplan_gen.api import plan
 
-    result = plan(
-        args.model,
-        cluster_from_args(args),
-        global_batch=args.global_batch,
-        seq_len=args.seq_len,
-        precision=args.precision,
-        objective=args.objective,
-        top=args.top,
-        flash_attention=not args.no_flash_attention,
-        backend=args.backend or "any",
-        rules=args.rules,
-    )
+    if args.all_backends:
+        from parplan_gen.cli.plan_all import cmd_plan_all
+
+        return cmd_plan_all(args)
+    result = plan(args.model, cluster_from_args(args), **plan_request(args))
     if args.out:
         if not result.feasible:
             raise _nothing_fits(result, args.out)

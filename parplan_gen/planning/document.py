@@ -24,6 +24,7 @@ from parplan_gen.inputs.safe_text import NOT_PLAIN_NAME, is_plain, printable
 from parplan_gen.inputs.source import KeyPath, format_path, load_document
 from parplan_gen.inputs.validation import validate
 from parplan_gen.models.graph_model import AnyModelSpec
+from parplan_gen.models.kind import BackendName
 from parplan_gen.rules.engine import Proposal
 
 FORMAT_VERSION = 1
@@ -78,6 +79,11 @@ class PlanDocument(BaseModel):
         "plan.json written before plans named their backend: only the chosen backend's files.",
     )
     render: RenderOptions = Field(default_factory=RenderOptions)
+    best_on: BackendName | None = Field(
+        None,
+        description="Set by `plan --all-backends`: the search was restricted to this backend, "
+        "so this is its own best plan, not necessarily the overall best. Absent when unset.",
+    )
 
     @field_serializer("rejected")
     def _by_reason(self, rejected: dict[str, int]) -> dict[str, int]:
@@ -163,11 +169,11 @@ class PlanDocument(BaseModel):
             "chosen": self.chosen.contract(),
             "candidates": [c.contract() for c in self.candidates],
             "rejected": dict(self.rejected),
-        }
+        } | ({} if self.best_on is None else {"best_on": self.best_on})
 
     def to_json(self) -> str:
         """plan.json's text: the same document always gives the same bytes."""
-        data = self.model_dump(mode="json")
+        data = self.model_dump(mode="json", exclude={"best_on"} if self.best_on is None else None)
         bad = next(_non_finite(data), None)
         if bad is not None:
             raise PlanDocumentError(

@@ -50,7 +50,7 @@ class Planner:
             rejected.update(part.rejected)
         feasible = any(part.feasible and part.candidates for part in found)
         pool = [
-            (_key(c, request.objective, feasible), order.index(c.backend.name), c)  # type: ignore[union-attr]
+            (candidate_rank(c, request.objective, feasible), order.index(c.backend.name), c)  # type: ignore[union-attr]
             for part in found
             if part.feasible == feasible
             for c in part.candidates
@@ -67,7 +67,7 @@ class Planner:
         )  # fmt: skip
 
 
-def _key(estimate: Estimate, objective: Objective, feasible: bool) -> tuple[float, ...]:
+def candidate_rank(estimate: Estimate, objective: Objective, feasible: bool) -> tuple[float, ...]:
     """The rank of a candidate among every backend's: a backend's own order when they fit,
     the least memory first when nothing fits."""
     if not feasible:

@@ -219,6 +219,7 @@ def build_context(
         "backend": {
             "title": BACKENDS[chosen_backend.name].title if chosen_backend else "not named",
             "version": chosen_backend.version if chosen_backend else "",
+            "best_on": BACKENDS[doc.best_on].title if doc.best_on else "",
             "not_written": [
                 f"{BACKEND_FILES[b]}: not written, {BACKENDS[b].title} does not run this "
                 f"layout ({why})"

@@ -1,0 +1,122 @@
+"""The rendered launcher starts a real FSDP2 job (issue 13, item 4): torchtitan's ZeRO-3 plan
+(FSDP2 full sharding over every data-parallel rank) for Llama 3 8B on 8 H100s. Its
+launch_torchrun.sh runs torchrun with 2 CPU processes over gloo; a tiny training script wraps a
+tiny model with torch.distributed.fsdp.fully_shard (FSDP2, which torch 2.13 runs on CPU over
+gloo), takes its micro-batch, gradient accumulation and clipping from the rendered
+ds_config.json (the same layout, DeepSpeed ZeRO-3), and trains two optimizer steps.
+
+What is checked: torchtitan's own reading of torchtitan_run.sh (tests/consumer_torchtitan.py) is
+a full shard over the plan's 8 ranks with the same batch settings as ds_config.json; each
+parameter ends as a DTensor sharded on dim 0 whose local shards add up to the whole model; the
+gathered parameters are equal on both ranks and equal an unsharded copy trained on both ranks'
+batches (FSDP2's reduce-scatter averages the gradients, as data parallelism must).
+"""
+
+from __future__ import annotations
+
+import json
+
+import consumer_torchtitan
+import pytest
+
+import parplan_gen
+
+from consumer_support import consumer
+from launch_support import launch_two_cpu_ranks
+
+TRAIN = """\
+import copy, json, sys
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+config = json.load(open(sys.argv[1]))
+mbs, accum = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
+clip = config["gradient_clipping"]
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+reference = copy.deepcopy(model)  # unsharded: trained on every rank's batches, as one
+for layer in (model[0], model[2]):
+    fully_shard(layer)
+fully_shard(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.01)
+
+def batch(step, micro, r):
+    data = torch.Generator().manual_seed(10_000 * step + 10 * micro + r)
+    x = torch.randn(mbs, 8, generator=data)
+    return x, x.sum(1, keepdim=True)
+
+samples = torch.zeros(1)
+for step in range(2):
+    for micro in range(accum):
+        model.set_requires_gradient_sync(micro == accum - 1)
+        x, y = batch(step, micro, rank)
+        (((model(x) - y) ** 2).mean() / accum).backward()
+        samples += mbs
+        for r in range(world):
+            x, y = batch(step, micro, r)
+            (((reference(x) - y) ** 2).mean() / (accum * world)).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), clip)
+    optimizer.step()
+    optimizer.zero_grad()
+    ref_optimizer.step()
+    ref_optimizer.zero_grad()
+params = list(model.parameters())
+sharded = all(isinstance(p, DTensor) and p.placements[0].is_shard(0) for p in params)
+local = torch.tensor([sum(p.to_local().numel() for p in params)])
+dist.all_reduce(local)
+full = torch.cat([p.full_tensor().flatten() for p in params])
+replicas = [torch.zeros_like(full) for _ in range(world)]
+dist.all_gather(replicas, full)
+expected = torch.cat([p.detach().flatten() for p in reference.parameters()])
+dist.all_reduce(samples)
+if rank == 0:
+    json.dump({"world": world, "samples": int(samples.item()), "sharded": sharded,
+               "shard_elements": int(local.item()), "elements": full.numel(),
+               "replicas_equal": all(torch.equal(r, full) for r in replicas),
+               "matches_unsharded": bool(torch.allclose(full, expected, atol=1e-6))},
+              open(sys.argv[2], "w"))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_rendered_launcher_trains_fsdp2_shards_on_two_cpu_ranks(tmp_path):
+    consumer("torch.distributed.fsdp")  # fully_shard
+    folder = tmp_path / "plan"
+    cluster = {"gpus": 8, "gpu": "h100"}
+    plan = parplan_gen.plan(
+        "llama-3-8b", cluster, global_batch=64, seq_len=8192, backend="torchtitan"
+    )
+    plan.write(folder)
+    chosen = plan.document.chosen.plan
+    assert (chosen.dp, chosen.tp, chosen.pp, chosen.cp, chosen.zero_stage) == (8, 1, 1, 1, 3)
+    ds = json.loads((folder / "ds_config.json").read_text(encoding="utf-8"))
+    mbs, accum = ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
+    assert (ds["zero_optimization"]["stage"], mbs, accum) == (3, chosen.mbs, chosen.grad_accum)
+    reading = consumer_torchtitan.torchtitan_reading(folder / "torchtitan_run.sh", 8)
+    assert (reading.dims.dp_shard, reading.dims.dp_replicate) == (8, 1)  # FSDP2 over all 8
+    read = consumer_torchtitan.layout_read(reading)
+    assert (read["mbs"], read["grad_accum"]) == (mbs, accum)
+    script, result = tmp_path / "train.py", tmp_path / "result.json"
+    script.write_text(TRAIN, encoding="utf-8")
+    run = launch_two_cpu_ranks(
+        folder / "launch_torchrun.sh",
+        [str(script), str(folder / "ds_config.json"), str(result)],
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    # Linear(8, 16) + Linear(16, 1): 8*16 + 16 + 16*1 + 1 = 161 parameters
+    assert json.loads(result.read_text()) == {
+        "world": 2,
+        "samples": 2 * 2 * mbs * accum,  # 2 steps x 2 ranks x mbs x grad_accum
+        "sharded": True,
+        "shard_elements": 161,
+        "elements": 161,
+        "replicas_equal": True,
+        "matches_unsharded": True,
+    }
