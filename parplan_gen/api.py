@@ -176,7 +176,8 @@ def plan(
     planner = Planner(ruleset, spec.kind)
     result = planner.plan(request)
     advice = [] if result.feasible else advise(planner, request, result)
-    runs_on = backend_verdicts(spec, machines, result.chosen.plan, ruleset)
+    priced_on = result.chosen.backend.name if result.chosen.backend else None
+    runs_on = backend_verdicts(spec, machines, result.chosen.plan, ruleset, priced_on)
     document = PlanDocument.from_parts(
         model=spec, cluster=machines, chosen=result.chosen, candidates=result.candidates,
         rejected=result.rejected, advice=[a.note for a in advice], proposals=proposals,

@@ -38,7 +38,10 @@ RENAMED = {
     "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
     "fp8_format": "fp8",
 }
-NEGATED = {"disable_bias_linear": "add_bias_linear"}  # store_false switches in arguments.py
+NEGATED = {  # store_false switches in arguments.py
+    "disable_bias_linear": "add_bias_linear",
+    "no_gradient_accumulation_fusion": "gradient_accumulation_fusion",
+}
 # Arguments no Megatron-Core config takes: Megatron-LM's training loop, data pipeline, GPTModel
 # builder or validate_args read them (megatron/training/arguments.py, pretrain_gpt.py).
 TRAINING_ONLY = frozenset(
@@ -46,7 +49,9 @@ TRAINING_ONLY = frozenset(
     weights swiglu squared_relu group_query_attention multi_latent_attention num_layers_per_
     virtual_pipeline_stage num_virtual_stages_per_pipeline_rank micro_batch_size global_batch_
     size train_iters log_interval eval_interval eval_iters data_path split tokenizer_type
-    tokenizer_model mock_data vocab_size save load save_interval""".replace("_\n    ", "_").split()
+    tokenizer_model mock_data vocab_size save load save_interval ckpt_format""".replace(
+        "_\n    ", "_"
+    ).split()
 )
 _DEFAULT = re.compile(r"\$\{\w+:-([^}]*)\}")
 _ARRAY_OPEN = re.compile(r"^\w+=\(")

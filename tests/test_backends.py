@@ -77,7 +77,8 @@ def test_llama_3_70b_plan_is_one_backend_runs_and_its_file_is_that_plan(tmp_path
     runs_on(result)
     chosen = result.chosen
     assert chosen.backend is not None and chosen.backend.name == "megatron"
-    assert chosen.plan.zero_stage == 0  # Megatron-LM has no ZeRO stage
+    # Megatron-FSDP's ZeRO-3 (dp 32 x tp 2, the layout), planned with core_v0.16.1
+    assert (chosen.plan.zero_stage, chosen.backend.version) == (3, "core_v0.16.1")
     files = written(result, tmp_path / "out")
     # The Megatron-LM arguments read back are the chosen layout, field for field.
     layout = build_layout(64, **megatron_values(files["megatron_args.sh"], 80))
@@ -175,8 +176,8 @@ def test_deepseek_v3_megatron_plan_is_estimated_as_the_distributed_optimizer_it_
 
 
 def test_hf_trainer_refuses_a_layout_the_trainer_cannot_run() -> None:
-    result = planned("llama-3-70b", 64, 512, 4096, "megatron")  # tp 2, pp 8: Megatron-LM's
-    with pytest.raises(RenderError, match=r"--hf-trainer: .* this plan has tp 2, pp 8"):
+    result = planned("llama-3-70b", 64, 512, 4096, "megatron")  # Megatron-FSDP with tp 2
+    with pytest.raises(RenderError, match=r"--hf-trainer: .* this plan has tp 2;"):
         render_plan(result.document, hf_trainer=True)
     zero = planned("llama-3-70b", 64, 512, 4096, "deepspeed")  # dp 64 ZeRO-3
     assert (zero.chosen.plan.tp, zero.chosen.plan.pp) == (1, 1)
@@ -230,8 +231,8 @@ def test_check_reads_a_rendered_megatron_script_on_megatron_and_refuses_it_on_de
     script = out / "megatron_args.sh"
     run = cli("check", *argv, "--from-megatron", script)
     assert run.code == 0, run.out
-    assert "backend: megatron core_r0.13\n" in run.out and "Constraints: all met" in run.out
-    # The same layout on DeepSpeed: interleaving and Megatron's optimizer are not DeepSpeed's.
+    assert "backend: megatron core_v0.16.1\n" in run.out and "Constraints: all met" in run.out
+    # The same layout on DeepSpeed: Megatron's sequence parallelism is not DeepSpeed's.
     run = cli("check", *argv, "--from-megatron", script, "--backend", "deepspeed")
     assert run.code == 1
     assert "[backend.capabilities, invalid]" in run.out

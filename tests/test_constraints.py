@@ -172,6 +172,18 @@ CASES = [
         "DeepSpeed: MoE layers (ep 2) do not run with ZeRO-3",
     ),
     (
+        "megatron.fsdp_no_pipeline",
+        {"zero_stage": 3, "pp": 2},
+        {},
+        "Megatron-FSDP with pipeline parallelism (pp 2) is not a documented combination",
+    ),
+    (
+        "megatron.fsdp_not_fp16",
+        {"zero_stage": 2},
+        {"precision": "fp16"},
+        "Megatron-FSDP is not documented for fp16",
+    ),
+    (
         # torchtitan 0.3's llama3 flavors are 8B, 70B and 405B; GPT-3's 96 layers are none.
         "torchtitan.has_config",
         {},

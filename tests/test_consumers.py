@@ -58,6 +58,18 @@ PLANNED = {
 # ep 32 > dp 16, the expert groups folded over tp x dp, and 94 + 2 = 96 layers on 8 x 4 stages.
 QWEN3_235B = str(Path(__file__).parents[1] / "examples" / "hf" / "qwen3-235b-a22b.json")
 PINNED = {
+    # Megatron-FSDP (core_v0.16.1): ZeRO-3 with tp 2 on Hopper (CUDA_DEVICE_MAX_CONNECTIONS left
+    # unset, not 1) and ZeRO-2 with experts.
+    "llama-3-8b-megatron-fsdp-zero3": (
+        "llama-3-8b", 16,
+        {"tp": 2, "mbs": 1, "global_batch": 256, "seq_len": 8192, "sequence_parallel": True,
+         "zero_stage": 3},
+    ),
+    "mixtral-8x7b-megatron-fsdp-zero2": (
+        "mixtral-8x7b", 64,
+        {"tp": 2, "ep": 8, "mbs": 1, "global_batch": 256, "seq_len": 4096,
+         "sequence_parallel": True, "zero_stage": 2, "recompute": "full"},
+    ),
     "llama-3-405b-pp16-vpp8": (
         "llama-3-405b", 16384,
         {"tp": 8, "pp": 16, "vpp": 8, "mbs": 1, "global_batch": 2048, "seq_len": 8192,

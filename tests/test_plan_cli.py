@@ -164,13 +164,14 @@ def test_check_says_what_the_planner_offers(cli: Callable[..., Run]) -> None:
     # tp 8 for a 7B model on one node: the planner's tp 1 / ZeRO layout is faster.
     run = cli("check", "llama-2-7b", *H100_8, "--tp", "8", "--global-batch", "64")
     # The layout is judged on the first backend that runs it (Megatron-LM) and the better plan
-    # is that backend's: its distributed optimizer, not DeepSpeed ZeRO.
+    # is that backend's: Megatron-FSDP's ZeRO-3 (core_v0.16.1, fp32 grads), not DeepSpeed's.
     assert "backend: megatron core_r0.13\n" in run.out
-    assert "Better plan: megatron core_r0.13: dp=8 tp=1" in run.out and "x faster)" in run.out
+    assert "Better plan: megatron core_v0.16.1: dp=8 tp=1" in run.out and "zero=3" in run.out
+    assert "x faster)" in run.out
     # a micro-batch of 32 breaks a reject rule: the planner's plan is shown as the one that meets
     # every rule, without a speed-up over a layout that may not be chosen
     run = cli("check", "llama-3-8b", *H100_8, "--tp", "8", "--global-batch", "64", "--mbs", "32")
-    assert "Plan that meets every rule: megatron core_r0.13: dp=" in run.out
+    assert "Plan that meets every rule: megatron core_v0.16.1: dp=" in run.out
     assert "faster" not in run.out
     # 405B on one 40 GB GPU: nothing the planner could offer fits
     run = cli("check", "llama-3-405b", "--gpus", "1", "--gpu", "a100-40gb", "--global-batch", "8")
@@ -178,12 +179,14 @@ def test_check_says_what_the_planner_offers(cli: Callable[..., Run]) -> None:
 
 
 def test_advice_never_offers_what_a_rule_rules_out(cli: Callable[..., Run]) -> None:
-    # Llama 3 8B on one H100 does not fit; the closest candidate is Megatron-LM's, which has no
-    # ZeRO-3, so it is not offered as a way to fit (advice stays on the candidate's backend);
-    # on DeepSpeed, ZeRO-3 on a single replica shards nothing (zero.needs_data_parallel).
+    # Llama 3 8B on one H100 does not fit; the closest candidate is Megatron-LM's, and its
+    # ZeRO-3 (Megatron-FSDP) on a single replica shards nothing (zero.needs_data_parallel), as
+    # DeepSpeed's does, so it is not offered as a way to fit (advice stays on that backend).
     run = cli("plan", "llama-3-8b", "--gpus", "1", "--gpu", "h100", "--global-batch", "16")
-    assert "  - ZeRO-3: not possible with this layout (Megatron-LM has no ZeRO-3 sharding)\n" in (
-        run.out
+    assert "Closest candidate: megatron core_r0.13:" in run.out
+    assert (
+        "  - ZeRO-3: not possible with this layout (optimizer sharding over a single "
+        "data-parallel rank shards nothing)\n" in run.out
     )
     run = cli(
         "plan", "llama-3-8b", "--gpus", "1", "--gpu", "h100", "--global-batch", "16",

@@ -81,13 +81,14 @@ def deepspeed_says(layout: Layout) -> dict[str, Any]:
 
 
 # Which backend's file each case gets: the one whose capabilities and rules run its layout
-# (docs/backends.md). Megatron-LM: ZeRO 0 or its distributed optimizer; DeepSpeed: no sequence
-# parallelism, cp, interleaving or distributed optimizer, AutoTP only without a pipeline.
+# (docs/backends.md). Megatron-LM: ZeRO 0, its distributed optimizer or, for these plans priced
+# on Megatron-LM, Megatron-FSDP's ZeRO-2/3; DeepSpeed: no sequence parallelism, cp,
+# interleaving or distributed optimizer, AutoTP only without a pipeline.
 WRITTEN = {
-    "one_node_zero3_fp16_full": {"deepspeed"},
+    "one_node_zero3_fp16_full": {"megatron", "deepspeed"},
     "one_node_zero0": {"megatron", "deepspeed"},
     "one_node_zero1_tp2": {"deepspeed"},
-    "one_node_zero2_bf16": {"deepspeed"},
+    "one_node_zero2_bf16": {"megatron", "deepspeed"},
     "nodes_tp_pp_sp_selective": {"megatron"},
     "nodes_interleaved_even": {"megatron"},
     "nodes_pp4_interleaved": {"megatron"},
@@ -158,6 +159,8 @@ def test_the_megatron_table_is_the_mapping_read_backwards() -> None:
         "--virtual-pipeline-model-parallel-size": "vpp",  # its older name
         "--num-layers-per-virtual-pipeline-stage": "layers_per_virtual_stage",
         "--recompute-granularity": "recompute",
+        # read into the ZeRO stage with --use-megatron-fsdp (readers._fsdp_sharding)
+        "--data-parallel-sharding-strategy": "fsdp_strategy",
     }
     settings = {flag: (r.sets, r.values) for flag, r in flags.items() if r.sets}
     assert settings == {
@@ -170,6 +173,7 @@ def test_the_megatron_table_is_the_mapping_read_backwards() -> None:
         # not Layout fields: the layers the pipeline split counts besides the transformer's
         "--account-for-embedding-in-pipeline-split": (("account_embedding", True), ()),
         "--account-for-loss-in-pipeline-split": (("account_loss", True), ()),
+        "--use-megatron-fsdp": (("megatron_fsdp", True), ()),  # core_v0.16.1's Megatron-FSDP
     }
 
 

@@ -671,7 +671,7 @@ def test_graph_facts_have_every_key_with_megatron_ones_none():
     transformer = facts(moe(), mapping)
     assert graph.keys() == transformer.keys()
     megatron = [k for k in graph if k.startswith("megatron.")]
-    assert len(megatron) == 27 and all(graph[k] is None for k in megatron)
+    assert len(megatron) == 30 and all(graph[k] is None for k in megatron)
     assert transformer["megatron.one_cuda_connection"] is True  # tp 2, cp 2 on Hopper
     assert (graph["model.kind"], graph["model.nodes"], graph["model.num_layers"]) == (
         "graph",
@@ -966,7 +966,9 @@ def test_unknown_canonical_key_in_a_user_mapping_points_at_its_line(tmp_path):
 
 
 OLD_PORT = '      master_port: {name: MASTER_PORT, default: "29600", doc: "rendezvous port"}\n'
-MEGATRON_NOTES = "    notes:\n      - when: megatron.unsupported_mlp"  # after core_r0.13's data_env
+MEGATRON_NOTES = (
+    "    notes: &mg_notes\n      - when: megatron.unsupported_mlp"  # after core_r0.13's data_env
+)
 
 
 def test_a_mapping_of_an_older_format_is_refused_in_one_line(tmp_path):
@@ -990,11 +992,14 @@ def test_a_mapping_of_an_older_format_is_refused_in_one_line(tmp_path):
         render_plan(single_node(), templates_dir=folder)
 
 
-def test_versions_default_to_the_latest_and_an_unknown_one_is_named(tmp_path):
+def test_versions_default_to_what_the_plan_needs_and_an_unknown_one_is_named(tmp_path):
     templates = Templates.at(None)
-    assert templates.versions("megatron")[-1] == "core_r0.13"
+    assert templates.versions("megatron") == ["core_r0.13", "core_v0.16.1"]
+    # the base version for a plan without Megatron-FSDP (test_megatron_fsdp.py: with it)
+    assert "Megatron-LM (core_r0.13)" in render_plan(single_node())["megatron_args.sh"]
     doc = single_node().with_render_options(megatron_version="core_r0.99")
-    with pytest.raises(RenderError, match=r"'core_r0.99' is not available \(have: core_r0.13\)"):
+    have = r"\(have: core_r0.13, core_v0.16.1\)"
+    with pytest.raises(RenderError, match=r"'core_r0.99' is not available " + have):
         render_plan(doc)
 
 

@@ -33,15 +33,20 @@ def test_fsdp_with_tp_pp_and_cp_runs_on_torchtitan_only() -> None:
     # FSDP2 (ZeRO-3) x TP 8 x PP 4 x CP 2 on 256 GPUs: dp = 256 / (8 * 4 * 2) = 4.
     sizes = dict(tp=8, pp=4, cp=2, mbs=1, global_batch=64, seq_len=8192, zero_stage=3)
     assert invalid("llama-3-70b", 256, "torchtitan", **sizes) == []
-    # DeepSpeed: no ring cp (capabilities); Megatron-LM: no ZeRO stages (capabilities).
+    # DeepSpeed: no ring cp (capabilities); Megatron-LM: ZeRO-3 is Megatron-FSDP, which it does
+    # not document with pp (a `reject` rule: the planner does not choose it).
     deepspeed = invalid("llama-3-70b", 256, "deepspeed", **sizes)
     assert deepspeed[0] == "backend.capabilities"
     assert "deepspeed.pipeline_zero_at_most_1" in deepspeed  # ZeRO-3 with pp > 1
-    assert invalid("llama-3-70b", 256, "megatron", **sizes) == ["backend.capabilities"]
+    assert invalid("llama-3-70b", 256, "megatron", **sizes) == []
+    spec, cluster = load_model("llama-3-70b"), load_cluster_spec({"gpus": 256, "gpu": "h100"})
+    found = evaluate(spec, cluster, build_layout(256, **sizes), _rules(), backend="megatron")  # type: ignore[arg-type]
+    assert "megatron.fsdp_no_pipeline" in {v.rule_id for v in found.violations}
 
 
 def test_issue_layout_dp32_tp2_zero3_is_torchtitans() -> None:
-    # The issue's llama-3-70b plan on 64 H100 that neither DeepSpeed nor Megatron-LM runs.
+    # The issue's llama-3-70b plan on 64 H100 that DeepSpeed does not run (Megatron-LM runs it
+    # as Megatron-FSDP with core_v0.16.1, tests/test_megatron_fsdp.py).
     sizes = dict(tp=2, mbs=1, global_batch=512, seq_len=4096, zero_stage=3)
     assert invalid("llama-3-70b", 64, "torchtitan", **sizes) == []
     assert invalid("llama-3-70b", 64, "deepspeed", **sizes) == ["deepspeed.autotp_zero_at_most_2"]

@@ -145,8 +145,10 @@ class CostModel:
     """The `estimate:` formulas of a RuleSet for one kind of model, ready to evaluate for many
     layouts."""
 
-    def __init__(self, rules: RuleSet, kind: ModelKind = "transformer") -> None:
-        self.kind = kind
+    def __init__(
+        self, rules: RuleSet, kind: ModelKind = "transformer", backend: str | None = None
+    ) -> None:
+        self.kind, self.backend = kind, backend
         self.formulas = {(e.section, e.key): e for e in rules.estimate if e.model_kind == kind}
         for section, keys in REQUIRED.items():
             for key in keys:
@@ -171,6 +173,7 @@ class CostModel:
             "train.seq_len": seq_len,
             "train.precision": precision,
             "train.flash_attention": flash_attention,
+            "train.backend": self.backend or "",
         }
         return {**spec.formula_values(seq_len), **cluster_env(cluster, precision), **train}
 

@@ -63,9 +63,8 @@ class Evaluator:
         self, rules: RuleSet, kind: ModelKind = "transformer", backend: BackendName | None = None
     ) -> None:
         self.kind, self.backend = kind, backend
-        self.cost = CostModel(rules, kind)
+        self.cost = CostModel(rules, kind, backend)
         self.constraints = Constraints(rules, kind, backend)
-        self.backend_ref = None if backend is None else BACKENDS[backend].ref
         self.memory_rules = tuple(c for c in self.constraints.estimate if is_memory_rule(c))
         self._memory_ids = frozenset(c.rule.id for c in self.memory_rules)
 
@@ -96,9 +95,8 @@ class Evaluator:
         refused = None if self.backend is None else BACKENDS[self.backend].refuses(layout)
         outside = () if refused is None else (Violation(CAPABILITY_RULE, "invalid", refused),)
         violations = (*outside, *self.constraints.check(env))
-        estimate = estimate_from_figures(
-            layout, figures, fits=self.fits(violations), backend=self.backend_ref
-        )
+        ref = None if self.backend is None else BACKENDS[self.backend].ref_for(layout)
+        estimate = estimate_from_figures(layout, figures, fits=self.fits(violations), backend=ref)
         return Evaluation(estimate, violations)
 
 
@@ -113,8 +111,10 @@ def evaluate(
 ) -> Evaluation:
     """The estimate of `layout` for `model` on `cluster` under `rules`, with its verdicts, on
     `backend`; None: on the first of the model's backends that runs it (no `invalid` rule of
-    its own broken), else on the one it breaks the fewest `invalid` rules of."""
-    names = model.backends if backend is None else (backend,)
+    its own broken), else on the one it breaks the fewest `invalid` rules of. A backend whose
+    sharding of `layout` is its own (Megatron-FSDP's ZeRO-2/3) comes after the others."""
+    last = {n: BACKENDS[n].priced_apart(layout) for n in model.backends}
+    names = sorted(model.backends, key=last.__getitem__) if backend is None else (backend,)
     found: list[Evaluation] = []
     for name in names:
         evaluator = Evaluator(rules, model.kind, name)
@@ -125,14 +125,25 @@ def evaluate(
 
 
 def backend_verdicts(
-    model: TrainedModel, cluster: Cluster, layout: Layout, rules: RuleSet
+    model: TrainedModel,
+    cluster: Cluster,
+    layout: Layout,
+    rules: RuleSet,
+    priced_on: BackendName | None = None,
 ) -> dict[str, str | None]:
     """For each of the model's backends: None when it runs `layout` (it is within the backend's
-    capabilities and breaks none of its `invalid` rules), else why not."""
+    capabilities and breaks none of its `invalid` rules) as the plan, priced on `priced_on`
+    (None: on none), was priced, else why not."""
     env: dict[str, Any] | None = None
     out: dict[str, str | None] = {}
     for name in model.backends:
-        why = BACKENDS[name].refuses(layout)
+        caps = BACKENDS[name]
+        why = caps.refuses(layout)
+        if why is None and priced_on != name and caps.priced_apart(layout):
+            why = (
+                f"its ZeRO-{layout.zero_stage} is a sharding of its own, priced apart: plan "
+                f"with --backend {name}"
+            )
         if why is None:
             constraints = Constraints(rules, model.kind, name)
             if env is None:

@@ -47,6 +47,9 @@ TYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element sizes of communication
 GRADIENT_BYTES = "grad_bytes"  # the cost model's gradient element size (rules/cost/memory.yaml)
 OPTIMIZER_SHARDED = "optimizer_sharded"  # the cost model's optimizer sharding (memory.yaml)
 ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
+# Megatron-FSDP's strategy for a Megatron plan's ZeRO stage (planning/backends/megatron.py;
+# Megatron-LM core_v0.16.1 arguments.py --data-parallel-sharding-strategy choices).
+FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
 MODEL_FIELDS_NOT_FACTS = {"sliding_window_layers", "moe_layers"}  # per-layer lists
 
 
@@ -60,7 +63,9 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= _graph_training_facts(doc)
     out |= _cluster_facts(doc.cluster, mapping)
     out |= _comm_facts(doc.proposals)
-    out |= _megatron_facts(doc.model, layout, doc.cluster, mapping, out)
+    # Megatron-FSDP: ZeRO-2/3 of a plan priced on Megatron (its files are written for no other).
+    fsdp = doc.chosen.backend is not None and doc.chosen.backend.name == "megatron"
+    out |= _megatron_facts(doc.model, layout, doc.cluster, mapping, out, fsdp=fsdp)
     out |= _deepspeed_facts(layout)
     out |= torchtitan_facts(doc.model, layout, mapping)
     out |= {
@@ -176,7 +181,10 @@ class MegatronSpelling:
     expert_tensor_parallel_size: int | None  # None: the experts' tensor parallelism is tp
     distributed_optimizer: bool
     overlap_param_gather: bool
+    fsdp: bool  # Megatron-FSDP (ZeRO-2/3 of a plan priced on Megatron)
+    fsdp_strategy: str | None  # its --data-parallel-sharding-strategy; None: off
     one_cuda_connection: bool
+    fsdp_many_connections: bool  # CUDA_DEVICE_MAX_CONNECTIONS left unset for Megatron-FSDP
 
     def facts(self) -> dict[str, Any]:
         return {f"megatron.{k}": v for k, v in asdict(self).items()}
@@ -193,12 +201,14 @@ def _megatron_facts(
     cluster: Cluster,
     mapping: MappingFile,
     known: dict[str, Any],
+    *,
+    fsdp: bool,
 ) -> dict[str, Any]:
     """megatron.*: for a transformer, its spelling; an op-graph model has none (all None)."""
     if "megatron" not in spec.backends:
         return MegatronSpelling.absent()
     shape = _megatron_shape(spec, layout, known)
-    parallel = _megatron_parallel(spec, layout, cluster, mapping, known)
+    parallel = _megatron_parallel(spec, layout, cluster, mapping, known, fsdp=fsdp)
     return MegatronSpelling(**shape, **parallel).facts()
 
 
@@ -228,15 +238,25 @@ def _megatron_shape(spec: ModelSpec, layout: Layout, known: dict[str, Any]) -> d
 
 
 def _megatron_parallel(
-    spec: ModelSpec, layout: Layout, cluster: Cluster, mapping: MappingFile, known: dict[str, Any]
+    spec: ModelSpec,
+    layout: Layout,
+    cluster: Cluster,
+    mapping: MappingFile,
+    known: dict[str, Any],
+    *,
+    fsdp: bool,
 ) -> dict[str, Any]:
     """How the layout is spelled in Megatron-LM arguments, by its validate_args rules."""
     split = _stage_split(spec, layout)
     uneven, interleaved = split.uneven, layout.vpp > 1
     # Optimizer states sharded over dp, as the cost model counts them (written only for a
-    # layout Megatron-LM runs, plan_files.backend_runs: ZeRO 0, so the distributed optimizer).
+    # layout Megatron-LM runs, plan_files.backend_runs: ZeRO 0 with the distributed optimizer,
+    # or Megatron-FSDP, which wants --use-distributed-optimizer as well: its user guide).
     dist_opt = bool(rule_value(OPTIMIZER_SHARDED, layout))
     exempt = mapping.nccl.one_connection_exempt_architectures
+    one_queue = (layout.tp > 1 or layout.cp > 1) and cluster.gpu.architecture not in exempt
+    strategy = FSDP_STRATEGIES.get(layout.zero_stage) if fsdp else None
+    fsdp = strategy is not None
     return {
         "first_stage_layers": split.first if uneven else None,
         "last_stage_layers": split.last if uneven else None,
@@ -255,9 +275,13 @@ def _megatron_parallel(
         "distributed_optimizer": dist_opt,
         # --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce.
         "overlap_param_gather": dist_opt and bool(known["comm.overlap_grad_reduce"]),
-        # CUDA_DEVICE_MAX_CONNECTIONS=1 is asserted for TP/CP > 1 before Blackwell.
-        "one_cuda_connection": (layout.tp > 1 or layout.cp > 1)
-        and cluster.gpu.architecture not in exempt,
+        "fsdp": fsdp,
+        "fsdp_strategy": strategy,
+        # CUDA_DEVICE_MAX_CONNECTIONS=1 is asserted for TP/CP > 1 before Blackwell, unless
+        # Megatron-FSDP is on: it asserts the opposite (!= 1) and core_v0.16.1 then only warns
+        # about TP/CP (arguments.py validate_args).
+        "one_cuda_connection": one_queue and not fsdp,
+        "fsdp_many_connections": one_queue and fsdp,
     }
 
 
@@ -269,18 +293,19 @@ def _deepspeed_facts(layout: Layout) -> dict[str, Any]:
         "deepspeed.zero": stage > 0,
         "deepspeed.zero_below_3": 0 < stage < ZERO_PARAMS_STAGE,
         "deepspeed.zero_3": stage == ZERO_PARAMS_STAGE,
-        "deepspeed.communication_data_type": gradient_type(layout),
+        "deepspeed.communication_data_type": gradient_type(layout, "deepspeed"),
         # PipelineModule activation_checkpoint_interval: 1 checkpoints every layer, 0 none.
         "deepspeed.pipeline_checkpoint_interval": int(layout.recompute == "full"),
         "deepspeed.fp8": layout.precision == "fp8",
     }
 
 
-def gradient_type(layout: Layout) -> str:
+def gradient_type(layout: Layout, backend: str) -> str:
     """The type gradients are reduced in: the one the cost model counts them in for `layout`
+    on `backend`
     (the built-in rules' grad_bytes, rules/cost/memory.yaml, read at render time: plan.json
     keeps no rules overlay), fp32 or the plan's 16-bit type."""
-    size = rule_value(GRADIENT_BYTES, layout)
+    size = rule_value(GRADIENT_BYTES, layout, backend)
     sixteen = SIXTEEN_BIT[layout.precision]
     for name in (sixteen, "fp32"):
         if TYPE_BYTES[name] == size:
@@ -288,11 +313,11 @@ def gradient_type(layout: Layout) -> str:
     raise RenderError(f"{GRADIENT_BYTES} is {size} bytes: neither {sixteen} nor fp32")
 
 
-def rule_value(name: str, layout: Layout) -> object:
-    """The built-in rules' named formula `name` (one that reads plan.* and train.precision only)
-    for `layout`: what the cost model assumes, read at render time, as plan.json keeps no rules
-    overlay."""
-    env = {**plan_values(layout), "train.precision": layout.precision}
+def rule_value(name: str, layout: Layout, backend: str = "") -> object:
+    """The built-in rules' named formula `name` (one that reads plan.*, train.precision and
+    train.backend only) for `layout` on `backend`: what the cost model assumes, read at render
+    time, as plan.json keeps no rules overlay."""
+    env = {**plan_values(layout), "train.precision": layout.precision, "train.backend": backend}
     return _builtin_formula(name)(env)
 
 

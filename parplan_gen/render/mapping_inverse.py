@@ -25,8 +25,12 @@ LAYERS_PER_VIRTUAL_STAGE = "layers_per_virtual_stage"  # not a Layout field: rea
 # Not Layout fields either: layers the pipeline split counts besides the transformer's, which
 # --num-layers-per-virtual-pipeline-stage divides with them (arguments.py validate_args).
 ACCOUNTED_LAYERS = ("account_embedding", "account_loss")
+# Megatron-FSDP (--use-megatron-fsdp, --data-parallel-sharding-strategy): read into these two,
+# then into the ZeRO stage (readers.megatron_values), as neither is a Layout field alone.
+MEGATRON_FSDP, FSDP_STRATEGY = "megatron_fsdp", "fsdp_strategy"
 # Canonical keys, besides plan.<Layout field>, whose value is a layout field's (render/facts.py).
 FIELD_OF_KEY = {
+    "megatron.fsdp_strategy": FSDP_STRATEGY,
     "megatron.virtual_stages_per_rank": "vpp",
     "megatron.layers_per_virtual_stage": LAYERS_PER_VIRTUAL_STAGE,
     "megatron.expert_tensor_parallel_size": "etp",
@@ -36,6 +40,7 @@ FIELD_OF_KEY = {
 FIELD_OF_FACT: dict[str, dict[Scalar, tuple[str, Any]]] = {
     "plan.sequence_parallel": {True: ("sequence_parallel", True)},
     "megatron.distributed_optimizer": {True: ("distributed_optimizer", True)},
+    "megatron.fsdp": {True: (MEGATRON_FSDP, True)},
     "train.bf16": {True: ("precision", "bf16")},
     "train.fp16": {True: ("precision", "fp16")},
     "train.fp8": {True: ("precision", "fp8")},

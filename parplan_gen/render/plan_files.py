@@ -78,12 +78,13 @@ def backend_runs(doc: PlanDocument) -> dict[str, str | None]:
     if doc.backends:
         unjudged = "not judged when this plan was made"
         return {b: doc.backends.get(b, unjudged) for b in doc.model.backends}
-    return _builtin_verdicts(doc.model, doc.cluster, doc.chosen.plan)
+    priced_on = doc.chosen.backend.name if doc.chosen.backend else None
+    return _builtin_verdicts(doc.model, doc.cluster, doc.chosen.plan, priced_on)
 
 
 @functools.lru_cache(maxsize=8)
-def _builtin_verdicts(model: Any, cluster: Any, layout: Any) -> dict[str, str | None]:
-    return backend_verdicts(model, cluster, layout, _builtin_rules())
+def _builtin_verdicts(model: Any, cluster: Any, layout: Any, on: Any) -> dict[str, str | None]:
+    return backend_verdicts(model, cluster, layout, _builtin_rules(), on)
 
 
 @functools.lru_cache(maxsize=1)
@@ -139,12 +140,15 @@ def resolve_versions(
         shipped = [v for v in templates.versions(backend) if v in sections[backend]]
         if not shipped:
             raise RenderError(f"no {backend} templates with a section in {MAPPING_FILE}")
-        version = wanted or shipped[-1]
+        needed = BACKENDS[backend].version_for(doc.chosen.plan)
+        version = wanted or (needed if needed in shipped else shipped[-1])
         if version not in shipped:
             raise RenderError(
                 f"--{backend}-version '{printable(version)}' is not available "
                 f"(have: {printable(', '.join(shipped))})"
             )
+        if needed not in (version, BACKENDS[backend].version):
+            raise RenderError(f"--{backend}-version {version}: this plan's sharding needs {needed}")
         out[backend] = version
     return out
 
@@ -267,6 +271,8 @@ def _megatron_context(
         "run_env": [_env_var(e) for e in meg.run_env],
         "data_env": {k: _env_var(e) for k, e in meg.data_env.items()},
         "one_cuda_connection": values["megatron.one_cuda_connection"],
+        "fsdp": values["megatron.fsdp"],
+        "fsdp_many_connections": values["megatron.fsdp_many_connections"],
         "notes": notes(mapping, meg.notes, values, ("megatron", version, "notes")),
     }
 

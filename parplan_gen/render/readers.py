@@ -19,10 +19,13 @@ from parplan_gen.inputs.number_text import ZERO_STAGES, whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.inputs.source import Document, load_document
 from parplan_gen.models.transformer import MAX_LAYERS
+from parplan_gen.render.facts import FSDP_STRATEGIES
 from parplan_gen.render.mapping import MAPPING_FILE, LoadedMapping, load_mapping
 from parplan_gen.render.mapping_inverse import (
     ACCOUNTED_LAYERS,
+    FSDP_STRATEGY,
     LAYERS_PER_VIRTUAL_STAGE,
+    MEGATRON_FSDP,
     DeepSpeedKey,
     MegatronFlag,
     deepspeed_keys,
@@ -162,6 +165,7 @@ def megatron_values(
         out.update(_megatron_value(flag, reading, raw, where(line)))
     if out.get("tp", 1) == 1:  # Megatron-LM validate_args: "Disabling sequence parallelism
         out.pop("sequence_parallel", None)  # because tensor model parallelism is disabled"
+    _fsdp_sharding(out, SourceRef(str(path)))
     per_chunk = out.pop(LAYERS_PER_VIRTUAL_STAGE, None)
     counted = num_layers + sum(bool(out.pop(name, False)) for name in ACCOUNTED_LAYERS)
     if per_chunk is not None:
@@ -196,3 +200,24 @@ def _megatron_value(flag: str, reading: MegatronFlag, raw: str, where: SourceRef
             else ""
         )
         raise InputError(f"{flag}: {exc}{hint}", where) from None
+
+
+def _fsdp_sharding(out: dict[str, Any], where: SourceRef) -> None:
+    """Megatron-FSDP's strategy as the sharding a plan names (facts.FSDP_STRATEGIES): ZeRO-2/3,
+    and `optim` as the distributed optimizer, which shards the same. Without --use-megatron-fsdp
+    Megatron-LM does not use the strategy (training.py get_model wraps in DDP)."""
+    strategy = out.pop(FSDP_STRATEGY, "no_shard")
+    if not out.pop(MEGATRON_FSDP, False):
+        return
+    stages = {"no_shard": 0, "optim": 1, **{v: k for k, v in FSDP_STRATEGIES.items()}}
+    if strategy not in stages:
+        choices = " or ".join(stages)
+        raise InputError(
+            f"--data-parallel-sharding-strategy: expected {choices}, got {shown_value(strategy)}",
+            where,
+        )
+    if stages[strategy] >= 2:
+        out["zero_stage"] = stages[strategy]
+        out.pop("distributed_optimizer", None)
+    elif stages[strategy] == 1:
+        out["distributed_optimizer"] = True

@@ -280,6 +280,7 @@ _RUN_NAMES: tuple[Name, ...] = (
     Name(
         "train.flash_attention", "bool", "-", "Attention scores are not stored (flash attention)."
     ),
+    Name("train.backend", "str", "-", "Backend priced: 'megatron', 'deepspeed', ...; '': none."),
     # --- plan.*: the layout being estimated (cost.layout.PLAN_FIELDS: the Layout's fields) ------
     Name("plan.dp", "number", "ranks", "Data-parallel size."),
     Name("plan.tp", "number", "ranks", "Tensor-parallel size."),
@@ -290,7 +291,7 @@ _RUN_NAMES: tuple[Name, ...] = (
     Name("plan.vpp", "number", "chunks", "Model chunks per pipeline rank (1: not interleaved)."),
     Name("plan.mbs", "number", "sequences", "Micro-batch size (sequences or samples)."),
     Name("plan.grad_accum", "number", "micro-batches", "Micro-batches per step per pipeline (m)."),
-    Name("plan.zero_stage", "number", "-", "DeepSpeed ZeRO stage, 0 to 3."),
+    Name("plan.zero_stage", "number", "-", "ZeRO stage 0-3 (Megatron 2/3: Megatron-FSDP's)."),
     Name("plan.distributed_optimizer", "bool", "-", "Megatron's distributed optimizer is used."),
     Name("plan.sequence_parallel", "bool", "-", "Megatron sequence parallelism is on."),
     Name("plan.recompute", "str", "-", "Activation recomputation: 'none', 'selective' or 'full'."),

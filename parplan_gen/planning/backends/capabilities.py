@@ -31,11 +31,29 @@ class Capabilities:
     # Expert groups folded over tp x cp x dp with their own tensor parallelism (Megatron-Core
     # parallel_state: etp x ep x expert-dp); False: ep is carved out of dp and etp = tp.
     expert_tensor: bool = False
+    # Optimizer sharding that only a later release runs, with that release: a plan with it
+    # names that version, and its files are rendered from that version's templates only.
+    later: tuple[tuple[Optimizer, str], ...] = ()
+    # Optimizer sharding priced as this backend's own (Megatron-FSDP keeps fp32 main gradients,
+    # DeepSpeed ZeRO 16-bit ones): its files are written only for a plan priced on this backend.
+    own_pricing: tuple[Optimizer, ...] = ()
 
     @property
     def ref(self) -> BackendRef:
-        """The name and version a plan carries."""
+        """The name and base version (what a layout without a `later` sharding needs)."""
         return BackendRef(name=self.name, version=self.version)
+
+    def version_for(self, layout: Layout) -> str:
+        """The release that runs `layout`: the base version unless its sharding is `later`."""
+        return dict(self.later).get((layout.zero_stage, layout.distributed_optimizer), self.version)
+
+    def ref_for(self, layout: Layout) -> BackendRef:
+        """The name and version a plan of `layout` carries."""
+        return BackendRef(name=self.name, version=self.version_for(layout))
+
+    def priced_apart(self, layout: Layout) -> bool:
+        """Whether this backend prices `layout`'s sharding differently from the others."""
+        return (layout.zero_stage, layout.distributed_optimizer) in self.own_pricing
 
     def refuses(self, layout: Layout) -> str | None:
         """Why the backend cannot run `layout` at all (None: within its capabilities)."""

@@ -1,18 +1,24 @@
-"""Megatron-LM / Megatron-Core (templates/megatron/core_r0.13): TP with sequence parallelism,
-PP with 1F1B and interleaving, CP, EP folded over TP x CP x DP with its own expert-tensor
-parallelism (parallel_state.initialize_model_parallel), and the distributed optimizer for
-optimizer-state sharding (ZeRO-1-like). It has no ZeRO-2/3 style sharding outside Megatron-FSDP, which
-parplan does not plan yet: `rules/constraints/megatron.yaml` refuses those layouts."""
+"""Megatron-LM / Megatron-Core (templates/megatron/core_r0.13 and core_v0.16.1): TP with
+sequence parallelism, PP with 1F1B and interleaving, CP, EP folded over TP x CP x DP with its own
+expert-tensor parallelism (parallel_state.initialize_model_parallel), the distributed optimizer
+for optimizer-state sharding (ZeRO-1-like) and, from core 0.14 on (planned with core_v0.16.1),
+Megatron-FSDP: zero_stage 2 / 3 on Megatron are its --data-parallel-sharding-strategy
+optim_grads / optim_grads_params. Its `optim` strategy shards what the distributed optimizer
+shards, so ZeRO-1 on Megatron stays the distributed optimizer. Megatron-FSDP keeps fp32 main
+gradients: its plans are priced as Megatron's (rules/cost/memory.yaml, train.backend) and its
+files are written for Megatron plans only (`own_pricing`)."""
 
 from __future__ import annotations
 
 from parplan_gen.planning.backends.capabilities import Capabilities
 
+FSDP_VERSION = "core_v0.16.1"  # Megatron-LM arguments.py: --use-megatron-fsdp since core 0.14
+
 MEGATRON = Capabilities(
     name="megatron",
     title="Megatron-LM",
     version="core_r0.13",
-    optimizers=((0, False), (0, True)),
+    optimizers=((0, False), (0, True), (2, False), (3, False)),
     tensor=True,
     pipeline=True,
     interleave=True,
@@ -21,4 +27,6 @@ MEGATRON = Capabilities(
     sequence_parallel=True,
     recompute=("none", "selective", "full"),
     expert_tensor=True,
+    later=(((2, False), FSDP_VERSION), ((3, False), FSDP_VERSION)),
+    own_pricing=((2, False), (3, False)),
 )
