@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import sys
 import textwrap
@@ -67,3 +69,40 @@ def load_benchmark(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# The issue-13 scenarios that several modules check (the real consumers, the read-back through
+# `check`): name -> (model, GPUs, GPU, global batch, sequence length).
+PLANNED = {
+    "llama-3-8b-8xh100": ("llama-3-8b", 8, "h100", 512, 8192),
+    "llama-3-70b-64xh100": ("llama-3-70b", 64, "h100", 512, 4096),
+    "llama-3-70b-256xh100": ("llama-3-70b", 256, "h100", 1024, 4096),
+    "gpt3-175b-1024xa100": ("gpt3-175b", 1024, "a100-80gb", 1536, 2048),
+    "mixtral-8x7b-64xh100": ("mixtral-8x7b", 64, "h100", 256, 4096),
+    "qwen3-30b-a3b-16xh100": ("qwen3-30b-a3b", 16, "h100", 256, 4096),
+    "deepseek-v3-1024xh100": ("deepseek-v3", 1024, "h100", 2048, 4096),
+    "llama-3-405b-16384xh100": ("llama-3-405b", 16384, "h100", 2048, 8192),
+}
+
+
+@pytest.fixture(scope="session")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """planned(name) -> the folder `parplan plan ... --out` wrote for PLANNED[name], planned
+    once per session (the files are read, never changed, by the tests)."""
+    root = tmp_path_factory.mktemp("planned")
+    done: dict[str, Path] = {}
+
+    def folder(name: str) -> Path:
+        if name not in done:
+            model, gpus, gpu, batch, seq = PLANNED[name]
+            out = root / name
+            argv = ["plan", model, "--gpus", str(gpus), "--gpu", gpu, "--global-batch",
+                    str(batch), "--seq-len", str(seq), "--out", str(out)]  # fmt: skip
+            sink = io.StringIO()
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                code = main(argv)
+            assert code == 0, sink.getvalue()[-2000:]
+            done[name] = out
+        return done[name]
+
+    return folder

@@ -34,22 +34,12 @@ from parplan_gen.render.render_options import RenderOptions, write_plan
 
 import consumer_deepspeed
 import consumer_megatron
+from conftest import PLANNED
 from consumer_support import consumer, mismatches, model_of, plan_of, sharding
 
 # Megatron-Core warns of what is absent on a CPU machine (Transformer Engine, fused kernels).
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-# name: (model, GPUs, GPU, global batch, sequence length)
-PLANNED = {
-    "llama-3-8b-8xh100": ("llama-3-8b", 8, "h100", 512, 8192),
-    "llama-3-70b-64xh100": ("llama-3-70b", 64, "h100", 512, 4096),
-    "llama-3-70b-256xh100": ("llama-3-70b", 256, "h100", 1024, 4096),
-    "gpt3-175b-1024xa100": ("gpt3-175b", 1024, "a100-80gb", 1536, 2048),
-    "mixtral-8x7b-64xh100": ("mixtral-8x7b", 64, "h100", 256, 4096),
-    "qwen3-30b-a3b-16xh100": ("qwen3-30b-a3b", 16, "h100", 256, 4096),
-    "deepseek-v3-1024xh100": ("deepseek-v3", 1024, "h100", 2048, 4096),
-    "llama-3-405b-16384xh100": ("llama-3-405b", 16384, "h100", 2048, 8192),
-}
 # Layouts the issue names as expressible, rendered as given (model, GPUs, layout): Megatron-LM
 # options the search's choice may not show. Llama 3 405B's 126 layers on pp 16 x vpp 8 count the
 # embedding and the loss as layers of the split (128 = 16 x 8); Qwen3-235B-A22B on 256 H100s
@@ -88,14 +78,6 @@ RENDERED = ("dense_multinode", "moe", "single_node", "graph_channel_parallel")
 
 
 @functools.cache
-def _planned(name: str, root: Path) -> Path:
-    model, gpus, gpu, batch, seq = PLANNED[name]
-    cluster = {"gpus": gpus, "gpu": gpu}
-    parplan_gen.plan(model, cluster, global_batch=batch, seq_len=seq).write(root / name)
-    return root / name
-
-
-@functools.cache
 def _pinned(name: str, root: Path) -> Path:
     model, gpus, layout = PINNED[name]
     cluster = load_cluster_spec({"gpus": gpus, "gpu": "h100"})
@@ -118,13 +100,13 @@ def _rendered(name: str, root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def plan_folder(tmp_path_factory: pytest.TempPathFactory):
+def plan_folder(tmp_path_factory: pytest.TempPathFactory, planned):
     root = tmp_path_factory.mktemp("consumers")
 
     def folder(name: str) -> Path:
         if name in PINNED:
             return _pinned(name, root)
-        return _planned(name, root) if name in PLANNED else _rendered(name, root)
+        return planned(name) if name in PLANNED else _rendered(name, root)
 
     return folder
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_consumers import PLANNED
 from test_render import dense_multinode, graph_channel_parallel, moe, single_node
 
 from parplan_gen.cost.layout import Layout, build_layout
@@ -22,7 +21,7 @@ from parplan_gen.render.mapping_inverse import megatron_flags
 from parplan_gen.render.plan_files import render_plan
 from parplan_gen.render.readers import deepspeed_values, layout_from_files, megatron_values
 
-from conftest import REPO, Run
+from conftest import PLANNED, REPO, Run
 
 LAYERS = 32  # llama-2-7b, llama-3-8b and mixtral-8x7b (the scenarios' presets) have 32 layers
 
@@ -267,13 +266,11 @@ FILE_BACKEND = {"ds_config.json": "deepspeed", "megatron_args.sh": "megatron"} |
 
 @pytest.mark.parametrize("case", sorted(PLANNED))  # the issue's scenarios
 def test_check_reads_back_every_file_plan_writes(
-    case: str, cli: Callable[..., Run], tmp_path: Path
+    case: str, cli: Callable[..., Run], planned: Callable[[str], Path]
 ) -> None:
-    model, gpus, gpu, batch, seq = PLANNED[case]
+    model, gpus, gpu, _, seq = PLANNED[case]
     cluster = ("--gpus", gpus, "--gpu", gpu)
-    out = tmp_path / "plan"
-    made = cli("plan", model, *cluster, "--global-batch", batch, "--seq-len", seq, "--out", out)
-    assert made.code == 0, made.err
+    out = planned(case)  # `parplan plan ... --out`, once per session
     chosen = json.loads((out / "plan.json").read_text(encoding="utf-8"))["chosen"]
     written = [name for name in READERS if (out / name).is_file()]
     own = [file for file, backend in FILE_BACKEND.items() if backend == chosen["backend"]["name"]]

@@ -6,7 +6,6 @@ Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh and examples/llama/*.
 from __future__ import annotations
 
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,8 @@ from parplan_gen.inputs.errors import InputError
 from parplan_gen.render.readers import megatron_values
 from parplan_gen.render.shell_parse import MAX_NESTING
 from parplan_gen.render.shell_script import MAX_EXPANDED_CHARS, script_words
+
+from hostile_support import hang_guard
 
 LAYERS = 32
 
@@ -172,24 +173,25 @@ def test_a_variable_the_script_does_not_set_is_an_error_when_read(tmp_path: Path
     ],
 )  # fmt: skip
 def test_hostile_scripts_are_refused_in_one_line(text: str, message: str, tmp_path: Path) -> None:
-    start = time.perf_counter()
-    with pytest.raises(InputError) as caught:
+    with hang_guard(), pytest.raises(InputError) as caught:
         read(tmp_path, text)
-    assert time.perf_counter() - start < 1.0
     assert str(caught.value).startswith(f"{tmp_path / 'train.sh'}:")
     assert str(caught.value).endswith(f": cannot split into shell words: {message}")
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "A=()\n" + "A+=(--tp)\n" * 20_000 + 'cmd "${A[@]}"\n',  # appends grow in place
-        "A=x\n" + "A+=x\n" * 40_000 + "cmd $A\n",
-        "cmd " + '"$X"' * 50_000 + "\n",
-        "X=" + "'a'" * 80_000 + "\ncmd\n",
-    ],
-)
-def test_large_scripts_are_read_in_linear_time(text: str) -> None:
-    start = time.perf_counter()
-    script_words(text)
-    assert time.perf_counter() - start < 1.0
+# Large scripts: the words are right and a runaway (quadratic appends, re-scanning) is stopped
+# by the hang guard; their speed is printed by benchmarks/script_speed.py.
+LARGE_SCRIPTS = {
+    "appends": ("A=()\n" + "A+=(--tp)\n" * 20_000 + 'cmd "${A[@]}"\n', 20_001),
+    "string_appends": ("A=x\n" + "A+=x\n" * 40_000 + "cmd $A\n", 2),
+    "quoted_expansions": ("cmd " + '"$X"' * 50_000 + "\n", 2),
+    "long_assignment": ("X=" + "'a'" * 80_000 + "\ncmd\n", 1),
+}
+
+
+@pytest.mark.parametrize(("text", "words"), LARGE_SCRIPTS.values(), ids=LARGE_SCRIPTS)
+def test_large_scripts_are_read_whole(text: str, words: int) -> None:
+    with hang_guard():
+        found = script_words(text)
+    assert len(found) == words
+    assert found[0][0] == "cmd"

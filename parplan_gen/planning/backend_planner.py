@@ -4,7 +4,7 @@ This module owns the search of one backend's part of the space (`planner.Planner
 per backend and merges them) and its pruning, the ranking and the count of rejected candidates
 by reason. The candidate space is `search_space`, constraints are rules (`constraints`),
 figures come from the cost model (`estimate`); the planner adds no threshold of its own.
-Advice for a request that nothing fits is `api.advise`.
+Advice for a request that nothing fits is `planning.advice.advise`.
 
 The search goes structure (dp, tp, pp, cp, ep, etp) -> vpp -> mbs -> memory option. Each layout rule
 is checked at the first level where every plan name it reads is known, so a broken rule rejects
@@ -160,7 +160,7 @@ class BackendPlanner:
 
     def plan(self, request: Request) -> SearchResult:
         """Search the request's candidates on this backend and rank those that pass (module
-        docstring); no candidate at all is an empty result. No advice: `api.advise` adds it."""
+        docstring); no candidate at all is an empty result. No advice: `planning.advice.advise` adds it."""
         if request.spec.kind != self.kind:
             raise ValueError(f"a planner for {self.kind} models got {request.spec.name}")
         if request.options.backend != self.backend:
