@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any
 
 import consumer_torchtitan
 import pytest
@@ -133,8 +134,13 @@ def _written(folder: Path, file: str) -> bool:
     return False
 
 
-def _refused(consumer_name: str, file: Path, exc: Exception) -> NoReturn:
-    pytest.fail(f"{consumer_name} refuses {file.name}: {type(exc).__name__}: {exc}", pytrace=False)
+def _read_by(consumer_name: str, path: Path, read: Callable[..., Any], *args: Any) -> Any:
+    """`read(path, *args)` by the real consumer; a refusal fails the test with its message."""
+    try:
+        return read(path, *args)
+    except REFUSALS as exc:
+        message = f"{consumer_name} refuses {path.name}: {type(exc).__name__}: {exc}"
+        pytest.fail(message, pytrace=False)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -144,10 +150,7 @@ def test_deepspeed_accepts_ds_config_as_the_plans_layout(name, plan_folder):
     path = folder / "ds_config.json"
     if not _written(folder, path.name):
         return
-    try:
-        config = consumer_deepspeed.deepspeed_config(path, gpus)
-    except REFUSALS as exc:
-        _refused("DeepSpeed", path, exc)
+    config = _read_by("DeepSpeed", path, consumer_deepspeed.deepspeed_config, gpus)
     expected = dict(plan, precision="bf16" if plan["precision"] == "fp8" else plan["precision"])
     assert mismatches(consumer_deepspeed.layout_read(config), expected) == []
     assert consumer_deepspeed.zero_read(config) == sharding(plan)
@@ -159,10 +162,7 @@ def _megatron(folder: Path) -> consumer_megatron.MegatronReading | None:
     path = folder / "megatron_args.sh"
     if not _written(folder, path.name):
         return None
-    try:
-        return consumer_megatron.megatron_reading(path)
-    except REFUSALS as exc:
-        _refused("Megatron-Core", path, exc)
+    return _read_by("Megatron-Core", path, consumer_megatron.megatron_reading)
 
 
 @pytest.mark.parametrize("name", TRANSFORMER_CASES)
@@ -191,10 +191,7 @@ def test_torchtitan_accepts_torchtitan_run_as_the_plans_layout(name, plan_folder
     path = folder / "torchtitan_run.sh"
     if not _written(folder, path.name):
         return
-    try:
-        reading = consumer_torchtitan.torchtitan_reading(path, gpus)
-    except REFUSALS as exc:
-        _refused("torchtitan", path, exc)
+    reading = _read_by("torchtitan", path, consumer_torchtitan.torchtitan_reading, gpus)
     assert mismatches(consumer_torchtitan.layout_read(reading), plan) == []
 
 
