@@ -34,6 +34,14 @@ def text(spec: Any) -> str:
     return spec.get("head", "") + spec["repeat"] * spec["times"] + spec.get("tail", "")
 
 
+def snapshot(folder: Path) -> dict[str, bytes | None]:
+    """Every path under `folder` with its bytes (None for a folder)."""
+    return {
+        p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(folder.rglob("*"))
+    }
+
+
 def graph_json(spec: dict[str, Any]) -> str:
     """A chain graph of spec["graph"] nodes and the extra nodes and edges, JSON with indent 1."""
     n = spec["graph"]

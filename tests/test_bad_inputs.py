@@ -18,6 +18,8 @@ import parplan_gen.rules.ruleset
 from parplan_gen.cli.main import main
 from parplan_gen.rules.ruleset import load_rules
 
+from hostile_support import snapshot
+
 REPO = Path(__file__).resolve().parent.parent
 CASES_FILE = REPO / "tests" / "bad_inputs" / "cases.yaml"
 CASES: list[dict[str, Any]] = YAML(typ="safe").load(CASES_FILE.read_text(encoding="utf-8"))
@@ -60,14 +62,6 @@ def materialize(folder: Path, files: dict[str, Any]) -> None:
             for i, value in enumerate(raw.values()):
                 text = text.replace(f'"@raw{i}@"', value)
             path.write_text(text, encoding="utf-8")
-
-
-def snapshot(folder: Path) -> dict[str, bytes | None]:
-    """Every path under `folder` with its bytes (None for a folder)."""
-    return {
-        p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None)
-        for p in sorted(folder.rglob("*"))
-    }
 
 
 def test_the_corpus_is_large_and_well_formed():

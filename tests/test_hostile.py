@@ -19,10 +19,8 @@ from test_render import rendered_cases
 
 from parplan_gen.cli.main import main
 
-from hostile_support import hang_guard, memory_ceiling, peak_rss
+from hostile_support import HOSTILE, REPO, hang_guard, memory_ceiling, peak_rss, snapshot
 
-REPO = Path(__file__).resolve().parent.parent
-HOSTILE = REPO / "tests" / "hostile"
 FORMULAS: list[dict[str, Any]] = YAML(typ="safe").load(
     (HOSTILE / "formulas.yaml").read_text(encoding="utf-8")
 )
@@ -139,13 +137,6 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
         code = main(argv)
     out, err = capsys.readouterr()
     return code, out, err, peak_rss() - before
-
-
-def snapshot(folder: Path) -> dict[str, bytes | None]:
-    return {
-        p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None)
-        for p in sorted(folder.rglob("*"))
-    }
 
 
 def check_refused(argv: list[str], expected: str, folder: Path, capsys: Any) -> None:

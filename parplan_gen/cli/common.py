@@ -9,9 +9,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN
+from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN, ZERO_STAGES
 from parplan_gen.inputs.errors import UsageError
-from parplan_gen.inputs.number_text import ZERO_STAGES, positive_decimal, whole_number
+from parplan_gen.inputs.number_text import positive_decimal, whole_number
 from parplan_gen.models.kind import BACKEND_NAMES
 
 if TYPE_CHECKING:

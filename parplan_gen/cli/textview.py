@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.safe_text import MAX_SHOWN_CHARS, printable
 from parplan_gen.models.graph import ModelGraph
 from parplan_gen.rules.engine import Opportunity, Proposal
-
-_BYTES_PER_MIB = 1024 * 1024
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: set[int]) -> str:
@@ -74,7 +73,7 @@ def _opportunity_cells(o: Opportunity) -> list[str]:
         o.type,
         f"{o.estimated_speedup:.2f}x",
         str(needs.min_devices),
-        f"{needs.memory_per_device / _BYTES_PER_MIB:,.0f} MiB",
+        f"{needs.memory_per_device / MIB:,.0f} MiB",
         f"{needs.communication_overhead:.2f}",
         o.rule_id,
     ]

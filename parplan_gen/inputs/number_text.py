@@ -12,7 +12,6 @@ from parplan_gen.inputs.errors import SHOWN_DIGITS, shown_value
 # '١٢', '1_000', '+8' and ' 8 ', spellings no launcher writes ('²' even passes str.isdigit()).
 _WHOLE = re.compile(r"-?[0-9]+")
 _DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|-?inf|nan")
-ZERO_STAGES = (0, 1, 2, 3)  # DeepSpeed ZeRO stages
 
 
 def whole_number(text: str, maximum: int, minimum: int = 1) -> int:

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from parplan_gen.inputs.defaults import ZERO_STAGES
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.source import format_path, load_document
@@ -134,7 +135,7 @@ def check_ds_config(config: Any, dp: int | None) -> None:
     if comm is not None and comm not in COMMUNICATION_TYPES:
         raise RenderError(f"communication_data_type must be one of {COMMUNICATION_TYPES}")
     stage = (config.get("zero_optimization") or {}).get("stage", 0)
-    if stage not in (0, 1, 2, 3):
+    if stage not in ZERO_STAGES:
         raise RenderError(f"zero_optimization.stage must be 0..3 (got {stage!r})")
     if stage >= ZERO_GRADS_STAGE and "pipeline" in config:
         raise RenderError("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism")

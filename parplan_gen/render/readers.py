@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.layout import SIZE_LIMITS, size_problem
+from parplan_gen.inputs.defaults import ZERO_STAGES
 from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
-from parplan_gen.inputs.number_text import ZERO_STAGES, whole_number
+from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.inputs.source import Document, load_document
 from parplan_gen.models.transformer import MAX_LAYERS
