@@ -31,7 +31,7 @@ from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, build_layout, check_sizes
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.models.kind import TrainedModel
+from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
 from parplan_gen.planning.advice import Advice, advise
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import (
@@ -41,7 +41,6 @@ from parplan_gen.planning.evaluate import (
 )
 from parplan_gen.planning.planner import PlanError, Planner
 from parplan_gen.planning.search_space import (
-    ANY_BACKEND,
     Objective,
     Request,
     SearchOptions,

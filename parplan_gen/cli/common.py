@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN, ZERO_STAGES
 from parplan_gen.inputs.errors import UsageError
 from parplan_gen.inputs.number_text import positive_decimal, whole_number
-from parplan_gen.models.kind import BACKEND_NAMES
+from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
 if TYPE_CHECKING:
     from parplan_gen.cost.hardware import Cluster
@@ -239,7 +239,7 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
     )
 
 
-BACKEND_CHOICES = ("any", *BACKEND_NAMES)  # --backend: any, then each backend by name
+BACKEND_CHOICES = (ANY_BACKEND, *BACKEND_NAMES)  # --backend: any, then each backend by name
 
 
 def add_backend_option(parser: argparse.ArgumentParser | Any, *, search: bool) -> None:

@@ -25,6 +25,7 @@ from parplan_gen.cli.common import (
 )
 from parplan_gen.cli.render import add_render_options, out_folder, write_plan_files
 from parplan_gen.inputs.defaults import GIB
+from parplan_gen.models.kind import ANY_BACKEND
 
 if TYPE_CHECKING:
     from parplan_gen.api import CheckReport, Plan
@@ -129,7 +130,7 @@ def plan_request(args: argparse.Namespace) -> dict[str, Any]:
         "objective": args.objective,
         "top": args.top,
         "flash_attention": not args.no_flash_attention,
-        "backend": args.backend or "any",
+        "backend": args.backend or ANY_BACKEND,
         "rules": args.rules,
     }
 

@@ -27,6 +27,7 @@ MODEL_KINDS: tuple[ModelKind, ...] = ("transformer", "graph")
 # rules/constraints/<name>.yaml and its capabilities in parplan_gen/planning/backends/<name>.py.
 BackendName = Literal["megatron", "deepspeed", "ddp", "torchtitan"]
 BACKEND_NAMES: tuple[BackendName, ...] = ("megatron", "deepspeed", "ddp", "torchtitan")
+ANY_BACKEND = "any"  # `--backend any`: every backend the model has (the default)
 WorkUnit = Literal["tokens", "samples"]
 PER_LAYER_FIELDS = frozenset({"sliding_window_layers", "moe_layers"})  # lists, not facts
 GRAPH_PARAMS_IN_MILLIONS = 100_000  # from here a graph model's count is shown as `25.6M`

@@ -18,12 +18,11 @@ from typing import Any, Literal, NamedTuple, Protocol, get_args
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import PLAN_FIELDS, Layout, Precision, check_sizes
 from parplan_gen.inputs.errors import InputError, shown_value
-from parplan_gen.models.kind import BACKEND_NAMES, BackendName, TrainedModel
+from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES, BackendName, TrainedModel
 from parplan_gen.planning.backends import BACKENDS, Capabilities
 
 Objective = Literal["time", "memory"]
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")  # least to most recomputation
-ANY_BACKEND = "any"  # `--backend any`: every backend the model has (the default)
 
 
 def check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:

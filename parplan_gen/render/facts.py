@@ -16,15 +16,12 @@ rules' grad_bytes and optimizer_sharded).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
-from functools import cache
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, plan_values
-from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.load import MODEL_FACT_NAMES
 from parplan_gen.models.pipeline_split import PipelineSplit, pipeline_split
@@ -33,7 +30,7 @@ from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping_schema import MappingFile
 from parplan_gen.render.torchtitan_facts import torchtitan_facts
 from parplan_gen.rules.engine import Proposal
-from parplan_gen.rules.ruleset import load_rules
+from parplan_gen.rules.ruleset import builtin_formula
 
 if TYPE_CHECKING:
     from parplan_gen.models.transformer import ModelSpec  # what the megatron.* facts read
@@ -50,7 +47,6 @@ ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
 # Megatron-FSDP's strategy for a Megatron plan's ZeRO stage (planning/backends/megatron.py;
 # Megatron-LM core_v0.16.1 arguments.py --data-parallel-sharding-strategy choices).
 FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
-MODEL_FIELDS_NOT_FACTS = {"sliding_window_layers", "moe_layers"}  # per-layer lists
 
 
 def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) -> dict[str, Any]:
@@ -318,14 +314,7 @@ def rule_value(name: str, layout: Layout, backend: str = "") -> object:
     train.backend only) for `layout` on `backend`: what the cost model assumes, read at render
     time, as plan.json keeps no rules overlay."""
     env = {**plan_values(layout), "train.precision": layout.precision, "train.backend": backend}
-    return _builtin_formula(name)(env)
-
-
-@cache
-def _builtin_formula(name: str) -> Callable[[Mapping[str, Any]], object]:
-    """The built-in rules' named formula `name`, compiled once per process."""
-    where = SourceRef(f"built-in formula {name}")
-    return load_rules().library.compile(name, where, "estimate").evaluate
+    return builtin_formula(name)(env)
 
 
 def _stage_split(spec: ModelSpec, layout: Layout) -> PipelineSplit:

@@ -46,7 +46,7 @@ from parplan_gen.render.report import report_context
 from parplan_gen.render.shell_quote import comment
 from parplan_gen.render.template_env import Templates, environment, render_template
 from parplan_gen.render.writer import NCCL_REFERENCE
-from parplan_gen.rules.ruleset import RuleSet, load_rules
+from parplan_gen.rules.ruleset import builtin_rules
 
 DS_CONFIG, DS_CONFIG_TEMPLATE = "ds_config.json", "deepspeed/{deepspeed}/ds_config.json.j2"
 OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the chosen versions
@@ -84,12 +84,7 @@ def backend_runs(doc: PlanDocument) -> dict[str, str | None]:
 
 @functools.lru_cache(maxsize=8)
 def _builtin_verdicts(model: Any, cluster: Any, layout: Any, on: Any) -> dict[str, str | None]:
-    return backend_verdicts(model, cluster, layout, _builtin_rules(), on)
-
-
-@functools.lru_cache(maxsize=1)
-def _builtin_rules() -> RuleSet:
-    return load_rules()
+    return backend_verdicts(model, cluster, layout, builtin_rules(), on)
 
 
 def hf_trainer_runs(doc: PlanDocument) -> None:

@@ -32,17 +32,13 @@ from parplan_gen.render.mapping_inverse import (
     deepspeed_keys,
     megatron_flags,
 )
-from parplan_gen.render.shell_script import script_words
+from parplan_gen.render.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, script_words
 from parplan_gen.render.template_env import Templates
 from parplan_gen.render.torchtitan_reader import torchtitan_values
 
 if TYPE_CHECKING:
     from parplan_gen.models.kind import TrainedModel
 
-# A Megatron-LM argument file larger than this is refused before it is split: Megatron-LM's
-# example launch scripts are a few KB (examples/gpt3/train_gpt3_175b_distributed.sh), and
-# splitting takes up to ~1 s per MiB in the worst case (one word per two characters).
-MAX_ARGUMENT_SCRIPT_BYTES = 256 * 1024
 HF_AUTO_HINT = " (the HF Trainer fills 'auto'; give the value as a flag)"
 
 

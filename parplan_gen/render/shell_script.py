@@ -25,8 +25,13 @@ from dataclasses import dataclass, field
 
 from parplan_gen.render.shell_parse import Exp, Lit, Parser, Word
 
+# A launch script larger than this is refused before it is split (check --from-megatron,
+# --from-torchtitan): Megatron-LM's example launch scripts are a few KB
+# (examples/gpt3/train_gpt3_175b_distributed.sh), and splitting takes up to ~1 s per MiB in the
+# worst case (one word per two characters).
+MAX_ARGUMENT_SCRIPT_BYTES = 256 * 1024
 # Megatron-LM's example scripts expand to a few KB (examples/llama/train_llama3_8b_h100_fp8.sh);
-# this is four times the largest script the readers accept (readers.MAX_ARGUMENT_SCRIPT_BYTES).
+# this is four times the largest script the readers accept.
 MAX_EXPANDED_CHARS = 1024 * 1024
 
 Seg = tuple[str, int]  # text and the line it comes from

@@ -18,14 +18,12 @@ What torchtitan computes from them is read in the torchtitan 0.3.0 wheel:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
 from parplan_gen.cost.layout import Layout, plan_values
-from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.render.mapping_schema import MappingFile
-from parplan_gen.rules.ruleset import load_rules
+from parplan_gen.rules.ruleset import builtin_formula
 
 ZERO_SHARDED = 3  # FSDP2 shards parameters, gradients and optimizer states (ZeRO-3)
 LAYERS_PER_STAGE = "tt_layers_per_stage"  # rules/constraints/torchtitan.yaml
@@ -61,7 +59,9 @@ def torchtitan_facts(model: TrainedModel, layout: Layout, mapping: MappingFile) 
         "torchtitan.pp_schedule": (SCHEDULE_INTERLEAVED if interleaved else SCHEDULE_1F1B)
         if pipeline
         else None,
-        "torchtitan.layers_per_stage": _formula(LAYERS_PER_STAGE)(env) if interleaved else None,
+        "torchtitan.layers_per_stage": builtin_formula(LAYERS_PER_STAGE)(env)
+        if interleaved
+        else None,
         "torchtitan.sequence_parallel": split,
         "torchtitan.no_sequence_parallel": layout.tp > 1 and not split,
     }
@@ -78,11 +78,4 @@ def config_name(model: TrainedModel, layout: Layout, mapping: MappingFile) -> st
 
 
 def _holds(name: str, env: Mapping[str, Any]) -> bool:
-    return bool(_formula(name)(env))
-
-
-@cache
-def _formula(name: str) -> Any:
-    """The built-in rules' named formula `name`, compiled once per process."""
-    where = SourceRef(f"built-in formula {name}")
-    return load_rules().library.compile(name, where, "estimate").evaluate
+    return bool(builtin_formula(name)(env))

@@ -16,10 +16,11 @@ from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.models.transformer import MAX_LAYERS
 from parplan_gen.render.mapping import LoadedMapping
+from parplan_gen.render.shell_script import MAX_ARGUMENT_SCRIPT_BYTES
 from parplan_gen.render.shell_words import shell_words
-from parplan_gen.render.torchtitan_facts import ZERO_SHARDED, _formula
+from parplan_gen.render.torchtitan_facts import ZERO_SHARDED
+from parplan_gen.rules.ruleset import builtin_formula
 
-MAX_SCRIPT_BYTES = 256 * 1024  # as render/readers.py's Megatron-LM scripts
 # The Layout field each override's canonical key is (plan.<field> otherwise).
 FIELD_OF_KEY = {
     "torchtitan.dp_replicate": "dp_replicate",
@@ -38,7 +39,7 @@ SWITCHES = {
 
 def torchtitan_values(path: str | Path, num_layers: int, mapping: LoadedMapping) -> dict[str, Any]:
     """Layout fields (and precision, from the config) of a torchtitan launch line."""
-    text = read_text(str(path), max_bytes=MAX_SCRIPT_BYTES).replace("\\\n", " \n")
+    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES).replace("\\\n", " \n")
     ref = SourceRef(str(path))
     try:
         words = [w for w, _ in shell_words(text)]
@@ -122,7 +123,7 @@ def _layout(
         out["sequence_parallel"] = said["sequence_parallel"] and out.get("tp", 1) > 1
     if "torchtitan.layers_per_stage" in said and pp > 1:
         per_stage = _number(said, "torchtitan.layers_per_stage", ref)
-        weighted = _formula(WEIGHTED_LAYERS)({"model.layers": num_layers})
+        weighted = builtin_formula(WEIGHTED_LAYERS)({"model.layers": num_layers})
         stages = ceil(weighted / per_stage)  # distributed/pipeline_parallel.py
         if stages % pp:
             raise InputError(f"{stages} pipeline stages do not divide by pp {pp}", ref)

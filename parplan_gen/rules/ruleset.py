@@ -14,10 +14,11 @@ each file, rule and formula is tried on its own and every problem goes to the co
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
+from typing import Any
 
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import RuleError, SourceRef
@@ -298,3 +299,17 @@ def _in_group_order(proposals: list[CompiledProposal]) -> list[CompiledProposal]
     for p in proposals:
         order.setdefault(p.rule.group, len(order))
     return sorted(proposals, key=lambda p: order[p.rule.group])
+
+
+@cache
+def builtin_rules() -> RuleSet:
+    """The built-in rules alone, loaded once per process: what the renderer reads the cost
+    model's assumptions from (plan.json keeps no overlay)."""
+    return load_rules()
+
+
+@cache
+def builtin_formula(name: str) -> Callable[[Mapping[str, Any]], object]:
+    """The built-in rules' named formula `name`, compiled once per process."""
+    where = SourceRef(f"built-in formula {name}")
+    return builtin_rules().library.compile(name, where, "estimate").evaluate
