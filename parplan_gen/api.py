@@ -179,6 +179,9 @@ def plan_all_backends(model: Any, cluster: Any, **request: Any) -> dict[str, Pla
     """`plan` per backend of `backend` (default any), each search restricted to it (`plan
     --all-backends`): backend -> its own best plan (labelled `best_on` it), or why none runs."""
     spec, found = load_model(model), {}
+    rules = request.pop("rules", ())
+    request["rules"] = rules if isinstance(rules, RuleSet) else load_rules(rules)  # once
+    cluster = load_cluster_spec(cluster)
     for name in backends_for(spec, request.pop("backend", ANY_BACKEND)):
         try:
             one = plan(spec, cluster, backend=name, **request)
