@@ -9,7 +9,7 @@ Rows that cannot be evaluated are listed with the reason.
     python benchmarks/calibration.py [RUNS.yaml] [--rules DIR]   # table and MAPE
     python benchmarks/calibration.py --fit                        # fit rules/cost/efficiency.yaml
 
-`--fit` searches the constants that datasheets cannot give (FIT_PARAMETERS) by coordinate
+`--fit` searches the constants that datasheets cannot give (benchmarks/fit_parameters.yaml) by coordinate
 descent on the MAPE of the evaluable rows and prints them; copy them into efficiency.yaml.
 """
 
@@ -448,14 +448,17 @@ def format_report(report: Report) -> str:
 
 # ---- fitting -----------------------------------------------------------------------------------
 
-# The constants of rules/cost/efficiency.yaml that no datasheet gives, with the range searched.
-FIT_PARAMETERS: dict[str, tuple[float, float]] = {
-    "gemm_efficiency_max": (0.3, 1.0),
-    "gemm_width_half": (0.0, 4000.0),
-    "link_efficiency": (0.3, 1.0),
-    "hbm_efficiency": (0.3, 1.0),
-    "hopper_gemm_scale": (0.5, 1.0),
-}
+# The constants of rules/cost/ that no datasheet gives, with the range searched for each.
+FIT_PARAMETERS_FILE = Path(__file__).resolve().parent / "fit_parameters.yaml"
+
+
+def fit_parameters(path: Path = FIT_PARAMETERS_FILE) -> dict[str, tuple[float, float]]:
+    """{formula name: (low, high)} of the constants `--fit` searches."""
+    data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    return {name: (float(lo), float(hi)) for name, (lo, hi) in data["parameters"].items()}
+
+
+FIT_PARAMETERS = fit_parameters()
 FIT_STEPS = 13  # grid points per parameter and sweep
 FIT_SWEEPS = 6  # sweeps, each on a grid narrowed around the last best value
 FIT_NARROWING = 0.35  # fraction of the previous range kept around the best value
