@@ -1,7 +1,7 @@
 """Feed a rendered megatron_args.sh to Megatron-Core, as Megatron-LM's training loop does.
 
-The script's words are split as bash splits them (render/shell_words.py), `${VAR:-default}`
-takes its default, and each `--foo-bar` argument becomes the config field `foo_bar`, the way
+The script's words are the ones bash gives its commands (render/shell_script.py expands the
+variables the script sets, `${VAR:-default}` and arrays as bash does), and each `--foo-bar` argument becomes the config field `foo_bar`, the way
 Megatron-LM's `core_transformer_config_from_args` (megatron/training/arguments.py) builds
 Megatron-Core's configs: every dataclass field taken from the argument of the same name, plus
 the few arguments it renames or derives (RENAMED, NEGATED and `_derived`). Constructing the
@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import re
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parplan_gen.render.shell_words import shell_words
+from parplan_gen.render.shell_script import script_words as bash_words
 
 from consumer_support import consumer
 
@@ -53,8 +52,6 @@ TRAINING_ONLY = frozenset(
         "_\n    ", "_"
     ).split()
 )
-_DEFAULT = re.compile(r"\$\{\w+:-([^}]*)\}")
-_ARRAY_OPEN = re.compile(r"^\w+=\(")
 
 
 @dataclass(frozen=True)
@@ -69,16 +66,8 @@ class MegatronReading:
 
 
 def script_words(path: Path) -> list[str]:
-    """The words of the script, each `${VAR:-default}` replaced by its default and the array
-    brackets of `NAME=(... )` removed."""
-    text = path.read_text(encoding="utf-8").replace("\\\n", " \n")
-    words = (_DEFAULT.sub(r"\1", word) for word, _ in shell_words(text))
-    return [w for w in (_unbracket(_ARRAY_OPEN.sub("", w)) for w in words) if w]
-
-
-def _unbracket(word: str) -> str:
-    """`128256)` closing an array -> `128256`; `([0]*3+[1]*58)` stays whole."""
-    return word[:-1] if word.count(")") > word.count("(") else word
+    """The words the script's commands get, as bash expands them."""
+    return [word for word, _ in bash_words(path.read_text(encoding="utf-8"))]
 
 
 def arguments(words: list[str], switches: set[str]) -> dict[str, str | bool]:

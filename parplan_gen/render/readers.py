@@ -32,7 +32,7 @@ from parplan_gen.render.mapping_inverse import (
     deepspeed_keys,
     megatron_flags,
 )
-from parplan_gen.render.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, script_words
+from parplan_gen.render.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
 from parplan_gen.render.template_env import Templates
 from parplan_gen.render.torchtitan_reader import torchtitan_values
 
@@ -137,17 +137,7 @@ def megatron_values(
     def where(line: int) -> SourceRef:
         return SourceRef(str(path), line)
 
-    try:
-        words = script_words(text)
-    except ValueError as exc:
-        message, offset = exc.args
-        line = text.count("\n", 0, offset) + 1
-        hint = (
-            " (is a quote unbalanced?)" if message.startswith("No ")
-            else " (a variable that doubles itself?)" if message.startswith("expanding")
-            else ""
-        )  # fmt: skip
-        raise InputError(f"cannot split into shell words: {message}{hint}", where(line)) from None
+    words = read_script_words(text, str(path))
     flags = megatron_flags(_mapping(templates_dir))
     out: dict[str, Any] = {}
     for i, (word, line) in enumerate(words):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.render.shell_parse import Exp, Lit, Parser, Word
 
 # A launch script larger than this is refused before it is split (check --from-megatron,
@@ -95,6 +96,22 @@ def script_words(text: str) -> list[Seg]:
     """The words the script's commands get, in order, each with the line it comes from (for an
     expanded word, the line of the value it was taken from)."""
     return _Script(text).run()
+
+
+def read_script_words(text: str, path: str) -> list[Seg]:
+    """`script_words` of the file `path` holds, or an InputError naming its line."""
+    try:
+        return script_words(text)
+    except ValueError as exc:
+        message, offset = exc.args
+        line = text.count("\n", 0, offset) + 1
+        hint = (
+            " (is a quote unbalanced?)" if message.startswith("No ")
+            else " (a variable that doubles itself?)" if message.startswith("expanding")
+            else ""
+        )  # fmt: skip
+        where = SourceRef(path, line)
+        raise InputError(f"cannot split into shell words: {message}{hint}", where) from None
 
 
 class _Script:

@@ -16,8 +16,7 @@ from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.models.transformer import MAX_LAYERS
 from parplan_gen.render.mapping import LoadedMapping
-from parplan_gen.render.shell_script import MAX_ARGUMENT_SCRIPT_BYTES
-from parplan_gen.render.shell_words import shell_words
+from parplan_gen.render.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
 from parplan_gen.render.torchtitan_facts import ZERO_SHARDED
 from parplan_gen.rules.ruleset import builtin_formula
 
@@ -39,12 +38,9 @@ SWITCHES = {
 
 def torchtitan_values(path: str | Path, num_layers: int, mapping: LoadedMapping) -> dict[str, Any]:
     """Layout fields (and precision, from the config) of a torchtitan launch line."""
-    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES).replace("\\\n", " \n")
+    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
     ref = SourceRef(str(path))
-    try:
-        words = [w for w, _ in shell_words(text)]
-    except ValueError as exc:
-        raise InputError(f"cannot split into shell words: {exc.args[0]}", ref) from None
+    words = [w for w, _ in read_script_words(text, str(path))]
     said = _said(words, mapping, ref)
     return _layout(said, num_layers, mapping, ref)
 
