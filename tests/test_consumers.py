@@ -2,7 +2,7 @@
 through DeepSpeed's DeepSpeedConfig, every megatron_args.sh through Megatron-Core's
 TransformerConfig, DistributedDataParallelConfig, OptimizerConfig, parallel_state and
 num-microbatches calculator, and every torchtitan_run.sh of the planned scenarios through
-torchtitan's own config classes and ParallelDims (tests/consumer_deepspeed.py,
+torchtitan's own ConfigManager and ParallelDims (tests/consumer_deepspeed.py,
 tests/consumer_megatron.py, tests/consumer_torchtitan.py). A file the
 real code refuses fails with that code's message; an accepted file must read back as the plan's
 layout.

@@ -1,9 +1,9 @@
 """torchtitan_run.sh: the search picks torchtitan where it runs the best layout, its file is
 written, read back (`check --from-torchtitan`) to the plan's layout, and its overrides are
-accepted by torchtitan 0.3.0's own config classes and ParallelDims.
+accepted by torchtitan 0.3.0's own ConfigManager and ParallelDims.
 
-The consumer (tests/consumer_torchtitan.py, shared with test_consumers.py) parses the overrides
-with torchtitan's own config classes and builds its ParallelDims."""
+The consumer (tests/consumer_torchtitan.py, shared with test_consumers.py) parses the arguments
+with torchtitan's ConfigManager, as torchtitan.train does, and builds its ParallelDims."""
 
 from __future__ import annotations
 
