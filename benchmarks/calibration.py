@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from calibration_case import case_from_entry, load_cases, published_figure
+from calibration_cv import cross_validation_report
+from calibration_fit import FastThroughput, leave_one_source_out
 from calibration_read import (
     GIB,
     PERCENT,
@@ -264,27 +266,27 @@ def _grid(lo: float, hi: float) -> list[float]:
 
 
 def fit(
-    cases: Sequence[Case], start: Mapping[str, float], extra_rules: Sequence[str]
+    score: Callable[[Mapping[str, float]], float],
+    start: Mapping[str, float],
+    *,
+    verbose: bool = True,
 ) -> tuple[dict[str, float], float]:
-    """Coordinate descent on MAPE over FIT_PARAMETERS; returns (constants, MAPE)."""
-
-    def mape(constants: Mapping[str, float]) -> float:
-        return Report(evaluate(load_rules_with(constants, extra_rules), cases)).mape
-
+    """Coordinate descent of `score` (a MAPE) over FIT_PARAMETERS; returns (constants, score)."""
     best = dict(start)
-    best_mape = mape(best)
+    best_mape = score(best)
     ranges = dict(FIT_PARAMETERS)
     for _ in range(FIT_SWEEPS):
         for name, (lo, hi) in ranges.items():
             for value in _grid(lo, hi):
                 trial = best | {name: round(value, 4)}
-                score = mape(trial)
-                if score < best_mape:
-                    best, best_mape = trial, score
+                trial_mape = score(trial)
+                if trial_mape < best_mape:
+                    best, best_mape = trial, trial_mape
             half = (hi - lo) * FIT_NARROWING / 2
             bounds = FIT_PARAMETERS[name]
             ranges[name] = (max(bounds[0], best[name] - half), min(bounds[1], best[name] + half))
-        print(f"  sweep: MAPE {best_mape:.2f} % at {best}", file=sys.stderr)
+        if verbose:
+            print(f"  sweep: MAPE {best_mape:.2f} % at {best}", file=sys.stderr)
     return best, best_mape
 
 
@@ -299,6 +301,20 @@ def current_constants(rules: RuleSet) -> dict[str, float]:
     return {name: named_value(rules, name, {}) for name in FIT_PARAMETERS}
 
 
+def cross_validate(rules: RuleSet, cases: Sequence[Case], extra_rules: Sequence[str]) -> str:
+    """Fit on every measured row, then once per publication left out; the report."""
+    fast = FastThroughput(rules, cases, extra_rules)
+    start = current_constants(rules)
+    full, _ = fit(fast.mape, start, verbose=False)
+    rows = evaluate(load_rules_with(full, extra_rules), cases)
+
+    def fit_on(training: Sequence[int]) -> dict[str, float]:
+        return fit(lambda c: fast.mape(c, training), start, verbose=False)[0]
+
+    folds = leave_one_source_out(cases, fit_on)
+    return cross_validation_report(fast, full, folds, rows, FAMILIES)
+
+
 # ---- command line ------------------------------------------------------------------------------
 
 
@@ -307,6 +323,11 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
     parser.add_argument("runs", nargs="*", type=Path, default=[DEFAULT_RUNS, MODERN_RUNS])
     parser.add_argument("--rules", action="append", default=[], metavar="DIR")
     parser.add_argument("--fit", action="store_true", help="fit the efficiency constants")
+    parser.add_argument(
+        "--cross-validate",
+        action="store_true",
+        help="fit on all rows, then leave each source out; MAPE per family",
+    )
     parser.add_argument("--breakdown", action="store_true", help="print each run's step time parts")
     args = parser.parse_args(argv)
     missing = [str(p) for p in args.runs if not p.is_file()]
@@ -315,8 +336,12 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
         return 1
     cases, skipped = load_cases(*args.runs)
     rules = builtin_cost_rules(args.rules)
+    if args.cross_validate:
+        out(cross_validate(rules, cases, args.rules))
+        return 0
     if args.fit:
-        constants, _ = fit(cases, current_constants(rules), args.rules)
+        fast = FastThroughput(rules, cases, args.rules)
+        constants, _ = fit(fast.mape, current_constants(rules))
         out("fitted constants (rules/cost/efficiency.yaml):")
         out("\n".join(f"  {k}: {v}" for k, v in constants.items()))
         rules = load_rules_with(constants, args.rules)

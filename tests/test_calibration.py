@@ -306,3 +306,38 @@ def test_every_row_is_read_or_skipped_with_its_reason(calibration: ModuleType) -
     assert len(cases) + len(skipped) == 60
     assert [s.name for s in skipped] == ["nemo2407_h100_fp8_nemotron-8b_64gpus"]
     assert "leaves the vocabulary to the tokenizer" in skipped[0].reason
+
+
+def test_leave_one_source_out_never_fits_on_the_rows_it_predicts() -> None:
+    fit_module = load_benchmark("calibration_fit")
+
+    class Fake:
+        def __init__(self, source: str, measured: bool = True) -> None:
+            self.source, self.measured = source, measured
+
+    cases = [Fake("a"), Fake("b"), Fake("a"), Fake("c", measured=False), Fake("c")]
+    seen: list[list[int]] = []
+
+    def fit_on(training: Any) -> dict[str, float]:
+        seen.append(list(training))
+        return {"k": float(len(training))}
+
+    folds = fit_module.leave_one_source_out(cases, fit_on)
+    assert [f.source for f in folds] == ["a", "b", "c"]
+    assert [f.held_out for f in folds] == [(0, 2), (1,), (4,)]
+    assert seen == [[1, 4], [0, 2, 4], [0, 1, 2]]  # row 3 has no figure: never fitted
+    for fold, training in zip(folds, seen, strict=True):
+        assert not set(fold.held_out) & set(training)
+
+
+@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+def test_the_fast_fit_predicts_what_the_evaluator_does(calibration: ModuleType) -> None:
+    cases, _ = calibration.load_cases(*RUN_FILES)
+    rules = calibration.builtin_cost_rules()
+    fast = load_benchmark("calibration_fit").FastThroughput(rules, cases)
+    constants = calibration.current_constants(rules)
+    slow = calibration.evaluate(rules, cases)
+    assert fast.predict(constants) == pytest.approx([r.predicted_tflops for r in slow])
+    changed = constants | {"link_efficiency": 0.5}
+    slow = calibration.evaluate(calibration.load_rules_with(changed, []), cases)
+    assert fast.predict(changed) == pytest.approx([r.predicted_tflops for r in slow])
