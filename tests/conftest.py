@@ -62,7 +62,10 @@ def chain_graph(ops: Sequence[str], name: str = "chain") -> str:
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """benchmarks/<name>.py as module `name` (the benchmarks import each other by name)."""
+    """benchmarks/<name>.py as module `name` (the benchmarks import each other by name, as
+    `python benchmarks/<name>.py` lets them: benchmarks/ on the import path)."""
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
     spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -405,10 +405,11 @@ def test_calibration_script_on_an_inline_file(tmp_path: Path) -> None:
     assert calibration.main([str(runs)], out=printed.append) == 0
     text = "\n".join(printed)
     row = next(line for line in text.splitlines() if line.startswith("narayanan2021"))
-    assert row.split()[1:2] == ["hardware"]  # Narayanan counts the recompute pass
-    assert float(row.split()[3]) == 137.0
-    assert "MAPE over 1 runs:" in text
-    assert "megatron2020_dgxa100_gpt2_1B_128gpus: the run has no micro_batch_size" in text
+    assert row.split()[1:3] == ["megatron", "hardware"]  # Narayanan counts the recompute pass
+    assert float(row.split()[4]) == 137.0
+    assert "MAPE over 2 runs:" in text
+    # Megatron-LM of 2020 had no gradient accumulation: micro-batch = 2048 / dp 128 = 16
+    assert "megatron2020_dgxa100_gpt2_1B_128gpus: micro_batch_size 16: " in text
     # 8 x 200 Gb/s per 8-GPU node is 200 Gb/s per GPU
     entry = {"inter_node": "8x NVIDIA Mellanox 200 Gb/s HDR", "gpus_per_node": 8}
     assert calibration.inter_node_gbps(entry) == 200

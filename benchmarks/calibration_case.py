@@ -1,0 +1,235 @@
+"""One published run -> a `Case`: its layout (on the backend that ran it), its published
+figure, and every assumption made (calibration_read.py reads the model and the cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from calibration_read import (
+    FLASH_ATTENTION_BY_FAMILY,
+    GIB,
+    HARDWARE_FLOP_FAMILIES,
+    PERCENT,
+    RECOMPUTE_WORDS,
+    TERA,
+    Case,
+    Metric,
+    NotEvaluableError,
+    RowFacts,
+    Skipped,
+    _need,
+    _words,
+    cluster_from_entry,
+    row_facts,
+    spec_and_notes,
+)
+from ruamel.yaml import YAML
+
+from parplan_gen.cost.layout import Layout, Recompute, build_layout
+from parplan_gen.inputs.errors import ParplanError
+from parplan_gen.models.transformer import ModelSpec
+
+# Backends that run Megatron-style sequence parallelism with tp (torchtitan's apply_tp shards
+# the norms with SequenceParallel, torchtitan/models/llama3/parallelize.py).
+SEQUENCE_PARALLEL_BACKENDS = frozenset({"megatron", "torchtitan"})
+
+
+def _recompute(value: object, notes: list[str]) -> Recompute:
+    text = str(value or "").strip().lower()
+    if not text:
+        notes.append("activation_recompute not stated: none assumed")
+        return "none"
+    word = text.split()[0]
+    if word in RECOMPUTE_WORDS:
+        return word  # type: ignore[return-value]
+    # "not stated for Table 2 (TFLOP/s computed with Eq. 3, which assumes full recomputation)"
+    found = [w for w in RECOMPUTE_WORDS if w in text]
+    if text.startswith("not stated") and len(found) == 1:
+        notes.append(f"activation_recompute {found[0]} assumed from the row's text: {value!r}")
+        return found[0]
+    raise NotEvaluableError(f"activation_recompute {value!r} is not none/selective/full")
+
+
+def _precision(entry: Mapping[str, Any], notes: list[str]) -> str:
+    text = _words(entry.get("precision"))
+    if "fp8" in text or "float8" in text:
+        return "fp8"
+    if "fp16" in text:
+        return "fp16"
+    if "bf16" not in text and "16-bit" not in text:  # fp16 and bf16 share the dense peak
+        notes.append(f"precision {entry.get('precision')!r}: bf16 assumed")
+    return "bf16"
+
+
+def _micro_batch(
+    entry: Mapping[str, Any], facts: RowFacts, dp: int, pp: int, notes: list[str]
+) -> int:
+    mbs = entry.get("micro_batch_size")
+    if mbs is not None:
+        return int(mbs)
+    per_rank = entry.get("batch_size_per_dp_rank") or entry["global_batch_size"] // dp
+    rule = facts.micro_batch
+    if rule == "one":
+        mbs = 1
+    elif rule == "per_rank":
+        mbs = per_rank
+    elif rule == "per_rank_over_pp" and per_rank % pp == 0:
+        mbs = per_rank // pp
+    else:
+        raise NotEvaluableError("the run has no micro_batch_size")
+    notes.append(f"micro_batch_size {mbs}: {facts.micro_batch_reason}")
+    return mbs
+
+
+def _sharding(entry: Mapping[str, Any], notes: list[str]) -> tuple[int, bool]:
+    """(ZeRO stage, Megatron distributed optimizer) of an entry."""
+    zero = entry.get("zero_stage") or 0
+    sharding = _words(entry.get("data_parallel_sharding"))
+    if not zero and "megatron-fsdp" in sharding:
+        notes.append(
+            "Megatron-FSDP read as ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params)"
+        )
+        return 3, False
+    flag = entry.get("distributed_optimizer")
+    if flag is None and not zero and _family_of(entry).startswith("nemo"):
+        notes.append("distributed optimizer assumed (NeMo's GPT recipes use it; not stated)")
+        flag = True
+    return zero, bool(flag) and zero == 0
+
+
+def _family_of(entry: Mapping[str, Any]) -> str:
+    return str(entry["name"]).split("_", 1)[0].lower()
+
+
+def layout_and_notes(
+    entry: Mapping[str, Any], facts: RowFacts, seq_len: int
+) -> tuple[Layout, list[str]]:
+    """The Layout of an entry on `facts.backend`, and the assumptions made."""
+    _need(entry, ("total_gpus", "global_batch_size"), "the run")
+    notes: list[str] = []
+    par = entry["parallelism"]
+    tp, pp = par.get("tp") or 1, par.get("pp") or 1
+    dp = par.get("dp") or entry["total_gpus"] // (tp * pp * (par.get("cp") or 1))
+    zero, distributed_optimizer = _sharding(entry, notes)
+    sequence_parallel = par.get("sequence_parallel")
+    if sequence_parallel is None and tp > 1 and facts.backend in SEQUENCE_PARALLEL_BACKENDS:
+        notes.append(f"sequence parallelism assumed with tp {tp} (not stated)")
+        sequence_parallel = True
+    layout = build_layout(
+        entry["total_gpus"],
+        tp=tp,
+        pp=pp,
+        cp=par.get("cp") or 1,
+        dp=par.get("dp"),
+        ep=par.get("ep") or 1,
+        vpp=par.get("virtual_pipeline_stages") or 1,
+        mbs=_micro_batch(entry, facts, dp, pp, notes),
+        global_batch=entry["global_batch_size"],
+        seq_len=seq_len,
+        zero_stage=zero,
+        distributed_optimizer=distributed_optimizer,
+        sequence_parallel=bool(sequence_parallel),
+        recompute=_recompute(entry.get("activation_recompute"), notes),
+        precision=_precision(entry, notes),
+    )
+    return layout, notes
+
+
+def layout_from_entry(entry: Mapping[str, Any]) -> Layout:
+    """The Layout of an entry."""
+    spec, _ = spec_and_notes(entry)
+    return layout_and_notes(entry, row_facts(entry["name"]), spec.max_position_embeddings)[0]
+
+
+def published_figure(
+    entry: Mapping[str, Any], spec: ModelSpec, seq: int
+) -> tuple[float | None, Metric, str]:
+    """(TFLOP/s per GPU, which FLOPs, where from) of an entry's `measured` block; None: the
+    block has no figure (a layout reference)."""
+    measured = entry.get("measured") or {}
+    family = _family_of(entry)
+    peak = entry["hardware"].get("peak_16bit_dense_tflops")
+    if measured.get("tflops_per_gpu") is not None:
+        metric: Metric = "hardware" if family in HARDWARE_FLOP_FAMILIES else "model"
+        return float(measured["tflops_per_gpu"]), metric, "tflops_per_gpu"
+    if measured.get("mfu_pct") is not None and peak:
+        return measured["mfu_pct"] / PERCENT * peak, "model", f"mfu_pct x {peak}"
+    if measured.get("hfu_pct") is not None and peak:
+        return measured["hfu_pct"] / PERCENT * peak, "hardware", f"hfu_pct x {peak}"
+    flops_per_token = spec.flops_per_token(seq)
+    if measured.get("step_time_s"):
+        tokens = entry["global_batch_size"] * seq
+        tflops = flops_per_token * tokens / (entry["total_gpus"] * measured["step_time_s"]) / TERA
+        return tflops, "model", "step_time_s, Eq. 7 FLOPs"
+    if measured.get("tokens_per_sec_per_gpu"):
+        tflops = measured["tokens_per_sec_per_gpu"] * flops_per_token / TERA
+        return tflops, "model", "tokens/s x model FLOPs"
+    return None, "model", "layout reference (no published figure): fits only"
+
+
+def flash_attention(entry: Mapping[str, Any]) -> tuple[bool, list[str]]:
+    """Whether the run used flash attention, and the assumption made when not stated."""
+    text = _words(entry.get("notes"), entry["model"].get("notes"))
+    if "flash attention" in text or "flash-attention" in text:
+        return True, []
+    family = _family_of(entry)
+    if family in FLASH_ATTENTION_BY_FAMILY:
+        return FLASH_ATTENTION_BY_FAMILY[family], []
+    return True, ["flash attention assumed (not stated)"]
+
+
+def case_from_entry(entry: Mapping[str, Any]) -> Case:
+    """Everything the cost model needs for one entry (NotEvaluableError when it cannot)."""
+    facts = row_facts(entry["name"])
+    try:
+        spec, notes = spec_and_notes(entry)
+        cluster, cluster_notes = cluster_from_entry(entry)
+        seq = spec.max_position_embeddings
+        layout, layout_notes = layout_and_notes(entry, facts, seq)
+        value, metric, basis = published_figure(entry, spec, seq)
+        flash, flash_notes = flash_attention(entry)
+    except ParplanError as exc:
+        raise NotEvaluableError(exc.render()) from None
+    except ValueError as exc:  # pydantic: a model block that is not a valid ModelSpec
+        raise NotEvaluableError(str(exc).splitlines()[-1].strip()) from None
+    if facts.backend_reason:
+        notes.append(f"backend {facts.backend}: {facts.backend_reason}")
+    memory = (entry.get("measured") or {}).get("memory_gib_per_gpu")
+    return Case(
+        entry["name"],
+        spec,
+        cluster,
+        layout,
+        metric,
+        flash,
+        value,
+        basis,
+        tuple(notes + cluster_notes + layout_notes + flash_notes),
+        backend=facts.backend,
+        source=facts.source,
+        families=facts.families,
+        published_memory_gib=None if memory is None else float(memory),
+    )
+
+
+def load_entries(path: Path) -> list[dict[str, Any]]:
+    """The `configs` of a calibration file."""
+    return YAML(typ="safe").load(path.read_text(encoding="utf-8"))["configs"]
+
+
+def load_cases(*paths: Path) -> tuple[list[Case], list[Skipped]]:
+    """The evaluable runs of `paths` and the others with their reasons, in file order."""
+    cases: list[Case] = []
+    skipped: list[Skipped] = []
+    for path in paths:
+        for entry in load_entries(path):
+            try:
+                cases.append(case_from_entry(entry))
+            except NotEvaluableError as exc:
+                skipped.append(Skipped(entry["name"], str(exc)))
+    return cases, skipped
+
+
+__all__ = ["GIB", "Case", "Skipped", "case_from_entry", "load_cases", "published_figure"]

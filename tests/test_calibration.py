@@ -1,0 +1,343 @@
+"""benchmarks/calibration*.py reads every kind of row of the two calibration files. The entries
+below are copied from ../shared/calibration/published_runs_modern.yaml (CI may not have it);
+the expected values are read off their text, never off the cost model's figures (other terms
+of the model change)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from conftest import load_benchmark
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "calibration"
+RUN_FILES = (SHARED / "published_runs.yaml", SHARED / "published_runs_modern.yaml")
+GIB = 1 << 30
+
+H100 = {
+    "gpu": "NVIDIA H100 SXM 80GB (DGX H100)",
+    "gpu_memory_gb": 80,
+    "gpus_per_node": 8,
+    "inter_node": "not stated on the page",
+    "peak_16bit_dense_tflops": 989,
+}
+TITAN_H100 = {
+    "gpu": "NVIDIA H100 96GB HBM2e (2.4 TB/s), 500 W power limit",
+    "gpu_memory_gb": 96,
+    "gpus_per_node": 8,
+    "inter_node": "RDMA backend network, 400 Gb/s per GPU",
+}
+LLAMA3_8B = {
+    "name": "Llama 3.1 8B",
+    "num_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_query_groups": 8,
+    "ffn_hidden_size": 14336,
+    "vocab_size": 128256,
+    "seq_length": None,
+}
+
+
+def _entry(**fields: Any) -> dict[str, Any]:
+    return {"parallelism": {}, **fields}
+
+
+FP8_MOE = _entry(
+    name="nemo2511_h100_qwen3_30b_a3b_16gpus",
+    model={
+        "name": "Qwen3-30B-A3B",
+        "num_layers": 48,
+        "hidden_size": 2048,
+        "num_attention_heads": 32,
+        "num_query_groups": 4,
+        "ffn_hidden_size": 6144,
+        "vocab_size": 151936,
+        "seq_length": 4096,
+        "moe": {"num_experts": 128, "top_k": 8, "moe_ffn_hidden_size": 768},
+    },
+    hardware=H100,
+    total_gpus=16,
+    parallelism={"tp": 1, "pp": 2, "dp": 8, "cp": 1, "ep": 8, "virtual_pipeline_stages": 24},
+    data_parallel_sharding="DDP (FSDP=0)",
+    micro_batch_size=2,
+    global_batch_size=512,
+    precision="FP8-CS",
+    measured={"tflops_per_gpu": 121, "tokens_per_sec_per_gpu": 5275},
+)
+TITAN_FLOAT8 = _entry(
+    name="torchtitan_h100_t1_8b_fsdp_compile_float8",
+    model=LLAMA3_8B,
+    hardware=TITAN_H100,
+    total_gpus=8,
+    parallelism={"tp": 1, "pp": 1, "dp": 8},
+    zero_stage=3,
+    distributed_optimizer=True,
+    micro_batch_size=2,
+    batch_size_per_dp_rank=2,
+    global_batch_size=16,
+    activation_recompute="selective activation checkpointing",
+    precision="Float8 linears (torchao) + BF16",
+    measured={"tokens_per_sec_per_gpu": 8532, "memory_gib_per_gpu": 76.8},
+)
+TITAN_405B = _entry(
+    name="torchtitan_h100_t5_405b_fsdp8_tp8_pp8_1f1b",
+    model={
+        "name": "Llama 3.1 405B",
+        "num_layers": 126,
+        "hidden_size": 16384,
+        "num_attention_heads": 128,
+        "num_query_groups": 8,
+        "ffn_hidden_size": 53248,
+        "vocab_size": 128256,
+        "seq_length": None,
+    },
+    hardware=TITAN_H100,
+    total_gpus=512,
+    parallelism={"tp": 8, "pp": 8, "dp": 8, "sequence_parallel": None},
+    zero_stage=3,
+    micro_batch_size=None,
+    batch_size_per_dp_rank=32,
+    global_batch_size=256,
+    activation_recompute="full activation checkpointing",
+    precision="Float8 + BF16, torch.compile, AsyncTP",
+    measured={"tokens_per_sec_per_gpu": 100, "memory_gib_per_gpu": 82.5},
+)
+MIXTRAL_REFERENCE = _entry(
+    name="mcore_v08_reference_mapping_mixtral_8x7b_64gpus",
+    model={
+        "name": "Mixtral 8x7B",
+        "num_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_query_groups": 8,
+        "ffn_hidden_size": 14336,
+        "vocab_size": 32000,
+        "seq_length": 4096,
+        "moe": {"num_experts": 8, "top_k": 2},
+    },
+    hardware={
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "gpu_memory_gb": 80,
+        "gpus_per_node": 8,
+        "inter_node": "InfiniBand 8x400 Gbit/s per node",
+    },
+    total_gpus=64,
+    parallelism={"tp": 1, "pp": 4, "dp": 16, "cp": 1, "ep": 8, "virtual_pipeline_stages": 8},
+    micro_batch_size=1,
+    global_batch_size=256,
+    precision="BF16",
+    measured={"tflops_per_gpu": None, "tokens_per_sec_per_gpu": None},
+)
+WEAK_SCALING = _entry(
+    name="megatron_core_h100_weak_scaling_70B",
+    model={
+        "name": "GPT 70B",
+        "num_layers": 84,
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "ffn_hidden_size": None,
+        "vocab_size": 131072,
+        "seq_length": 4096,
+    },
+    hardware={
+        "gpu": "NVIDIA H100 (README links nvidia.com/h100; SXM/memory not stated)",
+        "gpus_per_node": 8,
+        "peak_16bit_dense_tflops": 989,
+    },
+    total_gpus=768,
+    parallelism={"tp": 8, "pp": 2, "dp": 48, "sequence_parallel": True},
+    distributed_optimizer=True,
+    micro_batch_size=None,
+    global_batch_size=384,
+    precision="not stated (MFU computed against 989 TFLOP/s, the H100 SXM dense BF16 peak)",
+    measured={"tflops_per_gpu": 419.7, "mfu_pct": 42},
+)
+ZERO3 = _entry(
+    name="narayanan2021_table2_zero3_gpt_175B_384gpus",
+    model={
+        "name": "GPT 175B (GPT-3 architecture)",
+        "num_layers": 96,
+        "hidden_size": 12288,
+        "num_attention_heads": 96,
+        "ffn_hidden_size": 49152,
+        "vocab_size": 51200,
+        "seq_length": 2048,
+    },
+    hardware={
+        "gpu": "NVIDIA A100-SXM 80GB",
+        "gpu_memory_gb": 80,
+        "gpus_per_node": 8,
+        "inter_node": "8x NVIDIA Mellanox 200 Gb/s HDR InfiniBand HCAs per node",
+    },
+    total_gpus=384,
+    parallelism={"tp": 1, "pp": 1, "dp": 384},
+    zero_stage=3,
+    distributed_optimizer=True,
+    micro_batch_size=4,
+    global_batch_size=1536,
+    activation_recompute="not stated for Table 2 (TFLOP/s computed with Eq. 3, which assumes "
+    "full recomputation)",
+    precision="mixed precision (16-bit) per Sec. 5",
+    measured={"tflops_per_gpu": 144},
+)
+NEMO_GPT3 = _entry(
+    name="nemo2407_h100_fp8_gpt3-175b_128gpus",
+    model={
+        "name": "GPT3-175B (NeMo GPTConfig175B)",
+        "num_layers": 96,
+        "hidden_size": 12288,
+        "num_attention_heads": 96,
+        "ffn_hidden_size": 49152,
+        "vocab_size": None,
+        "seq_length": 2048,
+    },
+    hardware=H100,
+    total_gpus=128,
+    parallelism={
+        "tp": 4,
+        "pp": 8,
+        "dp": 4,
+        "virtual_pipeline_stages": 6,
+        "sequence_parallel": None,
+    },
+    micro_batch_size=1,
+    global_batch_size=256,
+    precision="FP8 (Transformer Engine)",
+    measured={"tflops_per_gpu": 771},
+)
+
+
+@pytest.fixture(scope="module")
+def calibration() -> ModuleType:
+    return load_benchmark("calibration")
+
+
+def test_fp8_moe_row(calibration: ModuleType) -> None:
+    case = calibration.case_from_entry(FP8_MOE)
+    assert case.layout.precision == "fp8"  # "FP8-CS"
+    assert (case.spec.num_experts, case.spec.experts_per_token) == (128, 8)
+    assert case.spec.moe_ffn_hidden_size == 768
+    assert (case.layout.ep, case.layout.pp, case.layout.vpp, case.layout.dp) == (8, 2, 24, 8)
+    assert case.spec.mlp_kind == "swiglu"  # Qwen3's gated SiLU, from the model's name
+    assert case.published_tflops == 121 and case.metric == "model"
+    assert case.backend == "megatron" and case.source == "nemo2511"
+    assert set(case.families) == {"H100 FP8", "MoE"}
+
+
+def test_torchtitan_float8_row_with_peak_memory(calibration: ModuleType) -> None:
+    case = calibration.case_from_entry(TITAN_FLOAT8)
+    assert case.layout.precision == "fp8"  # "Float8 linears (torchao)"
+    assert case.layout.seq_len == 8192  # the description's torchtitan default
+    assert case.layout.recompute == "selective" and case.layout.zero_stage == 3
+    assert case.published_memory_gib == 76.8
+    assert case.backend == "torchtitan"
+    assert case.cluster.gpu.memory_bytes == 96 * GIB  # the row's 96 GB part
+    assert case.cluster.gpu.memory_bandwidth_bytes_per_s == 2.4e12
+    assert case.cluster.inter_node_bytes_per_s == pytest.approx(400e9 / 8, rel=0.2)
+    # 8532 tokens/s x model FLOPs per token of an 8,192-token sequence
+    flops = case.spec.flops_per_token(8192)
+    assert case.published_tflops == pytest.approx(8532 * flops / 1e12)
+    assert any("seq_length 8192" in note for note in case.assumptions)
+
+
+def test_torchtitan_pipeline_micro_batch_is_local_batch_over_pp(calibration: ModuleType) -> None:
+    case = calibration.case_from_entry(TITAN_405B)
+    # local batch 32 split into pp = 8 micro-batches (torchtitan 9dec370 default)
+    assert (case.layout.mbs, case.layout.grad_accum) == (4, 8)
+    assert case.layout.sequence_parallel  # torchtitan's apply_tp: SequenceParallel norms
+    assert case.layout.recompute == "full"
+
+
+def test_layout_reference_row(calibration: ModuleType) -> None:
+    case = calibration.case_from_entry(MIXTRAL_REFERENCE)
+    assert not case.measured and case.published_tflops is None
+    assert case.spec.moe_ffn_hidden_size == 14336  # Megatron-Core default: ffn_hidden_size
+    # "InfiniBand 8x400 Gbit/s per node" on 8 GPUs: 400 Gb/s per GPU
+    assert calibration.inter_node_gbps(MIXTRAL_REFERENCE["hardware"]) == 400
+    rows = calibration.evaluate(calibration.builtin_cost_rules(), [case])
+    text = calibration.format_report(calibration.Report(rows))
+    assert "MAPE over 0 runs" in text
+    assert "mcore_v08_reference_mapping_mixtral_8x7b_64gpus (megatron): " in text
+
+
+def test_assumption_defaults(calibration: ModuleType) -> None:
+    weak = calibration.case_from_entry(WEAK_SCALING)
+    assert weak.spec.ffn_hidden_size == 4 * 8192  # ffn = 4h unless given
+    assert (weak.layout.mbs, weak.layout.grad_accum) == (1, 8)  # 384 / 48 ranks
+    assert weak.layout.precision == "bf16"
+    assert weak.layout.distributed_optimizer
+    zero3 = calibration.case_from_entry(ZERO3)
+    assert zero3.layout.recompute == "full"  # Eq. 3 counts full recomputation
+    assert zero3.backend == "deepspeed" and zero3.metric == "hardware"
+    assert zero3.source == "narayanan2021"  # the same publication as the PTD-P rows
+    gpt3 = calibration.case_from_entry(NEMO_GPT3)
+    assert gpt3.spec.vocab_size == 51200  # NeMo's padded GPT-3 vocabulary
+    assert gpt3.layout.sequence_parallel and gpt3.layout.vpp == 6
+    for case in (weak, zero3, gpt3):
+        assert case.assumptions, case.name
+
+
+def _all_entries() -> list[dict[str, Any]]:
+    yaml = YAML(typ="safe")
+    return [e for f in RUN_FILES for e in yaml.load(f.read_text(encoding="utf-8"))["configs"]]
+
+
+@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleType) -> None:
+    table = calibration.row_table()
+    names = [e["name"] for e in _all_entries()]
+    assert len(names) == len(set(names)) == 60
+    assert set(names) == set(table["rows"])
+    families = set(calibration.FAMILIES)
+    for name in names:
+        facts = calibration.row_facts(name)
+        assert facts.families and set(facts.families) <= families, name
+        assert facts.backend in ("megatron", "deepspeed", "torchtitan"), name
+
+
+@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+def test_every_row_is_read_or_skipped_with_its_reason(calibration: ModuleType) -> None:
+    cases, skipped = calibration.load_cases(*RUN_FILES)
+    assert len(cases) + len(skipped) == 60
+    assert [s.name for s in skipped] == ["nemo2407_h100_fp8_nemotron-8b_64gpus"]
+    assert "leaves the vocabulary to the tokenizer" in skipped[0].reason
+
+
+def test_leave_one_source_out_never_fits_on_the_rows_it_predicts() -> None:
+    fit_module = load_benchmark("calibration_fit")
+
+    class Fake:
+        def __init__(self, source: str, measured: bool = True) -> None:
+            self.source, self.measured = source, measured
+
+    cases = [Fake("a"), Fake("b"), Fake("a"), Fake("c", measured=False), Fake("c")]
+    seen: list[list[int]] = []
+
+    def fit_on(training: Any) -> dict[str, float]:
+        seen.append(list(training))
+        return {"k": float(len(training))}
+
+    folds = fit_module.leave_one_source_out(cases, fit_on)
+    assert [f.source for f in folds] == ["a", "b", "c"]
+    assert [f.held_out for f in folds] == [(0, 2), (1,), (4,)]
+    assert seen == [[1, 4], [0, 2, 4], [0, 1, 2]]  # row 3 has no figure: never fitted
+    for fold, training in zip(folds, seen, strict=True):
+        assert not set(fold.held_out) & set(training)
+
+
+@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+def test_the_fast_fit_predicts_what_the_evaluator_does(calibration: ModuleType) -> None:
+    cases, _ = calibration.load_cases(*RUN_FILES)
+    rules = calibration.builtin_cost_rules()
+    fast = load_benchmark("calibration_fit").FastThroughput(rules, cases)
+    constants = calibration.current_constants(rules)
+    slow = calibration.evaluate(rules, cases)
+    assert fast.predict(constants) == pytest.approx([r.predicted_tflops for r in slow])
+    changed = constants | {"link_efficiency": 0.5}
+    slow = calibration.evaluate(calibration.load_rules_with(changed, []), cases)
+    assert fast.predict(changed) == pytest.approx([r.predicted_tflops for r in slow])
