@@ -59,12 +59,14 @@ def test_rendered_ds_config_starts_the_deepspeed_engine_on_two_cpu_ranks(tmp_pat
     consumer("deepspeed")
     consumer("torch.distributed.run")  # torchrun
     folder = tmp_path / "plan"
-    plan = parplan_gen.plan("llama-3-8b", {"gpus": 2, "gpu": "h100"}, global_batch=8, seq_len=1024)
+    plan = parplan_gen.plan(
+        "llama-3-8b", {"gpus": 2, "gpu": "h100"}, global_batch=8, seq_len=1024, backend="deepspeed"
+    )
     plan.write(folder)
     chosen = plan.document.chosen
     layout = chosen.plan
-    # a ZeRO-2 data-parallel plan on DeepSpeed: 8 = mbs 1 x accumulation 4 x dp 2 (ZeRO-3 on
-    # DeepSpeed pays its per-module gathers, rules/cost/sharding.yaml, and fits without them)
+    # DeepSpeed's best plan is data-parallel ZeRO-2: 8 = mbs 1 x accumulation 4 x dp 2 (ZeRO-3
+    # on DeepSpeed pays its per-module gathers, rules/cost/sharding.yaml, and ZeRO-2 fits)
     assert chosen.backend.name == "deepspeed"
     assert (layout.dp, layout.tp, layout.pp, layout.zero_stage) == (2, 1, 1, 2)
     assert (layout.mbs, layout.grad_accum) == (1, 4)
@@ -77,13 +79,13 @@ def test_rendered_ds_config_starts_the_deepspeed_engine_on_two_cpu_ranks(tmp_pat
         DS_ACCELERATOR="cpu",
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    # 2 optimizer steps of 4 micro-batches on each rank; 2 steps x global batch 8 samples
+    # 2 optimizer steps of 2 micro-batches on each rank; 2 steps x global batch 8 samples
     assert json.loads(result.read_text()) == {
         "accelerator": "cpu",
         "world": 2,
         "zero_stage": 2,
         "steps": 2,
-        "micro_steps": 8,
+        "micro_steps": 4,
         "samples": 16,
         "loss_finite": True,
     }

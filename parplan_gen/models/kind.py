@@ -166,6 +166,8 @@ class TransformerKind:
             "model.flops_per_token": self.flops_per_token(seq_len),
             "model.attention_flops_per_token": self.attention_score_flops_per_token(seq_len),
             "model.lm_head_flops_per_token": self.lm_head_flops_per_token(),
+            "model.expert_flops_per_token": self.expert_flops_per_token() if self.is_moe else 0,
+            "model.moe_ffn": self.moe_ffn_hidden_size if self.is_moe else 0,
             "model.act_layer_bytes": act / layers,
             "model.act_scores_bytes": scores,
         }

@@ -105,3 +105,36 @@ def pipeline_split_ok(layers: float, pp: float, vpp: float) -> bool:
 
 def _whole(x: float) -> bool:
     return isinstance(x, int) or (isinstance(x, float) and x.is_integer())
+
+
+# Its declaration as the formula function of rules/cost/pipeline.yaml (rules/vocabulary.py).
+SIGNATURE = "pipeline_slowest_stage(layers, pp, vpp, rank_s, head_s, embedding_s, loss_s)"
+DOC = "Slowest pipeline rank's time (models/pipeline_split.py slowest_stage)."
+
+
+def slowest_stage(
+    layers: float,
+    pp: float,
+    vpp: float,
+    rank_s: float,
+    head_s: float,
+    embedding_s: float,
+    loss_s: float,
+) -> float:
+    """Time of the slowest pipeline rank, the formula function `pipeline_slowest_stage` of
+    rules/cost/pipeline.yaml. `rank_s` is the average rank's time, which carries 1/pp of the LM
+    head's `head_s`; without it, it is layers / pp transformer layers. Each rank runs its layers
+    of the split `pipeline_split` picks (layers / pp each where none exists, a plan the
+    constraint refuses); the first adds `embedding_s`, the last `head_s + loss_s`."""
+    pp = max(pp, 1)
+    layer_s = (rank_s - head_s / pp) / (layers / pp)
+    if pp == 1:
+        return rank_s + embedding_s + loss_s
+    if pipeline_split_ok(layers, pp, vpp):
+        first, middle, last = stage_layers(int(layers), int(pp), int(vpp))
+    else:
+        first = middle = last = layers / pp
+    stages = [first * layer_s + embedding_s, last * layer_s + head_s + loss_s]
+    if pp > 2:
+        stages.append(middle * layer_s)
+    return max(stages)

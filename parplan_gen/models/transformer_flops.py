@@ -39,6 +39,13 @@ class FlopCounts:
         gate = h if self.shared_expert_gate else 0
         return routed + shared + h * self.num_experts + gate
 
+    def expert_flops_per_token(self) -> int:
+        """Training (forward + backward) FLOPs per token of the routed experts, all MoE layers:
+        3 x 2 x k x the matmul weights of one expert (part of `flops_per_token`; Megatron-Core
+        runs them as grouped GEMMs, megatron/core/transformer/moe/experts.py GroupedMLP/TEGroupedMLP)."""
+        routed = self.experts_per_token * self.mlp_matmul_weights(self.moe_ffn_hidden_size)
+        return TRAIN_FLOPS_PER_FORWARD * 2 * self.num_moe_layers * routed
+
     def lm_head_flops_per_token(self) -> int:
         """Forward FLOPs of the logits, 2hV (Narayanan 2021 Appendix: 2BshV per batch)."""
         return 2 * self.hidden_size * self.vocab_size

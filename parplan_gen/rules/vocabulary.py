@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from parplan_gen.models import pipeline_split as split
 from parplan_gen.models.kind import MODEL_KINDS, ModelKind
-from parplan_gen.models.pipeline_split import pipeline_split_ok
 
 ValueKind = Literal["number", "bool", "str"]
 
@@ -119,6 +119,7 @@ _TRANSFORMER_NAMES: tuple[Name, ...] = (
     Name("model.experts_per_token", "number", "experts", "Routed experts each token visits."),
     Name("model.moe_layers", "number", "layers", "Layers whose MLP is a mixture of experts."),
     Name("model.moe", "bool", "-", "True for a mixture-of-experts model."),
+    Name("model.moe_ffn", "number", "elements", "Inner width of one routed expert (0: dense)."),
     Name(
         "model.max_positions",
         "number",
@@ -149,12 +150,8 @@ _TRANSFORMER_NAMES: tuple[Name, ...] = (
         "FLOP/token",
         "Forward FLOPs per token of the attention scores and values (the s-dependent part).",
     ),
-    Name(
-        "model.lm_head_flops_per_token",
-        "number",
-        "FLOP/token",
-        "Forward FLOPs per token of the LM head (2hV).",
-    ),
+    Name("model.lm_head_flops_per_token", "number", "FLOP/token", "LM head forward FLOPs (2hV)."),
+    Name("model.expert_flops_per_token", "number", "FLOP/token", "Routed experts' training FLOPs."),
     Name(
         "model.act_layer_bytes",
         "number",
@@ -360,7 +357,10 @@ FUNCTIONS: tuple[Function, ...] = (
         3,
         "bool",
         "`layers` split over pp x vpp pipeline stages (models/pipeline_split.py).",
-        pipeline_split_ok,
+        split.pipeline_split_ok,
+    ),
+    Function(
+        "pipeline_slowest_stage", split.SIGNATURE, 7, 7, "number", split.DOC, split.slowest_stage
     ),
 )
 
