@@ -85,7 +85,7 @@ def test_rendered_ds_config_starts_the_deepspeed_engine_on_two_cpu_ranks(tmp_pat
         "world": 2,
         "zero_stage": 2,
         "steps": 2,
-        "micro_steps": 4,
+        "micro_steps": 8,
         "samples": 16,
         "loss_finite": True,
     }
