@@ -3,7 +3,7 @@
 torchtitan's ConfigManager loads the config function first, and importing a config_registry
 imports the trainer (triton ~1 GB, datasets, torchdata...), too heavy for CI. So the overrides
 are parsed as ConfigManager.parse_args does after loading: tyro.cli with ConfigManager's own
-tyro registry, over torchtitan's own sections (TrainingConfig, ParallelismConfig,
+tyro registry, over torchtitan's own sections (TrainingConfig, ParallelismConfig, CompileConfig,
 ActivationCheckpointingConfig); Trainer.Config.__post_init__'s pipeline conditions are checked,
 and ParallelDims.from_config is built (its _validate needs no GPU).
 """
@@ -60,6 +60,8 @@ def torchtitan_reading(script: Path, gpus: int) -> TorchtitanReading:
                 configs.ParallelismConfig,
                 field(default_factory=configs.ParallelismConfig),
             ),
+            # trainer.py Trainer.Config.compile; its __post_init__ checks async TP's needs.
+            ("compile", configs.CompileConfig, field(default_factory=configs.CompileConfig)),
             (
                 "activation_checkpoint",
                 ac.ActivationCheckpointingConfig,
