@@ -236,6 +236,17 @@ def test_megatron_reading_works_dp_and_micro_batches_from_megatron_core(tmp_path
     assert reading.config.sequence_parallel and reading.config.bf16
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "mxfp8"])
+def test_megatron_core_takes_the_tp_overlap_and_fp8_recipe_parplan_renders(tmp_path, recipe):
+    # What megatron_args.sh writes for an FP8 plan with TP overlap (render/facts.py FP8_RECIPES).
+    args = ("--tensor-model-parallel-size 4", "--sequence-parallel", "--tp-comm-overlap")
+    fp8 = ("--fp8-format hybrid", f"--fp8-recipe {recipe}")
+    reading = consumer_megatron.megatron_reading(_megatron_script(tmp_path, *args, *fp8))
+    config = reading.config
+    assert (config.tp_comm_overlap, config.fp8, config.fp8_recipe) == (True, "hybrid", recipe)
+    assert not reading.unread
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -165,6 +165,9 @@ class TransformerKind:
             "model.params_experts": self.num_moe_layers * self.num_experts * self.expert_params(),
             "model.flops_per_token": self.flops_per_token(seq_len),
             "model.attention_flops_per_token": self.attention_score_flops_per_token(seq_len),
+            "model.causal_attention_flops_per_token": self.attention_score_flops_per_token(
+                seq_len, causal=True
+            ),
             "model.lm_head_flops_per_token": self.lm_head_flops_per_token(),
             "model.expert_flops_per_token": self.expert_flops_per_token() if self.is_moe else 0,
             "model.moe_ffn": self.moe_ffn_hidden_size if self.is_moe else 0,

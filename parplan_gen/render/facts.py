@@ -44,6 +44,14 @@ TYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element sizes of communication
 GRADIENT_BYTES = "grad_bytes"  # the cost model's gradient element size (rules/cost/memory.yaml)
 OPTIMIZER_SHARDED = "optimizer_sharded"  # the cost model's optimizer sharding (memory.yaml)
 ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
+TP_COMM_OVERLAPPED = "tp_comm_overlapped"  # the cost model's TP overlap (rules/cost/time.yaml)
+# Megatron-LM --fp8-recipe by GPU generation (core_r0.13.0 / core_v0.16.1 arguments.py choices
+# tensorwise, delayed, mxfp8, blockwise): Blackwell runs MXFP8 block scaling (Transformer Engine
+# MXFP8BlockScaling needs compute capability 10.0), the others per-tensor current scaling
+# (tensorwise, TE Float8CurrentScaling), the "FP8-CS" of NeMo 25.11's H100 and B200 runs
+# (Megatron-Bridge docs/performance-summary-archive.md).
+FP8_RECIPES = {"blackwell": "mxfp8"}
+FP8_RECIPE_DEFAULT = "tensorwise"
 # Megatron-FSDP's strategy for a Megatron plan's ZeRO stage (planning/backends/megatron.py;
 # Megatron-LM core_v0.16.1 arguments.py --data-parallel-sharding-strategy choices).
 FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
@@ -181,6 +189,8 @@ class MegatronSpelling:
     fsdp_strategy: str | None  # its --data-parallel-sharding-strategy; None: off
     one_cuda_connection: bool
     fsdp_many_connections: bool  # CUDA_DEVICE_MAX_CONNECTIONS left unset for Megatron-FSDP
+    tp_comm_overlap: bool  # --tp-comm-overlap: the cost model priced the TP traffic overlapped
+    fp8_recipe: str | None  # --fp8-recipe for the GPU generation; None: not an FP8 plan
 
     def facts(self) -> dict[str, Any]:
         return {f"megatron.{k}": v for k, v in asdict(self).items()}
@@ -278,6 +288,11 @@ def _megatron_parallel(
         # about TP/CP (arguments.py validate_args).
         "one_cuda_connection": one_queue and not fsdp,
         "fsdp_many_connections": one_queue and fsdp,
+        # What rules/cost/time.yaml tp_comm_overlapped priced (it needs sequence parallelism).
+        "tp_comm_overlap": bool(rule_value(TP_COMM_OVERLAPPED, layout, "megatron")),
+        "fp8_recipe": FP8_RECIPES.get(cluster.gpu.architecture, FP8_RECIPE_DEFAULT)
+        if layout.precision == "fp8"
+        else None,
     }
 
 

@@ -39,7 +39,9 @@ FACT_NAMES = (
     "torchtitan.layers_per_stage",
     "torchtitan.sequence_parallel",
     "torchtitan.no_sequence_parallel",
+    "torchtitan.async_tp",
 )
+TP_COMM_OVERLAPPED = "tp_comm_overlapped"  # rules/cost/time.yaml: the TP overlap it priced
 
 
 def torchtitan_facts(model: TrainedModel, layout: Layout, mapping: MappingFile) -> dict[str, Any]:
@@ -64,6 +66,10 @@ def torchtitan_facts(model: TrainedModel, layout: Layout, mapping: MappingFile) 
         else None,
         "torchtitan.sequence_parallel": split,
         "torchtitan.no_sequence_parallel": layout.tp > 1 and not split,
+        # Async TP where the cost model priced the TP traffic overlapped (it needs SP).
+        "torchtitan.async_tp": bool(
+            builtin_formula(TP_COMM_OVERLAPPED)({**env, "train.backend": "torchtitan"})
+        ),
     }
 
 

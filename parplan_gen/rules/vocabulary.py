@@ -15,6 +15,7 @@ from typing import Literal
 
 from parplan_gen.models import pipeline_split as split
 from parplan_gen.models.kind import MODEL_KINDS, ModelKind
+from parplan_gen.rules.vocabulary_graph import GRAPH_MODEL_NAMES
 
 ValueKind = Literal["number", "bool", "str"]
 
@@ -148,7 +149,16 @@ _TRANSFORMER_NAMES: tuple[Name, ...] = (
         "model.attention_flops_per_token",
         "number",
         "FLOP/token",
-        "Forward FLOPs per token of the attention scores and values (the s-dependent part).",
+        "Forward FLOPs per token of the attention scores and values (the s-dependent part), "
+        "Megatron-LM convention: the whole s x s score matrix.",
+    ),
+    Name(
+        "model.causal_attention_flops_per_token",
+        "number",
+        "FLOP/token",
+        "Forward FLOPs per token of the attention scores and values over the unmasked "
+        "(causal) pairs only: about half of model.attention_flops_per_token, the work a flash "
+        "attention kernel does (it skips the masked tiles).",
     ),
     Name("model.lm_head_flops_per_token", "number", "FLOP/token", "LM head forward FLOPs (2hV)."),
     Name("model.expert_flops_per_token", "number", "FLOP/token", "Routed experts' training FLOPs."),
@@ -168,69 +178,6 @@ _TRANSFORMER_NAMES: tuple[Name, ...] = (
     ),
 )
 
-# model.* names of an op graph (native graph file, ONNX model or graph preset), summed over its
-# nodes by `graph_model.GraphModelSpec.from_graph`, per sample (one input of the graph).
-_GRAPH_MODEL_NAMES: tuple[Name, ...] = (
-    Name("model.nodes", "number", "nodes", "Nodes of the op graph (each one or more kernels)."),
-    Name(
-        "model.weighted_nodes",
-        "number",
-        "nodes",
-        "Nodes that hold parameters (the modules ZeRO-3 gathers one by one).",
-    ),
-    Name(
-        "model.forward_flops",
-        "number",
-        "FLOP/sample",
-        "Forward FLOPs of one sample: the sum of the nodes' `flops` (2 x multiply-adds).",
-    ),
-    Name(
-        "model.activation_elements",
-        "number",
-        "elements/sample",
-        "Output elements of every node for one sample: what the memory-bound element-wise "
-        "work reads and writes (model.stored_elements is what the backward keeps).",
-    ),
-    Name(
-        "model.stored_elements",
-        "number",
-        "elements/sample",
-        "Output elements the backward keeps for one sample: the inputs of every op but "
-        "additions, reshapes and average pools, and the activations' outputs (in place when "
-        "they are their input's only consumer).",
-    ),
-    Name(
-        "model.split_params",
-        "number",
-        "parameters",
-        "Parameters of the nodes channel (tensor) parallelism splits: Conv2d, MatMul, "
-        "BatchNorm and Embedding.",
-    ),
-    Name(
-        "model.split_outputs",
-        "number",
-        "elements/sample",
-        "Output elements of the Conv2d and MatMul nodes for one sample: what channel "
-        "parallelism exchanges.",
-    ),
-    Name(
-        "model.split_nodes", "number", "nodes", "Conv2d and MatMul nodes (channel-parallel layers)."
-    ),
-    Name(
-        "model.split_width_gcd",
-        "number",
-        "channels",
-        "Greatest common divisor of the Conv2d output channels and MatMul output features "
-        "(0 when a node does not say its width): channel parallelism must divide it.",
-    ),
-    Name("model.batchnorm_layers", "number", "nodes", "BatchNorm nodes."),
-    Name(
-        "model.batchnorm_channels",
-        "number",
-        "channels",
-        "Channels of all BatchNorm nodes (the statistics SyncBatchNorm exchanges).",
-    ),
-)
 
 # The rest: the cluster, the request, the layout, an estimate's figures, proposal descriptions.
 _RUN_NAMES: tuple[Name, ...] = (
@@ -240,6 +187,13 @@ _RUN_NAMES: tuple[Name, ...] = (
     Name("cluster.nodes", "number", "nodes", "Nodes."),
     Name("cluster.gpu_memory", "number", "bytes", "Memory of one GPU."),
     Name("cluster.peak_flops", "number", "FLOP/s", "Dense peak of one GPU at train.precision."),
+    Name(
+        "cluster.peak_flops_16bit",
+        "number",
+        "FLOP/s",
+        "Dense 16-bit peak of one GPU (FP16 for an fp16 run, else BF16): what the matmuls that "
+        "stay in 16 bits under FP8 (attention scores, LM head) run at.",
+    ),
     Name("cluster.hbm_bandwidth", "number", "bytes/s", "Memory bandwidth of one GPU."),
     Name(
         "cluster.intra_bandwidth",
@@ -314,7 +268,7 @@ _RUN_NAMES: tuple[Name, ...] = (
 NAMES: tuple[Name, ...] = (
     *_SHARED_NAMES,
     *(replace(n, models=("transformer",)) for n in _TRANSFORMER_NAMES),
-    *(replace(n, models=("graph",)) for n in _GRAPH_MODEL_NAMES),
+    *(Name(n, k, u, d, models=("graph",)) for n, k, u, d in GRAPH_MODEL_NAMES),
     *_RUN_NAMES,
 )
 

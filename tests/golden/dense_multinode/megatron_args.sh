@@ -65,6 +65,7 @@ PARALLEL_ARGS=(
     --tensor-model-parallel-size 2
     --pipeline-model-parallel-size 2
     --sequence-parallel
+    --tp-comm-overlap
     --context-parallel-size 1
     --use-distributed-optimizer
     --overlap-grad-reduce
