@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,16 @@ FILES = {
     "plan.md",
     "plan.json",
 }
-TIMESTAMP = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b|\b[0-2]\d:[0-5]\d:[0-5]\d\b|\b1[6-9]\d{8}\b")
+TIMESTAMP = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b|\b[0-2]\d:[0-5]\d:[0-5]\d\b")
+EPOCH_SECONDS = re.compile(r"\b1[6-9]\d{8}\b")  # 2020-2033 in Unix seconds
+DAY_S = 86400
+
+
+def epoch_stamps(text: str) -> list[int]:
+    """Ten-digit numbers within a day of now: Unix timestamps of this run (a figure such as a
+    byte count may have ten digits too; it is not a timestamp unless it is now)."""
+    now = time.time()
+    return [int(n) for n in EPOCH_SECONDS.findall(text) if abs(int(n) - now) < DAY_S]
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
@@ -265,6 +275,7 @@ def test_outputs_hold_no_timestamp_and_no_absolute_path(tmp_path: Path, capsys) 
         for path in (str(tmp_path), str(REPO), str(Path.home()), "/tmp/"):
             assert path not in text, f"{name} holds {path}"
         assert not TIMESTAMP.search(text), f"{name}: {TIMESTAMP.search(text)}"
+        assert not epoch_stamps(text), f"{name}: {epoch_stamps(text)}"
 
 
 def test_a_tiny_gpu_does_not_blow_up_the_text_report(tmp_path: Path, capsys) -> None:
