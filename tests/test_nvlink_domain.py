@@ -193,3 +193,13 @@ def test_nvlink_domain_flag() -> None:
     assert cluster_from_flags(144, "gb200", gpus_per_node=8).nvlink_domain == 72
     with pytest.raises(UsageError, match=r"--nvlink-domain/--gpus-per-node: nvlink_domain\(6\)"):
         cluster_from_flags(64, "gb200", nvlink_domain=6)
+
+
+def test_plan_md_names_the_nvlink_domain(rules: RuleSet) -> None:
+    from parplan_gen.api import plan
+    from parplan_gen.render.plan_files import render_plan
+
+    doc = plan("llama-3-8b", {"gpus": 72, "gpu": "gb200"}, global_batch=576, seq_len=4096, top=1,
+               rules=rules).document  # fmt: skip
+    assert "18 node(s) x 4 GPUs, NVLink domains of 72 GPUs." in render_plan(doc)["plan.md"]
+    assert doc.cluster.nvlink_domain == 72
