@@ -49,7 +49,7 @@ from parplan_gen.planning.search_space import (
 from parplan_gen.rules.engine import Proposal
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
-CLUSTER_KEYS = ("gpus", "gpu", "gpus_per_node", "inter_node_gbps")
+CLUSTER_KEYS = ("gpus", "gpu", "gpus_per_node", "inter_node_gbps", "nvlink_domain")
 
 
 def load_model(model: TrainedModel | str | Path) -> TrainedModel:
@@ -64,7 +64,7 @@ def load_model(model: TrainedModel | str | Path) -> TrainedModel:
 
 def load_cluster_spec(cluster: Cluster | Mapping[str, Any] | str | Path) -> Cluster:
     """A Cluster, a cluster file, or the CLI flags as a dict: `{"gpus": 8, "gpu": "h100",
-    "gpus_per_node": 8, "inter_node_gbps": 400}` (the last two optional)."""
+    "gpus_per_node": 8, "inter_node_gbps": 400, "nvlink_domain": 8}` (the last three optional)."""
     from parplan_gen.cost.hardware import cluster_from_flags, load_cluster
 
     if isinstance(cluster, Cluster):

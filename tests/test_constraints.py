@@ -91,7 +91,7 @@ CASES = [
         "parallel.tp_within_node",
         {"tp": 16},
         {"gpus": 16},
-        "tp (16) spans more than one node (8 GPUs per node)",
+        "tp (16) spans more than one NVLink domain (8 GPUs each)",
     ),
     (
         "parallel.sequence_parallel_needs_tp",

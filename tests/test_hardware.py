@@ -388,7 +388,7 @@ def test_json_cluster_file(tmp_path):
         (
             "gpu: h100\nnum_gpus: 8\ngpus_per_nod: 8\n",
             "3:1: gpus_per_nod: unknown key 'gpus_per_nod'; did you mean 'gpus_per_node'? "
-            "(allowed: name, gpu, overrides, num_gpus, nodes, gpus_per_node, inter_node, nccl)",
+            "(allowed: name, gpu, overrides, num_gpus, nodes, gpus_per_node, nvlink_domain, inter_node, nccl)",
         ),
         ("num_gpus: 8\n", "1:1: gpu: missing required key 'gpu'"),
         ("gpu: h100\nnum_gpus: '8'\n", "2:1: num_gpus: Input should be a valid integer (got '8')"),
@@ -537,5 +537,12 @@ def test_docs_cover_every_key_and_catalog_entry():
     catalog = load_catalog()
     for name in [*catalog.gpus, *catalog.networks]:
         assert f"`{name}`" in docs, name
-    for flag in ("--cluster", "--gpus", "--gpu", "--gpus-per-node", "--inter-node-gbps"):
+    for flag in (
+        "--cluster",
+        "--gpus",
+        "--gpu",
+        "--gpus-per-node",
+        "--nvlink-domain",
+        "--inter-node-gbps",
+    ):
         assert f"`{flag}" in docs, flag

@@ -240,7 +240,7 @@ def dense_multinode() -> PlanDocument:
         candidates=[e1, e2, e3],
         rejected={
             "does not fit in GPU memory (80 GiB)": 41,
-            "tp (16) spans more than one node": 12,
+            "tp (16) spans more than one NVLink domain": 12,
         },
         advice=["tp 2 with sequence parallelism keeps activations at 18 GiB per GPU"],
         proposals=[data, *SEED_COMMUNICATION],

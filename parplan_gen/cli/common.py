@@ -103,7 +103,8 @@ def add_micro_batch_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cluster_options(parser: argparse.ArgumentParser) -> None:
-    """--cluster FILE, or --gpus N --gpu NAME [--gpus-per-node G] [--inter-node-gbps X]."""
+    """--cluster FILE, or --gpus N --gpu NAME [--gpus-per-node G] [--nvlink-domain D]
+    [--inter-node-gbps X]."""
     group = parser.add_argument_group("cluster (a file, or the flags)")
     group.add_argument("--cluster", metavar="FILE", help="cluster file (docs/clusters.md)")
     group.add_argument("--gpus", type=positive_int, metavar="N", help="number of GPUs")
@@ -113,7 +114,16 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="G",
-        help="GPUs per node (default 8)",
+        help="GPUs per node, as the launcher counts them (default: the GPU's reference "
+        "system, 8; GB200/GB300 compute trays: 4)",
+    )
+    group.add_argument(
+        "--nvlink-domain",
+        type=positive_int,
+        default=None,
+        metavar="D",
+        help="GPUs on one NVLink fabric, a multiple of --gpus-per-node (default: the GPU's "
+        "reference system, GB200/GB300 NVL72: 72; else one node)",
     )
     group.add_argument(
         "--inter-node-gbps",
@@ -217,11 +227,11 @@ def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) ->
 
 def cluster_from_args(args: argparse.Namespace) -> Cluster:
     """The Cluster the options describe; a usage error when they are incomplete or mixed."""
-    from parplan_gen.cost.hardware import DEFAULT_GPUS_PER_NODE, cluster_from_flags, load_cluster
+    from parplan_gen.cost.hardware import cluster_from_flags, load_cluster
 
     flags = [
         f
-        for f in ("gpus", "gpu", "gpus_per_node", "inter_node_gbps")
+        for f in ("gpus", "gpu", "gpus_per_node", "nvlink_domain", "inter_node_gbps")
         if getattr(args, f) is not None
     ]
     if args.cluster:
@@ -234,8 +244,9 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
     return cluster_from_flags(
         args.gpus,
         args.gpu,
-        gpus_per_node=args.gpus_per_node or DEFAULT_GPUS_PER_NODE,
+        gpus_per_node=args.gpus_per_node,
         inter_node_gbps=args.inter_node_gbps,
+        nvlink_domain=args.nvlink_domain,
     )
 
 

@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError, SourceRef, did_you_mean, shown_value
@@ -29,7 +29,7 @@ NANOS_PER_S = 10**9
 DIRECTIONS = 2  # vendors add both directions of a link ("bidirectional" bandwidth)
 
 Vendor = Literal["nvidia", "amd"]
-Architecture = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3"]
+Architecture = Literal["volta", "ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
 FormFactor = Literal["sxm", "pcie", "oam"]
 LinkKind = Literal["nvlink", "xgmi", "pcie"]
 NetworkKind = Literal["infiniband", "roce", "ethernet"]
@@ -64,6 +64,9 @@ class ReferenceNode(RawData):
     network: str
     nics_per_node: PositiveInt
     gpus_per_node: PositiveInt
+    nvlink_domain: PositiveInt | None = Field(
+        None, description="GPUs on one NVLink fabric (GB200 NVL72: 72); None: the node."
+    )
 
 
 class _Sourced(RawData):
@@ -78,6 +81,29 @@ class CatalogGPU(GPUFigures, _Sourced):
     form_factor: FormFactor
     aliases: list[str] = []
     reference_node: ReferenceNode
+
+    @model_validator(mode="after")
+    def _nvlink_domain(self) -> CatalogGPU:
+        ref = self.reference_node
+        if ref.nvlink_domain is not None:
+            problem = nvlink_domain_problem(
+                ref.nvlink_domain, ref.gpus_per_node, self.intra_node_link
+            )
+            if problem:
+                raise ValueError(problem)
+        return self
+
+
+def nvlink_domain_problem(domain: int, gpus_per_node: int, link: str) -> str | None:
+    """Why `domain` GPUs cannot share one NVLink fabric of nodes of `gpus_per_node`, or None:
+    a domain is whole nodes, and a domain beyond one node needs NVLink (NVLink Switch trays)."""
+    if domain % gpus_per_node:
+        return f"nvlink_domain({domain}) is not a multiple of gpus_per_node({gpus_per_node})"
+    if domain > gpus_per_node and link != "nvlink":
+        return (
+            f"nvlink_domain({domain}) spans nodes, which needs NVLink (this GPU links over {link})"
+        )
+    return None
 
 
 class CatalogNetwork(_Sourced):

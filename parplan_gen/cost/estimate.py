@@ -123,6 +123,7 @@ def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
         "cluster.gpus": cluster.num_gpus,
         "cluster.devices": cluster.num_gpus,
         "cluster.gpus_per_node": cluster.procs_per_node,
+        "cluster.nvlink_domain": cluster.nvlink_gpus,
         "cluster.nodes": cluster.num_nodes,
         "cluster.gpu_memory": cluster.gpu.memory_bytes,
         "cluster.peak_flops": cluster.gpu.peak_flops(precision),  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ from parplan_gen.cost.catalog import (
     gpu_from_figures,
     load_catalog,
     lookup,
+    nvlink_domain_problem,
     seconds,
     si,
 )
@@ -34,8 +35,6 @@ from parplan_gen.cost.layout import MAX_GPUS, size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef, UsageError, shown_value
 from parplan_gen.inputs.source import Document, is_finite_number, load_document
 from parplan_gen.inputs.validation import validate
-
-DEFAULT_GPUS_PER_NODE = 8  # the documented CLI default (`--gpus-per-node 8`)
 
 HCA_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+$"  # NCCL_IB_HCA item: mlx5_0, mlx5_0:1, ^mlx5_1
 IFNAME_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+(,[A-Za-z0-9_.:\-]+)*$"  # NCCL_SOCKET_IFNAME
@@ -58,6 +57,10 @@ class Cluster(SIModel):
     gpu: GPU
     num_gpus: PositiveInt
     gpus_per_node: PositiveInt
+    nvlink_domain: PositiveInt = Field(
+        description="GPUs on one NVLink fabric, consecutive ranks: the node, or a multi-node "
+        "NVLink domain (GB200 NVL72: 72). Old plan.json files without it: gpus_per_node."
+    )
     intra_node_latency_s: PositiveFloat = Field(description="Per-step latency inside a node, s.")
     inter_node_bytes_per_s: PositiveFloat = Field(description="Per GPU, one direction, B/s.")
     inter_node_latency_s: PositiveFloat = Field(description="Per-step latency between nodes, s.")
@@ -65,12 +68,27 @@ class Cluster(SIModel):
     ib_hcas: tuple[str, ...] | None = Field(None, description="For NCCL_IB_HCA.")
     socket_ifname: str | None = Field(None, description="For NCCL_SOCKET_IFNAME.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _node_domain(cls, data: Any) -> Any:
+        # plan.json files written before clusters had NVLink domains: the node is the domain
+        if isinstance(data, dict) and "nvlink_domain" not in data and "gpus_per_node" in data:
+            return {**data, "nvlink_domain": data["gpus_per_node"]}
+        return data
+
     @model_validator(mode="after")
     def _whole_nodes(self) -> Cluster:
-        problem = whole_nodes_problem(self.num_gpus, self.gpus_per_node)
+        problem = whole_nodes_problem(self.num_gpus, self.gpus_per_node) or nvlink_domain_problem(
+            self.nvlink_domain, self.gpus_per_node, self.gpu.intra_node_link
+        )
         if problem:
             raise ValueError(problem)
         return self
+
+    @property
+    def nvlink_gpus(self) -> int:
+        # GPUs of this job that share one NVLink domain (a job smaller than a domain: all)
+        return min(self.num_gpus, self.nvlink_domain)
 
     @property
     def num_nodes(self) -> int:
@@ -122,7 +140,12 @@ class ClusterFile(RawData):
     overrides: dict[str, Any] | None = Field(None, description="GPU figures, catalog units.")
     num_gpus: PositiveInt | None = None
     nodes: PositiveInt | None = Field(None, le=MAX_GPUS)
-    gpus_per_node: PositiveInt = Field(DEFAULT_GPUS_PER_NODE, le=MAX_GPUS)
+    gpus_per_node: PositiveInt | None = Field(
+        None, le=MAX_GPUS, description="Default: the GPU's reference system (8 for most)."
+    )
+    nvlink_domain: PositiveInt | None = Field(
+        None, le=MAX_GPUS, description="Default: the reference system's (GB200: 72), else the node."
+    )
     inter_node: InterNodeSpec | None = None
     nccl: NcclSpec | None = None
 
@@ -148,20 +171,33 @@ def _inter_node(
 def cluster_from_flags(
     gpus: int,
     gpu: str,
-    gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
+    gpus_per_node: int | None = None,
     inter_node_gbps: float | None = None,
     *,
+    nvlink_domain: int | None = None,
     name: str | None = None,
 ) -> Cluster:
-    """`--gpus N --gpu NAME [--gpus-per-node 8] [--inter-node-gbps X]` (X: Gb/s per GPU)."""
-    for flag, value in (("--gpus", gpus), ("--gpus-per-node", gpus_per_node)):
-        problem = size_problem("gpus", value)
+    """`--gpus N --gpu NAME [--gpus-per-node G] [--nvlink-domain D] [--inter-node-gbps X]` (X:
+    Gb/s per GPU; G and D default to the GPU's reference system, docs/clusters.md)."""
+    catalog = load_catalog()
+    gpu_ = catalog.gpus[lookup("GPU", gpu, catalog.gpu_names, SourceRef("--gpu"))]
+    ref = gpu_.reference_node
+    gpus_per_node = ref.gpus_per_node if gpus_per_node is None else gpus_per_node
+    for flag, value in (
+        ("--gpus", gpus),
+        ("--gpus-per-node", gpus_per_node),
+        ("--nvlink-domain", nvlink_domain),
+    ):
+        problem = None if value is None else size_problem("gpus", value)
         if problem:
             raise UsageError(f"{flag}: {problem}")
     problem = whole_nodes_problem(gpus, gpus_per_node)
     if problem:
         raise UsageError(f"--gpus/--gpus-per-node: {problem}")
-    catalog = load_catalog()
+    domain = _domain(gpu_, gpus_per_node, nvlink_domain)
+    problem = nvlink_domain_problem(domain, gpus_per_node, gpu_.intra_node_link)
+    if problem:
+        raise UsageError(f"--nvlink-domain/--gpus-per-node: {problem}")
     if inter_node_gbps is not None:
         if not is_finite_number(inter_node_gbps):
             raise UsageError(
@@ -170,27 +206,38 @@ def cluster_from_flags(
         problem = catalog.ranges["gbps_per_gpu"].problem(inter_node_gbps)
         if problem:
             raise UsageError(f"--inter-node-gbps: {problem}")
-    gpu_ = catalog.gpus[lookup("GPU", gpu, catalog.gpu_names, SourceRef("--gpu"))]
     spec = InterNodeSpec(gbps_per_gpu=None if inter_node_gbps is None else float(inter_node_gbps))
     name = name or f"{gpus}x{gpu_.name}"
-    return _build(catalog, name, gpu_, gpus, gpus_per_node, spec, NcclSpec())
+    return _build(catalog, name, gpu_, (gpus, gpus_per_node, domain), spec, NcclSpec())
+
+
+def _domain(gpu_: GPU, gpus_per_node: int, given: int | None) -> int:
+    """The NVLink domain: as given, else the reference system's when it is whole nodes of
+    `gpus_per_node` (GB200 NVL72: 72 GPUs, trays of 4), else the node."""
+    ref = gpu_.reference_node
+    if given is not None:
+        return given
+    if ref.nvlink_domain is not None and ref.nvlink_domain % gpus_per_node == 0:
+        return ref.nvlink_domain
+    return gpus_per_node
 
 
 def _build(
     catalog: Catalog,
     name: str,
     gpu_: GPU,
-    num_gpus: int,
-    gpus_per_node: int,
+    sizes: tuple[int, int, int],
     inter: InterNodeSpec,
     nccl: NcclSpec,
 ) -> Cluster:
+    num_gpus, gpus_per_node, nvlink_domain = sizes  # GPUs, per node, per NVLink domain
     bandwidth, latency, net = _inter_node(catalog, gpu_, gpus_per_node, inter)
     return Cluster(
         name=name,
         gpu=gpu_,
         num_gpus=num_gpus,
         gpus_per_node=gpus_per_node,
+        nvlink_domain=nvlink_domain,
         intra_node_latency_s=catalog.link_latency_s[gpu_.intra_node_link],
         inter_node_bytes_per_s=bandwidth,
         inter_node_latency_s=latency,
@@ -223,7 +270,7 @@ def load_cluster(path: str | Path) -> Cluster:
         where = doc.ref(("overrides",))
         raise InputError(f"overrides give an impossible GPU: {message}", where) from None
 
-    gpn = spec.gpus_per_node
+    gpn = base.reference_node.gpus_per_node if spec.gpus_per_node is None else spec.gpus_per_node
     if spec.num_gpus is None and spec.nodes is None:
         raise InputError("give num_gpus or nodes (nodes of gpus_per_node GPUs)", doc.ref())
     num_gpus = spec.num_gpus if spec.num_gpus is not None else (spec.nodes or 0) * gpn
@@ -234,11 +281,17 @@ def load_cluster(path: str | Path) -> Cluster:
     if problem:
         raise InputError(problem, doc.ref(("num_gpus",)))
 
+    domain = _domain(gpu_, gpn, spec.nvlink_domain)
+    problem = nvlink_domain_problem(domain, gpn, gpu_.intra_node_link)
+    if problem:
+        key = "nvlink_domain" if spec.nvlink_domain is not None else "gpus_per_node"
+        raise InputError(problem, doc.ref((key,) if key in doc.data else ()))
+
     if spec.inter_node is not None:
         _check_inter_node(doc, spec.inter_node, catalog, gpn)
     inter, nccl = spec.inter_node or InterNodeSpec(), spec.nccl or NcclSpec()
     name = spec.name or Path(path).stem
-    return _build(catalog, name, gpu_, num_gpus, gpn, inter, nccl)
+    return _build(catalog, name, gpu_, (num_gpus, gpn, domain), inter, nccl)
 
 
 def _check_inter_node(doc: Document, inter: InterNodeSpec, catalog: Catalog, gpn: int) -> None:

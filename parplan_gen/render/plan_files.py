@@ -211,6 +211,7 @@ def build_context(
             "num_gpus": cluster.num_gpus,
             "num_nodes": cluster.num_nodes,
             "gpus_per_node": cluster.procs_per_node,
+            "nvlink_domain": cluster.nvlink_gpus,
         },
         "deepspeed": deepspeed,
         "megatron": megatron,

@@ -184,6 +184,9 @@ _RUN_NAMES: tuple[Name, ...] = (
     # --- cluster.*: the GPUs and links (from the hardware catalog or a cluster file) ----------
     Name("cluster.gpus", "number", "GPUs", "GPUs in the job (the world size)."),
     Name("cluster.gpus_per_node", "number", "GPUs", "GPUs per node."),
+    Name(
+        "cluster.nvlink_domain", "number", "GPUs", "GPUs of the job on one NVLink fabric (<= gpus)."
+    ),
     Name("cluster.nodes", "number", "nodes", "Nodes."),
     Name("cluster.gpu_memory", "number", "bytes", "Memory of one GPU."),
     Name("cluster.peak_flops", "number", "FLOP/s", "Dense peak of one GPU at train.precision."),
@@ -212,7 +215,7 @@ _RUN_NAMES: tuple[Name, ...] = (
         "str",
         "-",
         "GPU architecture from the catalog: 'volta', 'ampere', 'ada', 'hopper', 'blackwell', "
-        "'cdna3'.",
+        "'cdna3', 'cdna4'.",
     ),
     # --- train.*: what was asked for ----------------------------------------------------------
     Name(
