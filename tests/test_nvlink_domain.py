@@ -111,7 +111,7 @@ def test_gb200_nvl72_prices_a_64_gpu_group_over_nvlink(rules: RuleSet) -> None:
     assert env["cluster.nvlink_domain"] == 64  # the job is smaller than the domain
     for formula in ("tp_bandwidth", "cp_bandwidth", "dp_bandwidth"):
         assert named(rules, formula, env) == NVLINK5, formula
-    assert named(rules, "dp_latency", env) == 3.4e-6  # NCCL's NVLink step latency
+    assert named(rules, "dp_nodes", env) == 1  # NCCL's ring takes no inter-node step
     # The same 64 GPUs as 16 separate 4-GPU nodes: the 8-rank dp group (32-rank span) crosses
     # nodes; it has 4 / (tp*cp) -> clamped to 1 rank per node, so one NIC's bandwidth.
     trays = cluster_from_flags(64, "gb200", nvlink_domain=4)
