@@ -238,3 +238,17 @@ def test_estimate_and_check_show_them(capsys) -> None:
     assert "trained context of 8192" in json.loads(capsys.readouterr().out)["warnings"][0]
     main(["check", *args])  # exit 0 or 1 (a layout that does not fit): the report comes first
     assert "! sequence length 16384" in capsys.readouterr().out
+
+
+def test_the_readme_example_is_real(capsys) -> None:
+    from parplan_gen.cli.main import main
+
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"```console\n\$ parplan (estimate llama-3-8b[^\n]*)\n(.*?)```", readme, re.S)
+    assert found, "the README shows a sanity warning"
+    assert main(found.group(1).split()) == 0
+    out = capsys.readouterr().out.splitlines()
+    for line in found.group(2).splitlines():
+        assert line == "..." or line in out, line
