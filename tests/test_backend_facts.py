@@ -29,7 +29,7 @@ from parplan_gen.render import facts as render_facts
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.render_options import RenderOptions, render_files
 from parplan_gen.rules import vocabulary
-from parplan_gen.rules.ruleset import RuleSet, load_rules
+from parplan_gen.rules.ruleset import RuleSet, builtin_formula, builtin_rules, load_rules
 
 A100S = {"gpus": 8, "gpu": "a100-80gb"}
 
@@ -170,12 +170,22 @@ def test_ds_config_reduces_gradients_in_the_type_the_estimate_counts(
     zero: int, precision: str
 ) -> None:
     # Without ZeRO-2 the grads and the 16-bit weights are held for the same parameters (all of
-    # them, or ZeRO-3's shard), so the estimate's grads / params is grad_bytes / 2.
+    # them, or ZeRO-3's shard), so the estimate's grads / params is grad_bytes / 2 once ZeRO-3's
+    # whole weights in use and its reduce bucket (memory.yaml zero3_live_*) are set aside.
     model, cluster = load_model("llama-3-8b"), load_cluster_spec(A100S)
     layout = {"zero_stage": zero, "mbs": 1, "global_batch": 64, "precision": precision}
     found = estimate(model, cluster, layout | {"seq_len": 2048})
     memory = found.estimate.memory
-    counted = 2 * memory.grads / memory.params
+    live_params = live_grads = 0.0
+    if zero == 3:
+        backend = found.estimate.backend.name  # type: ignore[union-attr]
+        rules = builtin_rules()
+        env = Evaluator(rules, backend=backend).env(  # type: ignore[arg-type]
+            model, cluster, found.estimate.plan, flash_attention=True
+        )
+        live_params = float(builtin_formula("zero3_live_params")(env))  # type: ignore[arg-type]
+        live_grads = float(builtin_formula("zero3_live_grad_bytes")(env))  # type: ignore[arg-type]
+    counted = 2 * (memory.grads - live_grads) / (memory.params - 2 * live_params)
     config = json.loads(rendered(found, model, cluster)["ds_config.json"])
     written = config["communication_data_type"]
     assert written == ("fp32" if zero == 0 else precision)

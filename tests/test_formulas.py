@@ -583,12 +583,12 @@ def diamond(levels: int) -> dict[str, tuple[str, SourceRef]]:
 def test_diamond_blow_up_is_capped() -> None:
     with pytest.raises(FormulaError) as info:
         FormulaLibrary(diamond(40))
-    assert "too large once named formulas are inlined (over 5000 nodes)" in info.value.message
-    assert info.value.where == nw("f9")
-    library = FormulaLibrary(diamond(8))
-    assert library.compile("f7 + f7 + f7", W, "graph").evaluate({"graph.depth": 1}) == 384
+    assert "too large once named formulas are inlined (over 10000 nodes)" in info.value.message
+    assert info.value.where == nw("f10")
+    library = FormulaLibrary(diamond(9))
+    assert library.compile("f8 + f8", W, "graph").evaluate({"graph.depth": 1}) == 512
     with pytest.raises(FormulaError, match="too large once named formulas are inlined") as info:
-        library.compile("f8 + f8", W, "graph")
+        library.compile("f9 + f9", W, "graph")
     assert info.value.where is W
 
 

@@ -37,7 +37,7 @@ that runs with no builtins. Anything outside this language is a load error at th
 
 Named formulas (`formulas: {dp_speedup: "2.0 * clamp(graph.node_count / 10, 1, 2)"}`) are
 plain identifiers usable by name in any formula; recursion between them is an error, and so is
-one that grows beyond 5000 nodes, or nests deeper than 200, once the named formulas it uses are
+one that grows beyond 10000 nodes, or nests deeper than 200, once the named formulas it uses are
 inlined. A named formula that reads no name is computed at load, where its errors point.
 
 Text templates (proposal descriptions) hold `{formula}` or `{formula:spec}` placeholders; the
