@@ -11,6 +11,8 @@ import re
 from importlib import resources
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import parplan_gen
 from parplan_gen.api import load_model
@@ -174,6 +176,22 @@ def test_mfu_warning_above_best_plus_margin(
     above = _estimate(model, gpu, gpus, limit + 0.001, **layout)
     warning = mfu_warning(spec, cluster, above, data)
     assert warning is not None and "by more than 5 points" in warning
+
+
+_LLAMA_8B_H100 = _estimate("llama-3-8b", "h100", 8, 0.0, global_batch=64, seq_len=8192)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(min_value=0.0, max_value=1.0))
+def test_mfu_warning_exactly_above_the_limit(mfu: float) -> None:
+    # Hopper dense-small BF16: 49 % + 5 points; the warning holds exactly above 54 %.
+    th = _LLAMA_8B_H100.throughput.model_copy(update={"mfu": mfu})
+    estimate = _LLAMA_8B_H100.model_copy(update={"throughput": th})
+    spec, cluster = load_model("llama-3-8b"), cluster_from_flags(gpus=8, gpu="h100")
+    data = load_published()
+    limit = data.best[("hopper", "dense-small", "bf16")].mfu + data.margin
+    assert (mfu_warning(spec, cluster, estimate, data) is not None) == (mfu > limit)
+    assert limit == pytest.approx(0.54)
 
 
 def test_no_mfu_warning_without_a_published_run_of_the_class() -> None:
