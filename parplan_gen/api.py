@@ -40,6 +40,7 @@ from parplan_gen.planning.evaluate import (
     evaluate,
 )
 from parplan_gen.planning.planner import PlanError, Planner
+from parplan_gen.planning.sanity import sanity_warnings
 from parplan_gen.planning.search_space import (
     Objective,
     Request,
@@ -167,7 +168,7 @@ def plan(
     document = PlanDocument.from_parts(
         model=spec, cluster=machines, chosen=result.chosen, candidates=result.candidates,
         rejected=result.rejected, advice=[a.note for a in advice], proposals=proposals,
-        backends=runs_on,
+        backends=runs_on, warnings=sanity_warnings(spec, machines, result.chosen),
     )  # fmt: skip
     return Plan(
         document=document, feasible=result.feasible, objective=result.objective,
@@ -229,6 +230,11 @@ class CheckReport(Evaluation):
             f"{memory.capacity / GIB:.1f} GiB ({why})"
         )
 
+    @property
+    def warnings(self) -> list[str]:
+        """The sanity warnings on the layout (planning.sanity); never a reason to refuse it."""
+        return sanity_warnings(self.model, self.cluster, self.estimate)
+
     def contract(self) -> dict[str, Any]:
         """JSON: the estimate, the violations, fits / by how much, whether it runs as given
         (and why not), and the better plan."""
@@ -241,6 +247,7 @@ class CheckReport(Evaluation):
             "runs_as_given": self.runs_as_given,
             "problem": self.problem(),
             "better": None if self.better is None else self.better.contract(),
+            "warnings": self.warnings,
         }
 
 

@@ -7,6 +7,7 @@ from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.models.kind import TrainedModel
+from parplan_gen.planning.sanity import sanity_warnings
 
 BAR = 40  # characters for the whole capacity
 MAX_BAR = 3 * BAR  # a longer bar is cut and ends with ">" (a tiny GPU must not print megabytes)
@@ -107,5 +108,17 @@ def estimate_text(spec: TrainedModel, cluster: Cluster, estimate: Estimate) -> s
         "",
         "Throughput",
         rates,
+        *warning_lines(sanity_warnings(spec, cluster, estimate)),
     ]
     return head + "\n".join(body) + "\n"
+
+
+def warning_lines(warnings: list[str]) -> list[str]:
+    """The sanity warnings (planning.sanity) as a block of the text views; none: no lines."""
+    if not warnings:
+        return []
+    return [
+        "",
+        "Sanity warnings (not errors):",
+        *(f"  ! {printable(w, limit=len(w))}" for w in warnings),
+    ]

@@ -100,6 +100,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     from parplan_gen.api import estimate, load_model
     from parplan_gen.cli.estimate_view import estimate_text
     from parplan_gen.inputs.errors import InputError
+    from parplan_gen.planning.sanity import sanity_warnings
     from parplan_gen.rules.ruleset import load_rules
 
     rules = load_rules(args.rules)
@@ -115,7 +116,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if invalid:
         raise InputError("; ".join(v.describe() for v in invalid) + f" ({spec.name})")
     if args.json:
-        print_json(found.estimate.contract())
+        warnings = sanity_warnings(spec, cluster, found.estimate)
+        print_json(found.estimate.contract() | ({"warnings": warnings} if warnings else {}))
     else:
         sys.stdout.write(estimate_text(spec, cluster, found.estimate))
     return 0

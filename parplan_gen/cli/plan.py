@@ -177,6 +177,7 @@ def plan_text(plan: Plan) -> str:
         layout_line,
         memory_lines,
         time_lines,
+        warning_lines,
     )
 
     doc, feasible = plan.document, plan.feasible
@@ -202,6 +203,7 @@ def plan_text(plan: Plan) -> str:
     ]
     if doc.advice:
         lines += ["", "What would make it fit:", *(f"  - {note}" for note in doc.advice)]
+    lines += warning_lines(doc.warnings)
     return "\n".join(lines) + "\n"
 
 

@@ -71,6 +71,12 @@ class PlanDocument(BaseModel):
         "them (the order `plan --json` and the text view show), by reason in plan.json."
     )
     advice: list[str] = Field(description="The planner's advice, in its order.")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Sanity warnings on the chosen plan (planning.sanity: sequence beyond the "
+        "trained context, FP8 without calibration runs, MFU above the best published run of its "
+        "class); never errors. Absent when there is none.",
+    )
     proposals: list[Proposal] = Field(description="The rules' proposals, in rule order.")
     backends: dict[str, str | None] = Field(
         default_factory=dict,
@@ -116,6 +122,7 @@ class PlanDocument(BaseModel):
         candidates: Iterable[Estimate] = (),
         rejected: Mapping[str, int] | None = None,
         advice: Iterable[str] = (),
+        warnings: Iterable[str] = (),
         proposals: Iterable[Proposal] = (),
         backends: Mapping[str, str | None] | None = None,
         megatron_version: str | None = None,
@@ -139,6 +146,7 @@ class PlanDocument(BaseModel):
             candidates=list(candidates),
             rejected=dict(rejected or {}),
             advice=list(advice),
+            warnings=list(warnings),
             proposals=list(proposals),
             backends=dict(backends or {}),
             render=RenderOptions(
@@ -165,15 +173,18 @@ class PlanDocument(BaseModel):
     def contract(self) -> dict[str, Any]:
         """`plan --json` (DESIGN.md): `{"chosen": ..., "candidates": [...], "rejected": {...}}`,
         the rejections most first."""
-        return {
+        found = {
             "chosen": self.chosen.contract(),
             "candidates": [c.contract() for c in self.candidates],
             "rejected": dict(self.rejected),
         } | ({} if self.best_on is None else {"best_on": self.best_on})
+        return found | ({"warnings": list(self.warnings)} if self.warnings else {})
 
     def to_json(self) -> str:
         """plan.json's text: the same document always gives the same bytes."""
-        data = self.model_dump(mode="json", exclude={"best_on"} if self.best_on is None else None)
+        unset = {"best_on"} if self.best_on is None else set()
+        unset |= set() if self.warnings else {"warnings"}  # absent when none: plan.json as before
+        data = self.model_dump(mode="json", exclude=unset)
         bad = next(_non_finite(data), None)
         if bad is not None:
             raise PlanDocumentError(

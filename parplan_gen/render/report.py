@@ -45,6 +45,7 @@ def report_context(
         "layout": _layout_rows(chosen, unit),
         "proposals": [_proposal_row(p, applied_as) for p in doc.proposals],
         "advice": [md(a) for a in doc.advice],
+        "warnings": [md(w) for w in doc.warnings],
         "notes": [md(n) for n in notes],
         "script_notes": [md(n) for n in script_notes],
         "memory": _part_rows(chosen.memory.model_dump(), MEMORY_PARTS, gib),

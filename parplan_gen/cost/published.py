@@ -1,0 +1,156 @@
+"""The best published training runs (`parplan_gen/data/published_best.yaml`): the highest MFU
+published per GPU generation, model-size class and precision, each naming its run and source,
+the size classes, the margin a plan's predicted MFU may exceed them by (with its reason), and
+the GPU generations and model families the FP8 calibration rows cover. `load_published` reads
+and checks the shipped file once per process; `load_published_text` checks any text (tests).
+`planning.sanity` turns them into a plan's warnings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
+
+from parplan_gen.cost.catalog import Architecture, RawData, load_catalog
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.inputs.source import Document, parse_document
+from parplan_gen.inputs.validation import validate
+
+DATA_FILE = "published_best.yaml"
+PERCENT = 100.0
+TRAINED_PRECISIONS = ("bf16", "fp8")
+
+
+class Margin(RawData):
+    points: NonNegativeFloat = Field(description="MFU points a plan may exceed the best by.")
+    reason: str = Field(min_length=1)
+
+
+class SizeClass(RawData):
+    moe: bool = Field(description="The class holds mixture-of-experts models (any size).")
+    below_params_b: PositiveFloat | None = Field(
+        description="Upper bound of total parameters, billions (None: no bound)."
+    )
+
+
+class BestRun(RawData):
+    generation: Architecture
+    size_class: str = Field(alias="class")
+    precision: str = Field(pattern="^(bf16|fp8)$")
+    run: str = Field(min_length=1, description="The run's name in the calibration set.")
+    mfu_pct: PositiveFloat | None = Field(None, le=PERCENT, description="MFU as published.")
+    tflops_per_gpu: PositiveInt | PositiveFloat | None = Field(
+        None, description="Model TFLOP/s per GPU as published (MFU = it / the GPU's peak)."
+    )
+    gpu: str | None = Field(None, description="The catalog GPU of a `tflops_per_gpu` figure.")
+    source: str = Field(min_length=1)
+
+
+class FP8Calibrated(RawData):
+    generations: dict[Architecture, str] = Field(description="Generation -> its FP8 sources.")
+    families: dict[str, str] = Field(description="HF model_type -> its FP8 sources.")
+
+
+class _File(RawData):
+    margin: Margin
+    classes: dict[str, SizeClass]
+    best: list[BestRun]
+    fp8_calibrated: FP8Calibrated
+
+
+@dataclass(frozen=True)
+class Best:
+    """One class's best published run: its MFU as a fraction, its run and its source."""
+
+    mfu: float
+    run: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Published:
+    """The loaded file."""
+
+    margin: float  # MFU fraction a plan may exceed its class's best by
+    margin_reason: str
+    classes: dict[str, SizeClass]
+    best: dict[tuple[str, str, str], Best]  # (generation, class, precision) -> best run
+    fp8_generations: dict[str, str]
+    fp8_families: dict[str, str]
+    origin: str  # the data file, for the warnings' text
+
+    def size_class(self, params: float, moe: bool) -> str:
+        """The class of a model of `params` total parameters (`moe`: a mixture of experts)."""
+        for name, cls in self.classes.items():
+            bound = cls.below_params_b
+            if cls.moe == moe and (bound is None or params < bound * 1e9):
+                return name
+        raise InputError(f"{self.origin}: no size class holds a {'MoE ' if moe else ''}model")
+
+    def best_for(self, generation: str, params: float, moe: bool, precision: str) -> Best | None:
+        """The best published run of the class (None: none is published)."""
+        return self.best.get((generation, self.size_class(params, moe), precision))
+
+
+def _mfu(doc: Document, index: int, entry: BestRun) -> float:
+    """The entry's MFU as a fraction: as published, or its TFLOP/s over its GPU's peak."""
+    where = doc.ref(("best", index))
+    if (entry.mfu_pct is None) == (entry.tflops_per_gpu is None):
+        raise InputError("give exactly one of mfu_pct or tflops_per_gpu", where)
+    if entry.mfu_pct is not None:
+        if entry.gpu is not None:
+            raise InputError("gpu belongs with tflops_per_gpu, not mfu_pct", where)
+        return entry.mfu_pct / PERCENT
+    if entry.gpu is None:
+        raise InputError("tflops_per_gpu needs the catalog gpu it ran on", where)
+    try:
+        gpu = load_catalog().gpu(entry.gpu)
+        peak = gpu.peak_flops(entry.precision)  # type: ignore[arg-type]
+    except InputError as exc:
+        raise InputError(exc.message, doc.ref(("best", index, "gpu"))) from None
+    if gpu.architecture != entry.generation:
+        raise InputError(
+            f"{gpu.name} is {gpu.architecture}, not {entry.generation}",
+            doc.ref(("best", index, "gpu")),
+        )
+    mfu = float(entry.tflops_per_gpu or 0) * 1e12 / peak
+    if mfu > 1:
+        raise InputError(f"{entry.tflops_per_gpu} TFLOP/s is above {gpu.name}'s peak", where)
+    return mfu
+
+
+def load_published_text(text: str, name: str) -> Published:
+    """Check and load the text of a published-best file named `name` in errors."""
+    doc = parse_document(text, name)
+    data = validate(_File, doc.data, doc)
+    best: dict[tuple[str, str, str], Best] = {}
+    for index, entry in enumerate(data.best):
+        if entry.size_class not in data.classes:
+            known = ", ".join(data.classes)
+            raise InputError(
+                f"unknown class '{entry.size_class}' (classes: {known})",
+                doc.ref(("best", index, "class")),
+            )
+        key = (entry.generation, entry.size_class, entry.precision)
+        if key in best:
+            raise InputError(f"a second best run for {'/'.join(key)}", doc.ref(("best", index)))
+        best[key] = Best(_mfu(doc, index, entry), entry.run, " ".join(entry.source.split()))
+    return Published(
+        margin=data.margin.points / PERCENT,
+        margin_reason=" ".join(data.margin.reason.split()),
+        classes=dict(data.classes),
+        best=best,
+        fp8_generations=dict(data.fp8_calibrated.generations),
+        fp8_families=dict(data.fp8_calibrated.families),
+        origin=name,
+    )
+
+
+@cache
+def load_published() -> Published:
+    """The shipped file, read and checked once per process."""
+    path = resources.files("parplan_gen").joinpath("data").joinpath(DATA_FILE)
+    return load_published_text(path.read_text(encoding="utf-8"), f"parplan_gen/data/{DATA_FILE}")

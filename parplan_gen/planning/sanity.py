@@ -1,0 +1,91 @@
+"""Sanity warnings on a plan or an estimate: visible lines, never errors (issue 14 item 7).
+
+Three checks, each against data with its sources (`cost.published`, the shipped
+`parplan_gen/data/published_best.yaml`):
+  - the sequence length is beyond the model's trained context (its `max_position_embeddings`);
+  - FP8 on a GPU generation or a model family that no published FP8 run covers;
+  - the predicted MFU is above the best published run of the plan's class (GPU generation,
+    model-size class, precision) by more than the file's margin.
+plan.json keeps them (`PlanDocument.warnings`); the text views of plan, estimate and check and
+plan.md show them.
+"""
+
+from __future__ import annotations
+
+from parplan_gen.cost.estimate import Estimate
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.published import Published, load_published
+from parplan_gen.models.kind import TrainedModel
+
+CONTEXT_FIELD = "max_position_embeddings"
+
+
+def context_warning(model: TrainedModel, seq_len: int) -> str | None:
+    """(a) The sequence is longer than the model was trained on (transformers only)."""
+    facts = model.facts()
+    trained = facts.get(f"model.{CONTEXT_FIELD}")
+    if facts.get("model.kind") != "transformer" or trained is None or seq_len <= trained:
+        return None
+    return (
+        f"sequence length {seq_len} is beyond {model.name}'s trained context of {trained} tokens "
+        f"({CONTEXT_FIELD} in its config; n_positions for GPT-2/GPT-J configs, seq_length for "
+        "BLOOM): quality past it is untested unless the context is extended (e.g. RoPE scaling)"
+    )
+
+
+def fp8_warnings(
+    model: TrainedModel, cluster: Cluster, precision: str, data: Published
+) -> list[str]:
+    """(b) FP8 on a GPU generation or a model family without published FP8 runs."""
+    if precision != "fp8":
+        return []
+    out = []
+    generation = cluster.gpu.architecture
+    if generation not in data.fp8_generations:
+        covered = ", ".join(sorted(data.fp8_generations))
+        out.append(
+            f"FP8 on {generation} GPUs: no published FP8 run calibrates the cost model there "
+            f"(FP8 runs on: {covered}; {data.origin} fp8_calibrated); its FP8 figures are "
+            "extrapolated"
+        )
+    facts = model.facts()
+    family = facts.get("model.model_type")
+    if facts.get("model.kind") == "transformer" and family not in data.fp8_families:
+        covered = ", ".join(sorted(data.fp8_families))
+        out.append(
+            f"FP8 for model family {family}: no published FP8 run of the family calibrates the "
+            f"cost model (FP8 runs of: {covered}; {data.origin} fp8_calibrated)"
+        )
+    return out
+
+
+def mfu_warning(
+    model: TrainedModel, cluster: Cluster, estimate: Estimate, data: Published
+) -> str | None:
+    """(c) The predicted MFU is above the best published run of its class plus the margin
+    (transformers only: the published runs are language-model runs)."""
+    if model.kind != "transformer":
+        return None
+    layout = estimate.plan
+    params = float(model.formula_values(layout.seq_len)["model.params"])
+    generation = cluster.gpu.architecture
+    best = data.best_for(generation, params, model.is_moe, layout.precision)
+    mfu = estimate.throughput.mfu
+    if best is None or mfu <= best.mfu + data.margin:
+        return None
+    size = data.size_class(params, model.is_moe)
+    return (
+        f"predicted MFU {mfu:.1%} is above the best published {generation} {size} "
+        f"{layout.precision.upper()} run ({best.mfu:.1%}, {best.run}: {best.source}) by more "
+        f"than {data.margin * 100:g} points: the prediction is likely optimistic"
+    )
+
+
+def sanity_warnings(model: TrainedModel, cluster: Cluster, estimate: Estimate) -> list[str]:
+    """Every sanity warning on `estimate` of `model` on `cluster`, in the order above."""
+    data = load_published()
+    layout = estimate.plan
+    found = [context_warning(model, layout.seq_len)]
+    found += fp8_warnings(model, cluster, layout.precision, data)
+    found.append(mfu_warning(model, cluster, estimate, data))
+    return [w for w in found if w is not None]

@@ -1,0 +1,272 @@
+"""Sanity warnings (issue 14 item 7) and the published-best data file they read.
+
+Expected values are worked by hand from parplan_gen/data/published_best.yaml (the published
+figures and the margin), parplan_gen/data/gpus.yaml (the FP8 dense peaks) and the models'
+configs (parplan_gen/data/models/*.yaml max_position_embeddings)."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import parplan_gen
+from parplan_gen.api import load_model
+from parplan_gen.cost.estimate import Estimate
+from parplan_gen.cost.hardware import cluster_from_flags
+from parplan_gen.cost.published import load_published, load_published_text
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.planning.sanity import (
+    context_warning,
+    fp8_warnings,
+    mfu_warning,
+    sanity_warnings,
+)
+
+TEXT = resources.files("parplan_gen").joinpath("data/published_best.yaml").read_text("utf-8")
+NAME = "published_best.yaml"
+
+
+# ---- the data file ----------------------------------------------------------------------------
+
+
+def test_file_loads_with_the_published_figures() -> None:
+    data = load_published()
+    assert data.margin == pytest.approx(0.05)  # margin.points: 5
+    best = data.best
+    # As published: Megatron-LM README model_table.png, 462B on H100 at 47 % MFU.
+    assert best[("hopper", "dense-large", "bf16")].mfu == pytest.approx(0.47)
+    assert best[("hopper", "dense-large", "bf16")].run == "megatron_core_h100_weak_scaling_462B"
+    # Korthikanti 2022 Table 5: 1T at 56.3 %; llm-foundry MPT-7B on A100 80GB at 64.23 %.
+    assert best[("ampere", "dense-large", "bf16")].mfu == pytest.approx(0.563)
+    assert best[("ampere", "dense-small", "bf16")].mfu == pytest.approx(0.6423)
+    # Model TFLOP/s over the catalog's dense FP8 peak: NeMo GPT-3 175B 771 / H100 1979;
+    # Megatron-Bridge Llama 3 8B on B200 1576 / 4500; gpt-oss-120b BF16 153 / 989.
+    assert best[("hopper", "dense-large", "fp8")].mfu == pytest.approx(771 / 1979)
+    assert best[("blackwell", "dense-small", "fp8")].mfu == pytest.approx(1576 / 4500)
+    assert best[("hopper", "moe", "bf16")].mfu == pytest.approx(153 / 989)
+    assert set(data.fp8_generations) == {"hopper", "blackwell"}
+    assert set(data.fp8_families) == {"llama", "gpt2", "qwen3_moe"}
+
+
+def test_every_entry_names_its_run_and_source() -> None:
+    for key, best in load_published().best.items():
+        assert best.run and best.source, key
+        assert re.search(r"arXiv|github\.com", best.source), key
+
+
+@pytest.mark.parametrize(
+    ("params", "moe", "size"),
+    [(8.03e9, False, "dense-small"), (20e9, False, "dense-medium"), (99.9e9, False, "dense-medium"),
+     (100e9, False, "dense-large"), (671e9, True, "moe"), (30e9, True, "moe")],
+)  # fmt: skip
+def test_size_classes(params: float, moe: bool, size: str) -> None:
+    assert load_published().size_class(params, moe) == size
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("class: dense-medium", "class: dense-mid", "unknown class 'dense-mid'"),
+        ("mfu_pct: 53.33", "mfu_pct: 53.33\n    tflops_per_gpu: 166", "exactly one of"),
+        ("mfu_pct: 53.33", "mfu_pct: 153.33", "less than or equal to 100"),
+        ("mfu_pct: 53.33", "mfu_pc: 53.33", "unknown key 'mfu_pc'"),
+        ("gpu: b200", "gpu: h100-sxm-80gb", "h100-sxm-80gb is hopper, not blackwell"),
+        ("tflops_per_gpu: 1576", "tflops_per_gpu: 5000", "above b200's peak"),
+    ],
+)
+def test_a_bad_entry_is_a_file_line_error(old: str, new: str, expected: str) -> None:
+    at = TEXT.index(old)
+    bad = TEXT[:at] + new + TEXT[at + len(old) :]
+    key_line = bad[:at].count("\n") + 1
+    entry_line = bad[: bad.rfind("  - generation:", 0, at)].count("\n") + 1
+    with pytest.raises(InputError) as caught:
+        load_published_text(bad, NAME)
+    shown = str(caught.value)
+    assert expected in shown
+    # The error names the file and the line of the key (or of the entry) that is wrong.
+    found = re.match(rf"{re.escape(NAME)}:(\d+):", shown)
+    assert found is not None, shown
+    assert int(found.group(1)) in (key_line, entry_line), shown
+
+
+def test_a_second_best_for_one_class_is_refused() -> None:
+    entry = TEXT[
+        TEXT.index("  - generation: ampere") : TEXT.index(
+            "  - generation: ampere\n    class: dense-medium"
+        )
+    ]
+    bad = TEXT.replace("best:\n", "best:\n" + entry, 1)
+    with pytest.raises(InputError, match="a second best run for ampere/dense-small/bf16"):
+        load_published_text(bad, NAME)
+
+
+# ---- (a) sequence beyond the trained context ---------------------------------------------------
+
+
+def test_context_warning() -> None:
+    model = load_model("llama-3-8b")  # config: max_position_embeddings 8192
+    assert context_warning(model, 8192) is None
+    warning = context_warning(model, 8193)
+    assert warning is not None
+    assert "8193" in warning and "trained context of 8192" in warning
+    assert "max_position_embeddings" in warning
+    # GPT-3's config gives n_positions 2048 (parplan_gen/data/models/gpt3-175b.yaml).
+    assert context_warning(load_model("gpt3-175b"), 2048) is None
+    assert "of 2048 tokens" in (context_warning(load_model("gpt3-175b"), 4096) or "")
+
+
+def test_no_context_warning_for_a_graph_model() -> None:
+    assert context_warning(load_model("resnet-50"), 1) is None
+
+
+# ---- (b) FP8 without calibration runs ----------------------------------------------------------
+
+
+def test_fp8_warnings() -> None:
+    data = load_published()
+    llama, deepseek = load_model("llama-3-8b"), load_model("deepseek-v3")
+    h100, mi300x = cluster_from_flags(gpus=8, gpu="h100"), cluster_from_flags(gpus=8, gpu="mi300x")
+    b200 = cluster_from_flags(gpus=8, gpu="b200")
+    assert fp8_warnings(llama, h100, "fp8", data) == []
+    assert fp8_warnings(llama, b200, "fp8", data) == []
+    assert fp8_warnings(llama, mi300x, "bf16", data) == []  # BF16: nothing to say
+    (generation,) = fp8_warnings(llama, mi300x, "fp8", data)
+    assert generation.startswith("FP8 on cdna3 GPUs") and "blackwell, hopper" in generation
+    (family,) = fp8_warnings(deepseek, h100, "fp8", data)  # model_type deepseek_v3
+    assert family.startswith("FP8 for model family deepseek_v3")
+    assert len(fp8_warnings(deepseek, mi300x, "fp8", data)) == 2
+
+
+# ---- (c) MFU above the best published run ------------------------------------------------------
+
+
+def _estimate(model: str, gpu: str, gpus: int, mfu: float, **layout: object) -> Estimate:
+    found = parplan_gen.estimate(model, {"gpus": gpus, "gpu": gpu}, layout)
+    th = found.estimate.throughput.model_copy(update={"mfu": mfu})
+    return found.estimate.model_copy(update={"throughput": th})
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "gpus", "layout", "limit"),
+    [
+        # llama-3-8b (8.03B, dense-small) on Hopper, BF16: 49 % (Megatron-Core 16B) + 5.
+        ("llama-3-8b", "h100", 8, {"global_batch": 64, "seq_len": 8192}, 0.54),
+        # llama-3-70b (70.6B, dense-medium) on Hopper, BF16: 43.92 % (MPT-30B) + 5.
+        ("llama-3-70b", "h100", 64, {"global_batch": 64, "seq_len": 8192, "tp": 8}, 0.4892),
+        # gpt3-175b (dense-large) on Ampere, BF16: 56.3 % (Korthikanti 1T) + 5.
+        ("gpt3-175b", "a100-80gb", 64, {"global_batch": 64, "tp": 8, "pp": 8}, 0.613),
+        # llama-3-8b on Hopper, FP8: 800 / 1979 (Megatron-LM Llama 3 8B FP8) + 5.
+        ("llama-3-8b", "h100", 8, {"global_batch": 64, "precision": "fp8"}, 800 / 1979 + 0.05),
+    ],
+)
+def test_mfu_warning_above_best_plus_margin(
+    model: str, gpu: str, gpus: int, layout: dict[str, object], limit: float
+) -> None:
+    spec, cluster, data = (
+        load_model(model),
+        cluster_from_flags(gpus=gpus, gpu=gpu),
+        load_published(),
+    )
+    assert mfu_warning(spec, cluster, _estimate(model, gpu, gpus, limit, **layout), data) is None
+    above = _estimate(model, gpu, gpus, limit + 0.001, **layout)
+    warning = mfu_warning(spec, cluster, above, data)
+    assert warning is not None and "by more than 5 points" in warning
+
+
+_LLAMA_8B_H100 = _estimate("llama-3-8b", "h100", 8, 0.0, global_batch=64, seq_len=8192)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(min_value=0.0, max_value=1.0))
+def test_mfu_warning_exactly_above_the_limit(mfu: float) -> None:
+    # Hopper dense-small BF16: 49 % + 5 points; the warning holds exactly above 54 %.
+    th = _LLAMA_8B_H100.throughput.model_copy(update={"mfu": mfu})
+    estimate = _LLAMA_8B_H100.model_copy(update={"throughput": th})
+    spec, cluster = load_model("llama-3-8b"), cluster_from_flags(gpus=8, gpu="h100")
+    data = load_published()
+    limit = data.best[("hopper", "dense-small", "bf16")].mfu + data.margin
+    assert (mfu_warning(spec, cluster, estimate, data) is not None) == (mfu > limit)
+    assert limit == pytest.approx(0.54)
+
+
+def test_no_mfu_warning_without_a_published_run_of_the_class() -> None:
+    # No BF16 Blackwell run is in the file: nothing to compare with.
+    estimate = _estimate("llama-3-8b", "b200", 8, 0.95, global_batch=64)
+    warning = mfu_warning(load_model("llama-3-8b"), cluster_from_flags(gpus=8, gpu="b200"),
+                          estimate, load_published())  # fmt: skip
+    assert warning is None
+
+
+def test_moe_class_warning_names_the_run() -> None:
+    # Mixtral is MoE: its class's best on Hopper BF16 is gpt-oss-120b's 153 / 989 = 15.5 %.
+    estimate = _estimate("mixtral-8x7b", "h100", 64, 0.25, global_batch=64, seq_len=4096)
+    warning = sanity_warnings(load_model("mixtral-8x7b"), cluster_from_flags(gpus=64, gpu="h100"),
+                              estimate)  # fmt: skip
+    assert warning == [
+        w for w in warning if "hopper moe BF16 run (15.5%, nemo2511_h100_gpt_oss_120b_64gpus" in w
+    ]
+    assert len(warning) == 1
+
+
+# ---- where they show ---------------------------------------------------------------------------
+
+
+def test_plan_json_text_and_plan_md_show_the_warnings(tmp_path, capsys) -> None:
+    from parplan_gen.cli.main import main
+    from parplan_gen.planning.document import load_plan_document
+
+    found = parplan_gen.plan("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=64,
+                             seq_len=16384)  # fmt: skip
+    (warning,) = [w for w in found.document.warnings if "trained context of 8192" in w]
+    assert found.document.contract()["warnings"] == found.document.warnings
+    found.write(tmp_path)
+    written = json.loads((tmp_path / "plan.json").read_text())
+    assert warning in written["warnings"]
+    assert load_plan_document(tmp_path / "plan.json").warnings == found.document.warnings
+    plan_md = (tmp_path / "plan.md").read_text()
+    assert "## Sanity warnings" in plan_md and "trained context of 8192" in plan_md
+    assert main(["plan", "llama-3-8b", "--gpus", "8", "--gpu", "h100", "--global-batch", "64",
+                 "--seq-len", "16384"]) == 0  # fmt: skip
+    assert "Sanity warnings (not errors):\n  ! sequence length 16384" in capsys.readouterr().out
+
+
+def test_no_warnings_key_when_there_is_none(tmp_path) -> None:
+    found = parplan_gen.plan("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=64,
+                             seq_len=2048)  # fmt: skip
+    assert found.document.warnings == []
+    assert "warnings" not in json.loads(found.document.to_json())
+    assert "warnings" not in found.document.contract()
+
+
+def test_estimate_and_check_show_them(capsys) -> None:
+    from parplan_gen.cli.main import main
+
+    args = ["llama-3-8b", "--gpus", "8", "--gpu", "h100", "--global-batch", "64",
+            "--seq-len", "16384", "--tp", "2"]  # fmt: skip
+    assert main(["estimate", *args]) == 0
+    assert (
+        "! sequence length 16384 is beyond llama-3-8b's trained context" in capsys.readouterr().out
+    )
+    main(["estimate", *args, "--json"])
+    assert "trained context of 8192" in json.loads(capsys.readouterr().out)["warnings"][0]
+    main(["check", *args])  # exit 0 or 1 (a layout that does not fit): the report comes first
+    assert "! sequence length 16384" in capsys.readouterr().out
+
+
+def test_the_readme_example_is_real(capsys) -> None:
+    from parplan_gen.cli.main import main
+
+    from conftest import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"```console\n\$ parplan (estimate llama-3-8b[^\n]*)\n(.*?)```", readme, re.S)
+    assert found, "the README shows a sanity warning"
+    assert main(found.group(1).split()) == 0
+    out = capsys.readouterr().out.splitlines()
+    for line in found.group(2).splitlines():
+        assert line == "..." or line in out, line
