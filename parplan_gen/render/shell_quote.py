@@ -60,7 +60,7 @@ def name_word(value: object, what: str) -> str:
     text = str(value)
     if not text or text.startswith("-") or argument(text) != text:
         raise RenderError(
-            f"{what} {printable(text)!r} is not one plain word (letters, digits, and "
+            f"{what} '{printable(text)}' is not one plain word (letters, digits, and "
             "_ . , : = + @ / % -, not first -): sbatch and the hostfile cannot quote it"
         )
     return text
