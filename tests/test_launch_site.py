@@ -11,6 +11,8 @@ Xeon Platinum 8480C Processors, 112 Cores total"; else 1 per GPU); the ranges ar
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import textwrap
 from pathlib import Path
 
@@ -220,3 +222,17 @@ def test_a_word_that_needs_quoting_is_refused_in_sbatch_and_hostfile(value):
 def test_plain_words_pass_unchanged():
     assert directive("time", "2-00:00:00") == "#SBATCH --time=2-00:00:00"
     assert name_word("gpu-a01.cluster", "node name") == "gpu-a01.cluster"
+
+
+def test_the_readme_slurm_command_runs(tmp_path, monkeypatch, capsys):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"\n(parplan plan [^\n]*--slurm-time[^\n]*)\n", readme)
+    assert command, "the README shows the --slurm-* flags"
+    argv = shlex.split(command.group(1))[1:]
+    argv = [str(REPO / a) if a.startswith("examples/") else a for a in argv]
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0, capsys.readouterr().err
+    out = tmp_path / argv[argv.index("--out") + 1]
+    sbatch = (out / "launch_slurm.sbatch").read_text(encoding="utf-8")
+    assert "#SBATCH --time=12:00:00\n" in sbatch and "#SBATCH --account=proj_llm\n" in sbatch
+    assert "gpu-a02 slots=8" in (out / "hostfile").read_text(encoding="utf-8")
