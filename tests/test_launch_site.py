@@ -236,3 +236,16 @@ def test_the_readme_slurm_command_runs(tmp_path, monkeypatch, capsys):
     sbatch = (out / "launch_slurm.sbatch").read_text(encoding="utf-8")
     assert "#SBATCH --time=12:00:00\n" in sbatch and "#SBATCH --account=proj_llm\n" in sbatch
     assert "gpu-a02 slots=8" in (out / "hostfile").read_text(encoding="utf-8")
+
+
+def test_render_replaces_the_slurm_settings_of_a_plan_json(tmp_path, capsys):
+    first = ["plan", "llama-3-8b", "--cluster", str(EXAMPLE), "--global-batch", "256"]
+    assert main([*first, "--out", str(tmp_path / "a")]) == 0
+    again = ["render", str(tmp_path / "a" / "plan.json"), "--out", str(tmp_path / "b")]
+    assert main([*again, "--slurm-partition", "long"]) == 0
+    capsys.readouterr()
+    sbatch = (tmp_path / "b" / "launch_slurm.sbatch").read_text(encoding="utf-8")
+    assert "#SBATCH --account=proj_llm\n#SBATCH --partition=long\n" in sbatch
+    saved = json.loads((tmp_path / "b" / "plan.json").read_text(encoding="utf-8"))
+    assert saved["cluster"]["launch"]["slurm_partition"] == "long"
+    assert main([*again, "--force", "--slurm-time", "soon"]) == 2
