@@ -50,7 +50,10 @@ from parplan_gen.planning.search_space import (
 from parplan_gen.rules.engine import Proposal
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
-CLUSTER_KEYS = ("gpus", "gpu", "gpus_per_node", "inter_node_gbps", "nvlink_domain")
+CLUSTER_KEYS = (
+    "gpus", "gpu", "gpus_per_node", "inter_node_gbps", "nvlink_domain",
+    "slurm_account", "slurm_partition", "slurm_time",
+)  # fmt: skip
 
 
 def load_model(model: TrainedModel | str | Path) -> TrainedModel:
@@ -65,7 +68,10 @@ def load_model(model: TrainedModel | str | Path) -> TrainedModel:
 
 def load_cluster_spec(cluster: Cluster | Mapping[str, Any] | str | Path) -> Cluster:
     """A Cluster, a cluster file, or the CLI flags as a dict: `{"gpus": 8, "gpu": "h100",
-    "gpus_per_node": 8, "inter_node_gbps": 400, "nvlink_domain": 8}` (the last three optional)."""
+    "gpus_per_node": 8, "inter_node_gbps": 400, "nvlink_domain": 8, "slurm_account": "proj",
+    "slurm_partition": "gpu", "slurm_time": "48:00:00"}` (all but the first two optional). A
+    cluster file's SLURM settings can be replaced with `Cluster.with_slurm(account=...,
+    partition=..., time=...)`."""
     from parplan_gen.cost.hardware import cluster_from_flags, load_cluster
 
     if isinstance(cluster, Cluster):

@@ -20,6 +20,7 @@ from parplan_gen.cost.catalog import (
     load_catalog,
 )
 from parplan_gen.cost.hardware import Cluster, cluster_from_flags, load_cluster
+from parplan_gen.cost.launch_site import LaunchSettings, SlurmSpec
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError, UsageError
 from parplan_gen.inputs.source import parse_document
@@ -388,7 +389,7 @@ def test_json_cluster_file(tmp_path):
         (
             "gpu: h100\nnum_gpus: 8\ngpus_per_nod: 8\n",
             "3:1: gpus_per_nod: unknown key 'gpus_per_nod'; did you mean 'gpus_per_node'? "
-            "(allowed: name, gpu, overrides, num_gpus, nodes, gpus_per_node, nvlink_domain, inter_node, nccl)",
+            "(allowed: name, gpu, overrides, num_gpus, nodes, gpus_per_node, nvlink_domain, inter_node, nccl, node_names, cpus_per_node, slurm)",
         ),
         ("num_gpus: 8\n", "1:1: gpu: missing required key 'gpu'"),
         ("gpu: h100\nnum_gpus: '8'\n", "2:1: num_gpus: Input should be a valid integer (got '8')"),
@@ -532,17 +533,12 @@ def test_docs_cover_every_key_and_catalog_entry():
     docs = (ROOT / "docs" / "clusters.md").read_text(encoding="utf-8")
     keys = [*hardware.ClusterFile.model_fields, *hardware.InterNodeSpec.model_fields]
     keys += [*hardware.NcclSpec.model_fields, *catalog_module.GPUFigures.model_fields]
+    keys += [*SlurmSpec.model_fields, *LaunchSettings.model_fields]
     for key in keys:
         assert f"`{key}`" in docs, key
     catalog = load_catalog()
     for name in [*catalog.gpus, *catalog.networks]:
         assert f"`{name}`" in docs, name
-    for flag in (
-        "--cluster",
-        "--gpus",
-        "--gpu",
-        "--gpus-per-node",
-        "--nvlink-domain",
-        "--inter-node-gbps",
-    ):
+    flags = ("--cluster", "--gpus", "--gpu", "--gpus-per-node", "--inter-node-gbps")
+    for flag in (*flags, "--slurm-account", "--slurm-partition", "--slurm-time"):
         assert f"`{flag}" in docs, flag

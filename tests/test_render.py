@@ -36,6 +36,7 @@ from parplan_gen.cli.render import add_render_commands
 from parplan_gen.cost.catalog import GPU, ReferenceNode
 from parplan_gen.cost.estimate import Estimate, MemoryBreakdown, Throughput, TimeBreakdown
 from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.launch_site import LaunchSettings
 from parplan_gen.cost.layout import build_layout
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.models.graph_model import GraphModelSpec
@@ -93,7 +94,8 @@ A100 = gpu("a100-sxm-80gb", "ampere", 80, 312)
 B200 = gpu("b200", "blackwell", 180, 2250)
 
 
-def cluster(name: str, g: GPU, gpus: int, **nccl: object) -> Cluster:
+def cluster(name: str, g: GPU, gpus: int, **fields: object) -> Cluster:
+    """A cluster of nodes of 8 `g`; `fields`: Cluster fields (NCCL names, launch settings)."""
     return Cluster(
         name=name,
         gpu=g,
@@ -102,9 +104,22 @@ def cluster(name: str, g: GPU, gpus: int, **nccl: object) -> Cluster:
         intra_node_latency_s=3e-6,
         inter_node_bytes_per_s=50e9,
         inter_node_latency_s=5e-6,
-        network="ndr",
-        **nccl,
+        **{"network": "ndr", **fields},
     )
+
+
+# The golden plan's site: its nodes, their CPUs, the SLURM account / partition / time limit,
+# and RoCE's GID index and traffic class (as a cluster file's node_names, cpus_per_node,
+# slurm: and nccl: give them).
+GOLDEN_SITE = LaunchSettings(
+    node_names=("gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"),
+    cpus_per_node=96,
+    slurm_account="proj_llm",
+    slurm_partition="gpu,gpu-long",
+    slurm_time="2-00:00:00",
+    ib_gid_index=3,
+    ib_tc=106,
+)
 
 
 def estimate(
@@ -182,9 +197,10 @@ SEED_COMMUNICATION = [
 
 
 def dense_multinode() -> PlanDocument:
-    """Llama 3 8B on 4 nodes of 8 H100s whose cluster file names HCAs and the interface."""
-    nccl = {"ib_hcas": ("mlx5_0", "mlx5_3"), "socket_ifname": "enp"}
-    c = cluster("h100-4nodes", H100, 32, **nccl)
+    """Llama 3 8B on 4 nodes of 8 H100s on RoCE whose cluster file names HCAs, the interface,
+    the nodes and the site's SLURM and RoCE settings (GOLDEN_SITE)."""
+    nccl = {"ib_hcas": ("mlx5_0", "mlx5_3"), "socket_ifname": "enp", "network": "roce-400"}
+    c = cluster("h100-4nodes", H100, 32, launch=GOLDEN_SITE, **nccl)
     common = {"global_batch": 512, "seq_len": 8192}
     chosen = build_layout(
         32,

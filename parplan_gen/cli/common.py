@@ -134,6 +134,19 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_slurm_options(parser: argparse.ArgumentParser) -> None:
+    """--slurm-account A --slurm-partition P --slurm-time T: written into launch_slurm.sbatch
+    (they replace the cluster file's `slurm:` values; docs/clusters.md)."""
+    group = parser.add_argument_group("SLURM (launch_slurm.sbatch; default: the cluster file's)")
+    group.add_argument("--slurm-account", metavar="A", help="sbatch --account")
+    group.add_argument(
+        "--slurm-partition", metavar="P", help="sbatch --partition (a comma-separated list)"
+    )
+    group.add_argument(
+        "--slurm-time", metavar="T", help="sbatch --time, e.g. 48:00:00 or 2-00:00:00"
+    )
+
+
 def add_batch_options(
     group: argparse._ArgumentGroup, *, require_batch: bool = True, defaults: bool = True
 ) -> None:
@@ -234,11 +247,12 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
         for f in ("gpus", "gpu", "gpus_per_node", "nvlink_domain", "inter_node_gbps")
         if getattr(args, f) is not None
     ]
+    slurm = {k: getattr(args, f"slurm_{k}", None) for k in ("account", "partition", "time")}
     if args.cluster:
         if flags:
             shown = ", ".join("--" + f.replace("_", "-") for f in flags)
             raise UsageError(f"--cluster cannot be combined with {shown}")
-        return load_cluster(args.cluster)
+        return load_cluster(args.cluster).with_slurm(**slurm)
     if args.gpus is None or args.gpu is None:
         raise UsageError("give --cluster FILE, or both --gpus N and --gpu NAME")
     return cluster_from_flags(
@@ -247,7 +261,7 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
         gpus_per_node=args.gpus_per_node,
         inter_node_gbps=args.inter_node_gbps,
         nvlink_domain=args.nvlink_domain,
-    )
+    ).with_slurm(**slurm)
 
 
 BACKEND_CHOICES = (ANY_BACKEND, *BACKEND_NAMES)  # --backend: any, then each backend by name

@@ -19,6 +19,7 @@ from parplan_gen.cli.common import (
     add_cluster_options,
     add_layout_options,
     add_rules_option,
+    add_slurm_options,
     cluster_from_args,
     positive_int,
     print_json,
@@ -112,6 +113,7 @@ def add_plan_commands(sub: Any) -> None:
 def _add_request_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
     add_cluster_options(parser)
+    add_slurm_options(parser)
     group = parser.add_argument_group("training")
     add_batch_options(group)
     add_backend_option(group, search=True)

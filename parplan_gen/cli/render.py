@@ -8,6 +8,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from parplan_gen.cli.common import add_slurm_options
+
 if TYPE_CHECKING:
     from parplan_gen.planning.document import PlanDocument
     from parplan_gen.render.render_options import RenderOptions
@@ -23,7 +25,8 @@ def add_render_commands(sub: Any) -> None:
         "hostfile and plan.md. "
         "Every file is checked before it is written; an existing different file is kept "
         "unless --force is given.",
-        epilog="example:\n  parplan render runs/llama/plan.json --out runs/llama-hf --hf-trainer",
+        epilog="examples:\n  parplan render runs/llama/plan.json --out runs/llama-hf --hf-trainer\n"
+        "  parplan render runs/llama/plan.json --out runs/llama-long --slurm-partition long",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     render.add_argument("plan", metavar="PLAN_JSON", help="a plan.json written by parplan")
@@ -31,6 +34,7 @@ def add_render_commands(sub: Any) -> None:
         "--out", required=True, type=out_folder, metavar="DIR", help="folder to write into"
     )
     add_render_options(render)
+    add_slurm_options(render)
     render.set_defaults(handler=_cmd_render)
 
 
@@ -124,4 +128,8 @@ def write_plan_files(
 def _cmd_render(args: argparse.Namespace) -> int:
     from parplan_gen.planning.document import load_plan_document
 
-    return write_plan_files(load_plan_document(args.plan), args.out, args)
+    doc = load_plan_document(args.plan)
+    # --slurm-*: the launch files and the plan.json written with them take the new values
+    slurm = {k: getattr(args, f"slurm_{k}") for k in ("account", "partition", "time")}
+    doc = doc.model_copy(update={"cluster": doc.cluster.with_slurm(**slurm)})
+    return write_plan_files(doc, args.out, args)

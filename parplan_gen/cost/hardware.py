@@ -12,7 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from parplan_gen.cost.catalog import (
     BITS_PER_BYTE,
@@ -30,6 +38,14 @@ from parplan_gen.cost.catalog import (
     nvlink_domain_problem,
     seconds,
     si,
+)
+from parplan_gen.cost.launch_site import (
+    SLURM_FLAGS,
+    GidIndex,
+    LaunchSettings,
+    NodeName,
+    SlurmSpec,
+    TrafficClass,
 )
 from parplan_gen.cost.layout import MAX_GPUS, size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef, UsageError, shown_value
@@ -67,6 +83,7 @@ class Cluster(SIModel):
     network: str | None = Field(description="Catalog network, None when given as a bandwidth.")
     ib_hcas: tuple[str, ...] | None = Field(None, description="For NCCL_IB_HCA.")
     socket_ifname: str | None = Field(None, description="For NCCL_SOCKET_IFNAME.")
+    launch: LaunchSettings | None = Field(None, description="Node names, SLURM, RoCE settings.")
 
     @model_validator(mode="before")
     @classmethod
@@ -81,9 +98,36 @@ class Cluster(SIModel):
         problem = whole_nodes_problem(self.num_gpus, self.gpus_per_node) or nvlink_domain_problem(
             self.nvlink_domain, self.gpus_per_node, self.gpu.intra_node_link
         )
+        if problem is None and self.launch is not None:
+            problem = self.launch.names_problem(self.num_nodes)
         if problem:
             raise ValueError(problem)
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_empty_launch(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # plan.json of a cluster without launch settings keeps its keys of before
+        data = handler(self)
+        if self.launch is None:
+            data.pop("launch", None)
+        return data
+
+    def with_slurm(
+        self, *, account: str | None = None, partition: str | None = None, time: str | None = None
+    ) -> Cluster:
+        """A copy whose SLURM account, partition and time limit are replaced where given (the
+        flags --slurm-account, --slurm-partition, --slurm-time); a UsageError names a bad one."""
+        given = {"account": account, "partition": partition, "time": time}
+        if all(v is None for v in given.values()):
+            return self
+        try:
+            launch = (self.launch or LaunchSettings()).with_slurm(**given)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            flag, takes = SLURM_FLAGS[str(error["loc"][0]).removeprefix("slurm_")]
+            value = shown_value(error["input"])
+            raise UsageError(f"{flag}: expected {takes}, got {value}") from None
+        return self.model_copy(update={"launch": launch})
 
     @property
     def nvlink_gpus(self) -> int:
@@ -130,6 +174,8 @@ class NcclSpec(RawData):
 
     ib_hcas: list[HcaName] | None = Field(None, min_length=1, description="NCCL_IB_HCA items.")
     socket_ifname: str | None = Field(None, pattern=IFNAME_PATTERN)
+    ib_gid_index: GidIndex | None = Field(None, description="NCCL_IB_GID_INDEX (RoCE GID).")
+    ib_tc: TrafficClass | None = Field(None, description="NCCL_IB_TC (traffic class).")
 
 
 class ClusterFile(RawData):
@@ -148,6 +194,23 @@ class ClusterFile(RawData):
     )
     inter_node: InterNodeSpec | None = None
     nccl: NcclSpec | None = None
+    node_names: list[NodeName] | None = Field(None, min_length=1, max_length=MAX_GPUS)
+    cpus_per_node: PositiveInt | None = Field(None, description="CPUs SLURM counts per node.")
+    slurm: SlurmSpec | None = None
+
+    def launch_settings(self) -> LaunchSettings | None:
+        """The launch settings the file gives; None when it gives none."""
+        slurm, nccl = self.slurm or SlurmSpec(), self.nccl or NcclSpec()
+        settings = LaunchSettings(
+            node_names=None if self.node_names is None else tuple(self.node_names),
+            cpus_per_node=self.cpus_per_node,
+            slurm_account=slurm.account,
+            slurm_partition=slurm.partition,
+            slurm_time=slurm.time,
+            ib_gid_index=nccl.ib_gid_index,
+            ib_tc=nccl.ib_tc,
+        )
+        return None if settings.empty else settings
 
 
 def _inter_node(
@@ -176,9 +239,13 @@ def cluster_from_flags(
     *,
     nvlink_domain: int | None = None,
     name: str | None = None,
+    slurm_account: str | None = None,
+    slurm_partition: str | None = None,
+    slurm_time: str | None = None,
 ) -> Cluster:
     """`--gpus N --gpu NAME [--gpus-per-node G] [--nvlink-domain D] [--inter-node-gbps X]` (X:
-    Gb/s per GPU; G and D default to the GPU's reference system, docs/clusters.md)."""
+    Gb/s per GPU; G and D default to the GPU's reference system), and `--slurm-account A
+    --slurm-partition P --slurm-time T` (docs/clusters.md)."""
     catalog = load_catalog()
     gpu_ = catalog.gpus[lookup("GPU", gpu, catalog.gpu_names, SourceRef("--gpu"))]
     ref = gpu_.reference_node
@@ -208,7 +275,8 @@ def cluster_from_flags(
             raise UsageError(f"--inter-node-gbps: {problem}")
     spec = InterNodeSpec(gbps_per_gpu=None if inter_node_gbps is None else float(inter_node_gbps))
     name = name or f"{gpus}x{gpu_.name}"
-    return _build(catalog, name, gpu_, (gpus, gpus_per_node, domain), spec, NcclSpec())
+    built = _build(catalog, name, gpu_, (gpus, gpus_per_node, domain), spec, NcclSpec(), None)
+    return built.with_slurm(account=slurm_account, partition=slurm_partition, time=slurm_time)
 
 
 def _domain(gpu_: GPU, gpus_per_node: int, given: int | None) -> int:
@@ -229,6 +297,7 @@ def _build(
     sizes: tuple[int, int, int],
     inter: InterNodeSpec,
     nccl: NcclSpec,
+    launch: LaunchSettings | None,
 ) -> Cluster:
     num_gpus, gpus_per_node, nvlink_domain = sizes  # GPUs, per node, per NVLink domain
     bandwidth, latency, net = _inter_node(catalog, gpu_, gpus_per_node, inter)
@@ -244,6 +313,7 @@ def _build(
         network=net,
         ib_hcas=None if nccl.ib_hcas is None else tuple(nccl.ib_hcas),
         socket_ifname=nccl.socket_ifname,
+        launch=launch,
     )
 
 
@@ -271,9 +341,12 @@ def load_cluster(path: str | Path) -> Cluster:
         raise InputError(f"overrides give an impossible GPU: {message}", where) from None
 
     gpn = base.reference_node.gpus_per_node if spec.gpus_per_node is None else spec.gpus_per_node
-    if spec.num_gpus is None and spec.nodes is None:
-        raise InputError("give num_gpus or nodes (nodes of gpus_per_node GPUs)", doc.ref())
-    num_gpus = spec.num_gpus if spec.num_gpus is not None else (spec.nodes or 0) * gpn
+    nodes = spec.nodes
+    if spec.num_gpus is None and nodes is None:
+        if spec.node_names is None:
+            raise InputError("give num_gpus or nodes (nodes of gpus_per_node GPUs)", doc.ref())
+        nodes = len(spec.node_names)  # one node per name
+    num_gpus = spec.num_gpus if spec.num_gpus is not None else (nodes or 0) * gpn
     if spec.nodes is not None and num_gpus != spec.nodes * gpn:
         message = f"num_gpus({num_gpus}) != nodes({spec.nodes}) * gpus_per_node({gpn})"
         raise InputError(message, doc.ref(("num_gpus",)))
@@ -290,8 +363,13 @@ def load_cluster(path: str | Path) -> Cluster:
     if spec.inter_node is not None:
         _check_inter_node(doc, spec.inter_node, catalog, gpn)
     inter, nccl = spec.inter_node or InterNodeSpec(), spec.nccl or NcclSpec()
+    launch = spec.launch_settings()
+    if launch is not None:
+        problem = launch.names_problem(max(1, num_gpus // gpn))
+        if problem:
+            raise InputError(problem, doc.ref(("node_names",)))
     name = spec.name or Path(path).stem
-    return _build(catalog, name, gpu_, (num_gpus, gpn, domain), inter, nccl)
+    return _build(catalog, name, gpu_, (num_gpus, gpn, domain), inter, nccl, launch)
 
 
 def _check_inter_node(doc: Document, inter: InterNodeSpec, catalog: Catalog, gpn: int) -> None:

@@ -138,6 +138,9 @@ def _cluster_facts(cluster: Cluster, mapping: MappingFile) -> dict[str, Any]:
         "cluster.multi_node": cluster.multi_node,
         "cluster.ib_hcas": ",".join(cluster.ib_hcas) if cluster.ib_hcas else None,
         "cluster.socket_ifname": cluster.socket_ifname,
+        # RoCE: the cluster file's nccl.ib_gid_index / ib_tc (cost/launch_site.py)
+        "cluster.ib_gid_index": None if cluster.launch is None else cluster.launch.ib_gid_index,
+        "cluster.ib_tc": None if cluster.launch is None else cluster.launch.ib_tc,
         # NVLink SHARP needs a third-generation NVSwitch (Hopper and later): NCCL docs, NVLS.
         "cluster.nvls": cluster.nvswitch and arch in mapping.nccl.nvls_architectures,
     }

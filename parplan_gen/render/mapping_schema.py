@@ -102,6 +102,25 @@ class LaunchMapping(_Strict):
     )
 
 
+class SourcedCount(_Strict):
+    """A count the renderer writes, with where it comes from."""
+
+    value: PositiveInt
+    source: str = Field(min_length=1)
+
+
+class SlurmMapping(_Strict):
+    """What launch_slurm.sbatch asks SLURM for beyond the plan: the CPUs of its one task per
+    node, from the cluster file's cpus_per_node, else the GPU's reference system, else a
+    default."""
+
+    source: str
+    reference_cpus: dict[str, SourcedCount] = Field(
+        description="CPU cores of a catalog reference system (gpus.yaml reference_node.system)."
+    )
+    default_cpus_per_gpu: SourcedCount
+
+
 class NcclVariable(Sourced):
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     example: str | None = Field(None, description="A commented example when there is no value.")
@@ -189,5 +208,6 @@ class MappingFile(_Strict):
     torchtitan: dict[str, TorchtitanMapping] = {}
     launch: LaunchMapping
     nccl: NcclMapping
+    slurm: SlurmMapping
     proposal_settings: dict[str, str | KindTexts]
     report: ReportMapping

@@ -32,6 +32,7 @@ from parplan_gen.planning.evaluate import backend_verdicts
 from parplan_gen.render import mapping as render_mapping
 from parplan_gen.render.checks import RenderError, check_ds_config, check_files
 from parplan_gen.render.facts import facts
+from parplan_gen.render.launch_context import env_var, launch_context
 from parplan_gen.render.mapping import (
     MAPPING_FILE,
     LoadedMapping,
@@ -41,7 +42,6 @@ from parplan_gen.render.mapping import (
     nccl_entries,
     notes,
 )
-from parplan_gen.render.mapping_schema import EnvDefault
 from parplan_gen.render.report import report_context
 from parplan_gen.render.shell_quote import comment
 from parplan_gen.render.template_env import Templates, environment, render_template
@@ -67,7 +67,6 @@ BACKEND_FILES = {
     "megatron": "megatron_args.sh",
     "torchtitan": "torchtitan_run.sh",
 }  # a backend's own file
-JOB_PREFIX = "parplan-"  # the SLURM job and rendezvous id: parplan-<model name>
 
 
 def backend_runs(doc: PlanDocument) -> dict[str, str | None]:
@@ -196,7 +195,7 @@ def build_context(
         if versions["torchtitan"] is None
         else _torchtitan_context(mapping, versions["torchtitan"], values)
     )
-    launch = _launch(doc, mapping, values)
+    launch = launch_context(doc, mapping, values)
     cluster = doc.cluster
     all_notes = [f"megatron_args.sh: {n}" for n in (megatron["notes"] if megatron else [])]
     all_notes += [f"ds_config.json: {n}" for n in (deepspeed["notes"] if deepspeed else [])]
@@ -264,8 +263,8 @@ def _megatron_context(
         "version": version,
         "script": meg.script,
         "groups": megatron_groups(mapping, version, values),
-        "run_env": [_env_var(e) for e in meg.run_env],
-        "data_env": {k: _env_var(e) for k, e in meg.data_env.items()},
+        "run_env": [env_var(e) for e in meg.run_env],
+        "data_env": {k: env_var(e) for k, e in meg.data_env.items()},
         "one_cuda_connection": values["megatron.one_cuda_connection"],
         "fsdp": values["megatron.fsdp"],
         "fsdp_many_connections": values["megatron.fsdp_many_connections"],
@@ -299,31 +298,6 @@ def _torchtitan_context(
         "config": values["torchtitan.config"],
         "overrides": overrides,
         "subcommand": subcommand,
-    }
-
-
-def _env_var(entry: EnvDefault) -> dict[str, Any]:
-    """An environment variable with its shell expansion, `${NAME:-default}`."""
-    return {**entry.model_dump(), "expansion": f"${{{entry.name}:-{entry.default}}}"}
-
-
-def _launch(doc: PlanDocument, mapping: LoadedMapping, values: dict[str, Any]) -> dict[str, Any]:
-    cluster = doc.cluster
-    per_node = cluster.procs_per_node
-    hosts = [{"name": f"node-{i}", "slots": per_node} for i in range(cluster.num_nodes)]
-    launch = mapping.data.launch
-    return {
-        "nnodes": cluster.num_nodes,
-        "nproc_per_node": per_node,
-        "world_size": cluster.num_gpus,
-        "multi_node": cluster.multi_node,
-        "hosts": hosts,
-        "first_host": hosts[0]["name"],
-        "last_host": hosts[-1]["name"],
-        "job_name": JOB_PREFIX + safe_name(doc.model.name, fallback="plan"),
-        "master_port": _env_var(launch.master_port),
-        # What the training script does for the plan (an op-graph model's; plan.md says why).
-        "notes": notes(mapping, launch.notes, values, ("launch", "notes")),
     }
 
 

@@ -11,6 +11,11 @@ value reaches a shell-read file through the one function for the place it stands
 - `assignment(name, value)`: a `NAME=VALUE` line of nccl.env, which `docker run --env-file`
   reads too (taking the value literally, so it cannot be quoted): a value with a character
   outside render_checks.ENV_VALUE_SET is refused.
+- `directive(option, value)`: a `#SBATCH --OPTION=VALUE` line of launch_slurm.sbatch, and
+  `name_word(value)` a host name of the hostfile or a comment: sbatch splits a directive at
+  blanks and does not read shell quotes back as bash does, and DeepSpeed reads a hostfile line
+  by blanks too, so a value must be one plain word (one that `argument` leaves unquoted, not
+  starting with `-`): any other is refused.
 
 Names shown in comments are reduced further, to `safe_text.safe_name`'s character set (render.py).
 """
@@ -47,3 +52,21 @@ def assignment(name: str, value: object) -> str:
             "as written, so nothing can be quoted)"
         )
     return f"{name}={text}"
+
+
+def name_word(value: object, what: str) -> str:
+    """`value` when it is one plain word (`argument` leaves it as is, no leading `-`), else a
+    RenderError naming `what`: for host names and sbatch directive values."""
+    text = str(value)
+    if not text or text.startswith("-") or argument(text) != text:
+        raise RenderError(
+            f"{what} '{printable(text)}' is not one plain word (letters, digits, and "
+            "_ . , : = + @ / % -, not first -): sbatch and the hostfile cannot quote it"
+        )
+    return text
+
+
+def directive(option: str, value: object) -> str:
+    """`#SBATCH --OPTION=VALUE` for launch_slurm.sbatch; RenderError for a value that is not
+    one plain word (`name_word`)."""
+    return f"#SBATCH --{option}={name_word(value, f'--{option}')}"

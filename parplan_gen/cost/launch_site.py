@@ -1,0 +1,96 @@
+"""What a cluster's site needs for a launch: node names, CPUs, SLURM account / partition / time
+limit and the RoCE settings of NCCL (`LaunchSettings`, held by `Cluster.launch`).
+
+None of it changes the cost model; the renderer writes it into launch_slurm.sbatch, the hostfile
+and nccl.env. Every text is checked against a character set that no shell, sbatch directive or
+DeepSpeed hostfile reads as anything but a name, so a cluster file or a flag cannot smuggle a
+command into them (the renderer checks again: render/shell_quote.py). Sources:
+- sbatch(1) (https://slurm.schedmd.com/sbatch.html): `-A/--account`, `-p/--partition` (a comma
+  separated list of partitions), `-t/--time` (its accepted formats, below), `--cpus-per-task`;
+- NVIDIA NCCL env.html (templates/nccl/nccl_env.yaml): NCCL_IB_GID_INDEX (int, min -1,
+  default -1), NCCL_IB_TC (int 0..255, default 0);
+- RFC 1123 section 2.1 for host names (letters, digits, hyphens, dot-separated labels).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from parplan_gen.cost.catalog import RawData
+from parplan_gen.cost.layout import MAX_GPUS
+
+# A host name (RFC 1123 labels; `_` too, as some sites name nodes so): never starts with `-`,
+# which a launcher would read as an option.
+NODE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$"
+NODE_NAME_MAX = 253  # RFC 1123 / RFC 1035: a host name holds at most 253 characters
+# A SLURM account (`--account`) or partition name: letters, digits, `_`, `.`, `-`.
+SLURM_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+SLURM_ACCOUNT_PATTERN = rf"^{SLURM_NAME}$"
+SLURM_PARTITION_PATTERN = rf"^{SLURM_NAME}(,{SLURM_NAME})*$"  # sbatch -p takes a list
+SLURM_NAME_MAX = 200
+# sbatch -t: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
+# "days-hours:minutes" and "days-hours:minutes:seconds".
+SLURM_TIME_PATTERN = r"^(\d{1,6}(:\d{1,2}){0,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2})$"
+# NCCL env.html (nccl_env.yaml): NCCL_IB_GID_INDEX int, min -1; NCCL_IB_TC int 0..255.
+NCCL_GID_INDEX_MIN = -1
+NCCL_TC_MIN, NCCL_TC_MAX = 0, 255
+
+NodeName = Annotated[str, Field(pattern=NODE_NAME_PATTERN, max_length=NODE_NAME_MAX)]
+SlurmAccount = Annotated[str, Field(pattern=SLURM_ACCOUNT_PATTERN, max_length=SLURM_NAME_MAX)]
+SlurmPartition = Annotated[str, Field(pattern=SLURM_PARTITION_PATTERN, max_length=SLURM_NAME_MAX)]
+SlurmTime = Annotated[str, Field(pattern=SLURM_TIME_PATTERN)]
+GidIndex = Annotated[int, Field(ge=NCCL_GID_INDEX_MIN)]
+TrafficClass = Annotated[int, Field(ge=NCCL_TC_MIN, le=NCCL_TC_MAX)]
+# each SLURM setting: its flag, and what it takes (shown when a flag's value is refused)
+SLURM_FLAGS = {
+    "account": ("--slurm-account", "a name of letters, digits, _ . - (not first . or -)"),
+    "partition": ("--slurm-partition", "partition names (letters, digits, _ . -), comma-separated"),
+    "time": ("--slurm-time", "MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"),
+}
+
+
+class SlurmSpec(RawData):
+    """`slurm:` in a cluster file: what sbatch needs to accept the job at this site."""
+
+    account: SlurmAccount | None = Field(None, description="sbatch --account.")
+    partition: SlurmPartition | None = Field(None, description="sbatch --partition.")
+    time: SlurmTime | None = Field(None, description="sbatch --time, e.g. 2-00:00:00.")
+
+
+class LaunchSettings(BaseModel):
+    """A cluster's launch settings (`Cluster.launch`); every field None when not given."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_names: tuple[NodeName, ...] | None = Field(
+        None, min_length=1, max_length=MAX_GPUS, description="One per node, in rank order."
+    )
+    cpus_per_node: PositiveInt | None = Field(None, description="CPUs SLURM counts per node.")
+    slurm_account: SlurmAccount | None = None
+    slurm_partition: SlurmPartition | None = None
+    slurm_time: SlurmTime | None = None
+    ib_gid_index: GidIndex | None = Field(None, description="NCCL_IB_GID_INDEX (RoCE).")
+    ib_tc: TrafficClass | None = Field(None, description="NCCL_IB_TC (traffic class).")
+
+    def names_problem(self, num_nodes: int) -> str | None:
+        """Why `node_names` does not name `num_nodes` distinct nodes, or None."""
+        names = self.node_names
+        if names is None:
+            return None
+        if len(names) != num_nodes:
+            return f"{len(names)} node_names for a cluster of {num_nodes} node(s)"
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            return f"node_names repeats {', '.join(repeated)}"
+        return None
+
+    def with_slurm(self, **given: str | None) -> LaunchSettings:
+        """A copy with the SLURM settings that are given (account, partition, time) replaced."""
+        update = {f"slurm_{k}": v for k, v in given.items() if v is not None}
+        return LaunchSettings.model_validate(self.model_dump() | update)
+
+    @property
+    def empty(self) -> bool:
+        return all(v is None for v in self.model_dump().values())

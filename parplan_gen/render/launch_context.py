@@ -1,0 +1,103 @@
+"""What the launch files format (templates/launch/*): the nodes and their ranks, the hostfile's
+host names, and launch_slurm.sbatch's SLURM options.
+
+Host names are the cluster file's `node_names` when it gives them, else placeholders
+(`node-0`, ...) that the hostfile marks as such. `--cpus-per-task` of the one task per node
+comes from the cluster file's `cpus_per_node`, else the GPU's reference system (mapping.yaml
+`slurm.reference_cpus`), else mapping.yaml's default per GPU; the comment in the sbatch file
+says which. Account, partition and time limit are written only when the cluster file or the
+flags give them. Every user-given word passes `shell_quote.name_word` / `directive`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.launch_site import LaunchSettings
+from parplan_gen.inputs.safe_text import safe_name
+from parplan_gen.planning.document import PlanDocument
+from parplan_gen.render.mapping import LoadedMapping, notes
+from parplan_gen.render.mapping_schema import EnvDefault, SlurmMapping
+from parplan_gen.render.shell_quote import directive, name_word
+
+JOB_PREFIX = "parplan-"  # the SLURM job and rendezvous id: parplan-<model name>
+PLACEHOLDER_HOST = "node-{index}"  # a hostfile line when the cluster file names no nodes
+
+
+def env_var(entry: EnvDefault) -> dict[str, Any]:
+    """An environment variable with its shell expansion, `${NAME:-default}`."""
+    return {**entry.model_dump(), "expansion": f"${{{entry.name}:-{entry.default}}}"}
+
+
+def launch_context(
+    doc: PlanDocument, mapping: LoadedMapping, values: dict[str, Any]
+) -> dict[str, Any]:
+    """The `launch` of the templates' context."""
+    cluster = doc.cluster
+    settings = cluster.launch or LaunchSettings()
+    per_node = cluster.procs_per_node
+    given = settings.node_names
+    names = (
+        [name_word(n, "node name") for n in given]
+        if given is not None
+        else [PLACEHOLDER_HOST.format(index=i) for i in range(cluster.num_nodes)]
+    )
+    hosts = [{"name": name, "slots": per_node} for name in names]
+    launch = mapping.data.launch
+    return {
+        "nnodes": cluster.num_nodes,
+        "nproc_per_node": per_node,
+        "world_size": cluster.num_gpus,
+        "multi_node": cluster.multi_node,
+        "hosts": hosts,
+        "placeholder_hosts": given is None,
+        "first_host": hosts[0]["name"],
+        "last_host": hosts[-1]["name"],
+        "job_name": JOB_PREFIX + safe_name(doc.model.name, fallback="plan"),
+        "master_port": env_var(launch.master_port),
+        # What the training script does for the plan (an op-graph model's; plan.md says why).
+        "notes": notes(mapping, launch.notes, values, ("launch", "notes")),
+        "slurm": _slurm(cluster, settings, mapping.data.slurm),
+    }
+
+
+def _slurm(cluster: Cluster, settings: LaunchSettings, slurm: SlurmMapping) -> dict[str, Any]:
+    cpus, why = cpus_per_task(cluster, slurm)
+    site = {
+        "account": settings.slurm_account,
+        "partition": settings.slurm_partition,
+        "time": settings.slurm_time,
+    }
+    return {
+        "cpus_per_task": cpus,
+        "cpus_source": why,
+        "directives": [directive(option, value) for option, value in site.items() if value],
+    }
+
+
+def cpus_per_task(cluster: Cluster, slurm: SlurmMapping) -> tuple[int, str]:
+    """--cpus-per-task of the one task per node (torchrun and the node's ranks), and where it
+    comes from: the CPUs of the node's GPUs that the plan uses."""
+    used, gpn = cluster.procs_per_node, cluster.gpus_per_node
+    share = f"{used} of {gpn} GPUs" if used < gpn else f"all {gpn} GPUs"
+    given = None if cluster.launch is None else cluster.launch.cpus_per_node
+    ref = cluster.gpu.reference_node
+    reference = slurm.reference_cpus.get(ref.system)
+    if given is not None:
+        cpus = max(1, given * used // gpn)
+        why = f"the cluster file's cpus_per_node ({given}) for {share} of the node"
+    elif reference is not None and ref.gpus_per_node == gpn:
+        cpus = max(1, reference.value * used // gpn)
+        why = (
+            f"the {ref.system}'s {reference.value} CPU cores for {share} of the node "
+            f"({reference.source}); give cpus_per_node in the cluster file for your nodes"
+        )
+    else:
+        per_gpu = slurm.default_cpus_per_gpu
+        cpus = per_gpu.value * used
+        why = (
+            f"{per_gpu.value} CPU per GPU x {used} GPUs, the default ({per_gpu.source}); give "
+            "cpus_per_node in the cluster file"
+        )
+    return cpus, why
