@@ -64,6 +64,12 @@ class Cluster(SIModel):
     network: str | None = Field(description="Catalog network, None when given as a bandwidth.")
     ib_hcas: tuple[str, ...] | None = Field(None, description="For NCCL_IB_HCA.")
     socket_ifname: str | None = Field(None, description="For NCCL_SOCKET_IFNAME.")
+    # The training budget's figures (`plan --tokens`; None: the default rules of rules/budget/).
+    gpu_hour_price: PositiveFloat | None = Field(None, description="Price of one GPU-hour.")
+    mtbf_gpu_hours: PositiveFloat | None = Field(None, description="MTBF per GPU, GPU-hours.")
+    storage_gb_per_s: PositiveFloat | None = Field(
+        None, description="Checkpoint write bandwidth of the whole job's storage, GB/s."
+    )
 
     @model_validator(mode="after")
     def _whole_nodes(self) -> Cluster:
@@ -125,6 +131,9 @@ class ClusterFile(RawData):
     gpus_per_node: PositiveInt = Field(DEFAULT_GPUS_PER_NODE, le=MAX_GPUS)
     inter_node: InterNodeSpec | None = None
     nccl: NcclSpec | None = None
+    gpu_hour_price: PositiveFloat | None = Field(None, description="Price of one GPU-hour.")
+    mtbf_gpu_hours: PositiveFloat | None = Field(None, description="MTBF per GPU, GPU-hours.")
+    storage_gb_per_s: PositiveFloat | None = Field(None, description="Checkpoint write GB/s.")
 
 
 def _inter_node(
@@ -238,7 +247,9 @@ def load_cluster(path: str | Path) -> Cluster:
         _check_inter_node(doc, spec.inter_node, catalog, gpn)
     inter, nccl = spec.inter_node or InterNodeSpec(), spec.nccl or NcclSpec()
     name = spec.name or Path(path).stem
-    return _build(catalog, name, gpu_, num_gpus, gpn, inter, nccl)
+    budget = spec.model_dump(include={"gpu_hour_price", "mtbf_gpu_hours", "storage_gb_per_s"})
+    cluster = _build(catalog, name, gpu_, num_gpus, gpn, inter, nccl)
+    return cluster.model_copy(update=budget)
 
 
 def _check_inter_node(doc: Document, inter: InterNodeSpec, catalog: Catalog, gpn: int) -> None:
