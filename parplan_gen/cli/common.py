@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN, ZERO_STAGES
 from parplan_gen.inputs.errors import UsageError
-from parplan_gen.inputs.number_text import positive_decimal, whole_number
+from parplan_gen.inputs.number_text import positive_decimal, token_count, whole_number
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ zero_stage = _argument_type(lambda text: whole_number(text, max(ZERO_STAGES), 0)
 
 # Finite quantities above 0; physical ranges are checked where the figure is used.
 positive_float = _argument_type(positive_decimal, "positive_float")
+token_count_type = _argument_type(token_count, "tokens")  # 15T, 300B, 2e12
 
 
 def print_json(payload: Any) -> None:
@@ -164,18 +165,21 @@ def add_layout_options(
     *,
     title: str = "layout",
     defaults: bool = True,
+    batch: bool = True,
 ) -> argparse._ArgumentGroup:
     """--tp --pp [--dp --cp --ep --vpp] --mbs, the batch options and the memory options.
 
-    `defaults=False` (`check`) makes every default None and --global-batch optional, so that a
-    flag that was not given can be told apart and filled from a --from-* file; the defaults
-    are then applied by the caller. Returns the group, for more options."""
+    `defaults=False` (`check`, and `plan`'s pins) makes every default None and --global-batch
+    optional, so that a flag that was not given can be told apart and filled from a --from-*
+    file (or searched); the defaults are then applied by the caller. `batch=False` leaves the
+    batch options out (`plan` has its own). Returns the group, for more options."""
     group = parser.add_argument_group(title)
     for dest, what, default in LAYOUT_SIZES:
         group.add_argument(
             "--" + dest, type=size_type(dest), default=default if defaults else None, help=what
         )
-    add_batch_options(group, require_batch=defaults, defaults=defaults)
+    if batch:
+        add_batch_options(group, require_batch=defaults, defaults=defaults)
     zero = group.add_mutually_exclusive_group()
     zero.add_argument(
         "--zero",
@@ -194,7 +198,46 @@ def add_layout_options(
     group.add_argument(
         "--sequence-parallel", action="store_true", default=False if defaults else None
     )
+    group.add_argument(
+        "--no-sequence-parallel",
+        dest="sequence_parallel",
+        action="store_false",
+        help="sequence parallelism off",
+    )
     return group
+
+
+# Sizes `plan` bounds with --min-<size> / --max-<size> (planning/pins.py BOUNDED_SIZES).
+BOUNDED_SIZES = tuple(dest for dest, _, _ in LAYOUT_SIZES if dest != "etp")
+
+
+def add_bound_options(parser: argparse.ArgumentParser) -> None:
+    """--min-<size> / --max-<size> for every bounded size (`plan`)."""
+    group = parser.add_argument_group("bounds (inclusive; the rest of the space is searched)")
+    for dest in BOUNDED_SIZES:
+        for side in ("min", "max"):
+            group.add_argument(
+                f"--{side}-{dest}",
+                type=size_type(dest),
+                default=None,
+                metavar="N",
+                help=f"{dest} {'>=' if side == 'min' else '<='} N",
+            )
+
+
+def pins_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The layout flags given, as Layout fields (`--zero` -> zero_stage)."""
+    pins = {dest: getattr(args, dest) for dest, _, _ in LAYOUT_SIZES}
+    pins.update(zero_stage=args.zero, recompute=args.recompute)
+    pins.update(sequence_parallel=args.sequence_parallel)
+    pins.update(distributed_optimizer=args.distributed_optimizer)
+    return {k: v for k, v in pins.items() if v is not None}
+
+
+def bounds_from_args(args: argparse.Namespace) -> dict[str, int]:
+    """The --min-*/--max-* flags given."""
+    names = (f"{side}_{dest}" for dest in BOUNDED_SIZES for side in ("min", "max"))
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
 def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) -> Layout:

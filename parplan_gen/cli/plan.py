@@ -16,12 +16,17 @@ from parplan_gen.cli.common import (
     TRAINED_MODEL_HELP,
     add_backend_option,
     add_batch_options,
+    add_bound_options,
     add_cluster_options,
     add_layout_options,
     add_rules_option,
+    bounds_from_args,
     cluster_from_args,
+    pins_from_args,
+    positive_float,
     positive_int,
     print_json,
+    token_count_type,
 )
 from parplan_gen.cli.render import add_render_options, out_folder, write_plan_files
 from parplan_gen.inputs.defaults import GIB
@@ -60,6 +65,12 @@ def add_plan_commands(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_request_options(plan)
+    add_layout_options(
+        plan, title="pins (any layout flag fixes that field; the rest is searched)",
+        defaults=False, batch=False,
+    )  # fmt: skip
+    add_bound_options(plan)
+    _add_budget_options(plan)
     plan.add_argument("--objective", choices=("time", "memory"), default="time")
     plan.add_argument("--top", type=positive_int, default=5, metavar="K", help="candidates shown")
     plan.add_argument("--json", action="store_true", help="print JSON (the plan contract)")
@@ -109,6 +120,35 @@ def add_plan_commands(sub: Any) -> None:
     check.set_defaults(handler=_cmd_check)
 
 
+def _add_budget_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("memory headroom and training budget")
+    group.add_argument(
+        "--headroom",
+        metavar="GIB|PCT",
+        help="memory kept free per GPU: GiB (4) or a share of the GPU's memory (10%%); default: "
+        "the rule memory_headroom_default (rules/constraints/headroom.yaml), 0 keeps none",
+    )
+    group.add_argument(
+        "--tokens",
+        type=token_count_type,
+        metavar="N",
+        help="tokens to train (15T, 300B, 2e12): time to train, GPU-hours, interruptions, "
+        "checkpoint interval and, with a price, cost (rules/budget/budget.yaml)",
+    )
+    group.add_argument(
+        "--days",
+        type=positive_float,
+        metavar="D",
+        help="with --tokens: plan on the fewest whole nodes that train N tokens in D days",
+    )
+    group.add_argument(
+        "--gpu-hour-price",
+        type=positive_float,
+        metavar="X",
+        help="price of one GPU-hour (default: the cluster file's gpu_hour_price, else no cost)",
+    )
+
+
 def _add_request_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
     add_cluster_options(parser)
@@ -132,6 +172,12 @@ def plan_request(args: argparse.Namespace) -> dict[str, Any]:
         "flash_attention": not args.no_flash_attention,
         "backend": args.backend or ANY_BACKEND,
         "rules": args.rules,
+        "pins": pins_from_args(args),
+        "bounds": bounds_from_args(args),
+        "headroom": args.headroom,
+        "tokens": args.tokens,
+        "days": args.days,
+        "gpu_hour_price": args.gpu_hour_price,
     }
 
 
@@ -171,6 +217,7 @@ def _nothing_fits(plan: Plan, out: str) -> Exception:
 
 def plan_text(plan: Plan) -> str:
     """The human view of `parplan plan`."""
+    from parplan_gen.cli.budget_view import budget_lines, search_line
     from parplan_gen.cli.estimate_view import (
         backend_text,
         batch_text,
@@ -195,7 +242,9 @@ def plan_text(plan: Plan) -> str:
         *time_lines(chosen, spec),
         "",
         _throughput_line(chosen, spec),
+        *budget_lines(doc.budget),
         "",
+        *([line, ""] if (line := search_line(doc.search)) else []),
         f"Top {len(doc.candidates)}" + ("" if feasible else " (none fits; least memory first)"),
         _candidates_table(doc.candidates),
         *_rejected_lines(plan),

@@ -15,6 +15,7 @@ from typing import Literal
 
 from parplan_gen.models.kind import MODEL_KINDS, ModelKind
 from parplan_gen.models.pipeline_split import pipeline_split_ok
+from parplan_gen.rules.request_names import PLAN_REQUEST_NAMES
 
 ValueKind = Literal["number", "bool", "str"]
 
@@ -281,13 +282,6 @@ _RUN_NAMES: tuple[Name, ...] = (
         "train.flash_attention", "bool", "-", "Attention scores are not stored (flash attention)."
     ),
     Name("train.backend", "str", "-", "Backend priced: 'megatron', 'deepspeed', ...; '': none."),
-    Name(
-        "train.memory_headroom",
-        "number",
-        "bytes",
-        "Memory per GPU a plan keeps free (`plan --headroom`, default the rule "
-        "`memory_headroom_default`); 0 for `estimate` and `check`.",
-    ),
     # --- plan.*: the layout being estimated (cost.layout.PLAN_FIELDS: the Layout's fields) ------
     Name("plan.dp", "number", "ranks", "Data-parallel size."),
     Name("plan.tp", "number", "ranks", "Tensor-parallel size."),
@@ -312,26 +306,6 @@ _RUN_NAMES: tuple[Name, ...] = (
         "time_step_s, time_compute_s, ... (seconds), throughput_mfu, ... A constraint that reads "
         "one is checked after the cost model runs.",
     ),
-    # --- budget.*: what `plan --tokens` asks and the cluster's budget figures (budget rules) ---
-    Name("budget.tokens", "number", "tokens", "Tokens to train (`plan --tokens`)."),
-    Name(
-        "budget.mtbf_gpu_hours",
-        "number",
-        "GPU-hours",
-        "Mean time between unexpected interruptions per GPU (cluster file, else the default rule).",
-    ),
-    Name(
-        "budget.storage_bytes_per_s",
-        "number",
-        "bytes/s",
-        "Checkpoint write bandwidth of the job's storage (cluster file, else the default rule).",
-    ),
-    Name(
-        "budget.gpu_hour_price",
-        "number",
-        "currency/GPU-hour",
-        "Price of one GPU-hour (`--gpu-hour-price` or the cluster file; 0 when none is given).",
-    ),
     Name("speedup", "number", "x", "In a proposal description: the proposal's evaluated speedup."),
     Name(
         "settings.<key>",
@@ -346,6 +320,7 @@ NAMES: tuple[Name, ...] = (
     *(replace(n, models=("transformer",)) for n in _TRANSFORMER_NAMES),
     *(replace(n, models=("graph",)) for n in _GRAPH_MODEL_NAMES),
     *_RUN_NAMES,
+    *(Name(*f) for f in PLAN_REQUEST_NAMES),  # type: ignore[arg-type]
 )
 
 CONSTANTS: dict[str, bool] = {"true": True, "false": False}
@@ -399,7 +374,6 @@ CONTEXTS: dict[str, frozenset[str]] = {
     "proposal_description": frozenset({"graph", "cluster", "speedup", "settings"}),
     "estimate": frozenset({"model", "cluster", "train", "plan"}),  # cost model formulas
     "constraint": frozenset({"model", "cluster", "train", "plan", "estimate"}),  # planner
-    # the training budget of a chosen plan (rules/budget/)
     "budget": frozenset({"model", "cluster", "train", "plan", "estimate", "budget"}),
 }
 

@@ -1,0 +1,36 @@
+"""The names only `parplan plan`'s extra requests give a formula: the memory headroom a plan
+keeps (train.memory_headroom) and the training budget's inputs (budget.*, read by the rules of
+rules/budget/ in the `budget` context). Part of the one vocabulary (`vocabulary.NAMES`)."""
+
+from __future__ import annotations
+
+# (name, kind, unit, doc), as vocabulary.Name takes them.
+PLAN_REQUEST_NAMES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "train.memory_headroom",
+        "number",
+        "bytes",
+        "Memory per GPU a plan keeps free (`plan --headroom`, default the rule "
+        "`memory_headroom_default`); 0 for `estimate` and `check`.",
+    ),
+    # budget.*: what `plan --tokens` asks and the cluster's budget figures (rules/budget/)
+    ("budget.tokens", "number", "tokens", "Tokens to train (`plan --tokens`)."),
+    (
+        "budget.mtbf_gpu_hours",
+        "number",
+        "GPU-hours",
+        "Mean time between unexpected interruptions per GPU (cluster file, else the default rule).",
+    ),
+    (
+        "budget.storage_bytes_per_s",
+        "number",
+        "bytes/s",
+        "Checkpoint write bandwidth of the job's storage (cluster file, else the default rule).",
+    ),
+    (
+        "budget.gpu_hour_price",
+        "number",
+        "currency/GPU-hour",
+        "Price of one GPU-hour (`--gpu-hour-price` or the cluster file; 0 when none is given).",
+    ),
+)
