@@ -61,7 +61,7 @@ def test_the_overall_best_is_the_unrestricted_searchs_choice(
     assert list(data["backends"]) == ["megatron", "deepspeed", "torchtitan"]
     assert data["runs_nothing"] == {"ddp": found["ddp"]}
     for name, contract in data["backends"].items():
-        assert set(contract) == {"chosen", "candidates", "rejected", "best_on"}
+        assert set(contract) == {"chosen", "candidates", "rejected", "best_on", "search"}
         assert contract["best_on"] == name and contract["chosen"]["backend"]["name"] == name
     assert data["backends"][data["best"]]["chosen"]["plan"] == unrestricted.contract()["plan"]
 

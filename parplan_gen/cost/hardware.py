@@ -12,7 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from parplan_gen.cost.catalog import (
     BITS_PER_BYTE,
@@ -36,6 +43,7 @@ from parplan_gen.inputs.source import Document, is_finite_number, load_document
 from parplan_gen.inputs.validation import validate
 
 DEFAULT_GPUS_PER_NODE = 8  # the documented CLI default (`--gpus-per-node 8`)
+BUDGET_KEYS = ("gpu_hour_price", "mtbf_gpu_hours", "storage_gb_per_s")  # plan --tokens
 
 HCA_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+$"  # NCCL_IB_HCA item: mlx5_0, mlx5_0:1, ^mlx5_1
 IFNAME_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+(,[A-Za-z0-9_.:\-]+)*$"  # NCCL_SOCKET_IFNAME
@@ -70,6 +78,13 @@ class Cluster(SIModel):
     storage_gb_per_s: PositiveFloat | None = Field(
         None, description="Checkpoint write bandwidth of the whole job's storage, GB/s."
     )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_budget(self, handler: Any) -> dict[str, Any]:
+        """The budget figures only when the cluster file gives them: plan.json stays as it was
+        for every cluster without them."""
+        data = handler(self)
+        return {k: v for k, v in data.items() if k not in BUDGET_KEYS or v is not None}
 
     @model_validator(mode="after")
     def _whole_nodes(self) -> Cluster:
@@ -247,7 +262,7 @@ def load_cluster(path: str | Path) -> Cluster:
         _check_inter_node(doc, spec.inter_node, catalog, gpn)
     inter, nccl = spec.inter_node or InterNodeSpec(), spec.nccl or NcclSpec()
     name = spec.name or Path(path).stem
-    budget = spec.model_dump(include={"gpu_hour_price", "mtbf_gpu_hours", "storage_gb_per_s"})
+    budget = spec.model_dump(include=set(BUDGET_KEYS))
     cluster = _build(catalog, name, gpu_, num_gpus, gpn, inter, nccl)
     return cluster.model_copy(update=budget)
 

@@ -20,10 +20,11 @@ from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import SIZE_LIMITS
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError, SourceRef
+from parplan_gen.rules.request_names import READ_BY_CODE
 from parplan_gen.rules.ruleset import RuleSet
 
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
-DEFAULT_HEADROOM = "memory_headroom_default"  # the rule (rules/constraints/headroom.yaml)
+DEFAULT_HEADROOM = READ_BY_CODE[0]  # memory_headroom_default (rules/constraints/headroom.yaml)
 # Sizes that may be bounded (`min_<size>`, `max_<size>`), in the Layout's order.
 BOUNDED_SIZES: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs")
 Size = StrictInt  # a whole number from 1 to layout.SIZE_LIMITS[field]

@@ -34,3 +34,27 @@ PLAN_REQUEST_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "Price of one GPU-hour (`--gpu-hour-price` or the cluster file; 0 when none is given).",
     ),
 )
+
+# Named formulas parplan's own code evaluates by name (planning/pins.py, planning/budget.py):
+# used, though no rule reads them (`parplan rules check` counts them as used).
+READ_BY_CODE: tuple[str, ...] = (
+    "memory_headroom_default",
+    "budget_mtbf_gpu_hours_default",
+    "budget_storage_bytes_per_s_per_gpu_default",
+    "budget_tokens_per_step",
+    "budget_steps",
+    "budget_compute_s",
+    "budget_checkpoint_bytes",
+    "budget_checkpoint_write_s",
+    "budget_checkpoint_interval_s",
+    "budget_checkpoints",
+    "budget_job_mtbf_s",
+    "budget_interruptions",
+    "budget_progress",
+    "budget_checkpoint_s",
+    "budget_lost_s",
+    "budget_wall_s",
+    "budget_compute_gpu_hours",
+    "budget_gpu_hours",
+    "budget_cost",
+)
