@@ -174,9 +174,16 @@ def add_layout_options(
     file (or searched); the defaults are then applied by the caller. `batch=False` leaves the
     batch options out (`plan` has its own). Returns the group, for more options."""
     group = parser.add_argument_group(title)
+
+    def shown(what: str) -> str:  # plan's pins have no default: the field is searched
+        return what if batch else what.split(" (default")[0] + " (default: searched)"
+
     for dest, what, default in LAYOUT_SIZES:
         group.add_argument(
-            "--" + dest, type=size_type(dest), default=default if defaults else None, help=what
+            "--" + dest,
+            type=size_type(dest),
+            default=default if defaults else None,
+            help=shown(what),
         )
     if batch:
         add_batch_options(group, require_batch=defaults, defaults=defaults)
@@ -186,7 +193,7 @@ def add_layout_options(
         type=zero_stage,
         choices=ZERO_STAGES,
         default=0 if defaults else None,
-        help="ZeRO stage (default 0)",
+        help=shown("ZeRO stage (default 0)"),
     )
     zero.add_argument(
         "--distributed-optimizer",
@@ -194,9 +201,15 @@ def add_layout_options(
         default=False if defaults else None,
         help="Megatron's distributed optimizer",
     )
-    _add_choice(group, "--recompute", RECOMPUTE, defaults=defaults)
+    if batch:
+        _add_choice(group, "--recompute", RECOMPUTE, defaults=defaults)
+    else:
+        group.add_argument("--recompute", choices=RECOMPUTE, help=shown("recomputation"))
     group.add_argument(
-        "--sequence-parallel", action="store_true", default=False if defaults else None
+        "--sequence-parallel",
+        action="store_true",
+        default=False if defaults else None,
+        help="sequence parallelism on (tp > 1)",
     )
     group.add_argument(
         "--no-sequence-parallel",
@@ -223,6 +236,36 @@ def add_bound_options(parser: argparse.ArgumentParser) -> None:
                 metavar="N",
                 help=f"{dest} {'>=' if side == 'min' else '<='} N",
             )
+
+
+def add_budget_options(parser: argparse.ArgumentParser) -> None:
+    """`plan`'s --headroom, --tokens, --days and --gpu-hour-price."""
+    group = parser.add_argument_group("memory headroom and training budget")
+    group.add_argument(
+        "--headroom",
+        metavar="GIB|PCT",
+        help="memory kept free per GPU: GiB (4) or a share of the GPU's memory (10%%); default: "
+        "the rule memory_headroom_default (rules/constraints/headroom.yaml), 0 keeps none",
+    )
+    group.add_argument(
+        "--tokens",
+        type=token_count_type,
+        metavar="N",
+        help="tokens to train (15T, 300B, 2e12): time to train, GPU-hours, interruptions, "
+        "checkpoint interval and, with a price, cost (rules/budget/budget.yaml)",
+    )
+    group.add_argument(
+        "--days",
+        type=positive_float,
+        metavar="D",
+        help="with --tokens: plan on the fewest whole nodes that train N tokens in D days",
+    )
+    group.add_argument(
+        "--gpu-hour-price",
+        type=positive_float,
+        metavar="X",
+        help="price of one GPU-hour (default: the cluster file's gpu_hour_price, else no cost)",
+    )
 
 
 def pins_from_args(args: argparse.Namespace) -> dict[str, Any]:

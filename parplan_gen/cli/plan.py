@@ -17,16 +17,15 @@ from parplan_gen.cli.common import (
     add_backend_option,
     add_batch_options,
     add_bound_options,
+    add_budget_options,
     add_cluster_options,
     add_layout_options,
     add_rules_option,
     bounds_from_args,
     cluster_from_args,
     pins_from_args,
-    positive_float,
     positive_int,
     print_json,
-    token_count_type,
 )
 from parplan_gen.cli.render import add_render_options, out_folder, write_plan_files
 from parplan_gen.inputs.defaults import GIB
@@ -42,7 +41,12 @@ PLAN_EXAMPLE = (
     "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --seq-len 8192\n"
     "  parplan plan llama-3-405b --gpus 16384 --gpu h100 --global-batch 2048 --seq-len 8192 "
     "--json\n"
-    "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --out plan/"
+    "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --out plan/\n"
+    "  parplan plan llama-3-70b --gpus 64 --gpu h100 --global-batch 512 --tp 8 --max-pp 4 "
+    "--headroom 10%\n"
+    "  parplan plan llama-3-8b --gpus 64 --gpu h100 --global-batch 1024 --tokens 15T "
+    "--gpu-hour-price 2.5\n"
+    "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 1024 --tokens 1T --days 30"
 )
 CHECK_EXAMPLE = (
     "example:\n"
@@ -70,7 +74,7 @@ def add_plan_commands(sub: Any) -> None:
         defaults=False, batch=False,
     )  # fmt: skip
     add_bound_options(plan)
-    _add_budget_options(plan)
+    add_budget_options(plan)
     plan.add_argument("--objective", choices=("time", "memory"), default="time")
     plan.add_argument("--top", type=positive_int, default=5, metavar="K", help="candidates shown")
     plan.add_argument("--json", action="store_true", help="print JSON (the plan contract)")
@@ -118,35 +122,6 @@ def add_plan_commands(sub: Any) -> None:
     add_rules_option(check)
     check.add_argument("--json", action="store_true", help="print JSON")
     check.set_defaults(handler=_cmd_check)
-
-
-def _add_budget_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("memory headroom and training budget")
-    group.add_argument(
-        "--headroom",
-        metavar="GIB|PCT",
-        help="memory kept free per GPU: GiB (4) or a share of the GPU's memory (10%%); default: "
-        "the rule memory_headroom_default (rules/constraints/headroom.yaml), 0 keeps none",
-    )
-    group.add_argument(
-        "--tokens",
-        type=token_count_type,
-        metavar="N",
-        help="tokens to train (15T, 300B, 2e12): time to train, GPU-hours, interruptions, "
-        "checkpoint interval and, with a price, cost (rules/budget/budget.yaml)",
-    )
-    group.add_argument(
-        "--days",
-        type=positive_float,
-        metavar="D",
-        help="with --tokens: plan on the fewest whole nodes that train N tokens in D days",
-    )
-    group.add_argument(
-        "--gpu-hour-price",
-        type=positive_float,
-        metavar="X",
-        help="price of one GPU-hour (default: the cluster file's gpu_hour_price, else no cost)",
-    )
 
 
 def _add_request_options(parser: argparse.ArgumentParser) -> None:
