@@ -249,3 +249,15 @@ def test_the_readme_plan_examples_with_pins_and_budgets_run(cli) -> None:
     for command in commands:
         run = cli(*shlex.split(command)[1:])
         assert run.code == 0, (command, run.err)
+
+
+@pytest.mark.parametrize("section", ["search", "budget", "budget.deadline"])
+def test_docs_list_every_plan_json_key_of_the_new_sections(section: str) -> None:
+    from parplan_gen.planning.budget import Budget, Deadline
+    from parplan_gen.planning.pins import SearchRecord
+
+    model = {"search": SearchRecord, "budget": Budget, "budget.deadline": Deadline}[section]
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text.split(f"<!-- plan.json: {section} -->\n", 1)[1].split("\n\n", 1)[0]
+    keys = re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
+    assert keys == list(model.model_fields)

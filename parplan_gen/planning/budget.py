@@ -48,18 +48,18 @@ class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     tokens: float = Field(description="Tokens to train.")
-    tokens_per_step: float
+    tokens_per_step: float = Field(description="Global batch x sequence length.")
     steps: int = Field(description="Optimizer steps: tokens / tokens per step, rounded up.")
     step_s: float = Field(description="The chosen plan's predicted step time, s.")
     compute_days: float = Field(description="steps x step time, with no interruption, days.")
     checkpoint_bytes: float = Field(description="Weights + optimizer state, bytes.")
     storage_bytes_per_s: float = Field(description="Checkpoint write bandwidth, bytes/s.")
-    storage_source: str
-    checkpoint_write_s: float
+    storage_source: str = Field(description="Where the bandwidth came from.")
+    checkpoint_write_s: float = Field(description="Checkpoint bytes / bandwidth, s.")
     checkpoint_interval_s: float = Field(description="Young 1974: sqrt(2 x write x MTBF), s.")
     checkpoints: float = Field(description="Checkpoints written over the run.")
     mtbf_gpu_hours: float = Field(description="MTBF per GPU, GPU-hours.")
-    mtbf_source: str
+    mtbf_source: str = Field(description="Where the MTBF came from.")
     job_mtbf_hours: float = Field(description="The job's MTBF: per GPU / GPUs, hours.")
     interruptions: float = Field(description="Expected unexpected interruptions over the run.")
     checkpoint_days: float = Field(description="Time spent writing checkpoints, days.")
@@ -68,9 +68,9 @@ class Budget(BaseModel):
     compute_gpu_hours: float = Field(description="GPUs x compute days, GPU-hours.")
     gpu_hours: float = Field(description="GPUs x wall days, GPU-hours.")
     gpu_hour_price: float | None = Field(description="Price per GPU-hour (None: not given).")
-    price_source: str | None
+    price_source: str | None = Field(description="`--gpu-hour-price`, the cluster file, None.")
     cost: float | None = Field(description="gpu_hours x price (None: no price given).")
-    deadline: Deadline | None = None
+    deadline: Deadline | None = Field(None, description="With `--days`: the GPU count search.")
 
 
 def budget_inputs(
