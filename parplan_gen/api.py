@@ -171,9 +171,10 @@ def plan(
     `pins` fixes layout fields (`{"tp": 8, "recompute": "selective"}`), `bounds` limits sizes
     (`{"max_pp": 4, "min_dp": 8}`), `headroom` keeps memory free per GPU (GiB, `"10%"` of the
     GPU's, or None: the rule `memory_headroom_default`); planning/pins.py. `tokens` (`"15T"`,
-    `2e12`) adds the training budget (plan.document.budget; `gpu_hour_price` prices it);
-    with `days` too, the cluster's GPU count is searched: the smallest whole number of nodes
-    whose best plan trains `tokens` within `days` (planning/budget.py)."""
+    `2e12`) adds the training budget (plan.document.budget, None when nothing fits;
+    `gpu_hour_price` prices it); with `days` too, the cluster's GPU count is searched: the
+    smallest whole number of nodes whose best plan trains `tokens` within `days`
+    (planning/budget.py)."""
     if days is not None:
         return _plan_by_deadline(
             model, cluster, days=days, tokens=tokens, global_batch=global_batch, seq_len=seq_len,
@@ -202,7 +203,7 @@ def plan(
         model=spec, cluster=machines, chosen=result.chosen, candidates=result.candidates,
         rejected=result.rejected, advice=[a.note for a in advice], proposals=proposals,
         backends=runs_on, search=record,
-        budget=None if tokens is None else compute_budget(
+        budget=None if tokens is None or not result.feasible else compute_budget(
             ruleset, spec, machines, result.chosen, tokens=_tokens(tokens),
             price=gpu_hour_price, flash_attention=flash_attention,
         ),

@@ -261,3 +261,12 @@ def test_docs_list_every_plan_json_key_of_the_new_sections(section: str) -> None
     table = text.split(f"<!-- plan.json: {section} -->\n", 1)[1].split("\n\n", 1)[0]
     keys = re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
     assert keys == list(model.model_fields)
+
+
+def test_a_budget_needs_tokens_a_transformer_and_a_plan_that_fits() -> None:
+    with pytest.raises(InputError, match="resnet-50 is not a transformer"):
+        parplan_gen.plan("resnet-50", H100_8, global_batch=256, tokens="1T")
+    with pytest.raises(InputError, match="days: give tokens too"):
+        parplan_gen.plan(SMALL, H100_8, global_batch=64, days=3)
+    nothing = parplan_gen.plan("llama-3-70b", H100_8, global_batch=16, seq_len=8192, tokens="1T")
+    assert not nothing.feasible and nothing.document.budget is None
