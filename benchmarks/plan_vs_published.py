@@ -123,9 +123,11 @@ def compare(case: Case, rules: RuleSet, repeat: int = 1) -> Comparison:
     layout = case.layout
 
     def planned() -> Plan:
+        # headroom 0: the published layout is judged against the whole GPU, so is the plan
         return plan(
             case.spec, case.cluster, global_batch=layout.global_batch, seq_len=layout.seq_len,
             precision=layout.precision, flash_attention=case.flash_attention, rules=rules,
+            headroom=0,
         )  # fmt: skip
 
     try:

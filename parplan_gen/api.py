@@ -28,16 +28,26 @@ from pydantic import BaseModel, ConfigDict
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import Layout, build_layout, check_sizes
+from parplan_gen.cost.layout import MAX_GPUS, Layout, build_layout, check_sizes
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError
+from parplan_gen.inputs.number_text import token_count
 from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
 from parplan_gen.planning.advice import Advice, advise
+from parplan_gen.planning.budget import compute_budget, scaled, smallest_count
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import (
     Evaluation,
     backend_verdicts,
     evaluate,
+)
+from parplan_gen.planning.pins import (
+    Bounds,
+    Headroom,
+    Pins,
+    headroom_record,
+    parse_headroom,
+    search_limits,
 )
 from parplan_gen.planning.planner import PlanError, Planner
 from parplan_gen.planning.sanity import sanity_warnings
@@ -67,11 +77,8 @@ def load_model(model: TrainedModel | str | Path) -> TrainedModel:
 
 
 def load_cluster_spec(cluster: Cluster | Mapping[str, Any] | str | Path) -> Cluster:
-    """A Cluster, a cluster file, or the CLI flags as a dict: `{"gpus": 8, "gpu": "h100",
-    "gpus_per_node": 8, "inter_node_gbps": 400, "nvlink_domain": 8, "slurm_account": "proj",
-    "slurm_partition": "gpu", "slurm_time": "48:00:00"}` (all but the first two optional). A
-    cluster file's SLURM settings can be replaced with `Cluster.with_slurm(account=...,
-    partition=..., time=...)`."""
+    """A Cluster, a cluster file, or the CLI flags as a dict (CLUSTER_KEYS, all but `gpus` and
+    `gpu` optional); `Cluster.with_slurm(...)` replaces a cluster file's SLURM settings."""
     from parplan_gen.cost.hardware import cluster_from_flags, load_cluster
 
     if isinstance(cluster, Cluster):
@@ -151,20 +158,45 @@ def plan(
     flash_attention: bool = True,
     backend: str | Sequence[str] = ANY_BACKEND,
     rules: Sequence[str | Path] | RuleSet = (),
+    pins: Pins | Mapping[str, Any] | None = None,
+    bounds: Bounds | Mapping[str, Any] | None = None,
+    headroom: float | str | Headroom | None = None,
+    tokens: float | str | None = None,
+    days: float | None = None,
+    gpu_hour_price: float | None = None,
 ) -> Plan:
     """Plan `model` on `cluster`: the fastest layout that fits (objective `time`) or the
     smallest (`memory`), the best `top`, the rejections by reason and, when nothing fits, the
-    closest candidate with advice. `backend` (a name or several: `megatron`, `deepspeed`, `ddp`, `torchtitan`;
-    `any`: every backend that trains the model) limits the search to what those backends run; `rules` layers rule directories over the built-in ones (or is a loaded RuleSet).
-    `seq_len` defaults to 2048 tokens for a transformer; a graph model has none (1)."""
+    closest candidate with advice. `backend` (a name or several: `megatron`, `deepspeed`,
+    `ddp`, `torchtitan`; `any`: every backend that trains the model) limits the search to what
+    those backends run; `rules` layers rule directories over the built-in ones (or is a loaded
+    RuleSet). `seq_len` defaults to 2048 tokens for a transformer; a graph model has none (1).
+
+    `pins` fixes layout fields (`{"tp": 8, "recompute": "selective"}`), `bounds` limits sizes
+    (`{"max_pp": 4, "min_dp": 8}`), `headroom` keeps memory free per GPU (GiB, `"10%"` of the
+    GPU's, or None: the rule `memory_headroom_default`); planning/pins.py. `tokens` (`"15T"`,
+    `2e12`) adds the training budget (plan.document.budget, None when nothing fits;
+    `gpu_hour_price` prices it); with `days` too, the cluster's GPU count is searched: the
+    smallest whole number of nodes whose best plan trains `tokens` within `days`
+    (planning/budget.py)."""
+    if days is not None:
+        return _plan_by_deadline(
+            model, cluster, days=days, tokens=tokens, global_batch=global_batch, seq_len=seq_len,
+            precision=precision, objective=objective, top=top, flash_attention=flash_attention,
+            backend=backend, rules=rules, pins=pins, bounds=bounds, headroom=headroom,
+            gpu_hour_price=gpu_hour_price,
+        )  # fmt: skip
     check_sizes(global_batch=global_batch, seq_len=seq_len)
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
     seq_len = spec.sequence_length(seq_len)
+    limits = search_limits(pins, bounds)
+    record = headroom_record(parse_headroom(headroom), limits, machines, ruleset)
     proposals = proposals_for(spec, machines, ruleset, seq_len)
     request = Request(
         spec, machines, global_batch, seq_len, precision, objective, top,  # type: ignore[arg-type]
-        flash_attention, SearchOptions.for_model(spec, proposals, backend),
+        flash_attention, SearchOptions.for_model(spec, proposals, backend, limits),
+        record.headroom_bytes,
     )  # fmt: skip
     planner = Planner(ruleset, spec.kind)
     result = planner.plan(request)
@@ -174,12 +206,58 @@ def plan(
     document = PlanDocument.from_parts(
         model=spec, cluster=machines, chosen=result.chosen, candidates=result.candidates,
         rejected=result.rejected, advice=[a.note for a in advice], proposals=proposals,
-        backends=runs_on, warnings=sanity_warnings(spec, machines, result.chosen),
+        backends=runs_on, warnings=sanity_warnings(spec, machines, result.chosen), search=record,
+        budget=None if tokens is None or not result.feasible else compute_budget(
+            ruleset, spec, machines, result.chosen, tokens=_tokens(tokens),
+            price=gpu_hour_price, flash_attention=flash_attention,
+        ),
     )  # fmt: skip
     return Plan(
         document=document, feasible=result.feasible, objective=result.objective,
         searched=result.searched, evaluated=result.evaluated, advice=advice,
     )  # fmt: skip
+
+
+def _tokens(tokens: float | str) -> float:
+    try:
+        return token_count(tokens)
+    except ValueError as exc:
+        raise InputError(f"tokens: {exc}") from None
+
+
+def _plan_by_deadline(
+    model: Any, cluster: Any, *, days: float, tokens: float | str | None, **request: Any
+) -> Plan:
+    """`plan(tokens=N, days=D)`: the plan on the smallest GPU count that meets the deadline
+    (planning/budget.smallest_count), its budget recording every count tried."""
+    if tokens is None:
+        raise InputError("days: give tokens too (the deadline is for training that many tokens)")
+    if not (isinstance(days, int | float) and not isinstance(days, bool) and 0 < days < 1e6):
+        raise InputError(f"days: expected a number of days above 0, got {days!r}")
+    rules = request.pop("rules", ())
+    request["rules"] = rules if isinstance(rules, RuleSet) else load_rules(rules)
+    spec, base = load_model(model), load_cluster_spec(cluster)
+    plans: dict[int, Plan] = {}
+
+    def wall_days(gpus: int) -> float | None:
+        try:
+            found = plan(spec, scaled(base, gpus), tokens=tokens, **request)
+        except PlanError:
+            return None
+        plans[gpus] = found
+        budget = found.document.budget
+        return budget.wall_days if found.feasible and budget is not None else None
+
+    deadline = smallest_count(wall_days, base.gpus_per_node, float(days))
+    if deadline.gpus is None:
+        raise InputError(
+            f"--days {days:g}: no count of up to {MAX_GPUS} GPUs ({base.gpus_per_node} per node) "
+            f"trains {_tokens(tokens):.3g} tokens in time (tried {', '.join(deadline.tried)})"
+        )
+    chosen = plans[deadline.gpus]
+    budget = chosen.document.budget.model_copy(update={"deadline": deadline})  # type: ignore[union-attr]
+    document = chosen.document.model_copy(update={"budget": budget})
+    return chosen.model_copy(update={"document": document})
 
 
 def plan_all_backends(model: Any, cluster: Any, **request: Any) -> dict[str, Plan | str]:

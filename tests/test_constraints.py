@@ -319,8 +319,10 @@ def test_memory_rule_runs_after_the_cost_model(rules: RuleSet) -> None:
     env.update(estimate_env({"memory_total": 90 * 2**30, "memory_capacity": 80 * 2**30}))
     [found] = constraints.check(env, "estimate")
     assert (found.rule_id, found.severity) == ("memory.fits", "reject")
-    assert found.reason == "does not fit in GPU memory (80 GiB)"
-    assert found.describe() == "does not fit in GPU memory (80 GiB) [memory.fits, reject]"
+    assert found.reason == "does not fit in GPU memory (80 GiB, keeping 0.0 GiB free)"
+    assert found.describe() == (
+        "does not fit in GPU memory (80 GiB, keeping 0.0 GiB free) [memory.fits, reject]"
+    )
 
 
 def test_llama3_405b_on_16_stages_uses_uneven_first_and_last_stages(rules: RuleSet) -> None:

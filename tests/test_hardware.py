@@ -389,7 +389,7 @@ def test_json_cluster_file(tmp_path):
         (
             "gpu: h100\nnum_gpus: 8\ngpus_per_nod: 8\n",
             "3:1: gpus_per_nod: unknown key 'gpus_per_nod'; did you mean 'gpus_per_node'? "
-            "(allowed: name, gpu, overrides, num_gpus, nodes, gpus_per_node, nvlink_domain, inter_node, nccl, node_names, cpus_per_node, slurm)",
+            "(allowed: name, gpu, overrides, num_gpus, nodes, gpus_per_node, nvlink_domain, inter_node, nccl, node_names, cpus_per_node, slurm, gpu_hour_price, mtbf_gpu_hours, storage_gb_per_s)",
         ),
         ("num_gpus: 8\n", "1:1: gpu: missing required key 'gpu'"),
         ("gpu: h100\nnum_gpus: '8'\n", "2:1: num_gpus: Input should be a valid integer (got '8')"),

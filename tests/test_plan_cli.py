@@ -14,7 +14,7 @@ def test_plan_json_is_the_contract(cli: Callable[..., Run]) -> None:
     run = cli("plan", "llama-2-7b", *H100_8, "--global-batch", "64", "--seq-len", "4096", "--json")
     assert run.code == 0, run.err
     data = run.json()
-    assert set(data) == {"chosen", "candidates", "rejected"}
+    assert set(data) == {"chosen", "candidates", "rejected", "search"}  # search: pins, headroom
     assert set(data["chosen"]) == {"backend", "plan", "memory", "time", "throughput"}
     assert data["chosen"]["backend"] in (
         {"name": "megatron", "version": "core_r0.13"},
@@ -39,7 +39,7 @@ def test_plan_human_view_explains_the_choice(cli: Callable[..., Run]) -> None:
         "Searched ",
     ):
         assert text in run.out
-    assert "does not fit in GPU memory (80 GiB)" in run.out
+    assert "does not fit in GPU memory (80 GiB, keeping 9.2 GiB free)" in run.out
 
 
 def test_an_infeasible_plan_shows_the_closest_candidate_and_advice(cli: Callable[..., Run]) -> None:

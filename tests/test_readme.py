@@ -47,6 +47,11 @@ def test_the_quick_start_plans_and_writes_the_files(cli, tmp_path, monkeypatch):
     assert result.code == 0, result.err
     written = {p.name for p in (tmp_path / "plan").iterdir()}
     assert {"plan.json", "nccl.env", "plan.md"} <= written
-    own = {"deepspeed": "ds_config.json", "megatron": "megatron_args.sh"}
+    own = {
+        "deepspeed": "ds_config.json",
+        "megatron": "megatron_args.sh",
+        "torchtitan": "torchtitan_run.sh",
+        "ddp": "launch_torchrun.sh",
+    }
     chosen = json.loads((tmp_path / "plan" / "plan.json").read_text())["chosen"]["backend"]
     assert own[chosen["name"]] in written  # the chosen backend's file is the plan

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN, ZERO_STAGES
 from parplan_gen.inputs.errors import UsageError
-from parplan_gen.inputs.number_text import positive_decimal, whole_number
+from parplan_gen.inputs.number_text import positive_decimal, token_count, whole_number
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ zero_stage = _argument_type(lambda text: whole_number(text, max(ZERO_STAGES), 0)
 
 # Finite quantities above 0; physical ranges are checked where the figure is used.
 positive_float = _argument_type(positive_decimal, "positive_float")
+token_count_type = _argument_type(token_count, "tokens")  # 15T, 300B, 2e12
 
 
 def print_json(payload: Any) -> None:
@@ -187,25 +188,35 @@ def add_layout_options(
     *,
     title: str = "layout",
     defaults: bool = True,
+    batch: bool = True,
 ) -> argparse._ArgumentGroup:
     """--tp --pp [--dp --cp --ep --vpp] --mbs, the batch options and the memory options.
 
-    `defaults=False` (`check`) makes every default None and --global-batch optional, so that a
-    flag that was not given can be told apart and filled from a --from-* file; the defaults
-    are then applied by the caller. Returns the group, for more options."""
+    `defaults=False` (`check`, and `plan`'s pins) makes every default None and --global-batch
+    optional, so that a flag that was not given can be told apart and filled from a --from-*
+    file (or searched); the defaults are then applied by the caller. `batch=False` leaves the
+    batch options out (`plan` has its own). Returns the group, for more options."""
     group = parser.add_argument_group(title)
+
+    def shown(what: str) -> str:  # plan's pins have no default: the field is searched
+        return what if batch else what.split(" (default")[0] + " (default: searched)"
+
     for dest, what, default in LAYOUT_SIZES:
         group.add_argument(
-            "--" + dest, type=size_type(dest), default=default if defaults else None, help=what
+            "--" + dest,
+            type=size_type(dest),
+            default=default if defaults else None,
+            help=shown(what),
         )
-    add_batch_options(group, require_batch=defaults, defaults=defaults)
+    if batch:
+        add_batch_options(group, require_batch=defaults, defaults=defaults)
     zero = group.add_mutually_exclusive_group()
     zero.add_argument(
         "--zero",
         type=zero_stage,
         choices=ZERO_STAGES,
         default=0 if defaults else None,
-        help="ZeRO stage (default 0)",
+        help=shown("ZeRO stage (default 0)"),
     )
     zero.add_argument(
         "--distributed-optimizer",
@@ -213,11 +224,86 @@ def add_layout_options(
         default=False if defaults else None,
         help="Megatron's distributed optimizer",
     )
-    _add_choice(group, "--recompute", RECOMPUTE, defaults=defaults)
+    if batch:
+        _add_choice(group, "--recompute", RECOMPUTE, defaults=defaults)
+    else:
+        group.add_argument("--recompute", choices=RECOMPUTE, help=shown("recomputation"))
     group.add_argument(
-        "--sequence-parallel", action="store_true", default=False if defaults else None
+        "--sequence-parallel",
+        action="store_true",
+        default=False if defaults else None,
+        help="sequence parallelism on (tp > 1)",
+    )
+    group.add_argument(
+        "--no-sequence-parallel",
+        dest="sequence_parallel",
+        action="store_false",
+        help="sequence parallelism off",
     )
     return group
+
+
+# Sizes `plan` bounds with --min-<size> / --max-<size> (planning/pins.py BOUNDED_SIZES).
+BOUNDED_SIZES = tuple(dest for dest, _, _ in LAYOUT_SIZES if dest != "etp")
+
+
+def add_bound_options(parser: argparse.ArgumentParser) -> None:
+    """--min-<size> / --max-<size> for every bounded size (`plan`)."""
+    group = parser.add_argument_group("bounds (inclusive; the rest of the space is searched)")
+    for dest in BOUNDED_SIZES:
+        for side in ("min", "max"):
+            group.add_argument(
+                f"--{side}-{dest}",
+                type=size_type(dest),
+                default=None,
+                metavar="N",
+                help=f"{dest} {'>=' if side == 'min' else '<='} N",
+            )
+
+
+def add_budget_options(parser: argparse.ArgumentParser) -> None:
+    """`plan`'s --headroom, --tokens, --days and --gpu-hour-price."""
+    group = parser.add_argument_group("memory headroom and training budget")
+    group.add_argument(
+        "--headroom",
+        metavar="GIB|PCT",
+        help="memory kept free per GPU: GiB (4) or a share of the GPU's memory (10%%); default: "
+        "the rule memory_headroom_default (rules/constraints/headroom.yaml), 0 keeps none",
+    )
+    group.add_argument(
+        "--tokens",
+        type=token_count_type,
+        metavar="N",
+        help="tokens to train (15T, 300B, 2e12): time to train, GPU-hours, interruptions, "
+        "checkpoint interval and, with a price, cost (rules/budget/budget.yaml)",
+    )
+    group.add_argument(
+        "--days",
+        type=positive_float,
+        metavar="D",
+        help="with --tokens: plan on the fewest whole nodes that train N tokens in D days",
+    )
+    group.add_argument(
+        "--gpu-hour-price",
+        type=positive_float,
+        metavar="X",
+        help="price of one GPU-hour (default: the cluster file's gpu_hour_price, else no cost)",
+    )
+
+
+def pins_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The layout flags given, as Layout fields (`--zero` -> zero_stage)."""
+    pins = {dest: getattr(args, dest) for dest, _, _ in LAYOUT_SIZES}
+    pins.update(zero_stage=args.zero, recompute=args.recompute)
+    pins.update(sequence_parallel=args.sequence_parallel)
+    pins.update(distributed_optimizer=args.distributed_optimizer)
+    return {k: v for k, v in pins.items() if v is not None}
+
+
+def bounds_from_args(args: argparse.Namespace) -> dict[str, int]:
+    """The --min-*/--max-* flags given."""
+    names = (f"{side}_{dest}" for dest in BOUNDED_SIZES for side in ("min", "max"))
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
 def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) -> Layout:

@@ -16,11 +16,15 @@ from parplan_gen.cli.common import (
     TRAINED_MODEL_HELP,
     add_backend_option,
     add_batch_options,
+    add_bound_options,
+    add_budget_options,
     add_cluster_options,
     add_layout_options,
     add_rules_option,
     add_slurm_options,
+    bounds_from_args,
     cluster_from_args,
+    pins_from_args,
     positive_int,
     print_json,
 )
@@ -38,7 +42,12 @@ PLAN_EXAMPLE = (
     "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --seq-len 8192\n"
     "  parplan plan llama-3-405b --gpus 16384 --gpu h100 --global-batch 2048 --seq-len 8192 "
     "--json\n"
-    "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --out plan/"
+    "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 512 --out plan/\n"
+    "  parplan plan llama-3-70b --gpus 64 --gpu h100 --global-batch 512 --tp 8 --max-pp 4 "
+    "--headroom 10%\n"
+    "  parplan plan llama-3-8b --gpus 64 --gpu h100 --global-batch 1024 --tokens 15T "
+    "--gpu-hour-price 2.5\n"
+    "  parplan plan llama-3-8b --gpus 8 --gpu h100 --global-batch 1024 --tokens 1T --days 30"
 )
 CHECK_EXAMPLE = (
     "example:\n"
@@ -61,6 +70,12 @@ def add_plan_commands(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_request_options(plan)
+    add_layout_options(
+        plan, title="pins (any layout flag fixes that field; the rest is searched)",
+        defaults=False, batch=False,
+    )  # fmt: skip
+    add_bound_options(plan)
+    add_budget_options(plan)
     plan.add_argument("--objective", choices=("time", "memory"), default="time")
     plan.add_argument("--top", type=positive_int, default=5, metavar="K", help="candidates shown")
     plan.add_argument("--json", action="store_true", help="print JSON (the plan contract)")
@@ -134,6 +149,12 @@ def plan_request(args: argparse.Namespace) -> dict[str, Any]:
         "flash_attention": not args.no_flash_attention,
         "backend": args.backend or ANY_BACKEND,
         "rules": args.rules,
+        "pins": pins_from_args(args),
+        "bounds": bounds_from_args(args),
+        "headroom": args.headroom,
+        "tokens": args.tokens,
+        "days": args.days,
+        "gpu_hour_price": args.gpu_hour_price,
     }
 
 
@@ -173,6 +194,7 @@ def _nothing_fits(plan: Plan, out: str) -> Exception:
 
 def plan_text(plan: Plan) -> str:
     """The human view of `parplan plan`."""
+    from parplan_gen.cli.budget_view import budget_lines, search_line
     from parplan_gen.cli.estimate_view import (
         backend_text,
         batch_text,
@@ -198,7 +220,9 @@ def plan_text(plan: Plan) -> str:
         *time_lines(chosen, spec),
         "",
         _throughput_line(chosen, spec),
+        *budget_lines(doc),
         "",
+        *([line, ""] if (line := search_line(doc)) else []),
         f"Top {len(doc.candidates)}" + ("" if feasible else " (none fits; least memory first)"),
         _candidates_table(doc.candidates),
         *_rejected_lines(plan),

@@ -94,6 +94,14 @@ class CatalogGPU(GPUFigures, _Sourced):
         return self
 
 
+def nvlink_domain_of(gpu_: GPU, gpus_per_node: int, given: int | None) -> int:
+    """The NVLink domain: as given, else the reference system's if whole nodes, else the node."""
+    domain = gpu_.reference_node.nvlink_domain  # GB200 NVL72: 72 GPUs on trays of 4
+    if given is None and domain is not None and domain % gpus_per_node == 0:
+        return domain
+    return gpus_per_node if given is None else given
+
+
 def nvlink_domain_problem(domain: int, gpus_per_node: int, link: str) -> str | None:
     """Why `domain` GPUs cannot share one NVLink fabric of nodes of `gpus_per_node`, or None:
     a domain is whole nodes, and a domain beyond one node needs NVLink (NVLink Switch trays)."""

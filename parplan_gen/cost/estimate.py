@@ -172,14 +172,17 @@ class CostModel:
         seq_len: int,
         precision: str = "bf16",
         flash_attention: bool = True,
+        memory_headroom: float = 0.0,
     ) -> dict[str, Any]:
-        """model.*, cluster.* and train.* values: everything but the layout."""
+        """model.*, cluster.* and train.* values: everything but the layout. `memory_headroom`:
+        bytes per GPU a plan keeps free (`plan --headroom`; 0 for estimate and check)."""
         train = {
             "train.global_batch": global_batch,
             "train.seq_len": seq_len,
             "train.precision": precision,
             "train.flash_attention": flash_attention,
             "train.backend": self.backend or "",
+            "train.memory_headroom": memory_headroom,
         }
         return {**spec.formula_values(seq_len), **cluster_env(cluster, precision), **train}
 
@@ -188,7 +191,13 @@ class CostModel:
         return self._all(env)
 
     def layout_env(
-        self, spec: TrainedModel, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
+        self,
+        spec: TrainedModel,
+        cluster: Cluster,
+        layout: Layout,
+        *,
+        flash_attention: bool = True,
+        memory_headroom: float = 0.0,
     ) -> dict[str, Any]:
         """Every name a cost or constraint formula may read for one layout."""
         env = self.base_env(
@@ -198,6 +207,7 @@ class CostModel:
             seq_len=layout.seq_len,
             precision=layout.precision,
             flash_attention=flash_attention,
+            memory_headroom=memory_headroom,
         )
         env.update(plan_values(layout))
         return env

@@ -35,6 +35,7 @@ from parplan_gen.cost.catalog import (
     gpu_from_figures,
     load_catalog,
     lookup,
+    nvlink_domain_of,
     nvlink_domain_problem,
     seconds,
     si,
@@ -52,6 +53,7 @@ from parplan_gen.inputs.errors import InputError, SourceRef, UsageError, shown_v
 from parplan_gen.inputs.source import Document, is_finite_number, load_document
 from parplan_gen.inputs.validation import validate
 
+BUDGET_KEYS = ("gpu_hour_price", "mtbf_gpu_hours", "storage_gb_per_s")  # plan --tokens
 HCA_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+$"  # NCCL_IB_HCA item: mlx5_0, mlx5_0:1, ^mlx5_1
 IFNAME_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+(,[A-Za-z0-9_.:\-]+)*$"  # NCCL_SOCKET_IFNAME
 HcaName = Annotated[str, Field(pattern=HCA_PATTERN)]
@@ -84,6 +86,10 @@ class Cluster(SIModel):
     ib_hcas: tuple[str, ...] | None = Field(None, description="For NCCL_IB_HCA.")
     socket_ifname: str | None = Field(None, description="For NCCL_SOCKET_IFNAME.")
     launch: LaunchSettings | None = Field(None, description="Node names, SLURM, RoCE settings.")
+    # The training budget's figures (`plan --tokens`; None: the default rules of rules/budget/).
+    gpu_hour_price: PositiveFloat | None = Field(None, description="Price of one GPU-hour.")
+    mtbf_gpu_hours: PositiveFloat | None = Field(None, description="MTBF per GPU, GPU-hours.")
+    storage_gb_per_s: PositiveFloat | None = Field(None, description="Checkpoint write GB/s.")
 
     @model_validator(mode="before")
     @classmethod
@@ -105,12 +111,11 @@ class Cluster(SIModel):
         return self
 
     @model_serializer(mode="wrap")
-    def _without_empty_launch(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # plan.json of a cluster without launch settings keeps its keys of before
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # launch settings and budget figures only when given: plan.json keeps its keys of before
         data = handler(self)
-        if self.launch is None:
-            data.pop("launch", None)
-        return data
+        unset = {k for k in ("launch", *BUDGET_KEYS) if getattr(self, k) is None}
+        return {k: v for k, v in data.items() if k not in unset}
 
     def with_slurm(
         self, *, account: str | None = None, partition: str | None = None, time: str | None = None
@@ -197,6 +202,9 @@ class ClusterFile(RawData):
     node_names: list[NodeName] | None = Field(None, min_length=1, max_length=MAX_GPUS)
     cpus_per_node: PositiveInt | None = Field(None, description="CPUs SLURM counts per node.")
     slurm: SlurmSpec | None = None
+    gpu_hour_price: PositiveFloat | None = Field(None, description="Price of one GPU-hour.")
+    mtbf_gpu_hours: PositiveFloat | None = Field(None, description="MTBF per GPU, GPU-hours.")
+    storage_gb_per_s: PositiveFloat | None = Field(None, description="Checkpoint write GB/s.")
 
     def launch_settings(self) -> LaunchSettings | None:
         """The launch settings the file gives; None when it gives none."""
@@ -261,7 +269,7 @@ def cluster_from_flags(
     problem = whole_nodes_problem(gpus, gpus_per_node)
     if problem:
         raise UsageError(f"--gpus/--gpus-per-node: {problem}")
-    domain = _domain(gpu_, gpus_per_node, nvlink_domain)
+    domain = nvlink_domain_of(gpu_, gpus_per_node, nvlink_domain)
     problem = nvlink_domain_problem(domain, gpus_per_node, gpu_.intra_node_link)
     if problem:
         raise UsageError(f"--nvlink-domain/--gpus-per-node: {problem}")
@@ -277,17 +285,6 @@ def cluster_from_flags(
     name = name or f"{gpus}x{gpu_.name}"
     built = _build(catalog, name, gpu_, (gpus, gpus_per_node, domain), spec, NcclSpec(), None)
     return built.with_slurm(account=slurm_account, partition=slurm_partition, time=slurm_time)
-
-
-def _domain(gpu_: GPU, gpus_per_node: int, given: int | None) -> int:
-    """The NVLink domain: as given, else the reference system's when it is whole nodes of
-    `gpus_per_node` (GB200 NVL72: 72 GPUs, trays of 4), else the node."""
-    ref = gpu_.reference_node
-    if given is not None:
-        return given
-    if ref.nvlink_domain is not None and ref.nvlink_domain % gpus_per_node == 0:
-        return ref.nvlink_domain
-    return gpus_per_node
 
 
 def _build(
@@ -354,7 +351,7 @@ def load_cluster(path: str | Path) -> Cluster:
     if problem:
         raise InputError(problem, doc.ref(("num_gpus",)))
 
-    domain = _domain(gpu_, gpn, spec.nvlink_domain)
+    domain = nvlink_domain_of(gpu_, gpn, spec.nvlink_domain)
     problem = nvlink_domain_problem(domain, gpn, gpu_.intra_node_link)
     if problem:
         key = "nvlink_domain" if spec.nvlink_domain is not None else "gpus_per_node"
@@ -369,7 +366,9 @@ def load_cluster(path: str | Path) -> Cluster:
         if problem:
             raise InputError(problem, doc.ref(("node_names",)))
     name = spec.name or Path(path).stem
-    return _build(catalog, name, gpu_, (num_gpus, gpn, domain), inter, nccl, launch)
+    budget = spec.model_dump(include=set(BUDGET_KEYS))
+    cluster = _build(catalog, name, gpu_, (num_gpus, gpn, domain), inter, nccl, launch)
+    return cluster.model_copy(update=budget)
 
 
 def _check_inter_node(doc: Document, inter: InterNodeSpec, catalog: Catalog, gpn: int) -> None:

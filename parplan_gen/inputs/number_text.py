@@ -35,3 +35,25 @@ def positive_decimal(text: str) -> float:
     if not 0 < value < float("inf"):
         raise ValueError(f"must be a finite number above 0, got {text}")
     return value
+
+
+# Scale suffixes of a count of tokens: thousand, million, billion (B or G), trillion.
+_SCALES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+_COUNT = re.compile(r"((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([KMBGT]?)")
+
+
+def token_count(text: object) -> float:
+    """A count of tokens: a number (`2e12`, `15000000000000`) or one with a scale suffix
+    (`15T`, `300B`, `1.5M`; B and G are 1e9), above 0 and finite; a ValueError otherwise."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        match = _COUNT.fullmatch(str(text).strip().upper())
+        if match is None:
+            raise ValueError(
+                f"expected a count of tokens such as 15T, 300B or 2e12, got {shown_value(text)}"
+            )
+        value = float(match.group(1)) * _SCALES.get(match.group(2), 1.0)
+    if not 0 < value < 1e300:
+        raise ValueError(f"expected a count of tokens above 0, got {shown_value(text)}")
+    return value

@@ -61,8 +61,9 @@ def _try_change(
         reason = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
         return Advice(change=label, fits=False, memory_total=None, note=f"{label}: {reason}")
     found = planner.evaluator.evaluate(
-        request.spec, request.cluster, layout, flash_attention=request.flash_attention
-    )
+        request.spec, request.cluster, layout, flash_attention=request.flash_attention,
+        memory_headroom=request.memory_headroom,
+    )  # fmt: skip
     # A change the planner would not choose (an `invalid` or a `reject` rule) is no advice.
     layout_rules = {c.rule.id for c in planner.constraints.layout} | {CAPABILITY_RULE}
     broken = [v for v in found.violations if v.rule_id in layout_rules]

@@ -38,6 +38,7 @@ from parplan_gen.models.kind import BackendName, ModelKind
 from parplan_gen.planning.constraints import Violation, figures_read, first_violation, names_read
 from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.planning.search_space import (
+    RECOMPUTE,
     MemoryOption,
     Objective,
     Request,
@@ -181,7 +182,7 @@ class _Search:
         self.env: dict[str, object] = planner.cost.base_env(
             request.spec, request.cluster, global_batch=request.global_batch,
             seq_len=request.seq_len, precision=request.precision,
-            flash_attention=request.flash_attention,
+            flash_attention=request.flash_attention, memory_headroom=request.memory_headroom,
         )  # fmt: skip
         self.rejected: Counter[str] = Counter()
         self.fitting: list[_Scored] = []
@@ -209,7 +210,7 @@ class _Search:
     def _structure(self, head: Structure) -> None:
         self.env.update(zip(STRUCTURE_NAMES, head, strict=True))
         vpps = vpp_options(self.r.layers, head.pp, self.r.options)
-        mbss = mbs_options(self.r.global_batch, head.dp)
+        mbss = mbs_options(self.r.global_batch, head.dp, self.r.options.limits)
         mems = memory_options(head.tp, self.r.options)
         self.searched += len(vpps) * len(mbss) * len(mems)
         found = self._first(STRUCTURE)
@@ -348,12 +349,14 @@ class _Search:
                 break
         else:
             return None
-        options = self.r.options
-        most_sp = head[1] > 1 and options.sequence_parallel
+        if not mems:
+            return None
+        most = max(RECOMPUTE.index(m.recompute) for m in mems)  # the most frugal left open
+        most_sp = any(m.sequence_parallel for m in mems)
         frugal = [
             m
             for m in mems
-            if m.recompute == options.recompute[-1] and m.sequence_parallel == most_sp
+            if RECOMPUTE.index(m.recompute) == most and m.sequence_parallel == most_sp
         ]
         allowed = [m for m in frugal if not (self._set_memory(m) or self._first(MEMORY))]
         zeros = [m for m in allowed if not m.distributed_optimizer]

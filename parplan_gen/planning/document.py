@@ -25,9 +25,12 @@ from parplan_gen.inputs.source import KeyPath, format_path, load_document
 from parplan_gen.inputs.validation import validate
 from parplan_gen.models.graph_model import AnyModelSpec
 from parplan_gen.models.kind import BackendName
+from parplan_gen.planning.budget import Budget
+from parplan_gen.planning.pins import SearchRecord
 from parplan_gen.rules.engine import Proposal
 
 FORMAT_VERSION = 1
+OPTIONAL = {"best_on", "search", "budget"}  # left out of plan.json and `plan --json` when unset
 JSON_INDENT = 2  # plan.json is meant to be read and diffed by people
 # The names a terminal shows and the launch files carry (in comments, reduced to a safe set):
 # none may hold a control, format or line-break character (safe_text.printable escapes them).
@@ -90,6 +93,14 @@ class PlanDocument(BaseModel):
         description="Set by `plan --all-backends`: the search was restricted to this backend, "
         "so this is its own best plan, not necessarily the overall best. Absent when unset.",
     )
+    search: SearchRecord | None = Field(
+        None,
+        description="The pins, bounds and memory headroom of the search. Absent in a plan.json "
+        "written before plans recorded them.",
+    )
+    budget: Budget | None = Field(
+        None, description="With `plan --tokens`: the training budget. Absent otherwise."
+    )
 
     @field_serializer("rejected")
     def _by_reason(self, rejected: dict[str, int]) -> dict[str, int]:
@@ -127,6 +138,8 @@ class PlanDocument(BaseModel):
         backends: Mapping[str, str | None] | None = None,
         megatron_version: str | None = None,
         deepspeed_version: str | None = None,
+        search: SearchRecord | None = None,
+        budget: Budget | None = None,
     ) -> PlanDocument:
         """Assemble a document from the planner's result and the engine's proposals.
 
@@ -152,6 +165,8 @@ class PlanDocument(BaseModel):
             render=RenderOptions(
                 megatron_version=megatron_version, deepspeed_version=deepspeed_version
             ),
+            search=search,
+            budget=budget,
         )
 
     def with_render_options(
@@ -173,16 +188,22 @@ class PlanDocument(BaseModel):
     def contract(self) -> dict[str, Any]:
         """`plan --json` (DESIGN.md): `{"chosen": ..., "candidates": [...], "rejected": {...}}`,
         the rejections most first."""
-        found = {
-            "chosen": self.chosen.contract(),
-            "candidates": [c.contract() for c in self.candidates],
-            "rejected": dict(self.rejected),
-        } | ({} if self.best_on is None else {"best_on": self.best_on})
-        return found | ({"warnings": list(self.warnings)} if self.warnings else {})
+        optional = {
+            k: v for k, v in self.model_dump(mode="json", include=OPTIONAL).items() if v is not None
+        }
+        return (
+            {
+                "chosen": self.chosen.contract(),
+                "candidates": [c.contract() for c in self.candidates],
+                "rejected": dict(self.rejected),
+            }
+            | optional
+            | ({"warnings": list(self.warnings)} if self.warnings else {})
+        )
 
     def to_json(self) -> str:
         """plan.json's text: the same document always gives the same bytes."""
-        unset = {"best_on"} if self.best_on is None else set()
+        unset = {k for k in OPTIONAL if getattr(self, k) is None}
         unset |= set() if self.warnings else {"warnings"}  # absent when none: plan.json as before
         data = self.model_dump(mode="json", exclude=unset)
         bad = next(_non_finite(data), None)

@@ -73,18 +73,36 @@ class Evaluator:
         return not any(v.rule_id in self._memory_ids for v in violations)
 
     def env(
-        self, model: TrainedModel, cluster: Cluster, layout: Layout, *, flash_attention: bool
+        self,
+        model: TrainedModel,
+        cluster: Cluster,
+        layout: Layout,
+        *,
+        flash_attention: bool,
+        memory_headroom: float = 0.0,
     ) -> dict[str, Any]:
         """Every name a cost or constraint formula may read for `layout`."""
         if model.kind != self.kind:
             raise ValueError(f"an evaluator for {self.kind} models got {model.name}")
-        return self.cost.layout_env(model, cluster, layout, flash_attention=flash_attention)
+        return self.cost.layout_env(
+            model, cluster, layout, flash_attention=flash_attention, memory_headroom=memory_headroom
+        )
 
     def evaluate(
-        self, model: TrainedModel, cluster: Cluster, layout: Layout, *, flash_attention: bool = True
+        self,
+        model: TrainedModel,
+        cluster: Cluster,
+        layout: Layout,
+        *,
+        flash_attention: bool = True,
+        memory_headroom: float = 0.0,
     ) -> Evaluation:
-        """The estimate of `layout` and the rules it breaks."""
-        env = self.env(model, cluster, layout, flash_attention=flash_attention)
+        """The estimate of `layout` and the rules it breaks (`memory_headroom`: bytes per GPU
+        the memory rules keep free)."""
+        env = self.env(
+            model, cluster, layout, flash_attention=flash_attention,
+            memory_headroom=memory_headroom,
+        )  # fmt: skip
         return self.evaluate_env(layout, env)
 
     def evaluate_env(self, layout: Layout, env: dict[str, Any]) -> Evaluation:

@@ -43,7 +43,10 @@ class Planner:
     def plan(self, request: Request) -> SearchResult:
         """Search each backend of the request, merge, and rank (module docstring); a PlanError
         when no backend has a candidate at all."""
-        order = request.options.backends
+        order, limits = request.options.backends, request.options.limits
+        problem = limits.world_problem(request.cluster.num_gpus, request.global_batch)
+        if problem:
+            raise PlanError(f"no layout meets the pins: {problem}")
         found = [self.on(b).plan(replace(request, options=request.options.on(b))) for b in order]
         rejected: Counter[str] = Counter()
         for part in found:
@@ -58,6 +61,8 @@ class Planner:
         if not pool:
             reasons = "; ".join(f"{r} ({n})" for r, n in rejected.most_common())
             world, name = request.cluster.num_gpus, request.spec.name
+            if limits.active:
+                raise PlanError(pinned_out(limits.describe(), world, name, reasons, order))
             raise PlanError(f"no layout of {world} GPUs can run {name}: {reasons}")
         top = heapq.nsmallest(request.top, pool, key=lambda t: t[:2])
         return SearchResult(
@@ -76,3 +81,14 @@ def candidate_rank(estimate: Estimate, objective: Objective, feasible: bool) -> 
     plan = estimate.plan
     sizes = (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep, plan.etp, plan.vpp)
     return ranking_key(figures, sizes, objective)
+
+
+def pinned_out(pins: str, world: int, name: str, reasons: str, backends: tuple[str, ...]) -> str:
+    """The one-line error for pins and bounds that no layout meets: the pins, then the rules
+    that refuse every layout left (or that none is left at all)."""
+    if reasons:
+        return f"{pins}: no layout of {world} GPUs with these can run {name}: {reasons}"
+    return (
+        f"{pins}: no layout of {world} GPUs has these on {', '.join(backends)} (what each backend "
+        "runs: docs/backends.md; interleaving needs pp > 1, sequence parallelism tp > 1)"
+    )

@@ -20,8 +20,10 @@ from parplan_gen.cost.layout import PLAN_FIELDS, Layout, Precision, check_sizes
 from parplan_gen.inputs.errors import InputError, shown_value
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES, BackendName, TrainedModel
 from parplan_gen.planning.backends import BACKENDS, Capabilities
+from parplan_gen.planning.pins import SearchLimits
 
 Objective = Literal["time", "memory"]
+NO_LIMITS = SearchLimits()  # a request with no pin and no bound
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")  # least to most recomputation
 
 
@@ -52,6 +54,7 @@ class SearchOptions:
     pipeline: bool = True  # try pp > 1
     sequence_parallel: bool = True  # try sequence parallelism when tp > 1
     recompute: tuple[str, ...] = RECOMPUTE  # recomputation choices, least first
+    limits: SearchLimits = NO_LIMITS  # the request's pins and bounds (planning/pins.py)
 
     @property
     def runs(self) -> Capabilities:
@@ -105,16 +108,20 @@ class SearchOptions:
         model: TrainedModel,
         proposals: Iterable[Proposing],
         backends: str | Iterable[str] = ANY_BACKEND,
+        limits: SearchLimits = NO_LIMITS,
     ) -> SearchOptions:
         """What the planner searches for `model`: the proposals' options (`from_proposals`)
         within the layout dimensions and recomputation the model has, on the backends asked
-        for (`any`: every backend that trains the model). An InputError for a backend that
+        for (`any`: every backend that trains the model), within the request's pins and bounds
+        (`limits`; a pinned vpp > 1 turns interleaving on). An InputError for a backend that
         does not train it."""
         options = cls.from_proposals(proposals)
         dims = model.layout_dims
+        interleave = options.interleave or (limits.pins.vpp or 1) > 1
         return replace(
             options,
-            interleave=options.interleave and "vpp" in dims,
+            limits=limits,
+            interleave=interleave and "vpp" in dims,
             sequence_parallel_fixed=options.sequence_parallel_fixed and "sp" in dims,
             backends=backends_for(model, backends),
             pipeline="pp" in dims,
@@ -152,6 +159,7 @@ class Request:
     top: int = 5
     flash_attention: bool = True
     options: SearchOptions = SearchOptions()
+    memory_headroom: float = 0.0  # bytes per GPU the memory rules keep free (plan --headroom)
 
     def __post_init__(self) -> None:
         check_sizes(global_batch=self.global_batch, seq_len=self.seq_len)
@@ -215,13 +223,20 @@ def divisors(n: int) -> list[int]:
 def structures(world: int, moe: bool, options: SearchOptions) -> Iterator[Structure]:
     """Every (dp, tp, pp, cp, ep, etp) with dp * tp * pp * cp = world and, for a mixture of
     experts, the expert groups the backend forms (`expert_groups`)."""
-    runs = options.runs
+    runs, ok = options.runs, options.limits.allows
     for tp in divisors(world) if runs.tensor else [1]:
+        if not ok("tp", tp):
+            continue
         for pp in divisors(world // tp) if options.pipeline else [1]:
+            if not ok("pp", pp):
+                continue
             for cp in divisors(world // (tp * pp)) if runs.context else [1]:
                 dp = world // (tp * pp * cp)
+                if not (ok("cp", cp) and ok("dp", dp)):
+                    continue
                 for ep, etp in expert_groups(dp, tp, cp, options) if moe else ((1, tp),):
-                    yield Structure(dp, tp, pp, cp, ep, etp)
+                    if ok("ep", ep) and ok("etp", etp):
+                        yield Structure(dp, tp, pp, cp, ep, etp)
 
 
 def expert_groups(dp: int, tp: int, cp: int, options: SearchOptions) -> list[tuple[int, int]]:
@@ -242,33 +257,42 @@ def vpp_options(layers: int, pp: int, options: SearchOptions) -> list[int]:
     """1, and with interleaving every divisor > 1 of a stage's (rounded-up) layer count, also
     with the embedding and the loss counted as layers (models/pipeline_split.py ACCOUNTING)."""
     if pp == 1 or not options.interleave:
-        return [1]
+        return [1] if options.limits.allows("vpp", 1) else []
     shares = {-(-(layers + counted) // pp) for counted in range(3)}
-    return sorted({d for share in shares for d in divisors(share)})
+    found = {d for share in shares for d in divisors(share)}
+    return sorted(d for d in found if options.limits.allows("vpp", d))
 
 
-def mbs_options(global_batch: int, dp: int) -> list[int]:
+def mbs_options(global_batch: int, dp: int, limits: SearchLimits = NO_LIMITS) -> list[int]:
     """Every divisor of the per-replica batch, ascending (just 1 when dp exceeds the batch).
 
     Not only powers of two: Megatron-LM and DeepSpeed take any micro-batch that divides the
     per-replica batch, and published runs used others (llm-foundry's MPT-7B at 6 and MPT-30B at
     14 sequences, scripts/train/benchmarking/README.md). When dp does not divide the global
-    batch no micro-batch can, and the `batch.divisible` rule rejects them all.
+    batch no micro-batch can, and the `batch.divisible` rule rejects them all. `limits`: the
+    request's pins and bounds on mbs.
     """
-    return divisors(max(1, global_batch // dp))
+    return [m for m in divisors(max(1, global_batch // dp)) if limits.allows("mbs", m)]
 
 
 def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
     """Optimizer sharding x sequence parallelism x recomputation (innermost, least first)."""
+    pinned_sp = options.limits.pins.sequence_parallel
     if tp == 1 or not options.sequence_parallel:
         sp_choices = [False]
+    elif pinned_sp is not None:  # a pin overrides the tensor proposal's fixed choice
+        sp_choices = [pinned_sp]
     else:
         sp_choices = [True] if options.sequence_parallel_fixed else [False, True]
+    ok = options.limits.allows
     return [
         MemoryOption(zero, dist, sp, recompute)
         for zero, dist in options.optimizers
+        if ok("zero_stage", zero) and ok("distributed_optimizer", dist)
         for sp in sp_choices
+        if ok("sequence_parallel", sp)
         for recompute in options.recompute
+        if ok("recompute", recompute)
     ]
 
 
@@ -293,7 +317,7 @@ def outside_search(layout: Layout, request: Request) -> str | None:
     if layout.vpp not in vpp_options(request.layers, layout.pp, options):
         why = "interleaving is off for this request" if not options.interleave else "not searched"
         return f"vpp {layout.vpp}: {why}"
-    if layout.mbs not in mbs_options(layout.global_batch, layout.dp):
+    if layout.mbs not in mbs_options(layout.global_batch, layout.dp, options.limits):
         return f"micro-batch {layout.mbs} is not searched"
     mem = MemoryOption(
         layout.zero_stage, layout.distributed_optimizer, layout.sequence_parallel,

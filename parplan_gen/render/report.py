@@ -58,9 +58,61 @@ def report_context(
             {"reason": md(reason), "count": str(count)}
             for reason, count in sorted(doc.rejected.items(), key=lambda kv: (-kv[1], kv[0]))
         ],
+        "search": search_rows(doc),
+        "budget": budget_rows(doc),
         "memory_chart": memory_chart(rows, report),
         "time_chart": time_chart(rows, report, time_parts),
     }
+
+
+def search_rows(doc: PlanDocument) -> list[tuple[str, str]]:
+    """What the search was limited by: pins, bounds, headroom (empty for an older plan.json)."""
+    found = doc.search
+    if found is None:
+        return []
+    shown = {True: "true", False: "false"}
+    pins = " ".join(f"{k}={shown.get(v, v)}" for k, v in found.pins.items())  # type: ignore[call-overload]
+    bounds = " ".join(f"{k}={v}" for k, v in found.bounds.items())
+    headroom = f"{gib(found.headroom_bytes)} per GPU ({md(found.headroom_source)})"
+    return [("pinned", pins or "none"), ("bounds", bounds or "none"), ("headroom", headroom)]
+
+
+def budget_rows(doc: PlanDocument) -> list[tuple[str, str]]:
+    """The training budget's figures, formatted (empty without `--tokens`)."""
+    b = doc.budget
+    if b is None:
+        return []
+    rows = [("tokens", f"{b.tokens:,.0f}")]
+    if b.deadline is not None:
+        tried = ", ".join(
+            f"{g}: {'-' if d is None else f'{d:.1f} d'}" for g, d in b.deadline.tried.items()
+        )
+        rows.append((f"GPUs for {b.deadline.days:g} days", f"{b.deadline.gpus} (tried {tried})"))
+    rows += [
+        ("steps", f"{b.steps:,} of {b.tokens_per_step:,.0f} tokens, {b.step_s:.3f} s each"),
+        ("compute", f"{b.compute_days:,.2f} days, {b.compute_gpu_hours:,.0f} GPU-hours"),
+        (
+            "interruptions",
+            f"{b.interruptions:,.1f} expected; job MTBF {b.job_mtbf_hours:,.1f} h "
+            f"({b.mtbf_gpu_hours:,.0f} GPU-hours per GPU, {md(b.mtbf_source)})",
+        ),
+        (
+            "checkpoints",
+            f"every {b.checkpoint_interval_s / 3600:,.2f} h (Young 1974), "
+            f"{gib(b.checkpoint_bytes)} in {b.checkpoint_write_s:,.0f} s ({md(b.storage_source)})",
+        ),
+        ("checkpoint writing", f"{b.checkpoint_days:,.2f} days"),
+        ("work lost to interruptions", f"{b.lost_days:,.2f} days"),
+        ("wall clock", f"{b.wall_days:,.2f} days, {b.gpu_hours:,.0f} GPU-hours"),
+    ]
+    if b.cost is not None:
+        rows.append(
+            (
+                "cost",
+                f"{b.cost:,.0f} at {b.gpu_hour_price:g} per GPU-hour ({md(b.price_source or '')})",
+            )
+        )
+    return rows
 
 
 def md(text: str) -> str:

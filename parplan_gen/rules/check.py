@@ -26,6 +26,7 @@ from parplan_gen.inputs.validation import all_errors
 from parplan_gen.rules.formula_runtime import Expect, Formula
 from parplan_gen.rules.formula_translate import MAX_TEXT
 from parplan_gen.rules.formulas import FormulaLibrary, TextTemplate
+from parplan_gen.rules.request_names import READ_BY_CODE
 from parplan_gen.rules.ruleset import MAX_RULE_FILE_BYTES, RuleSet, load_rule_file, load_rules
 from parplan_gen.rules.schema import RuleFile, Value
 
@@ -181,7 +182,7 @@ class Checker:
     def unused(self) -> list[str]:
         """Named formulas that no rule uses, directly or through other named formulas."""
         used: set[str] = set()
-        found = set().union(*map(_identifiers, self.texts)) & self.named.keys()
+        found = set().union(*map(_identifiers, self.texts), READ_BY_CODE) & self.named.keys()
         while found:
             used |= found
             found = set().union(*(_identifiers(self.named[n][0]) for n in found))

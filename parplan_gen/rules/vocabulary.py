@@ -15,6 +15,7 @@ from typing import Literal
 
 from parplan_gen.models import pipeline_split as split
 from parplan_gen.models.kind import MODEL_KINDS, ModelKind
+from parplan_gen.rules.request_names import PLAN_REQUEST_NAMES
 from parplan_gen.rules.vocabulary_graph import GRAPH_MODEL_NAMES
 
 ValueKind = Literal["number", "bool", "str"]
@@ -273,6 +274,7 @@ NAMES: tuple[Name, ...] = (
     *(replace(n, models=("transformer",)) for n in _TRANSFORMER_NAMES),
     *(Name(n, k, u, d, models=("graph",)) for n, k, u, d in GRAPH_MODEL_NAMES),
     *_RUN_NAMES,
+    *(Name(*f) for f in PLAN_REQUEST_NAMES),  # type: ignore[arg-type]
 )
 
 CONSTANTS: dict[str, bool] = {"true": True, "false": False}
@@ -329,6 +331,7 @@ CONTEXTS: dict[str, frozenset[str]] = {
     "proposal_description": frozenset({"graph", "cluster", "speedup", "settings"}),
     "estimate": frozenset({"model", "cluster", "train", "plan"}),  # cost model formulas
     "constraint": frozenset({"model", "cluster", "train", "plan", "estimate"}),  # planner
+    "budget": frozenset({"model", "cluster", "train", "plan", "estimate", "budget"}),
 }
 
 FUNCTION_BY_NAME: dict[str, Function] = {f.name: f for f in FUNCTIONS}

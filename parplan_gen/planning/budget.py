@@ -1,0 +1,204 @@
+"""The training budget of a chosen plan (`plan --tokens N [--days D]`): time to train, GPU-hours,
+cost, expected interruptions and the checkpoint interval that minimises lost work.
+
+This module owns evaluating the budget rules (rules/budget/budget.yaml: every figure is a named
+formula there, with its source) for one chosen estimate, and the search of a GPU count that
+meets a deadline (`smallest_count`). The cluster's budget figures come from the cluster file
+(`gpu_hour_price`, `mtbf_gpu_hours`, `storage_gb_per_s`) or, when it gives none, from the
+rules' defaults; where each came from is recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from parplan_gen.cost.estimate import Estimate
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.layout import MAX_GPUS
+from parplan_gen.inputs.errors import InputError, SourceRef
+from parplan_gen.models.kind import TrainedModel
+from parplan_gen.planning.evaluate import Evaluator
+from parplan_gen.rules.ruleset import RuleSet
+
+DAY_S = 86400.0
+HOUR_S = 3600.0
+GIGA = 1e9
+RULES_FILE = "rules/budget/budget.yaml"
+
+
+class Deadline(BaseModel):
+    """How `--days D` chose the GPU count: every count tried, and the rule that enumerates them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    days: float = Field(description="The deadline asked for, days.")
+    gpus: int | None = Field(description="The smallest count tried that meets it (None: none).")
+    tried: dict[str, float | None] = Field(
+        description="GPUs tried -> wall-clock days of their best plan (null: no plan fits)."
+    )
+    enumeration: str = Field(description="How the counts were enumerated.")
+
+
+class Budget(BaseModel):
+    """plan.json `budget`: what training `tokens` on the chosen plan takes (rules/budget/)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens: float = Field(description="Tokens to train.")
+    tokens_per_step: float = Field(description="Global batch x sequence length.")
+    steps: int = Field(description="Optimizer steps: tokens / tokens per step, rounded up.")
+    step_s: float = Field(description="The chosen plan's predicted step time, s.")
+    compute_days: float = Field(description="steps x step time, with no interruption, days.")
+    checkpoint_bytes: float = Field(description="Weights + optimizer state, bytes.")
+    storage_bytes_per_s: float = Field(description="Checkpoint write bandwidth, bytes/s.")
+    storage_source: str = Field(description="Where the bandwidth came from.")
+    checkpoint_write_s: float = Field(description="Checkpoint bytes / bandwidth, s.")
+    checkpoint_interval_s: float = Field(description="Young 1974: sqrt(2 x write x MTBF), s.")
+    checkpoints: float = Field(description="Checkpoints written over the run.")
+    mtbf_gpu_hours: float = Field(description="MTBF per GPU, GPU-hours.")
+    mtbf_source: str = Field(description="Where the MTBF came from.")
+    job_mtbf_hours: float = Field(description="The job's MTBF: per GPU / GPUs, hours.")
+    interruptions: float = Field(description="Expected unexpected interruptions over the run.")
+    checkpoint_days: float = Field(description="Time spent writing checkpoints, days.")
+    lost_days: float = Field(description="Work lost to interruptions and restarts, days.")
+    wall_days: float = Field(description="compute + checkpoints + lost work, days.")
+    compute_gpu_hours: float = Field(description="GPUs x compute days, GPU-hours.")
+    gpu_hours: float = Field(description="GPUs x wall days, GPU-hours.")
+    gpu_hour_price: float | None = Field(description="Price per GPU-hour (None: not given).")
+    price_source: str | None = Field(description="`--gpu-hour-price`, the cluster file, None.")
+    cost: float | None = Field(description="gpu_hours x price (None: no price given).")
+    deadline: Deadline | None = Field(None, description="With `--days`: the GPU count search.")
+
+
+def budget_inputs(
+    rules: RuleSet, cluster: Cluster, tokens: float, price: float | None
+) -> tuple[dict[str, float], dict[str, str | None]]:
+    """The budget.* values and where each came from: the cluster file (or --gpu-hour-price)
+    when it gives one, else the default rule."""
+    if cluster.mtbf_gpu_hours is not None:
+        mtbf, mtbf_from = cluster.mtbf_gpu_hours, "cluster file (mtbf_gpu_hours)"
+    else:
+        mtbf = float(_formula(rules, "budget_mtbf_gpu_hours_default")({}))  # type: ignore[arg-type]
+        mtbf_from = f"default: budget_mtbf_gpu_hours_default ({RULES_FILE}, Llama 3 Sec. 3.3.4)"
+    if cluster.storage_gb_per_s is not None:
+        storage, storage_from = cluster.storage_gb_per_s * GIGA, "cluster file (storage_gb_per_s)"
+    else:
+        per_gpu = _formula(rules, "budget_storage_bytes_per_s_per_gpu_default")({})
+        storage = float(per_gpu) * cluster.num_gpus  # type: ignore[arg-type]
+        storage_from = (
+            f"default: budget_storage_bytes_per_s_per_gpu_default x GPUs ({RULES_FILE}, "
+            "Llama 3 Sec. 3.3.1)"
+        )
+    price_from = None
+    if price is not None:
+        price_from = "--gpu-hour-price"
+    elif cluster.gpu_hour_price is not None:
+        price, price_from = cluster.gpu_hour_price, "cluster file (gpu_hour_price)"
+    values = {
+        "budget.tokens": tokens,
+        "budget.mtbf_gpu_hours": mtbf,
+        "budget.storage_bytes_per_s": storage,
+        "budget.gpu_hour_price": price or 0.0,
+    }
+    return values, {"mtbf": mtbf_from, "storage": storage_from, "price": price_from}
+
+
+def _formula(rules: RuleSet, name: str) -> Callable[[Any], object]:
+    where = SourceRef(f"budget formula {name}")
+    return rules.library.compile(name, where, "budget").evaluate
+
+
+def compute_budget(
+    rules: RuleSet,
+    spec: TrainedModel,
+    cluster: Cluster,
+    chosen: Estimate,
+    *,
+    tokens: float,
+    price: float | None = None,
+    flash_attention: bool = True,
+) -> Budget:
+    """The budget of training `tokens` on the chosen plan (rules/budget/budget.yaml)."""
+    if spec.kind != "transformer":
+        raise InputError(f"--tokens: {spec.name} is not a transformer; it trains no tokens")
+    backend = chosen.backend.name if chosen.backend else None
+    evaluator = Evaluator(rules, spec.kind, backend)  # type: ignore[arg-type]
+    env = evaluator.env(spec, cluster, chosen.plan, flash_attention=flash_attention)
+    evaluator.evaluate_env(chosen.plan, env)  # writes estimate.* into env
+    values, sources = budget_inputs(rules, cluster, tokens, price)
+    env.update(values)
+
+    def get(name: str) -> float:
+        return float(_formula(rules, name)(env))  # type: ignore[arg-type]
+
+    if get("budget_progress") <= 0:
+        raise InputError(
+            f"--tokens: on {cluster.num_gpus} GPUs the job is expected to fail every "
+            f"{get('budget_job_mtbf_s') / HOUR_S:.2f} h, faster than it can checkpoint "
+            f"({get('budget_checkpoint_write_s'):.0f} s per checkpoint): it never finishes "
+            f"({RULES_FILE}, budget_progress)"
+        )
+    priced = sources["price"] is not None
+    return Budget(
+        tokens=tokens, tokens_per_step=get("budget_tokens_per_step"),
+        steps=round(get("budget_steps")), step_s=chosen.time.step_s,
+        compute_days=get("budget_compute_s") / DAY_S,
+        checkpoint_bytes=get("budget_checkpoint_bytes"),
+        storage_bytes_per_s=values["budget.storage_bytes_per_s"],
+        storage_source=sources["storage"] or "", checkpoint_write_s=get("budget_checkpoint_write_s"),
+        checkpoint_interval_s=get("budget_checkpoint_interval_s"),
+        checkpoints=get("budget_checkpoints"), mtbf_gpu_hours=values["budget.mtbf_gpu_hours"],
+        mtbf_source=sources["mtbf"] or "", job_mtbf_hours=get("budget_job_mtbf_s") / HOUR_S,
+        interruptions=get("budget_interruptions"),
+        checkpoint_days=get("budget_checkpoint_s") / DAY_S, lost_days=get("budget_lost_s") / DAY_S,
+        wall_days=get("budget_wall_s") / DAY_S, compute_gpu_hours=get("budget_compute_gpu_hours"),
+        gpu_hours=get("budget_gpu_hours"),
+        gpu_hour_price=values["budget.gpu_hour_price"] if priced else None,
+        price_source=sources["price"], cost=get("budget_cost") if priced else None,
+    )  # fmt: skip
+
+
+COUNT_ENUMERATION = (
+    "whole nodes: 1, 2, 4, ... nodes (doubling) until one count's best plan meets the deadline, "
+    "then bisection between the last count that did not and it (assumes more nodes are never "
+    "slower); the smallest count found that meets it"
+)
+
+
+def smallest_count(wall_days: Callable[[int], float | None], node: int, days: float) -> Deadline:
+    """The smallest multiple of `node` GPUs whose best plan trains within `days`
+    (COUNT_ENUMERATION); `wall_days(gpus)` is that plan's wall-clock days, None when none fits."""
+    tried: dict[int, float | None] = {}
+
+    def meets(nodes: int) -> bool:
+        gpus = nodes * node
+        if gpus not in tried:
+            tried[gpus] = wall_days(gpus)
+        found = tried[gpus]
+        return found is not None and found <= days
+
+    low, high = 0, 1
+    while not meets(high):
+        low, high = high, high * 2
+        if high * node > MAX_GPUS:
+            return _deadline(days, None, tried)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if meets(middle) else (middle, high)
+    return _deadline(days, high * node, tried)
+
+
+def _deadline(days: float, gpus: int | None, tried: dict[int, float | None]) -> Deadline:
+    shown = {str(g): tried[g] for g in sorted(tried)}
+    return Deadline(days=days, gpus=gpus, tried=shown, enumeration=COUNT_ENUMERATION)
+
+
+def scaled(cluster: Cluster, gpus: int) -> Cluster:
+    """`cluster` with `gpus` GPUs (a flag-made cluster's name follows the count)."""
+    name = cluster.name
+    if name == f"{cluster.num_gpus}x{cluster.gpu.name}":
+        name = f"{gpus}x{cluster.gpu.name}"
+    return Cluster.model_validate({**cluster.model_dump(), "num_gpus": gpus, "name": name})

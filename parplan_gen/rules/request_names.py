@@ -1,0 +1,60 @@
+"""The names only `parplan plan`'s extra requests give a formula: the memory headroom a plan
+keeps (train.memory_headroom) and the training budget's inputs (budget.*, read by the rules of
+rules/budget/ in the `budget` context). Part of the one vocabulary (`vocabulary.NAMES`)."""
+
+from __future__ import annotations
+
+# (name, kind, unit, doc), as vocabulary.Name takes them.
+PLAN_REQUEST_NAMES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "train.memory_headroom",
+        "number",
+        "bytes",
+        "Memory per GPU a plan keeps free (`plan --headroom`, default the rule "
+        "`memory_headroom_default`); 0 for `estimate` and `check`.",
+    ),
+    # budget.*: what `plan --tokens` asks and the cluster's budget figures (rules/budget/)
+    ("budget.tokens", "number", "tokens", "Tokens to train (`plan --tokens`)."),
+    (
+        "budget.mtbf_gpu_hours",
+        "number",
+        "GPU-hours",
+        "Mean time between unexpected interruptions per GPU (cluster file, else the default rule).",
+    ),
+    (
+        "budget.storage_bytes_per_s",
+        "number",
+        "bytes/s",
+        "Checkpoint write bandwidth of the job's storage (cluster file, else the default rule).",
+    ),
+    (
+        "budget.gpu_hour_price",
+        "number",
+        "currency/GPU-hour",
+        "Price of one GPU-hour (`--gpu-hour-price` or the cluster file; 0 when none is given).",
+    ),
+)
+
+# Named formulas parplan's own code evaluates by name (planning/pins.py, planning/budget.py):
+# used, though no rule reads them (`parplan rules check` counts them as used).
+READ_BY_CODE: tuple[str, ...] = (
+    "memory_headroom_default",
+    "budget_mtbf_gpu_hours_default",
+    "budget_storage_bytes_per_s_per_gpu_default",
+    "budget_tokens_per_step",
+    "budget_steps",
+    "budget_compute_s",
+    "budget_checkpoint_bytes",
+    "budget_checkpoint_write_s",
+    "budget_checkpoint_interval_s",
+    "budget_checkpoints",
+    "budget_job_mtbf_s",
+    "budget_interruptions",
+    "budget_progress",
+    "budget_checkpoint_s",
+    "budget_lost_s",
+    "budget_wall_s",
+    "budget_compute_gpu_hours",
+    "budget_gpu_hours",
+    "budget_cost",
+)
