@@ -115,7 +115,7 @@ class RowFacts:
     """What calibration_rows.yaml says of one row."""
 
     source: str  # the publication
-    backend: BackendName
+    backend: BackendName | None  # None: no parplan backend ran it (backend-neutral terms)
     families: tuple[str, ...]
     micro_batch: str | None  # rule for a missing micro_batch_size
     micro_batch_reason: str
@@ -142,7 +142,7 @@ def row_facts(name: str) -> RowFacts:
     source = table["sources"][key]
     return RowFacts(
         source=source.get("publication", key),
-        backend=source["backend"],
+        backend=source.get("backend"),
         families=tuple(row["families"]),
         micro_batch=source.get("micro_batch_when_missing"),
         micro_batch_reason=str(source.get("micro_batch_reason", "")).strip(),

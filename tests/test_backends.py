@@ -58,10 +58,14 @@ def runs_on(result: Plan) -> list[str]:
 # own estimate). Now the plan is one backend's and only that backend's file is written.
 
 
-def test_llama_3_70b_default_plan_is_torchtitans_fsdp_with_tp(tmp_path: Path) -> None:
+def test_llama_3_70b_fsdp_with_tp_on_torchtitan_writes_only_its_file(tmp_path: Path) -> None:
     # The issue's plan (dp 32, tp 2, ZeRO-3, sequence parallelism) that neither DeepSpeed nor
-    # Megatron-LM runs: with torchtitan searched it is torchtitan's, and its file says exactly it.
-    result = planned("llama-3-70b", 64, 512, 4096)
+    # Megatron-LM's own ZeRO runs: on torchtitan it is FSDP2 x TP, and its file says exactly it.
+    issue_layout = {"dp": 32, "tp": 2, "zero_stage": 3, "sequence_parallel": True}
+    result = plan(
+        "llama-3-70b", {"gpus": 64, **H100}, global_batch=512, seq_len=4096,
+        backend="torchtitan", headroom=0, pins=issue_layout,
+    )  # fmt: skip
     chosen = result.chosen
     assert chosen.backend is not None and chosen.backend.name == "torchtitan"
     p = chosen.plan
@@ -77,8 +81,14 @@ def test_llama_3_70b_default_plan_is_torchtitans_fsdp_with_tp(tmp_path: Path) ->
     )
 
 
+ISSUE_70B_LAYOUT = {"dp": 32, "tp": 2, "zero_stage": 3, "sequence_parallel": True}
+
+
 def test_llama_3_70b_plan_is_one_backend_runs_and_its_file_is_that_plan(tmp_path: Path) -> None:
-    result = planned("llama-3-70b", 64, 512, 4096, "megatron")
+    result = plan(
+        "llama-3-70b", {"gpus": 64, **H100}, global_batch=512, seq_len=4096,
+        backend="megatron", headroom=0, pins=ISSUE_70B_LAYOUT,
+    )  # fmt: skip
     runs_on(result)
     chosen = result.chosen
     assert chosen.backend is not None and chosen.backend.name == "megatron"
@@ -181,8 +191,8 @@ def test_deepseek_v3_megatron_plan_is_estimated_as_the_distributed_optimizer_it_
 
 
 def test_hf_trainer_refuses_a_layout_the_trainer_cannot_run() -> None:
-    result = planned("llama-3-70b", 64, 512, 4096, "megatron")  # Megatron-FSDP with tp 2
-    with pytest.raises(RenderError, match=r"--hf-trainer: .* this plan has tp 2;"):
+    result = planned("llama-3-70b", 64, 512, 4096, "megatron")  # Megatron with tp > 1
+    with pytest.raises(RenderError, match=r"--hf-trainer: .* this plan has tp \d+"):
         render_plan(result.document, hf_trainer=True)
     zero = planned("llama-3-70b", 64, 512, 4096, "deepspeed")  # dp 64 ZeRO-3
     assert (zero.chosen.plan.tp, zero.chosen.plan.pp) == (1, 1)
@@ -232,7 +242,7 @@ def test_check_reads_a_rendered_megatron_script_on_megatron_and_refuses_it_on_de
     out = tmp_path / "plan"
     argv = ("llama-3-70b", "--gpus", "64", "--gpu", "h100", "--seq-len", "4096")
     plan = ("plan", *argv, "--global-batch", "512", "--backend", "megatron", "--headroom", "0")
-    plan = (*plan, "--out", out)
+    plan = (*plan, "--dp", "32", "--tp", "2", "--zero", "3", "--sequence-parallel", "--out", out)
     assert cli(*plan).code == 0
     script = out / "megatron_args.sh"
     run = cli("check", *argv, "--from-megatron", script)

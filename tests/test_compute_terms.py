@@ -59,10 +59,13 @@ def test_fp8_speeds_up_only_the_linear_layers() -> None:
     bf16, _ = _env(8, "h100", "megatron")
     fp8, _ = _env(8, "h100", "megatron", precision="fp8")
     other = 3.5 * ATTENTION_CAUSAL + 3 * LM_HEAD
-    expected = (3 * LINEAR / H100_FP8 + other / H100_BF16) / ((3 * LINEAR + other) / H100_BF16)
+    scale = _value("fp8_gemm_scale", {})  # an FP8 GEMM's fraction of its peak (fitted)
+    expected = (3 * LINEAR / (H100_FP8 * scale) + other / H100_BF16) / (
+        (3 * LINEAR + other) / H100_BF16
+    )
     ratio = _value("matmul_s", fp8) / _value("matmul_s", bf16)
     assert ratio == pytest.approx(expected, rel=1e-9)
-    assert ratio == pytest.approx(0.6013, abs=5e-4)  # not 989 / 1979 = 0.4998
+    assert 0.55 < ratio < 0.65  # not 989 / 1979 = 0.4998: attention and the LM head stay 16-bit
     assert _value("fp8_cast_s", bf16) == 0 < _value("fp8_cast_s", fp8)
 
 

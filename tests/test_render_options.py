@@ -45,7 +45,7 @@ def test_every_render_option_is_a_flag(capsys: pytest.CaptureFixture[str]) -> No
     "options",
     [
         {},
-        {"hf_trainer": True, "force_nccl_algo": True, "megatron_version": "core_r0.13",
+        {"hf_trainer": True, "force_nccl_algo": True, "megatron_version": "core_v0.16.1",
          "deepspeed_version": "0.16"},
     ],
 )  # fmt: skip
