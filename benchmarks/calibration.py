@@ -154,7 +154,10 @@ def evaluate(rules: RuleSet, cases: Sequence[Case]) -> list[Row]:
             else throughput.model_tflops_per_gpu
         )
         refused = next((v.reason for v in evaluation.violations if v.severity == "invalid"), None)
-        rows.append(Row(case, predicted, result.memory.fits, result.memory.total / GIB, refused))
+        # The rules here are rules/cost only (no constraints): `fits` is rules/constraints'
+        # memory.fits with no headroom, the predicted total against the GPU's memory.
+        fits = result.memory.total <= case.cluster.gpu.memory_bytes
+        rows.append(Row(case, predicted, fits, result.memory.total / GIB, refused))
     return rows
 
 
