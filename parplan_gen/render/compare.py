@@ -22,10 +22,12 @@ from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.defaults import GIB, MIB
 from parplan_gen.inputs.source import load_document
 from parplan_gen.inputs.validation import validate
+from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.template_env import Templates
 
 COMPARE_FILE = "report/compare.yaml"
+STEP_TERMS = ("overlap_s", "step_s")  # time rows every kind of model has
 MS_PER_S = 1000
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -120,11 +122,12 @@ def _shown(term: str, group: str, value: float) -> str:
     return seconds(value) if group == "time" else f"{value:.1%}"
 
 
-def _value(e: Estimate, term: str) -> float:
-    """The term's figure in `e`; `overlap_s`: the time parts' sum less the overlapped step."""
+def _value(e: Estimate, term: str, time_parts: Sequence[str]) -> float:
+    """The term's figure in `e`; `overlap_s`: what the time parts add up to beyond the overlapped
+    step (none when the step is the longer: nothing was hidden)."""
     if term == "overlap_s":
         parts = e.time.model_dump()
-        return sum(v for k, v in parts.items() if k != "step_s") - e.time.step_s
+        return max(0.0, sum(parts[k] for k in time_parts) - e.time.step_s)
     for part in (e.memory, e.time, e.throughput):
         if term in type(part).model_fields:
             return float(getattr(part, term))
@@ -153,9 +156,12 @@ def layout_labels(estimates: Sequence[Estimate]) -> list[str]:
 
 
 def compare_estimates(
-    cluster: Cluster, columns: Sequence[tuple[str, Estimate, str | None]]
+    cluster: Cluster,
+    columns: Sequence[tuple[str, Estimate, str | None]],
+    time_parts: Sequence[str],
 ) -> Comparison:
-    """Compare (role, estimate, problem) columns; the first is the one explained."""
+    """Compare (role, estimate, problem) columns; the first is the one explained. The time rows
+    are the model kind's `time_parts`, the communication they hide and the step."""
     if len(columns) < 2:
         raise RenderError("compare: give at least two layouts")
     spec = compare_file()
@@ -165,8 +171,9 @@ def compare_estimates(
         for label, (role, e, problem) in zip(labels, columns, strict=True)
     )
     rows = []
-    for t in spec.terms:
-        values = tuple(_value(c.estimate, t.term) for c in cols)
+    terms = [t for t in spec.terms if t.group != "time" or t.term in (*time_parts, *STEP_TERMS)]
+    for t in terms:
+        values = tuple(_value(c.estimate, t.term, time_parts) for c in cols)
         rows.append(
             Row(
                 t.term,
@@ -178,19 +185,25 @@ def compare_estimates(
             )
         )
     why = tuple(
-        (other.label, _sentences(spec, cluster, cols[0], other, index, rows))
+        (other.label, _sentences(spec, terms, cluster, cols[0], other, index, rows))
         for index, other in enumerate(cols[1:], 1)
     )
     return Comparison(cols, tuple(rows), why)
 
 
 def _sentences(
-    spec: CompareFile, cluster: Cluster, a: Column, b: Column, index: int, rows: Sequence[Row]
+    spec: CompareFile,
+    terms: Sequence[Term],
+    cluster: Cluster,
+    a: Column,
+    b: Column,
+    index: int,
+    rows: Sequence[Row],
 ) -> tuple[str, ...]:
     out = []
     said = spec.sentences
     a_faster = a.estimate.time.step_s < b.estimate.time.step_s
-    for t, row in zip(spec.terms, rows, strict=True):
+    for t, row in zip(terms, rows, strict=True):
         va, vb = row.values[0], row.values[index]
         kind = t.term.removesuffix("_s") if t.term in ("step_s", "mfu", "overlap_s") else t.group
         if row.shown[0] == row.shown[index]:
@@ -203,7 +216,7 @@ def _sentences(
             "a": a.label, "b": b.label, "what": t.what,
             "a_value": row.shown[0], "b_value": row.shown[index],
             "delta": _shown("", t.group, abs(va - vb)),
-            "saving": f"{(vb - va) / vb:.1%}" if vb else "-",
+            "saving": f"{(vb - va) / vb:.2%}" if vb else "-",
             "because": _because(spec, cluster, t.drivers, a, b),
             "still_fits": said["still_fits"].format(capacity=gib(a.estimate.memory.capacity))
             if a.estimate.memory.fits else "",
@@ -249,3 +262,25 @@ def _drivers(
     here = link(plan["tp"])
     where = spec.sentences["link"].format(link=here) if here != link(other["tp"]) else ""
     return ", ".join(spec.fields[k].format(value=word(plan[k]), link=where) for k in names)
+
+
+def runner_up(doc: PlanDocument) -> Estimate | None:
+    """The best candidate other than the chosen plan (None: only the chosen was estimated)."""
+    return next((e for e in doc.candidates if e != doc.chosen), None)
+
+
+def why_context(doc: PlanDocument) -> dict[str, Any] | None:
+    """plan.md's "Why this plan": the chosen plan against the runner-up, as Markdown-ready
+    strings (the table's header and rows, the sentences); None without a runner-up."""
+    other = runner_up(doc)
+    if other is None:
+        return None
+    columns = [("chosen", doc.chosen, None), ("runner-up", other, None)]
+    found = compare_estimates(doc.cluster, columns, doc.model.time_parts)
+    chosen, second = found.columns
+    return {
+        "chosen": chosen.label,
+        "runner_up": second.label,
+        "rows": [[r.label, *r.shown] for r in found.rows],
+        "sentences": list(found.sentences[0][1]),
+    }
