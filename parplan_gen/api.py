@@ -266,7 +266,7 @@ def compare(
     False) and each of `layouts` (a Layout, or its fields as for `estimate`, where a `backend`
     key names the backend whose rules judge it) side by side, term by term, with one sentence
     per term that differs saying why the chosen plan wins there (render/compare.py)."""
-    from parplan_gen.render.compare import compare_estimates
+    from parplan_gen.render.compare import compare_estimates, fit_problem
 
     rules = request.pop("rules", ())
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
@@ -274,8 +274,9 @@ def compare(
     found = plan(spec, machines, global_batch=global_batch, seq_len=seq_len, rules=ruleset,
                  **request)  # fmt: skip
     doc, flash = found.document, request.get("flash_attention", True)
-    columns = [("chosen", doc.chosen, None if found.feasible else "nothing fits")]
-    columns += [("runner-up", e, None) for e in doc.candidates if e != doc.chosen][:runner_up]
+    columns = [("chosen", doc.chosen, fit_problem(doc.chosen))]
+    others = [e for e in doc.candidates if e != doc.chosen][:runner_up]
+    columns += [("runner-up", e, fit_problem(e)) for e in others]
     for given in layouts:
         fields = {"global_batch": global_batch, "seq_len": doc.chosen.plan.seq_len, **given} \
             if not isinstance(given, Layout) else given  # fmt: skip

@@ -161,8 +161,8 @@ def test_with_itself_only_the_step_is_said():
     a, _ = pair()
     found = compare_estimates(SIXTEEN_NODES, [("c", a, None), ("r", a, None)], TRANSFORMER_PARTS)
     assert found.sentences[0][1] == (
-        "megatron tp8 pp1 dp16 and megatron tp8 pp1 dp16 (2) take the same 10.000 s per step to "
-        "the millisecond; the planner then ranks by memory per GPU and then by fewer parallel "
+        "megatron tp8 pp1 dp16 and megatron tp8 pp1 dp16 (2) take the same 10.000 s per step as "
+        "shown; the planner then ranks by memory per GPU and then by fewer parallel "
         "dimensions.",
     )
 
@@ -210,6 +210,18 @@ def test_the_api_sets_the_plan_its_runner_up_and_yours_side_by_side(real):
     assert "bn_comm_s" not in rows  # a transformer has no SyncBatchNorm term
     assert [label for label, _ in found.sentences] == [second.label, yours.label]
     assert yours.label.endswith("tp2 pp1 dp4 mbs1 sp distopt") and yours.problem is None
+
+
+def test_when_nothing_fits_the_runner_up_says_so_too():
+    """Llama 3 405B on 8 H100s: no layout fits (the planner's candidates are the closest), so
+    a sentence where the runner-up looks better says it does not fit either."""
+    found = parplan_gen.compare("llama-3-405b", H100_NODE, global_batch=64)
+    chosen, second = found.columns
+    for column in (chosen, second):
+        over = (column.estimate.memory.total - column.estimate.memory.capacity) / GIB
+        assert column.problem.endswith(f"({over:.1f} GiB over)")
+    step = next(s for s in found.sentences[0][1] if "per step" in s)
+    assert step.endswith(f"cannot be used as it is: {second.problem}.")
 
 
 def test_a_layout_of_yours_that_breaks_a_rule_says_which():

@@ -23,6 +23,7 @@ from parplan_gen.inputs.defaults import GIB, MIB
 from parplan_gen.inputs.source import load_document
 from parplan_gen.inputs.validation import validate
 from parplan_gen.planning.document import PlanDocument
+from parplan_gen.planning.evaluate import Evaluation
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.template_env import Templates
 
@@ -117,8 +118,8 @@ def _shown(term: str, group: str, value: float) -> str:
     """Memory in GiB, time in s or ms (the step to the millisecond), fractions in %."""
     if group == "memory":
         return gib(value) if abs(value) >= GIB / 10 or value == 0 else f"{value / MIB:,.0f} MiB"
-    if term == "step_s":
-        return f"{value:,.3f} s"
+    if term == "step_s":  # to a thousandth, so that close steps still differ
+        return f"{value:,.3f} s" if abs(value) >= 1 else f"{value * MS_PER_S:,.2f} ms"
     return seconds(value) if group == "time" else f"{value:.1%}"
 
 
@@ -264,6 +265,12 @@ def _drivers(
     return ", ".join(spec.fields[k].format(value=word(plan[k]), link=where) for k in names)
 
 
+def fit_problem(e: Estimate) -> str | None:
+    """By how much a candidate of the planner does not fit (None: it fits); the planner keeps
+    such candidates only when nothing fits."""
+    return Evaluation(e, ()).problem()
+
+
 def runner_up(doc: PlanDocument) -> Estimate | None:
     """The best candidate other than the chosen plan (None: only the chosen was estimated)."""
     return next((e for e in doc.candidates if e != doc.chosen), None)
@@ -275,7 +282,10 @@ def why_context(doc: PlanDocument) -> dict[str, Any] | None:
     other = runner_up(doc)
     if other is None:
         return None
-    columns = [("chosen", doc.chosen, None), ("runner-up", other, None)]
+    columns = [
+        ("chosen", doc.chosen, fit_problem(doc.chosen)),
+        ("runner-up", other, fit_problem(other)),
+    ]
     found = compare_estimates(doc.cluster, columns, doc.model.time_parts)
     chosen, second = found.columns
     return {
