@@ -14,6 +14,7 @@ The public API is small; everything else is private to the package:
     plan.write("plan/")                           # every launch file, rendered
     parplan_gen.estimate("llama-3-8b", {"gpus": 8, "gpu": "h100"}, {"tp": 2, "global_batch": 512})
     parplan_gen.check("llama-3-8b", {"gpus": 8, "gpu": "h100"}, layout)  # rules broken, better
+    parplan_gen.compare("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512)  # why
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "__version__", "analyze", "check", "estimate", "load_graph", "load_rules", "plan",
+    "__version__", "analyze", "check", "compare", "estimate", "load_graph", "load_rules", "plan",
     "plan_all_backends", "propose",
 ]  # fmt: skip
 
 if TYPE_CHECKING:
-    from parplan_gen.api import check, estimate, plan, plan_all_backends
+    from parplan_gen.api import check, compare, estimate, plan, plan_all_backends
     from parplan_gen.models.graph import load_graph
     from parplan_gen.rules.engine import analyze, propose
     from parplan_gen.rules.ruleset import load_rules
@@ -42,6 +43,7 @@ _LAZY = {
     "plan_all_backends": "parplan_gen.api",
     "estimate": "parplan_gen.api",
     "check": "parplan_gen.api",
+    "compare": "parplan_gen.api",
 }
 
 

@@ -12,8 +12,7 @@ Megatron-LM arguments, or write plan.json.
     result = parplan_gen.estimate("llama-3-8b", {"gpus": 8, "gpu": "h100"},
                                   {"tp": 2, "global_batch": 512, "seq_len": 8192})
     result.fits, result.violations       # the memory rules' verdict, every rule broken
-
-The advice for a request that nothing fits is `planning.advice`.
+    parplan_gen.compare("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512)  # why
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -41,6 +40,7 @@ from parplan_gen.planning.evaluate import (
     backend_verdicts,
     evaluate,
 )
+from parplan_gen.planning.loading import load_cluster_spec, load_model
 from parplan_gen.planning.pins import (
     Bounds,
     Headroom,
@@ -60,38 +60,8 @@ from parplan_gen.planning.search_space import (
 from parplan_gen.rules.engine import Proposal
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
-CLUSTER_KEYS = (
-    "gpus", "gpu", "gpus_per_node", "inter_node_gbps", "nvlink_domain",
-    "slurm_account", "slurm_partition", "slurm_time",
-)  # fmt: skip
-
-
-def load_model(model: TrainedModel | str | Path) -> TrainedModel:
-    """A loaded model (ModelSpec, GraphModelSpec) as given, else what a preset name (`parplan
-    models`), a Hugging Face config.json, a graph file or an ONNX model describes."""
-    if not isinstance(model, str | Path):
-        return model
-    from parplan_gen.models.load import load_model as resolve
-
-    return resolve(str(model))
-
-
-def load_cluster_spec(cluster: Cluster | Mapping[str, Any] | str | Path) -> Cluster:
-    """A Cluster, a cluster file, or the CLI flags as a dict (CLUSTER_KEYS, all but `gpus` and
-    `gpu` optional); `Cluster.with_slurm(...)` replaces a cluster file's SLURM settings."""
-    from parplan_gen.cost.hardware import cluster_from_flags, load_cluster
-
-    if isinstance(cluster, Cluster):
-        return cluster
-    if isinstance(cluster, str | Path):
-        return load_cluster(cluster)
-    unknown = sorted(set(cluster) - set(CLUSTER_KEYS))
-    missing = [k for k in CLUSTER_KEYS[:2] if k not in cluster]
-    if unknown or missing:
-        raise InputError(
-            f"cluster dict: unknown keys {unknown}, missing {missing} (keys: {', '.join(CLUSTER_KEYS)})"
-        )
-    return cluster_from_flags(**cluster)
+if TYPE_CHECKING:
+    from parplan_gen.render.compare import Comparison
 
 
 def proposals_for(
@@ -282,6 +252,41 @@ def plan_all_backends(model: Any, cluster: Any, **request: Any) -> dict[str, Pla
     return found
 
 
+def compare(
+    model: TrainedModel | str | Path,
+    cluster: Cluster | Mapping[str, Any] | str | Path,
+    *,
+    global_batch: int,
+    seq_len: int | None = None,
+    layouts: Sequence[Layout | Mapping[str, Any]] = (),
+    runner_up: bool = True,
+    **request: Any,
+) -> Comparison:
+    """The chosen plan (`plan` with `request`'s options), the runner-up (unless `runner_up` is
+    False) and each of `layouts` (a Layout, or its fields as for `estimate`, where a `backend`
+    key names the backend whose rules judge it) side by side, term by term, with one sentence
+    per term that differs saying why the chosen plan wins there (render/compare.py)."""
+    from parplan_gen.render.compare import compare_estimates, fit_problem
+
+    rules = request.pop("rules", ())
+    ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
+    spec, machines = load_model(model), load_cluster_spec(cluster)
+    found = plan(spec, machines, global_batch=global_batch, seq_len=seq_len, rules=ruleset,
+                 **request)  # fmt: skip
+    doc, flash = found.document, request.get("flash_attention", True)
+    columns = [("chosen", doc.chosen, fit_problem(doc.chosen))]
+    others = [e for e in doc.candidates if e != doc.chosen][:runner_up]
+    columns += [("runner-up", e, fit_problem(e)) for e in others]
+    for given in layouts:
+        fields = {"global_batch": global_batch, "seq_len": doc.chosen.plan.seq_len, **given} \
+            if not isinstance(given, Layout) else given  # fmt: skip
+        backend = fields.pop("backend", None) if isinstance(fields, dict) else None
+        mine = estimate(spec, machines, fields, rules=ruleset, flash_attention=flash,
+                        backend=backend)  # fmt: skip
+        columns.append(("yours", mine.estimate, mine.problem()))
+    return compare_estimates(machines, columns, spec.time_parts)
+
+
 @dataclass(frozen=True)
 class CheckReport(Evaluation):
     """`parplan check`: the layout's evaluation (its estimate and every rule it breaks) and a
@@ -296,23 +301,6 @@ class CheckReport(Evaluation):
     def runs_as_given(self) -> bool:
         """No `invalid` rule is broken and it fits (the memory rules hold): `check` exits 0."""
         return self.runnable and self.fits
-
-    def problem(self) -> str | None:
-        """Why the layout does not run as given, in one line (None when it does): the first
-        `invalid` rule it breaks (and how many more), else by how much it does not fit."""
-        invalid = [v for v in self.violations if v.severity == "invalid"]
-        if invalid:
-            more = f" (and {len(invalid) - 1} more rule(s))" if len(invalid) > 1 else ""
-            return f"the layout cannot run: {invalid[0].describe()}{more}"
-        if self.fits:
-            return None
-        memory = self.estimate.memory
-        over = memory.total - memory.capacity
-        why = f"{over / GIB:.1f} GiB over" if over > 0 else "a memory rule asks for headroom"
-        return (
-            f"the layout does not fit: {memory.total / GIB:.1f} GiB per GPU, the GPU has "
-            f"{memory.capacity / GIB:.1f} GiB ({why})"
-        )
 
     @property
     def warnings(self) -> list[str]:

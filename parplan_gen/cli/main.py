@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_plan_commands(sub)
 
+    from parplan_gen.cli.compare import add_compare_command
+
+    add_compare_command(sub)
+
     from parplan_gen.cli.render import add_render_commands
 
     add_render_commands(sub)

@@ -69,7 +69,7 @@ def add_plan_commands(sub: Any) -> None:
         epilog=PLAN_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_request_options(plan)
+    add_request_options(plan)
     add_layout_options(
         plan, title="pins (any layout flag fixes that field; the rest is searched)",
         defaults=False, batch=False,
@@ -125,10 +125,12 @@ def add_plan_commands(sub: Any) -> None:
     check.set_defaults(handler=_cmd_check)
 
 
-def _add_request_options(parser: argparse.ArgumentParser) -> None:
+def add_request_options(parser: argparse.ArgumentParser, *, slurm: bool = True) -> None:
+    """MODEL, the cluster, the training options, --backend and --rules (`plan`, `compare`)."""
     parser.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
     add_cluster_options(parser)
-    add_slurm_options(parser)
+    if slurm:
+        add_slurm_options(parser)
     group = parser.add_argument_group("training")
     add_batch_options(group)
     add_backend_option(group, search=True)

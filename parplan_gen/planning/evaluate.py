@@ -22,6 +22,7 @@ from typing import Any
 from parplan_gen.cost.estimate import CostModel, Estimate, estimate_from_figures
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout
+from parplan_gen.inputs.defaults import GIB
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
 from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.constraints import Constraints, Violation, estimate_env, figures_read
@@ -47,6 +48,23 @@ class Evaluation:
     def runnable(self) -> bool:
         """No `invalid` rule is broken."""
         return not any(v.severity == "invalid" for v in self.violations)
+
+    def problem(self) -> str | None:
+        """Why the layout does not run as given, in one line (None when it does): the first
+        `invalid` rule it breaks (and how many more), else by how much it does not fit."""
+        invalid = [v for v in self.violations if v.severity == "invalid"]
+        if invalid:
+            more = f" (and {len(invalid) - 1} more rule(s))" if len(invalid) > 1 else ""
+            return f"the layout cannot run: {invalid[0].describe()}{more}"
+        if self.fits:
+            return None
+        memory = self.estimate.memory
+        over = memory.total - memory.capacity
+        why = f"{over / GIB:.1f} GiB over" if over > 0 else "a memory rule asks for headroom"
+        return (
+            f"the layout does not fit: {memory.total / GIB:.1f} GiB per GPU, the GPU has "
+            f"{memory.capacity / GIB:.1f} GiB ({why})"
+        )
 
 
 def is_memory_rule(constraint: CompiledConstraint) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 from parplan_gen.cost.estimate import MEMORY_PARTS, TIME_PARTS, Estimate
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.planning.document import PlanDocument
+from parplan_gen.render.compare import why_context
 from parplan_gen.render.mapping import NOT_RENDERED
 from parplan_gen.render.mapping_schema import ChartStyle, ReportMapping
 
@@ -44,6 +45,7 @@ def report_context(
         "headline": _headline(chosen),
         "layout": _layout_rows(chosen, unit),
         "proposals": [_proposal_row(p, applied_as) for p in doc.proposals],
+        "why": why_context(doc),  # render/compare.py: the chosen plan against the runner-up
         "advice": [md(a) for a in doc.advice],
         "warnings": [md(w) for w in doc.warnings],
         "notes": [md(n) for n in notes],

@@ -1,0 +1,140 @@
+"""`parplan compare`: the chosen plan, the runner-up and your layouts side by side, and why.
+
+A thin shell over `api.compare` (render/compare.py builds the rows and the sentences).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from parplan_gen.cli.common import (
+    LAYOUT_SIZES,
+    PRECISIONS,
+    RECOMPUTE,
+    cluster_from_args,
+    print_json,
+    size_type,
+)
+from parplan_gen.cli.plan import add_request_options
+from parplan_gen.inputs.number_text import whole_number
+from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
+
+if TYPE_CHECKING:
+    from parplan_gen.render.compare import Comparison
+
+COMPARE_EXAMPLE = (
+    "example:\n"
+    "  parplan compare llama-3-70b --gpus 64 --gpu h100 --global-batch 512 --seq-len 4096\n"
+    "  parplan compare llama-3-70b --gpus 64 --gpu h100 --global-batch 512 "
+    '--layout "tp=4 pp=4 mbs=1 recompute=selective"'
+)
+SWITCHES = {"on": True, "true": True, "off": False, "false": False}
+# --layout keys: the layout sizes, then these (key -> Layout field, allowed words or None: int)
+LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "zero": ("zero_stage", None),
+    "recompute": ("recompute", RECOMPUTE),
+    "precision": ("precision", PRECISIONS),
+    "sp": ("sequence_parallel", tuple(SWITCHES)),
+    "distributed_optimizer": ("distributed_optimizer", tuple(SWITCHES)),
+    "backend": ("backend", BACKEND_NAMES),
+}
+MAX_ZERO = 3
+
+
+def add_compare_command(sub: Any) -> None:
+    """Register `compare` on the CLI's subparsers."""
+    parser = sub.add_parser(
+        "compare",
+        help="the chosen plan, the runner-up and your layouts side by side, and why",
+        description="Plan as `parplan plan` does, then set the chosen layout, the runner-up "
+        "and every --layout side by side, term by term (memory parts against the GPU's, "
+        "each time part, communication hidden by overlap, step, MFU), with one sentence per "
+        "term that differs saying why the chosen layout wins there.",
+        epilog=COMPARE_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_request_options(parser, slurm=False)
+    parser.add_argument(
+        "--layout",
+        type=layout_text,
+        action="append",
+        default=[],
+        metavar='"tp=8 pp=2 ..."',
+        help="a layout of yours to compare (repeatable): key=value words, the keys "
+        f"{', '.join(d for d, _, _ in LAYOUT_SIZES)}, {', '.join(LAYOUT_WORDS)}; dp defaults "
+        "to what the others leave, the batch to --global-batch / --seq-len",
+    )
+    parser.add_argument(
+        "--no-runner-up", action="store_true", help="leave the planner's runner-up out"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(handler=_cmd_compare)
+
+
+def layout_text(text: str) -> dict[str, Any]:
+    """`tp=8 pp=2 recompute=selective sp=on` -> Layout fields (argparse type)."""
+    sizes = {d for d, _, _ in LAYOUT_SIZES}
+    fields: dict[str, Any] = {}
+    for word in text.split():
+        key, sep, value = word.partition("=")
+        if not sep or not value:
+            raise argparse.ArgumentTypeError(f"{word!r}: expected key=value, e.g. tp=8")
+        if key in sizes:
+            fields[key] = size_type(key)(value)
+        elif key == "zero":
+            fields["zero_stage"] = _zero(value)
+        elif key in LAYOUT_WORDS:
+            name, allowed = LAYOUT_WORDS[key]
+            if value not in (allowed or ()):
+                raise argparse.ArgumentTypeError(
+                    f"{key}={value}: expected one of {', '.join(allowed or ())}"
+                )
+            fields[name] = SWITCHES.get(value, value)
+        else:
+            known = ", ".join([*(d for d, _, _ in LAYOUT_SIZES), *LAYOUT_WORDS])
+            raise argparse.ArgumentTypeError(f"{key!r}: unknown layout key (known: {known})")
+    if not fields:
+        raise argparse.ArgumentTypeError("empty layout: give key=value words, e.g. tp=8 pp=2")
+    return fields
+
+
+def _zero(value: str) -> int:
+    try:
+        return whole_number(value, MAX_ZERO, minimum=0)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"zero={value}: {exc}") from None
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from parplan_gen.api import compare
+
+    found = compare(
+        args.model, cluster_from_args(args), global_batch=args.global_batch,
+        seq_len=args.seq_len, layouts=args.layout, runner_up=not args.no_runner_up,
+        precision=args.precision, flash_attention=not args.no_flash_attention,
+        backend=args.backend or ANY_BACKEND, rules=args.rules,
+    )  # fmt: skip
+    if args.json:
+        print_json(found.contract())
+    else:
+        sys.stdout.write(compare_text(found))
+    return 0
+
+
+def compare_text(found: Comparison) -> str:
+    """The table (a row per term, a column per layout) and the sentences."""
+    from parplan_gen.cli.textview import table
+
+    headers = ["term", *(f"{c.label} ({c.role})" for c in found.columns)]
+    rows = [[r.label, *r.shown] for r in found.rows]
+    lines = [table(headers, rows, right=set(range(1, len(headers)))).rstrip("\n")]
+    for column in found.columns:
+        if column.problem:
+            lines.append(f"{column.label}: {column.problem}")
+    first = found.columns[0].label
+    for other, sentences in found.sentences:
+        lines += ["", f"Why {first} over {other}:"]
+        lines += [f"  - {s}" for s in sentences] or ["  - the same figures in every term"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,46 @@
+"""Load what the API is given: a model (a loaded spec, a preset name, a config or graph file)
+and a cluster (a Cluster, a cluster file, or the CLI's flags as a dict). `api` re-exports both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.models.kind import TrainedModel
+
+CLUSTER_KEYS = (
+    "gpus", "gpu", "gpus_per_node", "inter_node_gbps", "nvlink_domain",
+    "slurm_account", "slurm_partition", "slurm_time",
+)  # fmt: skip
+
+
+def load_model(model: TrainedModel | str | Path) -> TrainedModel:
+    """A loaded model (ModelSpec, GraphModelSpec) as given, else what a preset name (`parplan
+    models`), a Hugging Face config.json, a graph file or an ONNX model describes."""
+    if not isinstance(model, str | Path):
+        return model
+    from parplan_gen.models.load import load_model as resolve
+
+    return resolve(str(model))
+
+
+def load_cluster_spec(cluster: Cluster | Mapping[str, Any] | str | Path) -> Cluster:
+    """A Cluster, a cluster file, or the CLI flags as a dict (CLUSTER_KEYS, all but `gpus` and
+    `gpu` optional); `Cluster.with_slurm(...)` replaces a cluster file's SLURM settings."""
+    from parplan_gen.cost.hardware import cluster_from_flags, load_cluster
+
+    if isinstance(cluster, Cluster):
+        return cluster
+    if isinstance(cluster, str | Path):
+        return load_cluster(cluster)
+    unknown = sorted(set(cluster) - set(CLUSTER_KEYS))
+    missing = [k for k in CLUSTER_KEYS[:2] if k not in cluster]
+    if unknown or missing:
+        raise InputError(
+            f"cluster dict: unknown keys {unknown}, missing {missing} (keys: {', '.join(CLUSTER_KEYS)})"
+        )
+    return cluster_from_flags(**cluster)

@@ -1,0 +1,321 @@
+"""`parplan compare`, `parplan_gen.compare` and plan.md's "Why this plan".
+
+The sentences are checked on hand-built estimates (test_render's helpers: every figure picked
+here, so each delta and share below is worked by hand), the API and CLI on real plans against
+the plan's own figures, and the report on the golden scenario."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_render import H100, cluster, dense_multinode, estimate, rendered_cases
+
+import parplan_gen
+from parplan_gen.cost.layout import build_layout
+from parplan_gen.inputs.defaults import GIB
+from parplan_gen.render.compare import compare_estimates, layout_labels
+from parplan_gen.render.report import md
+
+README = (__import__("conftest").REPO / "README.md").read_text(encoding="utf-8")
+TRANSFORMER_PARTS = (
+    "compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s", "bubble_s",
+    "optimizer_s",
+)  # fmt: skip
+SIXTEEN_NODES = cluster("h100-16nodes", H100, 128)
+
+
+def pair():
+    """tp 8 dp 16 against tp 4 dp 32 on 128 H100s (NVLink domains of 8): the first spends
+    0.4 s on TP communication and 0.2 s on DP, the second 2.5 s and 0.3 s."""
+    common = {"global_batch": 512, "seq_len": 8192, "mbs": 1}
+    a = estimate(
+        build_layout(128, tp=8, **common), (4, 8, 2, 30, 3), 10.0,
+        {"compute_s": 9.5, "tp_comm_s": 0.4, "dp_comm_s": 0.2}, 400_000, 0.5, backend="megatron",
+    )  # fmt: skip
+    b = estimate(
+        build_layout(128, tp=4, **common), (8, 16, 2, 40, 3), 12.0,
+        {"compute_s": 9.5, "tp_comm_s": 2.5, "dp_comm_s": 0.3}, 350_000, 0.4, backend="megatron",
+    )  # fmt: skip
+    return a, b
+
+
+def test_sentences_are_worked_from_the_figures():
+    a, b = pair()
+    found = compare_estimates(
+        SIXTEEN_NODES, [("chosen", a, None), ("runner-up", b, None)], TRANSFORMER_PARTS
+    )
+    assert [c.label for c in found.columns] == ["megatron tp8 pp1 dp16", "megatron tp4 pp1 dp32"]
+    ((against, said),) = found.sentences
+    assert against == "megatron tp4 pp1 dp32"
+    x, y = "megatron tp8 pp1 dp16", "megatron tp4 pp1 dp32"
+    # 2.5 s - 0.4 s = 2.1 s; tp and dp differ among TP communication's drivers (mbs does not)
+    assert (
+        f"{x} spends 2.10 s less on tensor-parallel communication than {y} (400.0 ms vs 2.50 s), "
+        "with tp 8, dp 16 against tp 4, dp 32."
+    ) in said
+    # 8 GiB - 4 GiB of parameters: tp is the one driver that differs
+    assert (
+        f"{x} holds 4.0 GiB less parameters per GPU than {y} (4.0 GiB vs 8.0 GiB), with tp 8 against tp 4."
+        in said
+    )
+    # the step: 12 - 10 = 2 s, 2 / 12 = 16.67 %
+    assert (
+        f"{x} takes 10.000 s per step against 12.000 s for {y}: 2.00 s (16.67%) less once "
+        "communication overlaps compute."
+    ) in said
+    assert f"{x} reaches an MFU of 50.0% against 40.0% for {y}." in said
+    # the same compute (9.5 s) and optimizer memory (2 GiB): nothing to say about them
+    assert not [s for s in said if " on compute " in s or "optimizer state" in s]
+    # hidden by overlap: parts 9.5 + 0.4 + 0.2 = 10.1 s against a 10.0 s step
+    overlap = next(r for r in found.rows if r.term == "overlap_s")
+    assert overlap.values == pytest.approx((0.1, 0.3))
+
+
+def test_a_term_the_faster_loses_is_won_back_and_the_slower_says_by_how_much():
+    a, b = pair()
+    slower_compute = a.time.model_copy(update={"compute_s": 9.6})
+    a = a.model_copy(update={"time": slower_compute})
+    found = compare_estimates(SIXTEEN_NODES, [("c", a, None), ("r", b, None)], TRANSFORMER_PARTS)
+    # 9.6 - 9.5 s = 100 ms more compute, won back since a's step (10 s) beats b's (12 s)
+    assert (
+        "megatron tp8 pp1 dp16 spends 100.0 ms more on compute than megatron tp4 pp1 dp32 "
+        "(9.60 s vs 9.50 s), with tp 8 against tp 4; the other terms win it back."
+    ) in found.sentences[0][1]
+    # explained the other way round, b is the slower: nothing is won back
+    found = compare_estimates(SIXTEEN_NODES, [("c", b, None), ("r", a, None)], TRANSFORMER_PARTS)
+    said = found.sentences[0][1]
+    step = next(s for s in said if "per step" in s)
+    assert step == (
+        "megatron tp4 pp1 dp32 takes 2.00 s more per step than megatron tp8 pp1 dp16 "
+        "(12.000 s vs 10.000 s)."
+    )
+    assert not any("win it back" in s for s in said)
+
+
+def test_tp_beyond_the_nvlink_domain_says_so():
+    a, _ = pair()
+    common = {"global_batch": 512, "seq_len": 8192, "mbs": 1}
+    wide = estimate(
+        build_layout(128, tp=16, **common), (2, 4, 2, 20, 3), 20.0, {"tp_comm_s": 9.0},
+        300_000, 0.3, backend="megatron",
+    )  # fmt: skip
+    found = compare_estimates(
+        SIXTEEN_NODES, [("chosen", a, None), ("y", wide, None)], TRANSFORMER_PARTS
+    )
+    tp = next(s for s in found.sentences[0][1] if "tensor-parallel" in s)
+    # 8 divides the 8-GPU NVLink domain, 16 does not (rules/cost/time.yaml tp_inside_nvlink)
+    assert "with tp 8 (on NVLink), dp 16 against tp 16 (on network), dp 8" in tp
+
+
+def test_a_layout_that_cannot_run_says_why_where_it_looks_better():
+    a, b = pair()
+    found = compare_estimates(
+        SIXTEEN_NODES, [("chosen", b, None), ("yours", a, "the layout does not fit")],
+        TRANSFORMER_PARTS,
+    )  # fmt: skip
+    step = next(s for s in found.sentences[0][1] if "per step" in s)
+    assert step.endswith(
+        ", but megatron tp8 pp1 dp16 cannot be used as it is: the layout does not fit."
+    )
+
+
+def test_labels_name_the_layout_and_what_sets_it_apart():
+    a, _ = pair()
+    same = [a, a]
+    assert layout_labels(same) == ["megatron tp8 pp1 dp16", "megatron tp8 pp1 dp16 (2)"]
+    doc = dense_multinode()
+    assert layout_labels([doc.chosen, doc.candidates[1]]) == [
+        "megatron tp2 pp2 dp8 recompute-selective sp distopt",
+        "deepspeed tp1 pp1 dp32 zero1 recompute-full",
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    step=st.floats(0.01, 100), tp_comm=st.floats(0, 10), params=st.floats(0.1, 30),
+    other_step=st.floats(0.01, 100),
+)  # fmt: skip
+def test_one_sentence_per_term_that_differs(step, tp_comm, params, other_step):
+    """Every row whose shown figures differ has one sentence (the step always has one), and
+    every sentence quotes both shown figures of its row."""
+    a, _ = pair()
+    b = estimate(
+        build_layout(128, tp=4, global_batch=512, seq_len=8192), (params, 8, 2, 30, 3), other_step,
+        {"compute_s": 9.5, "tp_comm_s": tp_comm}, 1, 0.5, backend="megatron",
+    )  # fmt: skip
+    a = a.model_copy(update={"time": a.time.model_copy(update={"step_s": step})})
+    found = compare_estimates(SIXTEEN_NODES, [("c", a, None), ("r", b, None)], TRANSFORMER_PARTS)
+    said = list(found.sentences[0][1])
+    differing = [r for r in found.rows if r.shown[0] != r.shown[1] or r.term == "step_s"]
+    assert len(said) == len(differing)
+    for row, sentence in zip(differing, said, strict=True):
+        assert row.shown[0] in sentence and row.shown[1] in sentence
+
+
+def test_with_itself_only_the_step_is_said():
+    a, _ = pair()
+    found = compare_estimates(SIXTEEN_NODES, [("c", a, None), ("r", a, None)], TRANSFORMER_PARTS)
+    assert found.sentences[0][1] == (
+        "megatron tp8 pp1 dp16 and megatron tp8 pp1 dp16 (2) take the same 10.000 s per step as "
+        "shown; the planner then ranks by memory per GPU and then by fewer parallel "
+        "dimensions.",
+    )
+
+
+# ---- the API and the CLI on a real plan ------------------------------------------------------
+
+REQUEST = {"global_batch": 512, "seq_len": 8192}
+H100_NODE = {"gpus": 8, "gpu": "h100"}
+MINE = {"tp": 2, "sequence_parallel": True, "distributed_optimizer": True}
+
+
+@pytest.fixture(scope="module")
+def real():
+    plan = parplan_gen.plan("llama-3-8b", H100_NODE, **REQUEST)
+    found = parplan_gen.compare("llama-3-8b", H100_NODE, layouts=[MINE], **REQUEST)
+    return plan, found
+
+
+def test_the_api_sets_the_plan_its_runner_up_and_yours_side_by_side(real):
+    plan, found = real
+    doc = plan.document
+    runner_up = next(e for e in doc.candidates if e != doc.chosen)
+    mine = parplan_gen.estimate("llama-3-8b", H100_NODE, {**MINE, **REQUEST})
+    chosen, second, yours = found.columns
+    assert (chosen.role, second.role, yours.role) == ("chosen", "runner-up", "yours")
+    assert (chosen.estimate, second.estimate, yours.estimate) == (
+        doc.chosen,
+        runner_up,
+        mine.estimate,
+    )
+    rows = {r.term: r.values for r in found.rows}
+    assert rows["tp_comm_s"] == (
+        doc.chosen.time.tp_comm_s,
+        runner_up.time.tp_comm_s,
+        mine.estimate.time.tp_comm_s,
+    )
+    assert rows["total"] == (
+        doc.chosen.memory.total,
+        runner_up.memory.total,
+        mine.estimate.memory.total,
+    )
+    assert rows["capacity"] == (80 * GIB,) * 3  # the H100's 80 GiB (data/gpus.yaml)
+    parts = sum(getattr(doc.chosen.time, p) for p in TRANSFORMER_PARTS)
+    assert rows["overlap_s"][0] == pytest.approx(max(0.0, parts - doc.chosen.time.step_s))
+    assert "bn_comm_s" not in rows  # a transformer has no SyncBatchNorm term
+    assert [label for label, _ in found.sentences] == [second.label, yours.label]
+    assert yours.label.endswith("tp2 pp1 dp4 mbs1 sp distopt") and yours.problem is None
+
+
+def test_when_nothing_fits_the_runner_up_says_so_too():
+    """Llama 3 405B on 8 H100s: no layout fits (the planner's candidates are the closest), so
+    a sentence where the runner-up looks better says it does not fit either."""
+    found = parplan_gen.compare("llama-3-405b", H100_NODE, global_batch=64)
+    chosen, second = found.columns
+    for column in (chosen, second):
+        over = (column.estimate.memory.total - column.estimate.memory.capacity) / GIB
+        assert column.problem.endswith(f"({over:.1f} GiB over)")
+    step = next(s for s in found.sentences[0][1] if "per step" in s)
+    assert step.endswith(f"cannot be used as it is: {second.problem}.")
+
+
+def test_a_layout_of_yours_that_breaks_a_rule_says_which():
+    found = parplan_gen.compare(
+        "llama-3-70b", {"gpus": 64, "gpu": "h100"}, global_batch=512, seq_len=4096,
+        layouts=[{"tp": 16}], runner_up=False,
+    )  # fmt: skip
+    (_, yours) = found.columns
+    # Llama 3 70B has 8 key/value heads: tp 16 cannot split them
+    assert yours.problem.startswith(
+        "the layout cannot run: key/value heads (8) do not divide by tp (16)"
+    )
+
+
+def test_the_cli_prints_the_table_and_why(cli, real):
+    _, found = real
+    result = cli("compare", "llama-3-8b", "--gpus", 8, "--gpu", "h100", "--global-batch", 512,
+                 "--seq-len", 8192, "--layout", "tp=2 sp=on distributed_optimizer=on")  # fmt: skip
+    assert result.code == 0, result.err
+    first, second, yours = (c.label for c in found.columns)
+    assert result.out.startswith("term ")
+    assert f"{first} (chosen)" in result.out.splitlines()[0]
+    assert f"Why {first} over {second}:" in result.out
+    assert f"Why {first} over {yours}:" in result.out
+    for sentence in found.sentences[1][1]:
+        assert f"  - {sentence}" in result.out
+    as_json = cli("compare", "llama-3-8b", "--gpus", 8, "--gpu", "h100", "--global-batch", 512,
+                  "--seq-len", 8192, "--layout", "tp=2 sp=on distributed_optimizer=on",
+                  "--json").json()  # fmt: skip
+    assert as_json == json.loads(json.dumps(found.contract()))
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        ("tp", "'tp': expected key=value"),
+        ("tq=2", "'tq': unknown layout key"),
+        ("sp=maybe", "sp=maybe: expected one of on, true, off, false"),
+        ("zero=4", "zero=4: expected a whole number from 0 to 3"),
+    ],
+)
+def test_a_bad_layout_is_a_usage_error(cli, layout, message):
+    result = cli("compare", "llama-3-8b", "--gpus", 8, "--gpu", "h100", "--global-batch", 64,
+                 "--layout", layout)  # fmt: skip
+    assert result.code == 2 and message in result.err
+
+
+def test_the_readme_excerpt_is_real(cli):
+    block = re.search(r"```console\n\$ (parplan compare [^\n]*)\n(.*?)```", README, re.S)
+    assert block, "the README shows parplan compare"
+    result = cli(*shlex.split(block.group(1))[1:])
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    at = 0
+    for line in block.group(2).splitlines():
+        if line != "...":
+            assert line in lines[at:], f"expected next: {line!r}\n{result.out}"
+            at = lines.index(line, at) + 1
+
+
+# ---- plan.md -----------------------------------------------------------------------------------
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def test_why_this_plan_is_the_comparison_and_the_seed_is_an_appendix():
+    doc = dense_multinode()
+    report = rendered_cases()["dense_multinode"]["plan.md"]
+    why = _section(report, "Why this plan")
+    runner_up = next(e for e in doc.candidates if e != doc.chosen)
+    found = compare_estimates(
+        doc.cluster, [("c", doc.chosen, None), ("r", runner_up, None)], doc.model.time_parts
+    )
+    chosen, second = found.columns
+    assert f"| term | {chosen.label} (chosen) | {second.label} (runner-up) |" in why
+    for sentence in found.sentences[0][1]:
+        assert f"- {sentence}\n" in why
+    # no proposal of the seed is under "Why this plan": they are the appendix, labelled
+    appendix = _section(report, "Appendix: the seed's heuristics")
+    for p in doc.proposals:
+        assert md(p.description) not in why and md(p.description) in appendix
+    assert "the seed's graph heuristics, not estimates of" in appendix
+    assert report.index("## Appendix: the seed's heuristics") > report.index("## Files")
+
+
+def test_a_plan_with_one_candidate_says_there_is_nothing_to_compare():
+    doc = dense_multinode()
+    from parplan_gen.render.plan_files import render_plan
+
+    alone = render_plan(doc.model_copy(update={"candidates": [doc.chosen]}))["plan.md"]
+    assert "Only the chosen layout was estimated, so there is no runner-up" in _section(
+        alone, "Why this plan"
+    )
