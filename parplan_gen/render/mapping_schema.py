@@ -176,11 +176,11 @@ class ChartStyle(_Strict):
     width: PositiveInt
     label_width: PositiveInt
     legend_height: PositiveInt
-    legend_item_width: PositiveInt
     bar_height: PositiveInt
     bar_gap: PositiveInt
     margin: PositiveInt
     font_size: PositiveInt
+    plot_height: PositiveInt  # the memory chart's column area
 
 
 class ReportMapping(_Strict):
