@@ -130,6 +130,7 @@ def _legend(
     x, y, out = float(style.margin), top, []
     for item in items:
         width = box + style.font_size * (1.5 + CHAR_EM * len(item["label"]))
+        width = max(width, style.legend_item_width or 0)
         if x + width > style.width - style.margin and x > style.margin:
             x, y = float(style.margin), y + style.legend_height
         out.append(

@@ -180,7 +180,8 @@ class ChartStyle(_Strict):
     bar_gap: PositiveInt
     margin: PositiveInt
     font_size: PositiveInt
-    plot_height: PositiveInt  # the memory chart's column area
+    plot_height: PositiveInt = 240  # the memory chart's column area
+    legend_item_width: PositiveInt | None = None  # a legend entry's least width (else its label's)
 
 
 class ReportMapping(_Strict):
