@@ -57,7 +57,7 @@ def _sharding(e: Estimate) -> str:
     p = e.plan
     if p.distributed_optimizer:
         return "dist-opt"
-    return f"zero{p.zero_stage}" if p.zero_stage else ""
+    return f"zero{p.zero_stage}"
 
 
 def _optional_tokens(e: Estimate) -> dict[str, str]:
