@@ -168,6 +168,17 @@ def test_memory_chart_columns_capacity_and_headroom_on_the_charts_scale(name):
         assert height == pytest.approx(e.memory.total / GIB * per_gib, abs=len(column) * PX)
 
 
+def test_a_layout_that_does_not_fit_says_so_in_its_label():
+    # llama-3-70b on 8 H100: 16 B/param of weights, grads and Adam state alone exceed 8 x 80 GB
+    doc = plan("llama-3-70b", {"gpus": 8, "gpu": "h100"}, global_batch=64, seq_len=8192).document
+    assert not doc.chosen.memory.fits
+    root = svg(render_plan(doc)["plan_memory.svg"])
+    first = root.find(".//s:text[@class='column-label']", NS)
+    assert " ".join(t.text for t in first.iterfind("s:tspan", NS)).endswith(
+        f"(does not fit) (chosen) {doc.chosen.memory.total / GIB:,.1f} GiB"
+    )
+
+
 def test_charts_are_deterministic():
     doc, files = planned("dense")
     again = render_plan(PlanDocument.model_validate_json(doc.model_dump_json()))

@@ -73,7 +73,8 @@ def _optional_tokens(e: Estimate) -> dict[str, str]:
 
 def layout_labels(rows: Sequence[tuple[bool, Estimate]]) -> list[list[str]]:
     """Each row's label as words: backend, tp/pp/dp (cp, ep, vpp above 1), the settings in
-    which the rows differ, and "(chosen)" on the chosen plan."""
+    which the rows differ, "(does not fit)" where the memory rules fail (the closest
+    candidate of a search where nothing fits), and "(chosen)" on the chosen plan."""
     optional = [_optional_tokens(e) for _, e in rows]
     varying = [k for k in optional[0] if len({o[k] for o in optional}) > 1] if rows else []
     labels = []
@@ -82,6 +83,7 @@ def layout_labels(rows: Sequence[tuple[bool, Estimate]]) -> list[list[str]]:
         words = [e.backend.name if e.backend else "plan", f"tp{p.tp}", f"pp{p.pp}", f"dp{p.dp}"]
         words += [f"{k}{v}" for k, v in (("cp", p.cp), ("ep", p.ep), ("vpp", p.vpp)) if v > 1]
         words += [extra[k] for k in varying if extra[k]]
+        words += [] if e.memory.fits else ["(does", "not", "fit)"]  # the memory rules fail
         labels.append(words + (["(chosen)"] if chosen else []))
     return labels
 
