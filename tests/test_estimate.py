@@ -304,6 +304,8 @@ CONTRACT: dict[str, dict[str, type]] = {
             "bn_comm_s",
             "bubble_s",
             "optimizer_s",
+            "tp_exposed_s",  # the parts of tp_comm_s / dp_comm_s not hidden behind compute
+            "dp_exposed_s",
         ),
         float,
     ),

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, Precision, plan_values
@@ -36,6 +36,10 @@ TIME_PARTS = (
     "bubble_s",
     "optimizer_s",
 )
+# The part of a communication figure that the step waits for (the rest hides under compute):
+# optional figures, absent from a plan.json written before plans carried them.
+EXPOSED_PARTS = {"tp_comm_s": "tp_exposed_s", "dp_comm_s": "dp_exposed_s"}
+EXPOSED_NAMES = frozenset(EXPOSED_PARTS.values())
 THROUGHPUT_PARTS = ("tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu")
 REQUIRED = {"memory": MEMORY_PARTS, "time": TIME_PARTS, "throughput": THROUGHPUT_PARTS}
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -69,6 +73,16 @@ class TimeBreakdown(BaseModel):
     bn_comm_s: float = 0.0  # SyncBatchNorm statistics (graph models); absent in older plan.json
     bubble_s: float
     optimizer_s: float
+    # What of tp_comm_s / dp_comm_s is exposed (not hidden behind compute); None: a plan.json
+    # written before estimates carried it.
+    tp_exposed_s: float | None = None
+    dp_exposed_s: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unknown(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """An exposed part that is not known is left out (plan.json as older versions wrote it)."""
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k not in EXPOSED_NAMES}
 
     @property
     def sync_batchnorm(self) -> bool:
@@ -256,6 +270,13 @@ def estimate_from_figures(
         backend=backend,
         plan=layout,
         memory=MemoryBreakdown(**memory, total=total, capacity=capacity, fits=fits),
-        time=TimeBreakdown(**{p: float(figures[f"time_{p}"]) for p in TIME_PARTS}),
+        time=TimeBreakdown(
+            **{p: float(figures[f"time_{p}"]) for p in TIME_PARTS},
+            **{
+                p: float(figures[f"time_{p}"])
+                for p in EXPOSED_PARTS.values()
+                if f"time_{p}" in figures
+            },
+        ),
         throughput=Throughput(**{p: float(figures[f"throughput_{p}"]) for p in THROUGHPUT_PARTS}),
     )

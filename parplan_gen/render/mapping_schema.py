@@ -176,11 +176,12 @@ class ChartStyle(_Strict):
     width: PositiveInt
     label_width: PositiveInt
     legend_height: PositiveInt
-    legend_item_width: PositiveInt
     bar_height: PositiveInt
     bar_gap: PositiveInt
     margin: PositiveInt
     font_size: PositiveInt
+    plot_height: PositiveInt = 240  # the memory chart's column area
+    legend_item_width: PositiveInt | None = None  # a legend entry's least width (else its label's)
 
 
 class ReportMapping(_Strict):

@@ -10,17 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from parplan_gen.cost.estimate import MEMORY_PARTS, TIME_PARTS, Estimate
-from parplan_gen.inputs.defaults import GIB
+from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.planning.document import PlanDocument
+from parplan_gen.render.charts import PART_LABELS, chart_rows, gib, seconds, time_chart
 from parplan_gen.render.compare import why_context
 from parplan_gen.render.mapping import NOT_RENDERED
-from parplan_gen.render.mapping_schema import ChartStyle, ReportMapping
-
-PART_LABELS = {p: p.removesuffix("_s").replace("_", " ") for p in (*MEMORY_PARTS, *TIME_PARTS)}
-MS_PER_S = 1000
-LEGEND_BOX_EM = 0.9  # legend swatch side, in font sizes
-TEXT_BASELINE_EM = 0.35  # shifts text down so it centres on a bar
+from parplan_gen.render.mapping_schema import ReportMapping
+from parplan_gen.render.memory_chart import memory_chart
 
 
 def report_context(
@@ -37,7 +33,7 @@ def report_context(
     the training script must do (an op-graph model's plan)."""
     chosen = doc.chosen
     kind, time_parts, unit = doc.model.kind, doc.model.time_parts, doc.model.unit
-    rows = _chart_estimates(doc, report.chart_rows)
+    rows = chart_rows(doc, report.chart_rows)
     return {
         "kind": kind,
         "model_title": doc.model.title,
@@ -62,8 +58,8 @@ def report_context(
         ],
         "search": search_rows(doc),
         "budget": budget_rows(doc),
-        "memory_chart": memory_chart(rows, report),
-        "time_chart": time_chart(rows, report, time_parts),
+        "memory_chart": memory_chart(doc, report, rows),
+        "time_chart": time_chart(doc, report, rows),
     }
 
 
@@ -120,14 +116,6 @@ def budget_rows(doc: PlanDocument) -> list[tuple[str, str]]:
 def md(text: str) -> str:
     """Text that stays inside one Markdown table cell."""
     return " ".join(text.split()).replace("|", "\\|")
-
-
-def gib(n_bytes: float) -> str:
-    return f"{n_bytes / GIB:,.1f} GiB"
-
-
-def seconds(value: float) -> str:
-    return f"{value:,.2f} s" if value >= 1 else f"{value * MS_PER_S:,.1f} ms"
 
 
 def _headline(e: Estimate) -> dict[str, str]:
@@ -201,144 +189,3 @@ def _candidate_row(index: int, e: Estimate, chosen: bool) -> list[str]:
         f"{e.throughput.tokens_per_s:,.0f}",
         f"{e.throughput.mfu:.1%}",
     ]
-
-
-def _chart_estimates(doc: PlanDocument, limit: int) -> list[tuple[str, Estimate]]:
-    """The chosen plan, then runners-up from the candidates, at most `limit` rows."""
-    rows = [("chosen", doc.chosen)]
-    for index, e in enumerate(doc.candidates):
-        if len(rows) >= limit:
-            break
-        if e != doc.chosen:
-            rows.append((f"#{index + 1}", e))
-    return rows
-
-
-# ---- charts --------------------------------------------------------------------------------
-
-
-def _num(value: float) -> str:
-    return f"{value:.1f}"
-
-
-def _frame(style: ChartStyle, legend_items: int, rows: int) -> dict[str, float]:
-    plot_x = style.margin + style.label_width
-    per_row = max(1, (style.width - 2 * style.margin) // style.legend_item_width)
-    legend_rows = -(-legend_items // per_row)
-    top = style.margin + legend_rows * style.legend_height
-    height = top + rows * (style.bar_height + style.bar_gap) + style.margin
-    return {
-        "plot_x": plot_x,
-        "plot_w": style.width - plot_x - style.margin,
-        "top": top,
-        "height": height,
-        "per_row": per_row,
-    }
-
-
-def _legend(style: ChartStyle, items: list[tuple[str, str]], per_row: int) -> list[dict[str, str]]:
-    box = style.font_size * LEGEND_BOX_EM
-    out = []
-    for i, (label, color) in enumerate(items):
-        x = style.margin + (i % per_row) * style.legend_item_width
-        y = style.margin + (i // per_row) * style.legend_height
-        out.append(
-            {
-                "x": _num(x),
-                "y": _num(y),
-                "box": _num(box),
-                "text_x": _num(x + box + style.font_size / 2),
-                "text_y": _num(y + box),
-                "color": color,
-                "label": label,
-            }
-        )
-    return out
-
-
-def _chart(
-    report: ReportMapping,
-    title: str,
-    rows: list[tuple[str, list[tuple[str, float, str]], float | None]],
-    extra_legend: tuple[str, str],
-    scale_max: float,
-) -> dict[str, Any]:
-    """rows: (label, [(part, value, shown value)], marker value); one scale for every row."""
-    style, colors = report.chart, report.colors
-    parts = list(dict.fromkeys(part for _, segments, _ in rows for part, _, _ in segments))
-    legend = [(PART_LABELS[p], colors[p]) for p in parts] + [(extra_legend[0], colors["limit"])]
-    frame = _frame(style, len(legend), len(rows))
-    frame["scale"] = frame["plot_w"] / (scale_max or 1)
-    return {
-        "title": title,
-        "width": str(style.width),
-        "height": _num(frame["height"]),
-        "font_size": str(style.font_size),
-        "bar_height": str(style.bar_height),
-        "label_x": _num(style.margin),
-        "legend": _legend(style, legend, frame["per_row"]),
-        "limit_color": colors["limit"],
-        "marker_label": extra_legend[1],
-        "rows": [_row(report, frame, index, row) for index, row in enumerate(rows)],
-    }
-
-
-def _row(
-    report: ReportMapping,
-    frame: dict[str, float],
-    index: int,
-    row: tuple[str, list[tuple[str, float, str]], float | None],
-) -> dict[str, Any]:
-    """One stacked bar: its segments left to right, and its marker."""
-    style, colors = report.chart, report.colors
-    label, segments, marker = row
-    y = frame["top"] + index * (style.bar_height + style.bar_gap)
-    x, bars = frame["plot_x"], []
-    for part, value, shown in segments:
-        width = value * frame["scale"]
-        if width > 0:
-            bars.append(
-                {
-                    "x": _num(x),
-                    "width": _num(width),
-                    "color": colors[part],
-                    "title": f"{PART_LABELS[part]}: {shown}",
-                }
-            )
-        x += width
-    marker_x = None if marker is None else frame["plot_x"] + marker * frame["scale"]
-    return {
-        "label": label,
-        "y": _num(y),
-        "text_y": _num(y + style.bar_height / 2 + style.font_size * TEXT_BASELINE_EM),
-        "bars": bars,
-        "marker_x": None if marker_x is None else _num(marker_x),
-        "marker_y2": _num(y + style.bar_height),
-    }
-
-
-def memory_chart(rows: list[tuple[str, Estimate]], report: ReportMapping) -> dict[str, Any]:
-    """Memory per GPU stacked by part, each row's capacity marked."""
-    data = []
-    for label, e in rows:
-        values = e.memory.model_dump()
-        segments = [(p, float(values[p]), gib(values[p])) for p in MEMORY_PARTS]
-        data.append((f"{label} {gib(e.memory.total)}", segments, float(e.memory.capacity)))
-    top = max(max(e.memory.total, e.memory.capacity) for _, e in rows)
-    title = "Memory per GPU by part, against the GPU's capacity"
-    return _chart(report, title, data, ("capacity", "capacity"), float(top))
-
-
-def time_chart(
-    rows: list[tuple[str, Estimate]], report: ReportMapping, parts: Iterable[str]
-) -> dict[str, Any]:
-    """Step time by `parts` (before overlap), the overlapped step marked."""
-    data = []
-    top = 0.0
-    for label, e in rows:
-        values = e.time.model_dump()
-        segments = [(p, values[p], seconds(values[p])) for p in parts]
-        top = max(top, sum(v for _, v, _ in segments), e.time.step_s)
-        data.append((f"{label} {seconds(e.time.step_s)}", segments, e.time.step_s))
-    title = "Step time by part (bars: parts added up; mark: the step once overlap is applied)"
-    return _chart(report, title, data, ("step", "step with overlap"), top)
