@@ -13,7 +13,8 @@ import pytest
 from parplan_gen.api import plan
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.render.charts import chart_rows, nice_ticks, seconds
+from parplan_gen.render.charts import chart_rows, nice_ticks
+from parplan_gen.render.labels import seconds
 from parplan_gen.render.plan_files import render_plan
 
 NS = {"s": "http://www.w3.org/2000/svg"}

@@ -18,7 +18,8 @@ from test_render import H100, cluster, dense_multinode, estimate, rendered_cases
 import parplan_gen
 from parplan_gen.cost.layout import build_layout
 from parplan_gen.inputs.defaults import GIB
-from parplan_gen.render.compare import compare_estimates, layout_labels
+from parplan_gen.render.compare import compare_estimates
+from parplan_gen.render.labels import layout_labels
 from parplan_gen.render.report import md
 
 README = (__import__("conftest").REPO / "README.md").read_text(encoding="utf-8")

@@ -16,12 +16,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from parplan_gen.cost.estimate import EXPOSED_PARTS, MEMORY_PARTS, TIME_PARTS, Estimate
-from parplan_gen.inputs.defaults import GIB
 from parplan_gen.planning.document import PlanDocument
+from parplan_gen.render import labels
+from parplan_gen.render.labels import MS_PER_S, seconds
 from parplan_gen.render.mapping_schema import ChartStyle, ReportMapping
 
 PART_LABELS = {p: p.removesuffix("_s").replace("_", " ") for p in (*MEMORY_PARTS, *TIME_PARTS)}
-MS_PER_S = 1000
 LEGEND_BOX_EM = 0.9  # legend swatch side, in font sizes
 TEXT_BASELINE_EM = 0.35  # shifts text down so it centres on a line
 CHAR_EM = 0.65  # a sans-serif character's advance, in font sizes (label widths)
@@ -42,50 +42,20 @@ def num(value: float) -> str:
     return f"{value:.1f}"
 
 
-def seconds(value: float) -> str:
-    return f"{value:,.2f} s" if value >= 1 else f"{value * MS_PER_S:,.1f} ms"
-
-
-def gib(n_bytes: float) -> str:
-    return f"{n_bytes / GIB:,.1f} GiB"
-
-
 # ---- labels --------------------------------------------------------------------------------
 
 
-def _sharding(e: Estimate) -> str:
-    p = e.plan
-    if p.distributed_optimizer:
-        return "dist-opt"
-    return f"zero{p.zero_stage}"
-
-
-def _optional_tokens(e: Estimate) -> dict[str, str]:
-    """Settings shown only where the charted layouts differ in them."""
-    p = e.plan
-    return {
-        "mbs": f"mbs{p.mbs}",
-        "sharding": _sharding(e),
-        "sp": "sp" if p.sequence_parallel else "no-sp",
-        "recompute": "" if p.recompute == "none" else f"recompute-{p.recompute}",
-    }
-
-
 def layout_labels(rows: Sequence[tuple[bool, Estimate]]) -> list[list[str]]:
-    """Each row's label as words: backend, tp/pp/dp (cp, ep, vpp above 1), the settings in
-    which the rows differ, "(does not fit)" where the memory rules fail (the closest
-    candidate of a search where nothing fits), and "(chosen)" on the chosen plan."""
-    optional = [_optional_tokens(e) for _, e in rows]
-    varying = [k for k in optional[0] if len({o[k] for o in optional}) > 1] if rows else []
-    labels = []
-    for (chosen, e), extra in zip(rows, optional, strict=True):
-        p = e.plan
-        words = [e.backend.name if e.backend else "plan", f"tp{p.tp}", f"pp{p.pp}", f"dp{p.dp}"]
-        words += [f"{k}{v}" for k, v in (("cp", p.cp), ("ep", p.ep), ("vpp", p.vpp)) if v > 1]
-        words += [extra[k] for k in varying if extra[k]]
-        words += [] if e.memory.fits else ["(does", "not", "fit)"]  # the memory rules fail
-        labels.append(words + (["(chosen)"] if chosen else []))
-    return labels
+    """Each row's label as words: the layout's label (render/labels.py), "(does not fit)"
+    where the memory rules fail (the closest candidate of a search where nothing fits), and
+    "(chosen)" on the chosen plan."""
+    names = labels.layout_labels([e for _, e in rows])
+    return [
+        name.split()
+        + ([] if e.memory.fits else ["(does", "not", "fit)"])
+        + (["(chosen)"] if chosen else [])
+        for name, (chosen, e) in zip(names, rows, strict=True)
+    ]
 
 
 def chart_rows(doc: PlanDocument, limit: int) -> list[tuple[bool, Estimate]]:

@@ -25,11 +25,11 @@ from parplan_gen.inputs.validation import validate
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluation
 from parplan_gen.render.checks import RenderError
+from parplan_gen.render.labels import MS_PER_S, gib, layout_labels, seconds
 from parplan_gen.render.template_env import Templates
 
 COMPARE_FILE = "report/compare.yaml"
 STEP_TERMS = ("overlap_s", "step_s")  # time rows every kind of model has
-MS_PER_S = 1000
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -106,14 +106,6 @@ class Comparison:
         }  # fmt: skip
 
 
-def gib(n_bytes: float) -> str:
-    return f"{n_bytes / GIB:,.1f} GiB"
-
-
-def seconds(value: float) -> str:
-    return f"{value:,.2f} s" if abs(value) >= 1 else f"{value * MS_PER_S:,.1f} ms"
-
-
 def _shown(term: str, group: str, value: float) -> str:
     """Memory in GiB, time in s or ms (the step to the millisecond), fractions in %."""
     if group == "memory":
@@ -133,27 +125,6 @@ def _value(e: Estimate, term: str, time_parts: Sequence[str]) -> float:
         if term in type(part).model_fields:
             return float(getattr(part, term))
     raise RenderError(f"{COMPARE_FILE}: unknown term {term!r}")
-
-
-def layout_labels(estimates: Sequence[Estimate]) -> list[str]:
-    """`megatron tp8 pp2 dp4`, then what is not the default (cp, ep, vpp above 1, mbs above 1
-    or where the layouts differ in it, a ZeRO stage, recompute, sequence parallel, the
-    distributed optimizer); a label that would repeat gets ` (2)`, ` (3)`."""
-    mbs_differ = len({e.plan.mbs for e in estimates}) > 1
-    labels: list[str] = []
-    for e in estimates:
-        p = e.plan
-        words = [e.backend.name if e.backend else "layout", f"tp{p.tp}", f"pp{p.pp}", f"dp{p.dp}"]
-        words += [f"{k}{v}" for k, v in (("cp", p.cp), ("ep", p.ep), ("vpp", p.vpp)) if v > 1]
-        words += [f"mbs{p.mbs}"] if p.mbs > 1 or mbs_differ else []
-        words += [f"zero{p.zero_stage}"] if p.zero_stage else []
-        words += [f"recompute-{p.recompute}"] if p.recompute != "none" else []
-        words += ["sp"] if p.sequence_parallel else []
-        words += ["distopt"] if p.distributed_optimizer else []
-        label = " ".join(words)
-        count = sum(1 for seen in labels if seen.split(" (")[0] == label)
-        labels.append(label if not count else f"{label} ({count + 1})")
-    return labels
 
 
 def compare_estimates(

@@ -15,12 +15,12 @@ from parplan_gen.render.charts import (
     TEXT_BASELINE_EM,
     chart_header,
     chart_title,
-    gib,
     layout_labels,
     nice_ticks,
     num,
     tick_text,
 )
+from parplan_gen.render.labels import gib
 from parplan_gen.render.mapping_schema import ReportMapping
 
 COLUMN_SHARE = 0.6  # a column's width in its slot

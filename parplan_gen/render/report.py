@@ -12,8 +12,9 @@ from typing import Any
 
 from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.render.charts import PART_LABELS, chart_rows, gib, seconds, time_chart
+from parplan_gen.render.charts import PART_LABELS, chart_rows, time_chart
 from parplan_gen.render.compare import why_context
+from parplan_gen.render.labels import gib, seconds
 from parplan_gen.render.mapping import NOT_RENDERED
 from parplan_gen.render.mapping_schema import ReportMapping
 from parplan_gen.render.memory_chart import memory_chart
