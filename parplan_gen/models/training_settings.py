@@ -28,6 +28,10 @@ class RopeScaling(BaseModel):
     original_max_position_embeddings: int | None = Field(
         default=None, gt=0, description="Context the model was pretrained at before scaling."
     )
+    beta_fast: float | None = Field(default=None, gt=0, description="YaRN ramp, fast end.")
+    beta_slow: float | None = Field(default=None, gt=0, description="YaRN ramp, slow end.")
+    mscale: float | None = Field(default=None, gt=0, description="YaRN attention scale.")
+    mscale_all_dim: float | None = Field(default=None, ge=0, description="YaRN all-dim scale.")
 
 
 class TrainingSettings(BaseModel):

@@ -10,6 +10,11 @@ megatron/training/arguments.py (core_r0.13.0 and core_v0.16.1):
   _apply_scaling), and factor 8: pretrain_gpt.py (gpt_builders.py in core_v0.16.1) passes
   GPTModel no --rope-scaling-factor, whose default is 8.0 (core/models/gpt/gpt_model.py). Only
   a config with those is spelled so; any other scaling is a note;
+- an MLA model takes YaRN by default (MLATransformerConfig rope_type "yarn", with
+  original_max_position_embeddings 4096, beta_fast 32 and beta_slow 1, which have no flag), but
+  arguments.py's own defaults --rotary-scaling-factor 1.0 and --mscale-all-dim 1.0 replace the
+  config class's factor: a YaRN config with those three is spelled --rotary-scaling-factor,
+  --mscale and --mscale-all-dim, any other is a note;
 - validate_args refuses multi-token prediction with context parallelism;
 - TransformerConfig accepts --moe-router-enable-expert-bias only with the sigmoid score.
 """
@@ -25,6 +30,8 @@ from parplan_gen.render.lr_schedule import schedule
 LLAMA3_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}  # _apply_scaling defaults
 LLAMA3_ORIGINAL_CONTEXT = 8192  # _apply_scaling original_max_position_embeddings
 LLAMA3_FACTOR = 8.0  # GPTModel's rope_scaling_factor default, the one pretrain_gpt.py leaves
+# MLATransformerConfig's YaRN settings that no argument sets (core_r0.13.0 and core_v0.16.1)
+MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
 GIGA = 1e9
 
 FACT_NAMES = (
@@ -32,6 +39,9 @@ FACT_NAMES = (
     "megatron.rope_scaling",
     "megatron.rope_scaling_factor",
     "megatron.rope_scaling_other",
+    "megatron.yarn_factor",
+    "megatron.yarn_mscale",
+    "megatron.yarn_mscale_all_dim",
     "megatron.norm_epsilon",
     "megatron.attention_dropout",
     "megatron.hidden_dropout",
@@ -69,13 +79,17 @@ def _model_settings(model: Any, layout: Layout) -> dict[str, Any]:
     t, moe = model.training, model.is_moe
     scaling = t.rope_scaling
     llama3 = scaling is not None and scaling.kind == "llama3" and _megatron_llama3(scaling)
+    yarn = scaling is not None and model.uses_mla and scaling.kind == "yarn" and _fixed(scaling)
     theta = t.rope_theta
     mtp = t.mtp_layers if t.mtp_layers and layout.cp == 1 else None
     return {
         "megatron.rotary_base": int(theta) if theta is not None else None,
         "megatron.rope_scaling": llama3,
         "megatron.rope_scaling_factor": scaling.factor if llama3 and scaling else None,
-        "megatron.rope_scaling_other": None if scaling is None or llama3 else scaling.kind,
+        "megatron.rope_scaling_other": None if scaling is None or llama3 or yarn else scaling.kind,
+        "megatron.yarn_factor": scaling.factor if yarn and scaling else None,
+        "megatron.yarn_mscale": scaling.mscale if yarn and scaling else None,
+        "megatron.yarn_mscale_all_dim": scaling.mscale_all_dim if yarn and scaling else None,
         "megatron.norm_epsilon": t.norm_eps,
         "megatron.attention_dropout": t.attention_dropout,
         "megatron.hidden_dropout": t.hidden_dropout,
@@ -97,6 +111,11 @@ def _megatron_llama3(scaling: Any) -> bool:
     fixed = all(getattr(scaling, k) in (None, v) for k, v in LLAMA3_SCALING.items())
     original = scaling.original_max_position_embeddings
     return fixed and original in (None, LLAMA3_ORIGINAL_CONTEXT) and scaling.factor == LLAMA3_FACTOR
+
+
+def _fixed(scaling: Any) -> bool:
+    """The YaRN settings Megatron-LM cannot set are MLATransformerConfig's (or not given)."""
+    return all(getattr(scaling, k) in (None, v) for k, v in MLA_YARN_FIXED.items())
 
 
 def _schedule(model: Any) -> dict[str, Any]:
