@@ -11,10 +11,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parplan_gen.inputs.errors import shown_value
+from parplan_gen.inputs.source import parse_document
 from parplan_gen.models.hf_reader import ConfigReader
 from parplan_gen.models.training_settings import RopeScaling, TrainingSettings
 
@@ -45,7 +45,7 @@ class TrainingKeys(BaseModel):
 @cache
 def training_keys() -> TrainingKeys:
     text = resources.files("parplan_gen").joinpath("data", DATA_FILE).read_text(encoding="utf-8")
-    return TrainingKeys.model_validate(yaml.safe_load(text))
+    return TrainingKeys.model_validate(parse_document(text, f"parplan_gen/data/{DATA_FILE}").data)
 
 
 def training_settings(r: ConfigReader, *, rope: bool, moe: bool) -> TrainingSettings:

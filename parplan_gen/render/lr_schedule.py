@@ -10,8 +10,9 @@ from functools import cache
 from importlib import resources
 from itertools import pairwise
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from parplan_gen.inputs.source import parse_document
 
 DATA_FILE = "lr_schedule.yaml"
 
@@ -57,7 +58,7 @@ class Schedule(BaseModel):
 @cache
 def schedule_rule() -> ScheduleRule:
     text = resources.files("parplan_gen").joinpath("data", DATA_FILE).read_text(encoding="utf-8")
-    return ScheduleRule.model_validate(yaml.safe_load(text))
+    return ScheduleRule.model_validate(parse_document(text, f"parplan_gen/data/{DATA_FILE}").data)
 
 
 def peak_lr(params: float, rule: ScheduleRule) -> float:
