@@ -15,10 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from parplan_gen.cost.layout import Layout
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.hf_config import spec_from_hf_dict
 from parplan_gen.models.presets import load_preset
 from parplan_gen.render.lr_schedule import peak_lr, schedule, schedule_rule
+from parplan_gen.render.training_facts import training_facts
 
 import consumer_megatron
 from consumer_support import consumer
@@ -79,6 +81,20 @@ def test_absent_keys_take_the_config_class_defaults() -> None:
     assert gpt2.rope_theta is None  # learned positions: no RoPE
 
 
+def test_gpt_neox_rope_base_is_rotary_emb_base() -> None:
+    # GPTNeoXConfig (transformers 4) names the RoPE base rotary_emb_base
+    neox = {
+        "model_type": "gpt_neox",
+        "hidden_size": 64,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 2,
+        "vocab_size": 100,
+        "intermediate_size": 256,
+    }
+    assert spec_from_hf_dict(neox | {"rotary_emb_base": 25000}).training.rope_theta == 25000.0
+    assert spec_from_hf_dict(neox).training.rope_theta == 10000.0
+
+
 def test_transformers_5_rope_parameters_are_read() -> None:
     config = LLAMA | {
         "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}
@@ -112,6 +128,30 @@ def _deepseek_config() -> dict[str, Any]:
         "first_k_dense_replace": 1,
         "vocab_size": 100,
     }
+
+
+def _layout(cp: int = 1, ep: int = 1) -> Layout:
+    return Layout(
+        dp=8, tp=1, pp=1, cp=cp, ep=ep, global_batch=64, mbs=1, grad_accum=8, seq_len=4096
+    )
+
+
+def test_gpt_neox_20b_rotates_a_quarter_of_each_head() -> None:
+    # GPTNeoXConfig rotary_pct 0.25, rotary_emb_base 10000, hidden_dropout 0.0; 20.6B parameters:
+    # 1.0e-4 * (0.6e-4 / 1.0e-4) ** (ln(20.6 / 13) / ln(175 / 13)) = 9.14e-5
+    f = training_facts(load_preset("gpt-neox-20b"), _layout())
+    assert (f["megatron.rotary_percent"], f["megatron.rotary_base"]) == (0.25, 10000)
+    assert f["megatron.hidden_dropout"] == 0.0
+    assert float(f["train.lr"]) == pytest.approx(9.14e-5, rel=2e-3)
+
+
+def test_multi_token_prediction_is_left_out_with_context_parallelism() -> None:
+    # Megatron-LM validate_args: "Multi-Token Prediction (MTP) is not supported with Context
+    # Parallelism"
+    f = training_facts(load_preset("deepseek-v3"), _layout(cp=2, ep=8))
+    assert (f["megatron.mtp_layers"], f["megatron.mtp_with_cp"]) == (None, True)
+    f = training_facts(load_preset("deepseek-v3"), _layout(ep=8))
+    assert (f["megatron.mtp_layers"], f["megatron.mtp_unpriced"]) == (1, True)
 
 
 # ---- the LR rule ------------------------------------------------------------------------------

@@ -55,11 +55,15 @@ def training_settings(r: ConfigReader, *, rope: bool, moe: bool) -> TrainingSett
     family = table.families.get(r.model_type, {})
     values = {name: _value(r, setting) for name, setting in family.items()}
     values.pop("rope_theta", None)
+    if not rope:
+        values.pop("rope_fraction", None)
     if not moe:
         values = {k: v for k, v in values.items() if k in _DENSE}
     if rope:
-        default = family["rope_theta"].default if "rope_theta" in family else None
-        values["rope_theta"] = _rope_theta(r, default or table.rope_theta_default)
+        own = family.get("rope_theta", Setting())
+        keys = tuple(dict.fromkeys(("rope_theta", *own.keys)))
+        default = own.default if isinstance(own.default, float) else table.rope_theta_default
+        values["rope_theta"] = _rope_theta(r, keys, default)
         values["rope_scaling"] = _rope_scaling(r)
     try:
         return TrainingSettings.model_validate(values)
@@ -69,7 +73,7 @@ def training_settings(r: ConfigReader, *, rope: bool, moe: bool) -> TrainingSett
         raise r.fail(None, f"training setting {key}: {detail['msg']}") from None
 
 
-_DENSE = frozenset({"norm_eps", "attention_dropout", "hidden_dropout"})
+_DENSE = frozenset({"norm_eps", "attention_dropout", "hidden_dropout", "rope_fraction"})
 
 
 def _value(r: ConfigReader, setting: Setting) -> Scalar:
@@ -85,9 +89,10 @@ def _value(r: ConfigReader, setting: Setting) -> Scalar:
     return setting.default
 
 
-def _rope_theta(r: ConfigReader, default: float) -> float:
-    params = r.data.get("rope_parameters")
-    for where, value in (("rope_theta", r.data.get("rope_theta")), ("rope_parameters", params)):
+def _rope_theta(r: ConfigReader, keys: tuple[str, ...], default: float) -> float:
+    """The first of `keys` present, else `rope_parameters.rope_theta`, else `default`."""
+    found = [(key, r.data.get(key)) for key in keys]
+    for where, value in (*found, ("rope_parameters", r.data.get("rope_parameters"))):
         if isinstance(value, dict):
             value = value.get("rope_theta")
         if value is None:

@@ -41,6 +41,9 @@ class TrainingSettings(BaseModel):
 
     rope_theta: float | None = Field(default=None, gt=0, description="RoPE base (None: no RoPE).")
     rope_scaling: RopeScaling | None = Field(default=None, description="RoPE rescaling, if any.")
+    rope_fraction: float | None = Field(
+        default=None, gt=0, le=1, description="Share of each head's width rotated (GPT-NeoX)."
+    )
     norm_eps: float | None = Field(default=None, gt=0, lt=1, description="Norm epsilon.")
     attention_dropout: float | None = Field(
         default=None, ge=0, lt=MAX_RATE, description="Dropout on attention probabilities."

@@ -36,6 +36,7 @@ GIGA = 1e9
 
 FACT_NAMES = (
     "megatron.rotary_base",
+    "megatron.rotary_percent",
     "megatron.rope_scaling",
     "megatron.rope_scaling_factor",
     "megatron.rope_scaling_other",
@@ -84,6 +85,7 @@ def _model_settings(model: Any, layout: Layout) -> dict[str, Any]:
     mtp = t.mtp_layers if t.mtp_layers and layout.cp == 1 else None
     return {
         "megatron.rotary_base": int(theta) if theta is not None else None,
+        "megatron.rotary_percent": t.rope_fraction if t.rope_fraction not in (None, 1.0) else None,
         "megatron.rope_scaling": llama3,
         "megatron.rope_scaling_factor": scaling.factor if llama3 and scaling else None,
         "megatron.rope_scaling_other": None if scaling is None or llama3 or yarn else scaling.kind,
