@@ -36,19 +36,23 @@ RENAMED = {
     "decoder_first_pipeline_num_layers": "num_layers_in_first_pipeline_stage",
     "decoder_last_pipeline_num_layers": "num_layers_in_last_pipeline_stage",
     "fp8_format": "fp8",
+    "norm_epsilon": "layernorm_epsilon",  # TransformerConfig: arg_names ["--norm-epsilon"]
 }
 NEGATED = {  # store_false switches in arguments.py
     "disable_bias_linear": "add_bias_linear",
     "no_gradient_accumulation_fusion": "gradient_accumulation_fusion",
 }
 # Arguments no Megatron-Core config takes: Megatron-LM's training loop, data pipeline, GPTModel
-# builder or validate_args read them (megatron/training/arguments.py, pretrain_gpt.py).
+# builder or validate_args read them (megatron/training/arguments.py, pretrain_gpt.py): the RoPE
+# base, rotated share and scaling are GPTModel's constructor arguments (pretrain_gpt.py model_provider), the LR
+# decay style and warmup the scheduler's (training.py get_optimizer_param_scheduler).
 TRAINING_ONLY = frozenset(
     """seq_length max_position_embeddings position_embedding_type untie_embeddings_and_output_
     weights swiglu squared_relu group_query_attention multi_latent_attention num_layers_per_
     virtual_pipeline_stage num_virtual_stages_per_pipeline_rank micro_batch_size global_batch_
     size train_iters log_interval eval_interval eval_iters data_path split tokenizer_type
-    tokenizer_model mock_data vocab_size save load save_interval ckpt_format""".replace(
+    tokenizer_model mock_data vocab_size save load save_interval ckpt_format rotary_base rotary_
+    percent use_rope_scaling rope_scaling_factor lr_decay_style lr_warmup_fraction""".replace(
         "_\n    ", "_"
     ).split()
 )
@@ -112,6 +116,8 @@ def _convert(name: str, raw: str | bool, hint: Any) -> Any:
                 return kind(raw)
             except ValueError:
                 continue
+    if str in options:  # e.g. --moe-router-load-balancing-type: str or a list of them
+        return raw
     if any(typing.get_origin(o) in (list, typing.List) for o in options):  # noqa: UP006
         return _pattern(raw)
     return raw
@@ -177,7 +183,7 @@ def _derived(args: dict[str, Any], torch: Any) -> dict[str, Any]:
 _TORCHRUN = frozenset({"nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "rdzv_id"})
 _SWITCHES = frozenset(
     {"swiglu", "squared_relu", "group_query_attention", "multi_latent_attention", "mock_data"}
-    | {"untie_embeddings_and_output_weights", *NEGATED}
+    | {"untie_embeddings_and_output_weights", "use_rope_scaling", *NEGATED}
 )
 
 

@@ -22,6 +22,7 @@ from parplan_gen.inputs.errors import did_you_mean, shown_value
 from parplan_gen.inputs.safe_text import name_from_path
 from parplan_gen.inputs.source import Document, KeyPath, load_document
 from parplan_gen.models.hf_reader import ConfigReader
+from parplan_gen.models.hf_training import training_settings
 from parplan_gen.models.transformer import ModelSpec
 
 Spec = dict[str, Any]
@@ -310,6 +311,8 @@ def spec_from_hf_dict(
             f"unknown model_type {shown_value(model_type)}{hint} (supported: {', '.join(READERS)})",
         )
     fields = reader(r)
+    rope, moe = fields["position_embedding"] == "rope", bool(fields.get("num_experts"))
+    fields["training"] = training_settings(r, rope=rope, moe=moe)
     title = name or (data["_name_or_path"] if isinstance(data.get("_name_or_path"), str) else "")
     try:
         return ModelSpec(name=title or model_type, model_type=model_type, **fields)

@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from parplan_gen.models.kind import TransformerKind
+from parplan_gen.models.training_settings import TrainingSettings
 from parplan_gen.models.transformer_activations import ActivationBytes
 from parplan_gen.models.transformer_flops import FlopCounts
 
@@ -148,6 +149,11 @@ class ModelSpec(TransformerKind, FlopCounts, ActivationBytes, BaseModel):
         default=0, ge=0, le=MAX_WIDTH, description="MLA per-head q/k RoPE width."
     )
     v_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA per-head value width.")
+    training: TrainingSettings = Field(
+        default_factory=TrainingSettings,
+        description="How the config says the model was trained (RoPE base, norm epsilon, "
+        "dropout, router): passed to the backends, not priced.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

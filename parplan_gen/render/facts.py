@@ -29,6 +29,7 @@ from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping_schema import MappingFile
 from parplan_gen.render.torchtitan_facts import torchtitan_facts
+from parplan_gen.render.training_facts import training_facts
 from parplan_gen.rules.engine import Proposal
 from parplan_gen.rules.ruleset import builtin_formula
 
@@ -72,6 +73,7 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= _megatron_facts(doc.model, layout, doc.cluster, mapping, out, fsdp=fsdp)
     out |= _deepspeed_facts(layout)
     out |= torchtitan_facts(doc.model, layout, mapping)
+    out |= training_facts(doc.model, layout)
     out |= {
         "deepspeed.hf_trainer": hf_trainer,
     }

@@ -11,23 +11,34 @@ flags give them. Every user-given word passes `shell_quote.name_word` / `directi
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.launch_site import LaunchSettings
 from parplan_gen.inputs.safe_text import safe_name
 from parplan_gen.planning.document import PlanDocument
+from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping import LoadedMapping, notes
-from parplan_gen.render.mapping_schema import EnvDefault, SlurmMapping
+from parplan_gen.render.mapping_schema import ENV_DEFAULT, EnvDefault, SlurmMapping
 from parplan_gen.render.shell_quote import directive, name_word
 
 JOB_PREFIX = "parplan-"  # the SLURM job and rendezvous id: parplan-<model name>
 PLACEHOLDER_HOST = "node-{index}"  # a hostfile line when the cluster file names no nodes
 
 
-def env_var(entry: EnvDefault) -> dict[str, Any]:
-    """An environment variable with its shell expansion, `${NAME:-default}`."""
-    return {**entry.model_dump(), "expansion": f"${{{entry.name}:-{entry.default}}}"}
+def env_var(entry: EnvDefault, facts: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """An environment variable with its shell expansion, `${NAME:-default}`; a `key` default
+    is that fact's value in `facts`."""
+    default = entry.default
+    if entry.key is not None:
+        value = None if facts is None else facts.get(entry.key)
+        if value is None or not re.fullmatch(ENV_DEFAULT, str(value)):
+            raise RenderError(f"{entry.name}: its default {entry.key} is {value!r}")
+        default = str(value)
+    shown = entry.model_dump() | {"default": default}
+    return {**shown, "expansion": f"${{{entry.name}:-{default}}}"}
 
 
 def launch_context(

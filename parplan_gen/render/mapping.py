@@ -44,7 +44,7 @@ NOT_RENDERED = "not rendered"  # a proposal setting the mapping does not place
 HF_AUTO = (
     "auto"  # what the Hugging Face Trainer fills in itself (transformers.integrations.deepspeed)
 )
-_PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z_.]+)\}")
+_PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z0-9_.]+)\}")
 
 
 @dataclass(frozen=True)

@@ -60,13 +60,23 @@ class ArgGroup(_Strict):
     args: list[MegatronArg]
 
 
+ENV_DEFAULT = r"^[A-Za-z0-9_.,:+-]+$"  # a default safe in ${NAME:-default}
+
+
 class EnvDefault(_Strict):
     """An environment variable the script reads, with its default."""
 
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     flag: str | None = Field(None, pattern=r"^--[a-z0-9][a-z0-9-]*$")
-    default: str = Field(pattern=r"^[A-Za-z0-9_.,:+-]+$")
+    default: str | None = Field(None, pattern=ENV_DEFAULT)
+    key: str | None = Field(None, description="A fact whose value is the default (plan's own).")
     doc: str
+
+    @model_validator(mode="after")
+    def _one_default(self) -> EnvDefault:
+        if (self.default is None) == (self.key is None):
+            raise ValueError(f"{self.name}: give exactly one of `default` and `key`")
+        return self
 
 
 class Note(_Strict):

@@ -263,7 +263,7 @@ def _megatron_context(
         "version": version,
         "script": meg.script,
         "groups": megatron_groups(mapping, version, values),
-        "run_env": [env_var(e) for e in meg.run_env],
+        "run_env": [env_var(e, values) for e in meg.run_env],
         "data_env": {k: env_var(e) for k, e in meg.data_env.items()},
         "one_cuda_connection": values["megatron.one_cuda_connection"],
         "fsdp": values["megatron.fsdp"],

@@ -17,15 +17,18 @@
 #   SAVE_INTERVAL     steps between checkpoints (with CKPT_DIR) (default 1000)
 #   MASTER_PORT       torchrun rendezvous port (default 29500)
 #   TRAIN_ITERS       optimizer steps (default: a smoke run) (default 100)
-#   LR                peak learning rate (default 3.0e-4)
-#   MIN_LR            final learning rate (default 3.0e-5)
+#   LR                peak learning rate (default 1.14e-04)
+#   MIN_LR            final learning rate (default 1.14e-05)
 #   LOG_INTERVAL      steps between log lines (default 10)
 #   EVAL_INTERVAL     steps between evaluations (default 1000)
 #   EVAL_ITERS        batches per evaluation (default 10)
 #
 # Notes:
-#   - set --rotary-base to the model's RoPE theta (plan.json does not record it; Megatron-LM's
-#     default is 10000).
+#   - optimizer schedule (a model config does not give one; parplan_gen/data/lr_schedule.yaml):
+#     peak LR 1.14e-04 for 8.03B parameters (per token) interpolated in log-log in GPT-3's Table
+#     2.1 (Brown et al. 2020), min LR 1.14e-05 (10 %), cosine decay after a linear warmup of
+#     0.001442 of it (375M of 260B tokens), weight decay 0.1, Adam betas 0.9/0.95 and eps 1e-08:
+#     GPT-3 Appendix B. LR and MIN_LR override the rates.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -54,6 +57,10 @@ MODEL_ARGS=(
     --swiglu
     --untie-embeddings-and-output-weights
     --disable-bias-linear
+    --rotary-base 500000
+    --norm-epsilon 1e-05
+    --attention-dropout 0.0
+    --hidden-dropout 0.0
 )
 
 # mixture of experts
@@ -79,13 +86,19 @@ TRAINING_ARGS=(
     --recompute-granularity selective
     --bf16
     --clip-grad 1.0
+    --lr-decay-style cosine
+    --lr-warmup-fraction 0.001442
+    --weight-decay 0.1
+    --adam-beta1 0.9
+    --adam-beta2 0.95
+    --adam-eps 1e-08
 )
 
 # run length and logging
 RUN_ARGS=(
     --train-iters "${TRAIN_ITERS:-100}"
-    --lr "${LR:-3.0e-4}"
-    --min-lr "${MIN_LR:-3.0e-5}"
+    --lr "${LR:-1.14e-04}"
+    --min-lr "${MIN_LR:-1.14e-05}"
     --log-interval "${LOG_INTERVAL:-10}"
     --eval-interval "${EVAL_INTERVAL:-1000}"
     --eval-iters "${EVAL_ITERS:-10}"

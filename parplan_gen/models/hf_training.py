@@ -1,0 +1,122 @@
+"""Read a config.json's training settings (`TrainingSettings`) with the keys and defaults of
+parplan_gen/data/hf_training.yaml: per model_type, which keys hold the norm epsilon, the dropout
+rates and the MoE router settings, and the config class's default when a key is absent. RoPE is
+read the same way for every family: `rope_theta` (transformers 4) or `rope_parameters`
+(transformers 5), and `rope_scaling` / `rope_parameters` with a `rope_type` other than default.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from parplan_gen.inputs.errors import shown_value
+from parplan_gen.inputs.source import parse_document
+from parplan_gen.models.hf_reader import ConfigReader
+from parplan_gen.models.training_settings import RopeScaling, TrainingSettings
+
+DATA_FILE = "hf_training.yaml"
+Scalar = float | int | bool | str | None
+
+
+class Setting(BaseModel):
+    """One setting of a family: the first of `keys` present, else `default`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    keys: tuple[str, ...] = ()
+    default: Scalar = None
+    true_when: str | None = Field(default=None, description="A string key that means True.")
+
+
+class TrainingKeys(BaseModel):
+    """parplan_gen/data/hf_training.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    rope_theta_default: float = Field(gt=0)
+    families: dict[str, dict[str, Setting]]
+
+
+@cache
+def training_keys() -> TrainingKeys:
+    text = resources.files("parplan_gen").joinpath("data", DATA_FILE).read_text(encoding="utf-8")
+    return TrainingKeys.model_validate(parse_document(text, f"parplan_gen/data/{DATA_FILE}").data)
+
+
+def training_settings(r: ConfigReader, *, rope: bool, moe: bool) -> TrainingSettings:
+    """The training settings of the config `r` reads (`rope`: the model uses RoPE; `moe`: it
+    routes tokens to experts, else the router settings stay unset)."""
+    table = training_keys()
+    family = table.families.get(r.model_type, {})
+    values = {name: _value(r, setting) for name, setting in family.items()}
+    values.pop("rope_theta", None)
+    if not rope:
+        values.pop("rope_fraction", None)
+    if not moe:
+        values = {k: v for k, v in values.items() if k in _DENSE}
+    if rope:
+        own = family.get("rope_theta", Setting())
+        keys = tuple(dict.fromkeys(("rope_theta", *own.keys)))
+        default = own.default if isinstance(own.default, float) else table.rope_theta_default
+        values["rope_theta"] = _rope_theta(r, keys, default)
+        values["rope_scaling"] = _rope_scaling(r)
+    try:
+        return TrainingSettings.model_validate(values)
+    except ValidationError as exc:
+        detail = exc.errors(include_url=False)[0]
+        key = str(detail["loc"][0])
+        raise r.fail(None, f"training setting {key}: {detail['msg']}") from None
+
+
+_DENSE = frozenset({"norm_eps", "attention_dropout", "hidden_dropout", "rope_fraction"})
+
+
+def _value(r: ConfigReader, setting: Setting) -> Scalar:
+    for key in setting.keys:
+        value = r.data.get(key)
+        if value is None:
+            continue
+        if setting.true_when is not None:
+            return value == setting.true_when
+        if isinstance(setting.default, bool) and not isinstance(value, bool):
+            raise r.fail(key, f"'{key}' must be true or false, not {shown_value(value)}")
+        return value
+    return setting.default
+
+
+def _rope_theta(r: ConfigReader, keys: tuple[str, ...], default: float) -> float:
+    """The first of `keys` present, else `rope_parameters.rope_theta`, else `default`."""
+    found = [(key, r.data.get(key)) for key in keys]
+    for where, value in (*found, ("rope_parameters", r.data.get("rope_parameters"))):
+        if isinstance(value, dict):
+            value = value.get("rope_theta")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise r.fail(where, f"rope_theta must be a positive number, not {shown_value(value)}")
+        return float(value)
+    return default
+
+
+def _rope_scaling(r: ConfigReader) -> RopeScaling | None:
+    for key in ("rope_scaling", "rope_parameters"):
+        raw: Any = r.data.get(key)
+        if raw is None:
+            continue
+        if not isinstance(raw, dict):
+            raise r.fail(key, f"'{key}' must be a mapping, not {shown_value(raw)}")
+        kind = raw.get("rope_type", raw.get("type", "default"))
+        if kind == "default":
+            return None
+        fields = {k: raw.get(k) for k in RopeScaling.model_fields if k != "kind"}
+        try:
+            return RopeScaling.model_validate({"kind": kind} | fields)
+        except ValidationError as exc:
+            detail = exc.errors(include_url=False)[0]
+            raise r.fail(key, f"{detail['loc'][0]}: {detail['msg']}") from None
+    return None

@@ -1,0 +1,136 @@
+"""The model's own training settings and the optimizer schedule as canonical facts (render/facts.py
+calls `training_facts`): megatron.* spellings of the config's RoPE base and scaling, norm
+epsilon, dropout, router and multi-token prediction (models/training_settings.py, read from the
+config with parplan_gen/data/hf_training.yaml), and train.* for the schedule
+(render/lr_schedule.py, GPT-3's Table 2.1 and Appendix B). Megatron-LM's own rules, each from
+megatron/training/arguments.py (core_r0.13.0 and core_v0.16.1):
+- --rotary-base is an int;
+- --use-rope-scaling is Llama 3.1's scaling, with low/high frequency factors 1 and 4 and an
+  original context of 8192 fixed (core/models/common/embeddings/rotary_pos_embedding.py
+  _apply_scaling), and factor 8: pretrain_gpt.py (gpt_builders.py in core_v0.16.1) passes
+  GPTModel no --rope-scaling-factor, whose default is 8.0 (core/models/gpt/gpt_model.py). Only
+  a config with those is spelled so; any other scaling is a note;
+- an MLA model takes YaRN by default (MLATransformerConfig rope_type "yarn", with
+  original_max_position_embeddings 4096, beta_fast 32 and beta_slow 1, which have no flag), but
+  arguments.py's own defaults --rotary-scaling-factor 1.0 and --mscale-all-dim 1.0 replace the
+  config class's factor: a YaRN config with those three is spelled --rotary-scaling-factor,
+  --mscale and --mscale-all-dim, any other is a note;
+- validate_args refuses multi-token prediction with context parallelism;
+- TransformerConfig accepts --moe-router-enable-expert-bias only with the sigmoid score.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parplan_gen.cost.layout import Layout
+from parplan_gen.models.kind import TrainedModel
+from parplan_gen.render.lr_schedule import schedule
+
+LLAMA3_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}  # _apply_scaling defaults
+LLAMA3_ORIGINAL_CONTEXT = 8192  # _apply_scaling original_max_position_embeddings
+LLAMA3_FACTOR = 8.0  # GPTModel's rope_scaling_factor default, the one pretrain_gpt.py leaves
+# MLATransformerConfig's YaRN settings that no argument sets (core_r0.13.0 and core_v0.16.1)
+MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+GIGA = 1e9
+
+FACT_NAMES = (
+    "megatron.rotary_base",
+    "megatron.rotary_percent",
+    "megatron.rope_scaling",
+    "megatron.rope_scaling_factor",
+    "megatron.rope_scaling_other",
+    "megatron.yarn_factor",
+    "megatron.yarn_mscale",
+    "megatron.yarn_mscale_all_dim",
+    "megatron.norm_epsilon",
+    "megatron.attention_dropout",
+    "megatron.hidden_dropout",
+    "megatron.router_score",
+    "megatron.expert_bias",
+    "megatron.aux_loss_coeff",
+    "megatron.aux_loss_unsaid",
+    "megatron.load_balancing",
+    "megatron.topk_scale",
+    "megatron.router_groups",
+    "megatron.router_group_topk",
+    "megatron.mtp_layers",
+    "megatron.mtp_unpriced",
+    "megatron.mtp_with_cp",
+    "train.lr",
+    "train.min_lr",
+    "train.lr_warmup_fraction",
+    "train.lr_decay_style",
+    "train.weight_decay",
+    "train.adam_beta1",
+    "train.adam_beta2",
+    "train.adam_eps",
+    "train.lr_params_b",
+)
+
+
+def training_facts(model: TrainedModel, layout: Layout) -> dict[str, Any]:
+    """The keys of FACT_NAMES for a transformer (every one None for an op-graph model)."""
+    if model.kind != "transformer":
+        return dict.fromkeys(FACT_NAMES)
+    return _model_settings(model, layout) | _schedule(model)
+
+
+def _model_settings(model: Any, layout: Layout) -> dict[str, Any]:
+    t, moe = model.training, model.is_moe
+    scaling = t.rope_scaling
+    llama3 = scaling is not None and scaling.kind == "llama3" and _megatron_llama3(scaling)
+    yarn = scaling is not None and model.uses_mla and scaling.kind == "yarn" and _fixed(scaling)
+    theta = t.rope_theta
+    mtp = t.mtp_layers if t.mtp_layers and layout.cp == 1 else None
+    return {
+        "megatron.rotary_base": int(theta) if theta is not None else None,
+        "megatron.rotary_percent": t.rope_fraction if t.rope_fraction not in (None, 1.0) else None,
+        "megatron.rope_scaling": llama3,
+        "megatron.rope_scaling_factor": scaling.factor if llama3 and scaling else None,
+        "megatron.rope_scaling_other": None if scaling is None or llama3 or yarn else scaling.kind,
+        "megatron.yarn_factor": scaling.factor if yarn and scaling else None,
+        "megatron.yarn_mscale": scaling.mscale if yarn and scaling else None,
+        "megatron.yarn_mscale_all_dim": scaling.mscale_all_dim if yarn and scaling else None,
+        "megatron.norm_epsilon": t.norm_eps,
+        "megatron.attention_dropout": t.attention_dropout,
+        "megatron.hidden_dropout": t.hidden_dropout,
+        "megatron.router_score": t.router_score if moe else None,
+        "megatron.expert_bias": moe and t.expert_bias and t.router_score == "sigmoid",
+        "megatron.aux_loss_coeff": t.aux_loss_coeff if moe else None,
+        "megatron.aux_loss_unsaid": moe and t.aux_loss_coeff is None,
+        "megatron.load_balancing": "seq_aux_loss" if moe and t.seq_aux else None,
+        "megatron.topk_scale": t.topk_scale if moe else None,
+        "megatron.router_groups": t.router_groups if moe and t.router_group_topk else None,
+        "megatron.router_group_topk": t.router_group_topk if moe and t.router_groups else None,
+        "megatron.mtp_layers": mtp,
+        "megatron.mtp_unpriced": mtp is not None,
+        "megatron.mtp_with_cp": bool(t.mtp_layers) and layout.cp > 1,
+    }
+
+
+def _megatron_llama3(scaling: Any) -> bool:
+    fixed = all(getattr(scaling, k) in (None, v) for k, v in LLAMA3_SCALING.items())
+    original = scaling.original_max_position_embeddings
+    return fixed and original in (None, LLAMA3_ORIGINAL_CONTEXT) and scaling.factor == LLAMA3_FACTOR
+
+
+def _fixed(scaling: Any) -> bool:
+    """The YaRN settings Megatron-LM cannot set are MLATransformerConfig's (or not given)."""
+    return all(getattr(scaling, k) in (None, v) for k, v in MLA_YARN_FIXED.items())
+
+
+def _schedule(model: Any) -> dict[str, Any]:
+    params = model.active_params() if model.is_moe else model.total_params()
+    s = schedule(params)
+    return {
+        "train.lr": f"{s.lr:.2e}",
+        "train.min_lr": f"{s.min_lr:.2e}",
+        "train.lr_warmup_fraction": round(s.warmup_fraction, 6),
+        "train.lr_decay_style": s.rule.decay_style,
+        "train.weight_decay": s.rule.weight_decay,
+        "train.adam_beta1": s.rule.adam_beta1,
+        "train.adam_beta2": s.rule.adam_beta2,
+        "train.adam_eps": s.rule.adam_eps,
+        "train.lr_params_b": f"{params / GIGA:.2f}",
+    }

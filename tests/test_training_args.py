@@ -1,0 +1,242 @@
+"""Training arguments true to the model (issue 14 item 4): the config's RoPE base and scaling,
+norm epsilon, dropout, MoE router and multi-token prediction, and the optimizer schedule of
+GPT-3's Table 2.1 / Appendix B, as the rendered megatron_args.sh gives them to Megatron-Core.
+
+Every expected value is worked from the model's config.json (presets under
+parplan_gen/data/models/, or the transformers config class default when a key is absent) or
+from GPT-3's Table 2.1, not read from our output."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parplan_gen.cost.layout import Layout
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.models.hf_config import spec_from_hf_dict
+from parplan_gen.models.presets import load_preset
+from parplan_gen.render.lr_schedule import peak_lr, schedule, schedule_rule
+from parplan_gen.render.training_facts import training_facts
+
+import consumer_megatron
+from consumer_support import consumer
+
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 8,
+    "num_hidden_layers": 2,
+    "vocab_size": 100,
+    "intermediate_size": 160,
+}
+GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_head": 8, "n_layer": 2, "vocab_size": 100}
+
+
+# ---- reading the config -----------------------------------------------------------------------
+
+
+def test_llama_3_8b_preset_settings_are_its_config_json() -> None:
+    # Meta-Llama-3-8B config.json: rope_theta 500000.0, rms_norm_eps 1e-05, attention_dropout 0.0
+    t = load_preset("llama-3-8b").training
+    assert (t.rope_theta, t.norm_eps, t.rope_scaling) == (500000.0, 1e-5, None)
+    assert (t.attention_dropout, t.hidden_dropout) == (0.0, 0.0)
+    assert t.router_score is None and t.mtp_layers == 0
+
+
+def test_llama_3_1_405b_has_llama3_rope_scaling() -> None:
+    scaling = load_preset("llama-3-405b").training.rope_scaling
+    assert scaling is not None
+    assert (scaling.kind, scaling.factor, scaling.original_max_position_embeddings) == (
+        "llama3",
+        8.0,
+        8192,
+    )
+
+
+def test_deepseek_v3_router_and_mtp() -> None:
+    # DeepSeek-V3 config.json: scoring_func sigmoid, topk_method noaux_tc, n_group 8,
+    # topk_group 4, routed_scaling_factor 2.5, aux_loss_alpha 0.001, seq_aux true,
+    # num_nextn_predict_layers 1, rms_norm_eps 1e-06, rope_scaling yarn factor 40
+    t = load_preset("deepseek-v3").training
+    assert (t.router_score, t.expert_bias, t.mtp_layers) == ("sigmoid", True, 1)
+    assert (t.router_groups, t.router_group_topk, t.topk_scale) == (8, 4, 2.5)
+    assert (t.aux_loss_coeff, t.seq_aux, t.norm_eps) == (0.001, True, 1e-6)
+    assert t.rope_scaling is not None and (t.rope_scaling.kind, t.rope_scaling.factor) == (
+        "yarn",
+        40.0,
+    )
+
+
+def test_absent_keys_take_the_config_class_defaults() -> None:
+    # LlamaConfig: rms_norm_eps 1e-6, attention_dropout 0.0, default_theta 10000;
+    # GPT2Config: attn_pdrop 0.1, resid_pdrop 0.1, layer_norm_epsilon 1e-5, learned positions
+    llama = spec_from_hf_dict(LLAMA).training
+    assert (llama.norm_eps, llama.attention_dropout, llama.rope_theta) == (1e-6, 0.0, 10000.0)
+    gpt2 = spec_from_hf_dict(GPT2).training
+    assert (gpt2.attention_dropout, gpt2.hidden_dropout, gpt2.norm_eps) == (0.1, 0.1, 1e-5)
+    assert gpt2.rope_theta is None  # learned positions: no RoPE
+
+
+def test_gpt_neox_rope_base_is_rotary_emb_base() -> None:
+    # GPTNeoXConfig (transformers 4) names the RoPE base rotary_emb_base
+    neox = {
+        "model_type": "gpt_neox",
+        "hidden_size": 64,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 2,
+        "vocab_size": 100,
+        "intermediate_size": 256,
+    }
+    assert spec_from_hf_dict(neox | {"rotary_emb_base": 25000}).training.rope_theta == 25000.0
+    assert spec_from_hf_dict(neox).training.rope_theta == 10000.0
+
+
+def test_transformers_5_rope_parameters_are_read() -> None:
+    config = LLAMA | {
+        "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}
+    }
+    t = spec_from_hf_dict(config).training
+    assert t.rope_theta == 500000.0
+    assert t.rope_scaling is not None and t.rope_scaling.kind == "llama3"
+    plain = spec_from_hf_dict(LLAMA | {"rope_parameters": {"rope_type": "default"}}).training
+    assert plain.rope_scaling is None
+
+
+def test_a_bad_training_setting_names_its_key() -> None:
+    with pytest.raises(InputError, match="rope_theta"):
+        spec_from_hf_dict(LLAMA | {"rope_theta": "big"})
+    with pytest.raises(InputError, match="seq_aux"):
+        spec_from_hf_dict(_deepseek_config() | {"seq_aux": "yes"})
+    # a dense model has no router settings, whatever its family's table says
+    assert spec_from_hf_dict(_deepseek_config()).training.router_score == "sigmoid"
+
+
+def _deepseek_config() -> dict[str, Any]:
+    return {
+        "model_type": "deepseek_v3",
+        "num_hidden_layers": 4,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "vocab_size": 100,
+    }
+
+
+def _layout(cp: int = 1, ep: int = 1) -> Layout:
+    return Layout(
+        dp=8, tp=1, pp=1, cp=cp, ep=ep, global_batch=64, mbs=1, grad_accum=8, seq_len=4096
+    )
+
+
+def test_gpt_neox_20b_rotates_a_quarter_of_each_head() -> None:
+    # GPTNeoXConfig rotary_pct 0.25, rotary_emb_base 10000, hidden_dropout 0.0; 20.6B parameters:
+    # 1.0e-4 * (0.6e-4 / 1.0e-4) ** (ln(20.6 / 13) / ln(175 / 13)) = 9.14e-5
+    f = training_facts(load_preset("gpt-neox-20b"), _layout())
+    assert (f["megatron.rotary_percent"], f["megatron.rotary_base"]) == (0.25, 10000)
+    assert f["megatron.hidden_dropout"] == 0.0
+    assert float(f["train.lr"]) == pytest.approx(9.14e-5, rel=2e-3)
+
+
+def test_multi_token_prediction_is_left_out_with_context_parallelism() -> None:
+    # Megatron-LM validate_args: "Multi-Token Prediction (MTP) is not supported with Context
+    # Parallelism"
+    f = training_facts(load_preset("deepseek-v3"), _layout(cp=2, ep=8))
+    assert (f["megatron.mtp_layers"], f["megatron.mtp_with_cp"]) == (None, True)
+    f = training_facts(load_preset("deepseek-v3"), _layout(ep=8))
+    assert (f["megatron.mtp_layers"], f["megatron.mtp_unpriced"]) == (1, True)
+
+
+# ---- the LR rule ------------------------------------------------------------------------------
+
+
+def test_peak_lr_is_gpt3_table_2_1() -> None:
+    rule = schedule_rule()
+    # the table's own rows, and its ends outside it
+    assert peak_lr(1.3e9, rule) == pytest.approx(2.0e-4)
+    assert peak_lr(175e9, rule) == pytest.approx(0.6e-4)
+    assert peak_lr(50e6, rule) == pytest.approx(6.0e-4)
+    assert peak_lr(405e9, rule) == pytest.approx(0.6e-4)
+    # 8.03B, between 6.7B (1.2e-4) and 13B (1.0e-4), log-log:
+    # 1.2e-4 * (1.0 / 1.2) ** (ln(8.03 / 6.7) / ln(13 / 6.7)) = 1.1417e-4
+    assert peak_lr(8.03e9, rule) == pytest.approx(1.1417e-4, rel=1e-3)
+
+
+def test_schedule_is_gpt3_appendix_b() -> None:
+    s = schedule(8_030_000_000)
+    assert s.min_lr == pytest.approx(0.1 * s.lr)
+    assert s.warmup_fraction == pytest.approx(375e6 / 260e9)
+    assert (s.rule.weight_decay, s.rule.adam_beta1, s.rule.adam_beta2) == (0.1, 0.9, 0.95)
+    assert s.rule.decay_style == "cosine"
+
+
+@given(st.floats(1e6, 1e13), st.floats(1.0, 100.0))
+def test_a_bigger_model_never_gets_a_higher_peak_lr(params: float, ratio: float) -> None:
+    rule = schedule_rule()
+    small, big = peak_lr(params, rule), peak_lr(params * ratio, rule)
+    assert big <= small * (1 + 1e-12)
+    assert big >= 0.6e-4 - 1e-12 and small <= 6.0e-4 + 1e-12 and math.isfinite(big)
+
+
+# ---- what Megatron-Core reads from the rendered script ----------------------------------------
+
+# PLANNED case -> (Megatron-Core config fields, script arguments, OptimizerConfig fields),
+# worked from the configs above and GPT-3 Table 2.1.
+EXPECTED: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    "llama-3-8b-8xh100": (
+        {"layernorm_epsilon": 1e-5, "attention_dropout": 0.0, "hidden_dropout": 0.0},
+        {"rotary_base": "500000"},
+        {"lr": 1.14e-4, "min_lr": 1.14e-5, "weight_decay": 0.1, "adam_beta2": 0.95},
+    ),
+    "gpt3-175b-1024xa100": (
+        # GPT2Config attn_pdrop / resid_pdrop 0.1: the preset's config does not say otherwise
+        {"attention_dropout": 0.1, "hidden_dropout": 0.1, "layernorm_epsilon": 1e-5},
+        {},
+        {"lr": 6.0e-5, "min_lr": 6.0e-6},
+    ),
+    "deepseek-v3-1024xh100": (
+        {
+            "layernorm_epsilon": 1e-6,
+            "moe_router_score_function": "sigmoid",
+            "moe_router_enable_expert_bias": True,
+            "moe_router_load_balancing_type": "seq_aux_loss",
+            "moe_aux_loss_coeff": 0.001,
+            "moe_router_topk_scaling_factor": 2.5,
+            "moe_router_num_groups": 8,
+            "moe_router_group_topk": 4,
+            "mtp_num_layers": 1,
+            "rotary_scaling_factor": 40.0,
+            "mscale_all_dim": 1.0,
+        },
+        {"rotary_base": "10000"},
+        {},
+    ),
+    "llama-3-405b-16384xh100": (
+        {"layernorm_epsilon": 1e-5},
+        {"rotary_base": "500000", "use_rope_scaling": True, "rope_scaling_factor": "8.0"},
+        {"lr": 6.0e-5},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_megatron_core_reads_the_models_training_settings(name: str, planned) -> None:
+    consumer("megatron.core")
+    path = planned(name) / "megatron_args.sh"
+    assert path.is_file(), f"{name}: the plan runs on Megatron-LM, its script is written"
+    reading = consumer_megatron.megatron_reading(path)
+    config_fields, script_args, optimizer_fields = EXPECTED[name]
+    for field, value in config_fields.items():
+        assert getattr(reading.config, field) == pytest.approx(value), field
+    words = consumer_megatron.arguments(consumer_megatron.script_words(path), {"use_rope_scaling"})
+    for arg, value in script_args.items():
+        assert words[arg] == value, arg
+    for field, value in optimizer_fields.items():
+        assert getattr(reading.optimizer, field) == pytest.approx(value, rel=1e-2), field
