@@ -244,20 +244,18 @@ def format_report(report: Report) -> str:
 FIT_PARAMETERS_FILE = Path(__file__).resolve().parent / "fit_parameters.yaml"
 
 
-def fit_parameters(path: Path = FIT_PARAMETERS_FILE) -> dict[str, tuple[float, float]]:
-    """{formula name: (low, high)} of the constants `--fit` searches."""
+def fit_parameters(
+    path: Path = FIT_PARAMETERS_FILE,
+) -> tuple[dict[str, tuple[float, float]], dict[str, float]]:
+    """{formula name: (low, high)} of the constants `--fit` searches, and {formula name: the
+    value that applies no correction} (fit_parameters.yaml `neutral`), from one read."""
     data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-    return {name: (float(lo), float(hi)) for name, (lo, hi) in data["parameters"].items()}
+    ranges = {name: (float(lo), float(hi)) for name, (lo, hi) in data["parameters"].items()}
+    neutral = {name: float(value) for name, value in (data.get("neutral") or {}).items()}
+    return ranges, neutral
 
 
-def neutral_values(path: Path = FIT_PARAMETERS_FILE) -> dict[str, float]:
-    """{formula name: the value that applies no correction} (fit_parameters.yaml `neutral`)."""
-    data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-    return {name: float(value) for name, value in (data.get("neutral") or {}).items()}
-
-
-FIT_PARAMETERS = fit_parameters()
-NEUTRAL = neutral_values()
+FIT_PARAMETERS, NEUTRAL = fit_parameters()
 FIT_STEPS = 13  # grid points per parameter and sweep
 FIT_SWEEPS = 6  # sweeps, each on a grid narrowed around the last best value
 FIT_NARROWING = 0.35  # fraction of the previous range kept around the best value

@@ -18,6 +18,7 @@ from parplan_gen.cli.common import (
     size_type,
 )
 from parplan_gen.cli.plan import add_request_options
+from parplan_gen.inputs.defaults import ZERO_STAGES
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
@@ -40,7 +41,6 @@ LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "distributed_optimizer": ("distributed_optimizer", tuple(SWITCHES)),
     "backend": ("backend", BACKEND_NAMES),
 }
-MAX_ZERO = 3
 
 
 def add_compare_command(sub: Any) -> None:
@@ -102,7 +102,7 @@ def layout_text(text: str) -> dict[str, Any]:
 
 def _zero(value: str) -> int:
     try:
-        return whole_number(value, MAX_ZERO, minimum=0)
+        return whole_number(value, max(ZERO_STAGES), minimum=0)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"zero={value}: {exc}") from None
 

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import Layout, Precision, plan_values
+from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, plan_values
 from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
 from parplan_gen.rules.layers import figure_label
@@ -127,10 +127,6 @@ class Estimate(BaseModel):
         return self.model_dump(mode="json")
 
 
-# The 16-bit peak of a precision: FP8 training keeps some matmuls in BF16 (rules/cost/compute.yaml).
-SIXTEEN_BIT_PEAK: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
-
-
 def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
     """cluster.* values of `cluster` (the peak at `precision`)."""
     return {
@@ -141,7 +137,7 @@ def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
         "cluster.nodes": cluster.num_nodes,
         "cluster.gpu_memory": cluster.gpu.memory_bytes,
         "cluster.peak_flops": cluster.gpu.peak_flops(precision),  # type: ignore[arg-type]
-        "cluster.peak_flops_16bit": cluster.gpu.peak_flops(SIXTEEN_BIT_PEAK[precision]),
+        "cluster.peak_flops_16bit": cluster.gpu.peak_flops(SIXTEEN_BIT[precision]),
         "cluster.hbm_bandwidth": cluster.gpu.memory_bandwidth_bytes_per_s,
         "cluster.intra_bandwidth": cluster.intra_node_bytes_per_s,
         "cluster.intra_latency": cluster.intra_node_latency_s,

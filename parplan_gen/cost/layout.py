@@ -25,6 +25,9 @@ from parplan_gen.rules.vocabulary import NAMES
 
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8"]
+# The 16-bit precision of a run: an FP8 run keeps its other matmuls and its weights in BF16
+# (rules/cost/compute.yaml; Megatron --fp8-format with --bf16).
+SIXTEEN_BIT: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
 
 # GPUs of a cluster, and so any parallel size (dp, tp, pp, cp, ep, etp): ~5x the largest clusters
 # built (about 200,000 GPUs); bounds the search and the launch files.

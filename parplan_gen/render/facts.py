@@ -21,7 +21,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import Layout, plan_values
+from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, plan_values
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.load import MODEL_FACT_NAMES
 from parplan_gen.models.pipeline_split import PipelineSplit, pipeline_split
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 MEGATRON_NORM = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 MEGATRON_POSITION = {"learned": "learned_absolute", "rope": "rope", "alibi": "none"}
 MEGATRON_ACTIVATION_FLAGS = {"swiglu": "swiglu", "squared_relu": "squared_relu", "gelu": None}
-SIXTEEN_BIT = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}  # fp8 matmuls run inside bf16
 TYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element sizes of communication_data_type
 GRADIENT_BYTES = "grad_bytes"  # the cost model's gradient element size (rules/cost/memory.yaml)
 OPTIMIZER_SHARDED = "optimizer_sharded"  # the cost model's optimizer sharding (memory.yaml)
