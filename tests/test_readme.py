@@ -7,6 +7,8 @@ import json
 import re
 import shlex
 
+from parplan_gen.render.plan_files import BACKEND_FILES
+
 from conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -47,11 +49,6 @@ def test_the_quick_start_plans_and_writes_the_files(cli, tmp_path, monkeypatch):
     assert result.code == 0, result.err
     written = {p.name for p in (tmp_path / "plan").iterdir()}
     assert {"plan.json", "nccl.env", "plan.md"} <= written
-    own = {
-        "deepspeed": "ds_config.json",
-        "megatron": "megatron_args.sh",
-        "torchtitan": "torchtitan_run.sh",
-        "ddp": "launch_torchrun.sh",
-    }
     chosen = json.loads((tmp_path / "plan" / "plan.json").read_text())["chosen"]["backend"]
-    assert own[chosen["name"]] in written  # the chosen backend's file is the plan
+    own = BACKEND_FILES.get(chosen["name"], "launch_torchrun.sh")  # DDP: the launcher
+    assert own in written  # the chosen backend's file is the plan
