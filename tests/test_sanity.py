@@ -11,6 +11,14 @@ import re
 from importlib import resources
 
 import pytest
+from causal_counts import (
+    AMPERE_LARGE,
+    GPT3_2048,
+    HOPPER_MEDIUM,
+    HOPPER_SMALL,
+    LLAMA_8B_8192,
+    LLAMA_70B_8192,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -77,8 +85,14 @@ def test_size_classes(params: float, moe: bool, size: str) -> None:
         ("mfu_pct: 53.33", "mfu_pc: 53.33", "unknown key 'mfu_pc'"),
         ("gpu: b200", "gpu: h100-sxm-80gb", "h100-sxm-80gb is hopper, not blackwell"),
         ("tflops_per_gpu: 1576", "tflops_per_gpu: 5000", "above b200's peak"),
+        ("attention: full\n    attention_source: >-\n      llm-foundry", "attention: fool\n    "
+         "attention_source: >-\n      llm-foundry", "'full' or 'causal'"),
+        ("    shape: {params_b: 64.86, layers: 80, attention_width: 8192, seq_len: 2048}\n", "",
+         "needs the run's shape"),
+        ("attention: causal\n", "attention: causal\n    shape: {params_b: 8, layers: 32, "
+         "attention_width: 4096, seq_len: 8192}\n", "shape is only read for attention: full"),
     ],
-)
+)  # fmt: skip
 def test_a_bad_entry_is_a_file_line_error(old: str, new: str, expected: str) -> None:
     at = TEXT.index(old)
     bad = TEXT[:at] + new + TEXT[at + len(old) :]
@@ -151,19 +165,35 @@ def _estimate(model: str, gpu: str, gpus: int, mfu: float, **layout: object) -> 
     return found.estimate.model_copy(update={"throughput": th})
 
 
+def test_bests_on_the_causal_count() -> None:
+    best = load_published().best
+    assert pytest.approx(0.467593, abs=1e-6) == HOPPER_SMALL  # 49 % x 0.95427
+    assert best[("hopper", "dense-small", "bf16")].causal_mfu == pytest.approx(HOPPER_SMALL)
+    assert best[("hopper", "dense-medium", "bf16")].causal_mfu == pytest.approx(HOPPER_MEDIUM)
+    assert best[("ampere", "dense-large", "bf16")].causal_mfu == pytest.approx(AMPERE_LARGE)
+    # Megatron-Bridge / Megatron core_r0.12 count causal scores already: unchanged.
+    fp8 = best[("hopper", "dense-small", "fp8")]
+    assert fp8.attention == "causal" and fp8.causal_mfu == fp8.mfu == pytest.approx(800 / 1979)
+
+
 @pytest.mark.parametrize(
     ("model", "gpu", "gpus", "layout", "limit"),
     [
-        # llama-3-8b (8.03B, dense-small) on Hopper, BF16: 49 % (Megatron-Core 16B) + 5.
-        ("llama-3-8b", "h100", 8, {"global_batch": 64, "seq_len": 8192}, 0.54),
-        # llama-3-70b (70.6B, dense-medium) on Hopper, BF16: 43.92 % (MPT-30B) + 5.
-        ("llama-3-70b", "h100", 64, {"global_batch": 64, "seq_len": 8192, "tp": 8}, 0.4892),
-        # gpt3-175b (dense-large) on Ampere, BF16: 56.3 % (Korthikanti 1T) + 5.
-        ("gpt3-175b", "a100-80gb", 64, {"global_batch": 64, "tp": 8, "pp": 8}, 0.613),
-        # llama-3-8b on Hopper, FP8: 800 / 1979 (Megatron-LM Llama 3 8B FP8) + 5.
-        ("llama-3-8b", "h100", 8, {"global_batch": 64, "precision": "fp8"}, 800 / 1979 + 0.05),
+        # llama-3-8b (8.03B, dense-small) on Hopper, BF16: Megatron-Core 16B's 49 % on the causal
+        # count (46.76 %) + 5, over the plan's own causal fraction.
+        ("llama-3-8b", "h100", 8, {"global_batch": 64, "seq_len": 8192},
+         (HOPPER_SMALL + 0.05) / LLAMA_8B_8192),
+        # llama-3-70b (70.6B, dense-medium) on Hopper, BF16: MPT-30B's 43.92 % (42.93 %) + 5.
+        ("llama-3-70b", "h100", 64, {"global_batch": 64, "seq_len": 8192, "tp": 8},
+         (HOPPER_MEDIUM + 0.05) / LLAMA_70B_8192),
+        # gpt3-175b (dense-large) on Ampere, BF16: Korthikanti 1T's 56.3 % (55.93 %) + 5.
+        ("gpt3-175b", "a100-80gb", 64, {"global_batch": 64, "seq_len": 2048, "tp": 8, "pp": 8},
+         (AMPERE_LARGE + 0.05) / GPT3_2048),
+        # llama-3-8b on Hopper, FP8: 800 / 1979 (Megatron-LM Llama 3 8B FP8, causal count) + 5.
+        ("llama-3-8b", "h100", 8, {"global_batch": 64, "seq_len": 8192, "precision": "fp8"},
+         (800 / 1979 + 0.05) / LLAMA_8B_8192),
     ],
-)
+)  # fmt: skip
 def test_mfu_warning_above_best_plus_margin(
     model: str, gpu: str, gpus: int, layout: dict[str, object], limit: float
 ) -> None:
@@ -184,14 +214,16 @@ _LLAMA_8B_H100 = _estimate("llama-3-8b", "h100", 8, 0.0, global_batch=64, seq_le
 @settings(max_examples=60, deadline=None)
 @given(st.floats(min_value=0.0, max_value=1.0))
 def test_mfu_warning_exactly_above_the_limit(mfu: float) -> None:
-    # Hopper dense-small BF16: 49 % + 5 points; the warning holds exactly above 54 %.
+    # Hopper dense-small BF16 at seq 8192: (46.76 % + 5 points) / 0.88876 = 58.24 % as the plan
+    # counts it; the warning holds exactly above that.
     th = _LLAMA_8B_H100.throughput.model_copy(update={"mfu": mfu})
     estimate = _LLAMA_8B_H100.model_copy(update={"throughput": th})
     spec, cluster = load_model("llama-3-8b"), cluster_from_flags(gpus=8, gpu="h100")
     data = load_published()
-    limit = data.best[("hopper", "dense-small", "bf16")].mfu + data.margin
-    assert (mfu_warning(spec, cluster, estimate, data) is not None) == (mfu > limit)
-    assert limit == pytest.approx(0.54)
+    causal = mfu * LLAMA_8B_8192
+    limit = data.best[("hopper", "dense-small", "bf16")].causal_mfu + data.margin
+    assert (mfu_warning(spec, cluster, estimate, data) is not None) == (causal > limit)
+    assert pytest.approx(0.58238, abs=1e-5) == (HOPPER_SMALL + 0.05) / LLAMA_8B_8192
 
 
 def test_no_mfu_warning_without_a_published_run_of_the_class() -> None:
@@ -208,7 +240,9 @@ def test_moe_class_warning_names_the_run() -> None:
     warning = sanity_warnings(load_model("mixtral-8x7b"), cluster_from_flags(gpus=64, gpu="h100"),
                               estimate)  # fmt: skip
     assert warning == [
-        w for w in warning if "hopper moe BF16 run (15.5%, nemo2511_h100_gpt_oss_120b_64gpus" in w
+        w
+        for w in warning
+        if "hopper moe BF16 run (15.5% as published, causal; nemo2511_h100_gpt_oss_120b_64gpus" in w
     ]
     assert len(warning) == 1
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
@@ -22,6 +23,13 @@ from parplan_gen.inputs.validation import validate
 DATA_FILE = "published_best.yaml"
 PERCENT = 100.0
 TRAINED_PRECISIONS = ("bf16", "fp8")
+# The count of a run's `shape` (Narayanan et al. 2021, Appendix: forward 24Bsh^2 + 4Bs^2h per
+# layer): 2 FLOPs per weight per token for the matmuls (one multiply-add), 4 per key per unit of
+# attention width for QK^T and softmax(.)V; a causal mask keeps half the keys (Megatron-LM
+# core_v0.12.0 num_floating_point_operations, Dao 2023 FlashAttention-2 Sec. 4.1).
+MATMUL_FLOPS_PER_PARAM = 2
+SCORE_FLOPS_PER_KEY_WIDTH = 4
+CAUSAL_KEYS = 0.5
 
 
 class Margin(RawData):
@@ -36,11 +44,24 @@ class SizeClass(RawData):
     )
 
 
+class RunShape(RawData):
+    params_b: PositiveFloat = Field(description="Parameters, billions, as the source counts them.")
+    layers: PositiveInt
+    attention_width: PositiveInt = Field(description="Attention heads x head size.")
+    seq_len: PositiveInt
+
+
 class BestRun(RawData):
     generation: Architecture
     size_class: str = Field(alias="class")
     precision: str = Field(pattern="^(bf16|fp8)$")
     run: str = Field(min_length=1, description="The run's name in the calibration set.")
+    attention: Literal["full", "causal"] = Field(
+        description="How the source counts the s x s scores: the whole matrix or its causal half."
+    )
+    attention_source: str = Field(min_length=1)
+    shape: RunShape | None = Field(None, description="The run's model (needed for `full`).")
+    shape_source: str | None = Field(None, min_length=1)
     mfu_pct: PositiveFloat | None = Field(None, le=PERCENT, description="MFU as published.")
     tflops_per_gpu: PositiveInt | PositiveFloat | None = Field(
         None, description="Model TFLOP/s per GPU as published (MFU = it / the GPU's peak)."
@@ -63,11 +84,37 @@ class _File(RawData):
 
 @dataclass(frozen=True)
 class Best:
-    """One class's best published run: its MFU as a fraction, its run and its source."""
+    """One class's best published run: its MFU as a fraction (as published and brought to the
+    causal count of the attention scores), its run and its source."""
 
     mfu: float
+    causal_mfu: float
+    attention: str  # "full" or "causal": the published figure's count
     run: str
     source: str
+
+
+def causal_fraction(dense: float, scores: float, causal_scores: float) -> float:
+    """FLOPs with the causal half of the attention scores over FLOPs with the scores as counted
+    (`dense`: the matmuls; all three per token, any common unit). MFU x this = the MFU counted on
+    the work causal kernels do, comparable across sequence lengths and conventions."""
+    return (dense + causal_scores) / (dense + scores)
+
+
+def _causal_mfu(doc: Document, index: int, entry: BestRun, mfu: float) -> float:
+    """The entry's MFU on the causal count: as published when its source counts causal scores,
+    else converted with its `shape`."""
+    where = doc.ref(("best", index))
+    if entry.attention == "causal":
+        if entry.shape is not None:
+            raise InputError("shape is only read for attention: full", where)
+        return mfu
+    shape = entry.shape
+    if shape is None or entry.shape_source is None:
+        raise InputError("attention: full needs the run's shape and shape_source", where)
+    dense = MATMUL_FLOPS_PER_PARAM * shape.params_b * 1e9
+    scores = SCORE_FLOPS_PER_KEY_WIDTH * shape.layers * shape.attention_width * shape.seq_len
+    return mfu * causal_fraction(dense, scores, CAUSAL_KEYS * scores)
 
 
 @dataclass(frozen=True)
@@ -137,7 +184,14 @@ def load_published_text(text: str, name: str) -> Published:
         key = (entry.generation, entry.size_class, entry.precision)
         if key in best:
             raise InputError(f"a second best run for {'/'.join(key)}", doc.ref(("best", index)))
-        best[key] = Best(_mfu(doc, index, entry), entry.run, " ".join(entry.source.split()))
+        mfu = _mfu(doc, index, entry)
+        best[key] = Best(
+            mfu=mfu,
+            causal_mfu=_causal_mfu(doc, index, entry, mfu),
+            attention=entry.attention,
+            run=entry.run,
+            source=" ".join(entry.source.split()),
+        )
     return Published(
         margin=data.margin.points / PERCENT,
         margin_reason=" ".join(data.margin.reason.split()),

@@ -5,7 +5,8 @@ Three checks, each against data with its sources (`cost.published`, the shipped
   - the sequence length is beyond the model's trained context (its `max_position_embeddings`);
   - FP8 on a GPU generation or a model family that no published FP8 run covers;
   - the predicted MFU is above the best published run of the plan's class (GPU generation,
-    model-size class, precision) by more than the file's margin.
+    model-size class, precision) by more than the file's margin, both counted on the causal
+    half of the attention scores (the file's header says why).
 plan.json keeps them (`PlanDocument.warnings`); the text views of plan, estimate and check and
 plan.md show them.
 """
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.published import Published, load_published
+from parplan_gen.cost.published import Published, causal_fraction, load_published
 from parplan_gen.models.kind import TrainedModel
+from parplan_gen.models.transformer_flops import TRAIN_FLOPS_PER_FORWARD
 
 CONTEXT_FIELD = "max_position_embeddings"
 
@@ -59,25 +61,43 @@ def fp8_warnings(
     return out
 
 
+def plan_causal_mfu(model: TrainedModel, estimate: Estimate) -> float:
+    """The estimate's MFU on the causal count of the attention scores (the count the sanity
+    check compares, `cost.published.causal_fraction`): the plan's MFU counts the whole matrix
+    (rules/cost/throughput.yaml `mfu`, model.flops_per_token)."""
+    values = model.formula_values(estimate.plan.seq_len)
+    scores = float(values["model.attention_flops_per_token"])
+    causal = float(values["model.causal_attention_flops_per_token"])
+    dense = float(values["model.flops_per_token"]) / TRAIN_FLOPS_PER_FORWARD - scores
+    return estimate.throughput.mfu * causal_fraction(dense, scores, causal)
+
+
 def mfu_warning(
     model: TrainedModel, cluster: Cluster, estimate: Estimate, data: Published
 ) -> str | None:
-    """(c) The predicted MFU is above the best published run of its class plus the margin
-    (transformers only: the published runs are language-model runs)."""
+    """(c) The predicted MFU, on the causal count, is above the best published run of its class
+    on the same count plus the margin (transformers only: the published runs are language-model
+    runs)."""
     if model.kind != "transformer":
         return None
     layout = estimate.plan
     params = float(model.formula_values(layout.seq_len)["model.params"])
     generation = cluster.gpu.architecture
     best = data.best_for(generation, params, model.is_moe, layout.precision)
-    mfu = estimate.throughput.mfu
-    if best is None or mfu <= best.mfu + data.margin:
+    if best is None:
+        return None
+    causal = plan_causal_mfu(model, estimate)
+    if causal <= best.causal_mfu + data.margin:
         return None
     size = data.size_class(params, model.is_moe)
+    published = f"{best.mfu:.1%} as published" + (
+        f", {best.causal_mfu:.1%} causal" if best.attention == "full" else ", causal"
+    )
     return (
-        f"predicted MFU {mfu:.1%} is above the best published {generation} {size} "
-        f"{layout.precision.upper()} run ({best.mfu:.1%}, {best.run}: {best.source}) by more "
-        f"than {data.margin * 100:g} points: the prediction is likely optimistic"
+        f"predicted MFU {estimate.throughput.mfu:.1%} ({causal:.1%} counting the causal half of "
+        f"the attention scores) is above the best published {generation} {size} "
+        f"{layout.precision.upper()} run ({published}; {best.run}: {best.source}) by more than "
+        f"{data.margin * 100:g} points: the prediction is likely optimistic"
     )
 
 
