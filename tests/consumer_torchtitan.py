@@ -71,3 +71,19 @@ def layout_read(reading: TorchtitanReading) -> dict[str, Any]:
         "seq_len": train.seq_len,
         "recompute": recompute[type(reading.parsed.activation_checkpoint)],
     }  # fmt: skip
+
+
+def schedule_read(reading: TorchtitanReading) -> dict[str, Any]:
+    """The optimizer and LR scheduler torchtitan's parsed config holds: the first param group's
+    optimizer and kwargs (default_adamw's catch-all group) and LRSchedulersContainer.Config."""
+    group = reading.parsed.optimizer.param_groups[0]
+    sched = reading.parsed.lr_scheduler
+    return {
+        "optimizer": group.optimizer_name,
+        **{f"optimizer.{k}": v for k, v in group.optimizer_kwargs.items()},
+        "warmup_steps": sched.warmup_steps,
+        "total_steps": sched.total_steps,
+        "decay_ratio": sched.decay_ratio,
+        "decay_type": sched.decay_type,
+        "min_lr_factor": sched.min_lr_factor,
+    }
