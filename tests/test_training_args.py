@@ -137,12 +137,19 @@ def _layout(cp: int = 1, ep: int = 1) -> Layout:
 
 
 def test_gpt_neox_20b_rotates_a_quarter_of_each_head() -> None:
-    # GPTNeoXConfig rotary_pct 0.25, rotary_emb_base 10000, hidden_dropout 0.0; 20.6B parameters:
-    # 1.0e-4 * (0.6e-4 / 1.0e-4) ** (ln(20.6 / 13) / ln(175 / 13)) = 9.14e-5
+    # GPTNeoXConfig rotary_pct 0.25, rotary_emb_base 10000, hidden_dropout 0.0; its own training
+    # config (gpt-neox configs/20B.yml): lr 0.97e-4, weight-decay 0.01, in place of GPT-3's
+    # 1.0e-4 * (0.6e-4 / 1.0e-4) ** (ln(20.6 / 13) / ln(175 / 13)) = 9.14e-5 for 20.6B
     f = training_facts(load_preset("gpt-neox-20b"), _layout())
     assert (f["megatron.rotary_percent"], f["megatron.rotary_base"]) == (0.25, 10000)
     assert f["megatron.hidden_dropout"] == 0.0
-    assert float(f["train.lr"]) == pytest.approx(9.14e-5, rel=2e-3)
+    assert (f["train.lr"], f["train.min_lr"], f["train.weight_decay"]) == (
+        "9.70e-05",
+        "9.70e-06",
+        0.01,
+    )
+    assert f["train.lr_warmup_fraction"] == 0.01  # 0.01 of lr-decay-iters 150,000
+    assert schedule(20_600_000_000).lr == pytest.approx(9.14e-5, rel=2e-3)  # GPT-3's, unnamed
 
 
 def test_multi_token_prediction_is_left_out_with_context_parallelism() -> None:
@@ -271,6 +278,10 @@ def test_published_schedules_replace_gpt3s_interpolation() -> None:
     # DeepSeek-V3 report Sec. 4.2: peak 2.2e-4, cosine to 2.2e-5
     v3 = schedule(37_550_000_000, "deepseek-v3")
     assert (v3.lr, v3.min_lr, v3.decay_tokens) == (2.2e-4, 2.2e-5, 14.8e12)
+    # BLOOM's tr11-176B-ml.slurm: 6e-5 -> 6e-6 over 200M samples after 183,105 (375M tokens)
+    bloom = schedule(176_000_000_000, "bloom-176b")
+    assert (bloom.lr, bloom.min_lr, bloom.decay_tokens) == (6e-5, 6e-6, 409.6e9)
+    assert bloom.warmup_fraction == pytest.approx(183_105 / 200_000_000)
     # a model without one: GPT-3's Table 2.1 (8.03B: 1.1417e-4, see above)
     assert schedule(8_030_000_000, "my-model").published is None
     assert schedule(8_030_000_000, "my-model").lr == pytest.approx(1.1417e-4, rel=1e-3)

@@ -31,6 +31,7 @@ class Published(BaseModel):
     warmup_of_decay: tuple[float, float] | None = None
     decay_tokens: float | None = Field(None, gt=0)
     adam_eps: float | None = Field(None, gt=0, lt=1)
+    weight_decay: float | None = Field(None, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> Published:
@@ -81,6 +82,7 @@ class Schedule(BaseModel):
     warmup_fraction: float = Field(description="Warmup share of the decay (Megatron-LM).")
     decay_tokens: float = Field(description="Tokens the decay spans when no budget says.")
     adam_eps: float = Field(description="Adam epsilon.")
+    weight_decay: float = Field(description="Decoupled weight decay.")
     published: str | None = Field(description="The published schedule's source (None: GPT-3).")
     rule: ScheduleRule
 
@@ -123,6 +125,9 @@ def schedule(params: int, name: str = "") -> Schedule:
         warmup_fraction=warmup[0] / warmup[1] if warmup else rule.warmup_tokens / rule.decay_tokens,
         decay_tokens=own.decay_tokens if own and own.decay_tokens else rule.decay_tokens,
         adam_eps=own.adam_eps if own and own.adam_eps else rule.adam_eps,
+        weight_decay=own.weight_decay
+        if own and own.weight_decay is not None
+        else rule.weight_decay,
         published=own.source if own else None,
         rule=rule,
     )
