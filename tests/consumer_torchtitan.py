@@ -87,3 +87,17 @@ def schedule_read(reading: TorchtitanReading) -> dict[str, Any]:
         "decay_type": sched.decay_type,
         "min_lr_factor": sched.min_lr_factor,
     }
+
+
+def scheduled_lrs(reading: TorchtitanReading, at_steps: list[int]) -> list[float]:
+    """The learning rate torchtitan's own schedule gives at each of `at_steps`: the config's
+    OptimizersContainer built on a one-layer model (CPU) and LRSchedulersContainer.Config.build
+    on it, as trainer.py builds them; its LambdaLR's factor times the group's base lr."""
+    torch = consumer("torch")
+    parsed = reading.parsed
+    optimizers = parsed.optimizer.build(model_parts=[torch.nn.Linear(2, 2)])
+    schedulers = parsed.lr_scheduler.build(
+        optimizers=optimizers, training_steps=parsed.training.steps
+    )
+    first = schedulers.schedulers[0]
+    return [first.base_lrs[0] * first.lr_lambdas[0](step) for step in at_steps]

@@ -86,3 +86,16 @@ def test_torchtitan_reads_the_optimizer_and_lr_schedule(planned) -> None:
         "decay_type": "cosine",
         "min_lr_factor": 0.1,
     }
+
+
+def test_torchtitans_own_schedule_warms_up_and_decays_to_the_minimum(planned) -> None:
+    folder = planned("llama-3-8b-8xh100")
+    reading = consumer_torchtitan.torchtitan_reading(
+        folder / "torchtitan_run.sh", plan_of(folder)[1]
+    )
+    # components/optimizer/lr_scheduler.py linear_warmup_stable_decay: step 0 -> 1/warmup of the
+    # peak, step warmup - 1 -> the peak, step total -> min_lr_factor x the peak (89 / 61,989)
+    first, peak, end = consumer_torchtitan.scheduled_lrs(reading, [0, 88, 61989])
+    assert first == pytest.approx(3.0e-4 / 89)
+    assert peak == pytest.approx(3.0e-4)
+    assert end == pytest.approx(3.0e-5)
