@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from parplan_gen.cost.layout import Layout
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.hf_config import spec_from_hf_dict
-from parplan_gen.models.presets import load_preset
-from parplan_gen.render.lr_schedule import peak_lr, schedule, schedule_rule
+from parplan_gen.models.presets import load_preset, preset_names
+from parplan_gen.render.lr_schedule import peak_lr, schedule, schedule_rule, steps
 from parplan_gen.render.training_facts import training_facts
 
 import consumer_megatron
@@ -323,3 +323,26 @@ def test_moe_routing_runs_in_fp32(name: str, planned) -> None:
     # arguments.py --moe-router-dtype (core_r0.13.0 and core_v0.16.1), written for every MoE model
     words = consumer_megatron.script_words(planned(name) / "megatron_args.sh")
     assert words[words.index("--moe-router-dtype") + 1] == "fp32"
+
+
+def test_every_published_schedule_is_a_catalog_models_and_decays() -> None:
+    # a name that is no preset would never apply; each decays below its peak after a warmup
+    rule = schedule_rule()
+    assert set(rule.published) <= set(preset_names())
+    for name in rule.published:
+        model = load_preset(name)
+        s = schedule(model.active_params() if model.is_moe else model.total_params(), name)
+        assert 0 < s.min_lr < s.lr and 0 < s.warmup_fraction < 1, name
+
+
+@given(
+    st.sampled_from(["llama-3-405b", "deepseek-v3", "bloom-176b", "my-model"]),
+    st.integers(1, 10**8),
+    st.one_of(st.none(), st.integers(1, 10**9)),
+)
+def test_the_warmup_is_at_least_one_step_and_within_the_schedule(
+    name: str, tokens_per_step: int, budget: int | None
+) -> None:
+    total, warmup = steps(schedule(10**9, name), tokens_per_step, budget)
+    assert 1 <= warmup <= total
+    assert total == (budget or math.ceil(schedule(10**9, name).decay_tokens / tokens_per_step))
