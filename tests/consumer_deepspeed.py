@@ -94,3 +94,30 @@ def _precision(config: Any) -> str:
     if config.bfloat16_config.enabled:
         return "bf16"
     return "fp16" if config.float16_config.enabled else "fp32"
+
+
+def schedule_read(config: Any) -> dict[str, Any]:
+    """The optimizer and LR scheduler DeepSpeed understood (DeepSpeedConfig's optimizer_name,
+    optimizer_params, scheduler_name, scheduler_params, as engine.py builds them from)."""
+    return {
+        "optimizer": config.optimizer_name,
+        **{f"optimizer.{k}": v for k, v in (config.optimizer_params or {}).items()},
+        "scheduler": config.scheduler_name,
+        **{f"scheduler.{k}": v for k, v in (config.scheduler_params or {}).items()},
+    }
+
+
+def scheduled_lrs(config: Any, at_steps: list[int]) -> list[float]:
+    """The learning rate DeepSpeed's own scheduler class sets after each of `at_steps`, built as
+    engine.py _scheduler_from_config does (getattr(lr_schedules, name)(optimizer, **params)) on
+    a torch AdamW of one parameter with the config's optimizer params (FusedAdam needs a GPU)."""
+    torch = consumer("torch")
+    schedules = consumer("deepspeed.runtime.lr_schedules")
+    weight = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([weight], **config.optimizer_params)
+    scheduler = getattr(schedules, config.scheduler_name)(optimizer, **config.scheduler_params)
+    out = []
+    for step in at_steps:
+        scheduler.step(step)
+        out.append(optimizer.param_groups[0]["lr"])
+    return out

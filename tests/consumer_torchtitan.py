@@ -71,3 +71,33 @@ def layout_read(reading: TorchtitanReading) -> dict[str, Any]:
         "seq_len": train.seq_len,
         "recompute": recompute[type(reading.parsed.activation_checkpoint)],
     }  # fmt: skip
+
+
+def schedule_read(reading: TorchtitanReading) -> dict[str, Any]:
+    """The optimizer and LR scheduler torchtitan's parsed config holds: the first param group's
+    optimizer and kwargs (default_adamw's catch-all group) and LRSchedulersContainer.Config."""
+    group = reading.parsed.optimizer.param_groups[0]
+    sched = reading.parsed.lr_scheduler
+    return {
+        "optimizer": group.optimizer_name,
+        **{f"optimizer.{k}": v for k, v in group.optimizer_kwargs.items()},
+        "warmup_steps": sched.warmup_steps,
+        "total_steps": sched.total_steps,
+        "decay_ratio": sched.decay_ratio,
+        "decay_type": sched.decay_type,
+        "min_lr_factor": sched.min_lr_factor,
+    }
+
+
+def scheduled_lrs(reading: TorchtitanReading, at_steps: list[int]) -> list[float]:
+    """The learning rate torchtitan's own schedule gives at each of `at_steps`: the config's
+    OptimizersContainer built on a one-layer model (CPU) and LRSchedulersContainer.Config.build
+    on it, as trainer.py builds them; its LambdaLR's factor times the group's base lr."""
+    torch = consumer("torch")
+    parsed = reading.parsed
+    optimizers = parsed.optimizer.build(model_parts=[torch.nn.Linear(2, 2)])
+    schedulers = parsed.lr_scheduler.build(
+        optimizers=optimizers, training_steps=parsed.training.steps
+    )
+    first = schedulers.schedulers[0]
+    return [first.base_lrs[0] * first.lr_lambdas[0](step) for step in at_steps]

@@ -795,6 +795,12 @@ def test_hf_trainer_variant_says_auto_where_the_trainer_fills_in():
     assert config["fp16"]["enabled"] == "auto"
     assert config["zero_optimization"]["stage"] == 3  # the plan decides the stage
     assert config["zero_optimization"]["stage3_prefetch_bucket_size"] == "auto"
+    # The HF Trainer fills the optimizer and the scheduler's steps from TrainingArguments
+    # (transformers integrations/deepspeed.py); WarmupCosineLR's ratios are no argument of it.
+    assert set(config["optimizer"]["params"].values()) == {"auto"}
+    scheduler = config["scheduler"]["params"]
+    assert (scheduler["total_num_steps"], scheduler["warmup_num_steps"]) == ("auto", "auto")
+    assert (scheduler["cos_min_ratio"], scheduler["warmup_type"]) == (0.1, "linear")
 
 
 # ---- checkers refuse what the consumers refuse ---------------------------------------------------

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from parplan_gen.cost.layout import Layout
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.hf_config import spec_from_hf_dict
-from parplan_gen.models.presets import load_preset
-from parplan_gen.render.lr_schedule import peak_lr, schedule, schedule_rule
+from parplan_gen.models.presets import load_preset, preset_names
+from parplan_gen.render.lr_schedule import peak_lr, schedule, schedule_rule, steps
 from parplan_gen.render.training_facts import training_facts
 
 import consumer_megatron
@@ -137,12 +137,19 @@ def _layout(cp: int = 1, ep: int = 1) -> Layout:
 
 
 def test_gpt_neox_20b_rotates_a_quarter_of_each_head() -> None:
-    # GPTNeoXConfig rotary_pct 0.25, rotary_emb_base 10000, hidden_dropout 0.0; 20.6B parameters:
-    # 1.0e-4 * (0.6e-4 / 1.0e-4) ** (ln(20.6 / 13) / ln(175 / 13)) = 9.14e-5
+    # GPTNeoXConfig rotary_pct 0.25, rotary_emb_base 10000, hidden_dropout 0.0; its own training
+    # config (gpt-neox configs/20B.yml): lr 0.97e-4, weight-decay 0.01, in place of GPT-3's
+    # 1.0e-4 * (0.6e-4 / 1.0e-4) ** (ln(20.6 / 13) / ln(175 / 13)) = 9.14e-5 for 20.6B
     f = training_facts(load_preset("gpt-neox-20b"), _layout())
     assert (f["megatron.rotary_percent"], f["megatron.rotary_base"]) == (0.25, 10000)
     assert f["megatron.hidden_dropout"] == 0.0
-    assert float(f["train.lr"]) == pytest.approx(9.14e-5, rel=2e-3)
+    assert (f["train.lr"], f["train.min_lr"], f["train.weight_decay"]) == (
+        "9.70e-05",
+        "9.70e-06",
+        0.01,
+    )
+    assert f["train.lr_warmup_fraction"] == 0.01  # 0.01 of lr-decay-iters 150,000
+    assert schedule(20_600_000_000).lr == pytest.approx(9.14e-5, rel=2e-3)  # GPT-3's, unnamed
 
 
 def test_multi_token_prediction_is_left_out_with_context_parallelism() -> None:
@@ -188,12 +195,13 @@ def test_a_bigger_model_never_gets_a_higher_peak_lr(params: float, ratio: float)
 # ---- what Megatron-Core reads from the rendered script ----------------------------------------
 
 # PLANNED case -> (Megatron-Core config fields, script arguments, OptimizerConfig fields),
-# worked from the configs above and GPT-3 Table 2.1.
+# worked from the configs above, GPT-3 Table 2.1 and the models' published schedules.
 EXPECTED: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "llama-3-8b-8xh100": (
         {"layernorm_epsilon": 1e-5, "attention_dropout": 0.0, "hidden_dropout": 0.0},
         {"rotary_base": "500000"},
-        {"lr": 1.14e-4, "min_lr": 1.14e-5, "weight_decay": 0.1, "adam_beta2": 0.95},
+        # Llama 3 paper Table 3: peak 3e-4 for 8B; GPT-3 Appendix B's 10 % minimum
+        {"lr": 3.0e-4, "min_lr": 3.0e-5, "weight_decay": 0.1, "adam_beta2": 0.95},
     ),
     "gpt3-175b-1024xa100": (
         # GPT2Config attn_pdrop / resid_pdrop 0.1: the preset's config does not say otherwise
@@ -214,14 +222,17 @@ EXPECTED: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
             "mtp_num_layers": 1,
             "rotary_scaling_factor": 40.0,
             "mscale_all_dim": 1.0,
+            "moe_router_dtype": "fp32",  # arguments.py --moe-router-dtype, 256 experts
         },
         {"rotary_base": "10000"},
-        {},
+        # DeepSeek-V3 report Sec. 4.2: peak 2.2e-4, cosine to 2.2e-5
+        {"lr": 2.2e-4, "min_lr": 2.2e-5, "weight_decay": 0.1},
     ),
     "llama-3-405b-16384xh100": (
         {"layernorm_epsilon": 1e-5},
         {"rotary_base": "500000", "use_rope_scaling": True, "rope_scaling_factor": "8.0"},
-        {"lr": 6.0e-5},
+        # Llama 3 paper Sec. 3.4.1: peak 8e-5, cosine to 8e-7
+        {"lr": 8.0e-5, "min_lr": 8.0e-7},
     ),
 }
 
@@ -240,3 +251,98 @@ def test_megatron_core_reads_the_models_training_settings(name: str, planned) ->
         assert words[arg] == value, arg
     for field, value in optimizer_fields.items():
         assert getattr(reading.optimizer, field) == pytest.approx(value, rel=1e-2), field
+
+
+# ---- published schedules and the steps a DeepSpeed / torchtitan schedule spans ----------------
+
+
+def test_published_schedules_replace_gpt3s_interpolation() -> None:
+    # Llama 3 paper Sec. 3.4.1: 405B peak 8e-5, cosine to 8e-7, warmup 8,000 of 1,200,000 steps
+    s = schedule(405_850_000_000, "llama-3-405b")
+    assert (s.lr, s.min_lr, s.decay_tokens) == (8e-5, 8e-7, 15.6e12)
+    assert s.warmup_fraction == pytest.approx(8000 / 1_200_000)
+    assert s.min_lr_fraction == pytest.approx(0.01)
+    assert s.published is not None and "Sec. 3.4.1" in s.published
+    # Llama 3 paper Table 3: 8B 3e-4, 70B 1.5e-4; the rest GPT-3 Appendix B's
+    llama3_8b = schedule(8_030_000_000, "llama-3-8b")
+    assert (llama3_8b.lr, llama3_8b.min_lr) == (3e-4, pytest.approx(3e-5))
+    assert llama3_8b.warmup_fraction == pytest.approx(375e6 / 260e9)
+    assert schedule(70_550_000_000, "llama-3-70b").lr == 1.5e-4
+    # Llama 2 Table 1 and Sec. 2.2: 3.0e-4 (7B, 13B), 1.5e-4 (70B), final 10 %, eps 1e-5,
+    # warmup 2000 of 2.0T / 4M = 500,000 steps
+    llama2 = schedule(6_740_000_000, "llama-2-7b")
+    assert (llama2.lr, llama2.min_lr, llama2.adam_eps) == (3e-4, pytest.approx(3e-5), 1e-5)
+    assert llama2.warmup_fraction == pytest.approx(0.004)
+    assert schedule(13_000_000_000, "llama-2-13b").lr == 3e-4
+    assert schedule(69_000_000_000, "llama-2-70b").lr == 1.5e-4
+    # DeepSeek-V3 report Sec. 4.2: peak 2.2e-4, cosine to 2.2e-5
+    v3 = schedule(37_550_000_000, "deepseek-v3")
+    assert (v3.lr, v3.min_lr, v3.decay_tokens) == (2.2e-4, 2.2e-5, 14.8e12)
+    # BLOOM's tr11-176B-ml.slurm: 6e-5 -> 6e-6 over 200M samples after 183,105 (375M tokens)
+    bloom = schedule(176_000_000_000, "bloom-176b")
+    assert (bloom.lr, bloom.min_lr, bloom.decay_tokens) == (6e-5, 6e-6, 409.6e9)
+    assert bloom.warmup_fraction == pytest.approx(183_105 / 200_000_000)
+    # a model without one: GPT-3's Table 2.1 (8.03B: 1.1417e-4, see above)
+    assert schedule(8_030_000_000, "my-model").published is None
+    assert schedule(8_030_000_000, "my-model").lr == pytest.approx(1.1417e-4, rel=1e-3)
+
+
+def _llama_8b_layout() -> Layout:
+    return Layout(
+        dp=8, tp=1, pp=1, cp=1, ep=1, global_batch=512, mbs=1, grad_accum=64, seq_len=8192
+    )
+
+
+def test_schedule_steps_come_from_the_budget_else_the_decay_tokens() -> None:
+    model = load_preset("llama-3-8b")
+    # no budget: GPT-3's 260B decay tokens / (512 x 8192 = 4,194,304) = 61,988.8 -> 61,989;
+    # warmup 375/260,000 x 61,989 = 89.4 -> 89
+    f = training_facts(model, _llama_8b_layout())
+    assert (f["train.total_steps"], f["train.warmup_steps"]) == (61989, 89)
+    assert (f["train.peak_lr"], f["train.min_lr_fraction"]) == (3e-4, 0.1)
+    # a 15T-token budget: 15e12 / 4,194,304 = 3,576,278.7 -> 3,576,279 steps; warmup 5,158.1
+    f = training_facts(model, _llama_8b_layout(), budget_steps=3_576_279)
+    assert (f["train.total_steps"], f["train.warmup_steps"]) == (3_576_279, 5158)
+    assert f["train.steps_basis"] == "the budget's tokens"
+
+
+def _header(folder: Any) -> str:
+    """megatron_args.sh's header as one line (its notes are wrapped over comment lines)."""
+    text = (folder / "megatron_args.sh").read_text(encoding="utf-8")
+    return " ".join(line.lstrip("# ") for line in text.split("set -euo pipefail")[0].splitlines())
+
+
+def test_the_script_header_names_the_schedule_that_applied(planned) -> None:
+    llama = _header(planned("llama-3-405b-16384xh100"))
+    assert "published for this model" in llama and "Sec. 3.4.1" in llama
+    assert "GPT-3's Table 2.1 (Brown et al. 2020)" in _header(planned("gpt3-175b-1024xa100"))
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-16xh100", "deepseek-v3-1024xh100"])
+def test_moe_routing_runs_in_fp32(name: str, planned) -> None:
+    # arguments.py --moe-router-dtype (core_r0.13.0 and core_v0.16.1), written for every MoE model
+    words = consumer_megatron.script_words(planned(name) / "megatron_args.sh")
+    assert words[words.index("--moe-router-dtype") + 1] == "fp32"
+
+
+def test_every_published_schedule_is_a_catalog_models_and_decays() -> None:
+    # a name that is no preset would never apply; each decays below its peak after a warmup
+    rule = schedule_rule()
+    assert set(rule.published) <= set(preset_names())
+    for name in rule.published:
+        model = load_preset(name)
+        s = schedule(model.active_params() if model.is_moe else model.total_params(), name)
+        assert 0 < s.min_lr < s.lr and 0 < s.warmup_fraction < 1, name
+
+
+@given(
+    st.sampled_from(["llama-3-405b", "deepseek-v3", "bloom-176b", "my-model"]),
+    st.integers(1, 10**8),
+    st.one_of(st.none(), st.integers(1, 10**9)),
+)
+def test_the_warmup_is_at_least_one_step_and_within_the_schedule(
+    name: str, tokens_per_step: int, budget: int | None
+) -> None:
+    total, warmup = steps(schedule(10**9, name), tokens_per_step, budget)
+    assert 1 <= warmup <= total
+    assert total == (budget or math.ceil(schedule(10**9, name).decay_tokens / tokens_per_step))

@@ -72,7 +72,7 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= _megatron_facts(doc.model, layout, doc.cluster, mapping, out, fsdp=fsdp)
     out |= _deepspeed_facts(layout)
     out |= torchtitan_facts(doc.model, layout, mapping)
-    out |= training_facts(doc.model, layout)
+    out |= training_facts(doc.model, layout, doc.budget.steps if doc.budget else None)
     out |= {
         "deepspeed.hf_trainer": hf_trainer,
     }

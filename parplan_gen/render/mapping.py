@@ -131,8 +131,9 @@ def megatron_groups(
 
 
 def torchtitan_args(m: LoadedMapping, version: str, facts: Mapping[str, Any]) -> list[list[str]]:
-    """torchtitan's overrides ([flag] or [flag, value]), then its activation-checkpointing
-    subcommand ([`activation-checkpoint:<mode>`])."""
+    """torchtitan's overrides ([flag], [flag, value], or [flag, *values] for a list, which tyro
+    reads as one word each), then its activation-checkpointing subcommand
+    ([`activation-checkpoint:<mode>`])."""
     section = m.data.torchtitan[version]
     args: list[list[str]] = []
     for index, arg in enumerate(section.overrides):
@@ -140,7 +141,8 @@ def torchtitan_args(m: LoadedMapping, version: str, facts: Mapping[str, Any]) ->
         if value is None or value is False:
             continue
         switch = arg.key is None and arg.value is None
-        args.append([arg.flag] if switch else [arg.flag, _word(value)])
+        values = value if isinstance(value, list | tuple) else [value]
+        args.append([arg.flag] if switch else [arg.flag, *map(_word, values)])
     sub = section.activation_checkpoint
     m.check_key(facts, sub.key, ("torchtitan", version, "activation_checkpoint", "key"))
     return [*args, [f"{sub.subcommand}:{_word(facts[sub.key])}"]]

@@ -155,7 +155,8 @@ class NcclMapping(_Strict):
 class TorchtitanArg(Sourced):
     """One torchtitan (tyro) override; with neither key nor value it is a switch."""
 
-    flag: str = Field(pattern=r"^--[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+    # Dotted field names; a list's element by its index (tyro: --optimizer.param_groups.0.lr).
+    flag: str = Field(pattern=r"^--[a-z][a-z0-9_]*(\.([a-z][a-z0-9_]*|[0-9]+))+$")
 
 
 class TorchtitanConfig(_Strict):
@@ -180,6 +181,7 @@ class TorchtitanMapping(_Strict):
     configs: dict[str, TorchtitanConfig] = Field(description="--config name -> what it builds.")
     overrides: list[TorchtitanArg]
     activation_checkpoint: TorchtitanSubcommand
+    notes: list[Note] = Field([], description="Shown in torchtitan_run.sh's header and plan.md.")
 
 
 class ChartStyle(_Strict):

@@ -178,6 +178,10 @@ def build_context(
     mapping = load_mapping(templates.find(MAPPING_FILE))
     versions = resolve_versions(doc, templates, mapping)
     values = facts(doc, mapping.data, hf_trainer=hf_trainer)
+    # Whether ds_config.json is written with an optimizer (launch_torchrun.sh says how to use it).
+    runs = backend_runs(doc)
+    written = "deepspeed" in runs and runs["deepspeed"] is None
+    values["deepspeed.optimizer_written"] = written and values["train.lr"] is not None
     megatron = (
         None
         if versions["megatron"] is None
@@ -199,6 +203,7 @@ def build_context(
     cluster = doc.cluster
     all_notes = [f"megatron_args.sh: {n}" for n in (megatron["notes"] if megatron else [])]
     all_notes += [f"ds_config.json: {n}" for n in (deepspeed["notes"] if deepspeed else [])]
+    all_notes += [f"torchtitan_run.sh: {n}" for n in (torchtitan["notes"] if torchtitan else [])]
     chosen_backend = doc.chosen.backend
     context = {
         "versions": versions,
@@ -298,6 +303,7 @@ def _torchtitan_context(
         "config": values["torchtitan.config"],
         "overrides": overrides,
         "subcommand": subcommand,
+        "notes": notes(mapping, section.notes, values, ("torchtitan", version, "notes")),
     }
 
 

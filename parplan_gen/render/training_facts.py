@@ -2,7 +2,9 @@
 calls `training_facts`): megatron.* spellings of the config's RoPE base and scaling, norm
 epsilon, dropout, router and multi-token prediction (models/training_settings.py, read from the
 config with parplan_gen/data/hf_training.yaml), and train.* for the schedule
-(render/lr_schedule.py, GPT-3's Table 2.1 and Appendix B). Megatron-LM's own rules, each from
+(render/lr_schedule.py: GPT-3's Table 2.1 and Appendix B, or the model's own published schedule),
+with the optimizer steps a DeepSpeed or torchtitan schedule spans (the plan's budget, else the
+schedule's decay tokens over the plan's tokens per step). Megatron-LM's own rules, each from
 megatron/training/arguments.py (core_r0.13.0 and core_v0.16.1):
 - --rotary-base is an int;
 - --use-rope-scaling is Llama 3.1's scaling, with low/high frequency factors 1 and 4 and an
@@ -25,7 +27,7 @@ from typing import Any
 
 from parplan_gen.cost.layout import Layout
 from parplan_gen.models.kind import TrainedModel
-from parplan_gen.render.lr_schedule import schedule
+from parplan_gen.render.lr_schedule import schedule, steps
 
 LLAMA3_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}  # _apply_scaling defaults
 LLAMA3_ORIGINAL_CONTEXT = 8192  # _apply_scaling original_max_position_embeddings
@@ -66,14 +68,25 @@ FACT_NAMES = (
     "train.adam_beta2",
     "train.adam_eps",
     "train.lr_params_b",
+    "train.peak_lr",
+    "train.min_lr_fraction",
+    "train.adam_betas",
+    "train.total_steps",
+    "train.warmup_steps",
+    "train.steps_basis",
+    "train.lr_gpt3",
+    "train.lr_published",
 )
 
 
-def training_facts(model: TrainedModel, layout: Layout) -> dict[str, Any]:
-    """The keys of FACT_NAMES for a transformer (every one None for an op-graph model)."""
+def training_facts(
+    model: TrainedModel, layout: Layout, budget_steps: int | None = None
+) -> dict[str, Any]:
+    """The keys of FACT_NAMES for a transformer (every one None for an op-graph model);
+    `budget_steps`: the optimizer steps of the plan's budget (`plan --tokens`), if it has one."""
     if model.kind != "transformer":
         return dict.fromkeys(FACT_NAMES)
-    return _model_settings(model, layout) | _schedule(model)
+    return _model_settings(model, layout) | _schedule(model, layout, budget_steps)
 
 
 def _model_settings(model: Any, layout: Layout) -> dict[str, Any]:
@@ -120,17 +133,30 @@ def _fixed(scaling: Any) -> bool:
     return all(getattr(scaling, k) in (None, v) for k, v in MLA_YARN_FIXED.items())
 
 
-def _schedule(model: Any) -> dict[str, Any]:
+def _schedule(model: Any, layout: Layout, budget_steps: int | None) -> dict[str, Any]:
     params = model.active_params() if model.is_moe else model.total_params()
-    s = schedule(params)
+    s = schedule(params, model.name)
+    total, warmup = steps(s, layout.global_batch * layout.seq_len, budget_steps)
+    lr, min_lr = f"{s.lr:.2e}", f"{s.min_lr:.2e}"
     return {
-        "train.lr": f"{s.lr:.2e}",
-        "train.min_lr": f"{s.min_lr:.2e}",
+        "train.lr": lr,
+        "train.min_lr": min_lr,
         "train.lr_warmup_fraction": round(s.warmup_fraction, 6),
         "train.lr_decay_style": s.rule.decay_style,
-        "train.weight_decay": s.rule.weight_decay,
+        "train.weight_decay": s.weight_decay,
         "train.adam_beta1": s.rule.adam_beta1,
         "train.adam_beta2": s.rule.adam_beta2,
-        "train.adam_eps": s.rule.adam_eps,
+        "train.adam_eps": s.adam_eps,
         "train.lr_params_b": f"{params / GIGA:.2f}",
+        # The same rates as numbers (ds_config.json, torchtitan), as Megatron-LM reads LR/MIN_LR.
+        "train.peak_lr": float(lr),
+        "train.min_lr_fraction": round(float(min_lr) / float(lr), 6),
+        "train.adam_betas": [s.rule.adam_beta1, s.rule.adam_beta2],
+        "train.total_steps": total,
+        "train.warmup_steps": warmup,
+        "train.steps_basis": "the budget's tokens"
+        if budget_steps
+        else f"the schedule's decay of {s.decay_tokens / GIGA:g}B tokens",
+        "train.lr_gpt3": s.published is None,
+        "train.lr_published": s.published,
     }

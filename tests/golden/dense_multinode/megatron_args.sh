@@ -17,18 +17,18 @@
 #   SAVE_INTERVAL     steps between checkpoints (with CKPT_DIR) (default 1000)
 #   MASTER_PORT       torchrun rendezvous port (default 29500)
 #   TRAIN_ITERS       optimizer steps (default: a smoke run) (default 100)
-#   LR                peak learning rate (default 1.14e-04)
-#   MIN_LR            final learning rate (default 1.14e-05)
+#   LR                peak learning rate (default 3.00e-04)
+#   MIN_LR            final learning rate (default 3.00e-05)
 #   LOG_INTERVAL      steps between log lines (default 10)
 #   EVAL_INTERVAL     steps between evaluations (default 1000)
 #   EVAL_ITERS        batches per evaluation (default 10)
 #
 # Notes:
-#   - optimizer schedule (a model config does not give one; parplan_gen/data/lr_schedule.yaml):
-#     peak LR 1.14e-04 for 8.03B parameters (per token) interpolated in log-log in GPT-3's Table
-#     2.1 (Brown et al. 2020), min LR 1.14e-05 (10 %), cosine decay after a linear warmup of
-#     0.001442 of it (375M of 260B tokens), weight decay 0.1, Adam betas 0.9/0.95 and eps 1e-08:
-#     GPT-3 Appendix B. LR and MIN_LR override the rates.
+#   - optimizer schedule published for this model (parplan_gen/data/lr_schedule.yaml, in place of
+#     GPT-3's Table 2.1): peak LR 3.00e-04, min LR 3.00e-05, cosine decay after a linear warmup of
+#     0.001442 of it, weight decay 0.1, Adam betas 0.9/0.95 and eps 1e-08; source: Llama Team
+#     2024, "The Llama 3 Herd of Models" (arXiv:2407.21783), Table 3 (peak learning rate 3e-4 for
+#     8B). What it does not give is GPT-3 Appendix B's. LR and MIN_LR override the rates.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -97,8 +97,8 @@ TRAINING_ARGS=(
 # run length and logging
 RUN_ARGS=(
     --train-iters "${TRAIN_ITERS:-100}"
-    --lr "${LR:-1.14e-04}"
-    --min-lr "${MIN_LR:-1.14e-05}"
+    --lr "${LR:-3.00e-04}"
+    --min-lr "${MIN_LR:-3.00e-05}"
     --log-interval "${LOG_INTERVAL:-10}"
     --eval-interval "${EVAL_INTERVAL:-1000}"
     --eval-iters "${EVAL_ITERS:-10}"
