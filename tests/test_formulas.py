@@ -683,6 +683,30 @@ def test_graphs_of_named_formulas_are_capped() -> None:
     assert info.value.where is W
 
 
+def test_many_formulas_reaching_one_large_graph_load_in_linear_time() -> None:
+    # 36 chains of 62 links (2232 formulas of 2 or 4 nodes) summed by `hub`, and 2700 formulas
+    # that each use `hub`: every one of those reaches 2233 named formulas. One bit mask per
+    # formula keeps this to a few MB and well under a second (a set per formula: minutes, GBs).
+    named: dict[str, tuple[str, SourceRef]] = {}
+    for c in range(36):
+        named[f"c{c}_0"] = ("graph.depth", nw(f"c{c}_0"))
+        named |= {f"c{c}_{i}": (f"c{c}_{i - 1}", nw(f"c{c}_{i}")) for i in range(1, 62)}
+    named["hub"] = (" + ".join(f"c{c}_61" for c in range(36)), nw("hub"))
+    named |= {f"t{k}": ("hub", nw(f"t{k}")) for k in range(2700)}
+    library = FormulaLibrary(named)
+    assert library.compile("t2699 + t0", W, "graph").evaluate({"graph.depth": 2}) == 2 * 36 * 2
+
+
+def test_a_rule_set_has_at_most_5000_named_formulas() -> None:
+    named = {f"f{i}": ("graph.depth", nw(f"f{i}")) for i in range(5001)}
+    with pytest.raises(FormulaError) as info:
+        FormulaLibrary(named)
+    assert info.value.message == "more than 5000 named formulas"
+    assert info.value.where == nw("f5000")
+    del named["f5000"]
+    assert FormulaLibrary(named).compile("f4999", W, "graph").evaluate({"graph.depth": 3}) == 3
+
+
 def test_deep_chains_of_named_formulas_are_capped() -> None:
     named = {"g0": ("graph.depth", nw("g0"))}
     for i in range(1, 301):

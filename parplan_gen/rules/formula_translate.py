@@ -37,6 +37,9 @@ MAX_GRAPH_NODES = 5000
 # Named formulas in a chain of uses (`a` uses `b` uses `c`: 3): each link is one Python call
 # while it runs, so this keeps far below Python's recursion limit. The built-in rules use 12.
 MAX_NAMED_DEPTH = 64
+# Named formulas of a rule set (the built-in rules define ~250): each keeps the set of those it
+# reaches as a bit mask of this many bits (formulas.FormulaLibrary), so at most 3 MB in all.
+MAX_NAMED_FORMULAS = 5000
 ANY_NAMESPACES = frozenset({"settings"})  # declared "number", but settings may be any type
 _CONTEXT_LABELS = {"proposal_description": "proposal descriptions"}  # else "<context> rules"
 
@@ -70,14 +73,14 @@ class Named:
     """A named formula, checked in no particular context. `value`: its value when it reads no
     name (computed at load and used as a literal), else None, and it is computed by reference:
     `size` its own syntax nodes, `reach` the named formulas its evaluation may compute (itself
-    included), `depth` the longest chain of uses from it (itself included), `uses` the named
-    formulas it uses directly."""
+    included; a bit mask, one bit per named formula of the library), `depth` the longest chain
+    of uses from it (itself included), `uses` the named formulas it uses directly."""
 
     kind: Kind
     names: frozenset[str]
     value: Value | None = None
     size: int = 0
-    reach: frozenset[str] = frozenset()
+    reach: int = 0
     depth: int = 0
     uses: tuple[str, ...] = ()
 

@@ -110,12 +110,11 @@ def named_function(
     and keeps it in the memo `_m`. A number is checked against ±MAX_MAGNITUDE as a result is,
     so that sums of named values stay finite however the named formulas are combined. Compiled
     when first called, into `namespace` (the library's globals) under `_n_<name>`."""
-    if kind == "number":
-        tree = bounded(tree, f"named formula {name!r}")
-    store = _at(ast.Attribute(_at(ast.Name("_m", ast.Load())), "setdefault", ast.Load()))
-    lam = _lambda(_at(ast.Call(store, [_at(ast.Constant(name)), tree], [])))
 
     def compile_and_run(env: Mapping[str, object], memo: dict[str, object]) -> object:
+        checked = bounded(tree, f"named formula {name!r}") if kind == "number" else tree
+        store = _at(ast.Attribute(_at(ast.Name("_m", ast.Load())), "setdefault", ast.Load()))
+        lam = _lambda(_at(ast.Call(store, [_at(ast.Constant(name)), checked], [])))
         # Safe: the tree was rebuilt node by node from the allow-list; no builtins are visible.
         fn = eval(compile(lam, "<formula>", "eval"), namespace)
         namespace[f"_n_{name}"] = fn

@@ -42,7 +42,8 @@ time an evaluation needs it, kept in the evaluation's memo (`Formula.evaluate`) 
 one evaluation runs each named formula at most once however often it is used. Recursion between
 them is an error showing the cycle; so is a formula whose graph (itself and every named formula
 it reaches, each counted once) has more than 5000 syntax nodes (MAX_GRAPH_NODES), or a chain of
-uses more than 64 named formulas deep (MAX_NAMED_DEPTH: each link is a Python call as it runs).
+uses more than 64 named formulas deep (MAX_NAMED_DEPTH: each link is a Python call as it runs),
+and more than 5000 named formulas in a library (MAX_NAMED_FORMULAS).
 A named formula's value is checked against ±MAX_MAGNITUDE as a result is. A named formula that
 reads no name is computed at load, where its errors point, and used as a literal.
 
@@ -71,7 +72,14 @@ from parplan_gen.rules.formula_runtime import (
     shorten,
     show_value,
 )
-from parplan_gen.rules.formula_translate import MAX_GRAPH_NODES, MAX_NAMED_DEPTH, Named, Translator
+from parplan_gen.rules.formula_translate import (
+    MAX_GRAPH_NODES,
+    MAX_NAMED_DEPTH,
+    MAX_NAMED_FORMULAS,
+    MAX_NODES,
+    Named,
+    Translator,
+)
 from parplan_gen.rules.formula_tree import build, named_function
 
 _SPEC = re.compile(r"[+-]?\d{0,2}(\.\d{1,2})?[dfgeE%]?", re.ASCII)
@@ -138,11 +146,15 @@ class FormulaLibrary:
     def __init__(self, named: Mapping[str, tuple[Value, SourceRef]]) -> None:
         for name, (_, where) in named.items():
             _check_formula_name(name, where)
+        if len(named) > MAX_NAMED_FORMULAS:
+            where = list(named.values())[MAX_NAMED_FORMULAS][1]
+            raise FormulaError(f"more than {MAX_NAMED_FORMULAS} named formulas", where)
         refs = {name: _references(value, where, named) for name, (value, where) in named.items()}
         self._named: dict[str, Named] = {}
         # The globals of this library's formulas: GLOBALS and `_n_<name>`, the function of each
         # named formula that reads names (formula_tree.named_function).
         self._globals: dict[str, object] = dict(GLOBALS)
+        self._graphs = _Graphs()
         for name in _dependency_order(refs, {n: w for n, (_, w) in named.items()}):
             value, where = named[name]
             translator = Translator(str(value), where, None, self._named)
@@ -152,7 +164,7 @@ class FormulaLibrary:
                 constant = build(str(value), where, tree, kind, names, self._globals)
                 self._named[name] = Named(kind, names, constant.evaluate({}))  # type: ignore[arg-type]
                 continue
-            reach, depth = _graph(translator, name)
+            reach, depth = self._graphs.measure(translator, name)
             uses = tuple(translator.uses)
             self._named[name] = Named(kind, names, None, translator.size, reach, depth, uses)
             self._globals[f"_n_{name}"] = named_function(name, tree, kind, self._globals)
@@ -178,7 +190,7 @@ class FormulaLibrary:
         source = value if isinstance(value, str) else repr(value)
         translator = Translator(source, where, context, self._named, models)
         tree, kind = translator.translate(value)
-        _graph(translator)
+        self._graphs.measure(translator)
         if expect is not None and kind != expect:
             if kind != "any":
                 raise translator.fail(
@@ -200,28 +212,51 @@ class FormulaLibrary:
         return TextTemplate(text, where, parts)
 
 
-def _graph(translator: Translator, own: str | None = None) -> tuple[frozenset[str], int]:
-    """The named formulas an evaluation of the translated formula may compute and its longest
-    chain of uses (with `own`, the name of the named formula it defines, counted in both),
-    checked against MAX_GRAPH_NODES and MAX_NAMED_DEPTH."""
-    named = translator.named
-    uses = [named[name] for name in translator.uses]
-    reach = frozenset().union(*(used.reach for used in uses))
-    nodes = translator.size + sum(named[name].size for name in reach)
-    if nodes > MAX_GRAPH_NODES:
-        raise translator.fail(
-            f"too large with the named formulas it uses ({nodes} syntax nodes, "
-            f"at most {MAX_GRAPH_NODES})"
-        )
-    depth = max((used.depth for used in uses), default=0) + (own is not None)
-    if depth > MAX_NAMED_DEPTH:
-        chain = [*([own] if own else []), *_deepest_chain(named, list(translator.uses))]
-        shown = chain if len(chain) <= 6 else [*chain[:3], "...", *chain[-2:]]
-        raise translator.fail(
-            f"named formulas nested deeper than {MAX_NAMED_DEPTH} "
-            f"({' -> '.join(shown)}: {depth} levels)"
-        )
-    return reach | ({own} if own else frozenset()), depth
+class _Graphs:
+    """Measures the graph of each formula of a library: the named formulas an evaluation of it
+    may compute (a bit mask: bit i for the i-th named formula that reads names, so a union is
+    one `|` and the masks of a rule set take at most MAX_NAMED_FORMULAS**2 bits) and the syntax
+    nodes they hold, each counted once, checked against MAX_GRAPH_NODES; and its longest chain
+    of uses, checked against MAX_NAMED_DEPTH."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        # Bit j of a formula's size is set in weights[j] at the formula's bit: the nodes of a
+        # mask are sum(popcount(mask & weights[j]) << j), exact for any sharing.
+        self.weights = [0] * MAX_NODES.bit_length()
+
+    def nodes(self, mask: int) -> int:
+        return sum((mask & weight).bit_count() << j for j, weight in enumerate(self.weights))
+
+    def measure(self, translator: Translator, own: str | None = None) -> tuple[int, int]:
+        """(reach, depth) of a translated formula; with `own`, the name of the named formula it
+        defines, which both count."""
+        named = translator.named
+        uses = [named[name] for name in translator.uses]
+        reach = 0
+        for used in uses:
+            reach |= used.reach
+        nodes = translator.size + self.nodes(reach)
+        if nodes > MAX_GRAPH_NODES:
+            raise translator.fail(
+                f"too large with the named formulas it uses ({nodes} syntax nodes, "
+                f"at most {MAX_GRAPH_NODES})"
+            )
+        depth = max((used.depth for used in uses), default=0) + (own is not None)
+        if depth > MAX_NAMED_DEPTH:
+            chain = [*([own] if own else []), *_deepest_chain(named, list(translator.uses))]
+            shown = chain if len(chain) <= 6 else [*chain[:3], "...", *chain[-2:]]
+            raise translator.fail(
+                f"named formulas nested deeper than {MAX_NAMED_DEPTH} "
+                f"({' -> '.join(shown)}: {depth} levels)"
+            )
+        if own is not None:
+            bit, self.count = 1 << self.count, self.count + 1
+            for j in range(len(self.weights)):
+                if translator.size >> j & 1:
+                    self.weights[j] |= bit
+            reach |= bit
+        return reach, depth
 
 
 def _deepest_chain(named: Mapping[str, Named], uses: list[str]) -> list[str]:
