@@ -35,28 +35,20 @@ from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
 from parplan_gen.planning.advice import Advice, advise
 from parplan_gen.planning.budget import compute_budget, scaled, smallest_count
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.planning.evaluate import (
-    Evaluation,
-    backend_verdicts,
-    evaluate,
-)
+from parplan_gen.planning.evaluate import Evaluation, backend_verdicts, evaluate
 from parplan_gen.planning.loading import load_cluster_spec, load_model
 from parplan_gen.planning.pins import (
     Bounds,
     Headroom,
     Pins,
+    SearchRecord,
     headroom_record,
     parse_headroom,
     search_limits,
 )
-from parplan_gen.planning.planner import PlanError, Planner
+from parplan_gen.planning.planner import PlanError, Planner, SearchResult
 from parplan_gen.planning.sanity import sanity_warnings
-from parplan_gen.planning.search_space import (
-    Objective,
-    Request,
-    SearchOptions,
-    backends_for,
-)
+from parplan_gen.planning.search_space import Objective, Request, SearchOptions, backends_for
 from parplan_gen.rules.engine import Proposal
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
@@ -159,17 +151,11 @@ def plan(
     check_sizes(global_batch=global_batch, seq_len=seq_len)
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
-    seq_len = spec.sequence_length(seq_len)
-    limits = search_limits(pins, bounds)
-    record = headroom_record(parse_headroom(headroom), limits, machines, ruleset)
-    proposals = proposals_for(spec, machines, ruleset, seq_len)
-    request = Request(
-        spec, machines, global_batch, seq_len, precision, objective, top,  # type: ignore[arg-type]
-        flash_attention, SearchOptions.for_model(spec, proposals, backend, limits),
-        record.headroom_bytes,
+    planner, request, result, record, proposals = _search(
+        spec, machines, ruleset, global_batch=global_batch, seq_len=seq_len, precision=precision,
+        objective=objective, top=top, flash_attention=flash_attention, backend=backend,
+        pins=pins, bounds=bounds, headroom=headroom,
     )  # fmt: skip
-    planner = Planner(ruleset, spec.kind)
-    result = planner.plan(request)
     advice = [] if result.feasible else advise(planner, request, result)
     priced_on = result.chosen.backend.name if result.chosen.backend else None
     runs_on = backend_verdicts(spec, machines, result.chosen.plan, ruleset, priced_on)
@@ -186,6 +172,28 @@ def plan(
         document=document, feasible=result.feasible, objective=result.objective,
         searched=result.searched, evaluated=result.evaluated, advice=advice,
     )  # fmt: skip
+
+
+def _search(
+    spec: TrainedModel, machines: Cluster, rules: RuleSet, *, global_batch: int,
+    seq_len: int | None, precision: str, objective: Objective, top: int, flash_attention: bool,
+    backend: str | Sequence[str], pins: Pins | Mapping[str, Any] | None = None,
+    bounds: Bounds | Mapping[str, Any] | None = None,
+    headroom: float | str | Headroom | None = None,
+) -> tuple[Planner, Request, SearchResult, SearchRecord, list[Proposal]]:  # fmt: skip
+    """`plan`'s search alone (its arguments): the planner, the request, the ranked result,
+    plan.json's `search` record and the seed's proposals. `check` needs only the result."""
+    seq_len = spec.sequence_length(seq_len)
+    limits = search_limits(pins, bounds)
+    record = headroom_record(parse_headroom(headroom), limits, machines, rules)
+    proposals = proposals_for(spec, machines, rules, seq_len)
+    request = Request(
+        spec, machines, global_batch, seq_len, precision, objective, top,  # type: ignore[arg-type]
+        flash_attention, SearchOptions.for_model(spec, proposals, backend, limits),
+        record.headroom_bytes,
+    )  # fmt: skip
+    planner = Planner(rules, spec.kind)
+    return planner, request, planner.plan(request), record, proposals
 
 
 def _tokens(tokens: float | str) -> float:
@@ -342,12 +350,12 @@ def check(
         spec, machines, layout, rules=ruleset, flash_attention=flash_attention, backend=backend
     )
     same = found.estimate.backend
-    try:
-        best = plan(
-            spec, machines, global_batch=layout.global_batch, seq_len=layout.seq_len,
-            precision=layout.precision, flash_attention=flash_attention, top=1, rules=ruleset,
+    try:  # plan()'s search for the same batch (its chosen layout is the plan's), nothing more
+        best = _search(
+            spec, machines, ruleset, global_batch=layout.global_batch, seq_len=layout.seq_len,
+            precision=layout.precision, objective="time", top=1, flash_attention=flash_attention,
             backend=ANY_BACKEND if any_backend or same is None else same.name,
-        )  # fmt: skip
+        )[2]  # fmt: skip
     except PlanError:
         best = None
     faster = best is not None and best.chosen.time.step_s < found.estimate.time.step_s

@@ -572,48 +572,166 @@ def test_named_formula_errors_point_at_the_named_formula(
     assert error.where == nw(at)
 
 
-def diamond(levels: int) -> dict[str, tuple[str, SourceRef]]:
-    """f0 reads graph.depth; each f<i> uses f<i-1> twice, so inlining doubles each level."""
+def diamond(levels: int, op: str = "+") -> dict[str, tuple[str, SourceRef]]:
+    """f0 reads graph.depth; each f<i> uses f<i-1> twice (f<i-1> op f<i-1>): inlined, each
+    level would double the formula; by reference, each is computed once."""
     named = {"f0": ("graph.depth", nw("f0"))}
     for i in range(1, levels + 1):
-        named[f"f{i}"] = (f"f{i - 1} + f{i - 1}", nw(f"f{i}"))
+        named[f"f{i}"] = (f"f{i - 1} {op} f{i - 1}", nw(f"f{i}"))
     return named
 
 
-def test_diamond_blow_up_is_capped() -> None:
+class CountingEnv(dict):  # type: ignore[type-arg]
+    """An environment that counts how often each name is read."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.reads: dict[str, int] = {}
+
+    def __getitem__(self, key: str) -> object:
+        self.reads[key] = self.reads.get(key, 0) + 1
+        return super().__getitem__(key)
+
+
+def test_a_diamond_is_computed_once_per_named_formula() -> None:
+    # f<i> = 2 * f<i-1> = 2**i * graph.depth; inlined, f40 would be 2**40 copies of graph.depth.
+    library = FormulaLibrary(diamond(40))
+    env, memo = CountingEnv({"graph.depth": 3}), {}
+    assert library.compile("f40", W, "graph").evaluate(env, memo) == 3 * 2**40
+    assert env.reads == {"graph.depth": 1}
+    assert memo == {f"f{i}": 3 * 2**i for i in range(41)}
+
+
+def test_a_named_formula_used_30_times_is_computed_once_per_memo() -> None:
+    library = FormulaLibrary({"twice": ("graph.depth * 2", nw("twice"))})
+    thirty = library.compile(" + ".join(["twice"] * 30), W, "graph")
+    env = CountingEnv({"graph.depth": 5})
+    assert thirty.evaluate(env) == 300  # 30 * (5 * 2)
+    assert env.reads == {"graph.depth": 1}
+    # One memo for several formulas on one environment (one candidate layout): computed once.
+    other, memo = library.compile("twice + 1", W, "graph"), {}
+    assert (thirty.evaluate(env, memo), other.evaluate(env, memo)) == (300, 11)
+    assert env.reads == {"graph.depth": 2}
+    # Without a memo, each evaluation computes it again (the environment may have changed).
+    assert other.evaluate({"graph.depth": 7}) == 15
+
+
+def test_a_named_formula_in_a_branch_not_taken_is_not_computed() -> None:
+    library = FormulaLibrary({"ratio": ("graph.depth / graph.edge_count", nw("ratio"))})
+    guarded = library.compile("ratio if graph.edge_count > 0 else 0", W, "graph")
+    assert guarded.evaluate({"graph.depth": 6, "graph.edge_count": 0}) == 0
+    assert guarded.evaluate({"graph.depth": 6, "graph.edge_count": 4}) == 1.5
     with pytest.raises(FormulaError) as info:
-        FormulaLibrary(diamond(40))
-    assert "too large once named formulas are inlined (over 20000 nodes)" in info.value.message
-    assert info.value.where == nw("f11")
-    library = FormulaLibrary(diamond(10))
-    assert library.compile("f9 + f9 + f9", W, "graph").evaluate({"graph.depth": 1}) == 1536
-    with pytest.raises(FormulaError, match="too large once named formulas are inlined") as info:
-        library.compile("f10 + f10", W, "graph")
+        library.compile("ratio + 1", W, "graph").evaluate({"graph.depth": 6, "graph.edge_count": 0})
+    assert info.value.message == "formula 'ratio + 1' failed: division by zero"
     assert info.value.where is W
+
+
+def test_an_exponential_diamond_fails_where_its_value_leaves_the_range() -> None:
+    # f<i> = f<i-1> * f<i-1> = 2 ** 2**i: f9 = 2**512 (~1.3e154) is in range, f10 = 2**1024
+    # (~1.8e308) is not: the product that makes it is the error, named with the formula run.
+    library = FormulaLibrary(diamond(24, "*"))
+    f9 = library.compile("f9", W, "graph").evaluate({"graph.depth": 2})
+    assert f9 == 2**512
+    with pytest.raises(FormulaError) as info:
+        library.compile("f24", W, "graph").evaluate({"graph.depth": 2})
+    assert info.value.message == (
+        "formula 'f24' failed: 'f9 * f9' is out of range "
+        "(<1025-bit integer>; numbers are limited to ±1e+300)"
+    )
+    assert info.value.where is W
+
+
+def test_a_named_formula_value_is_checked_like_a_result() -> None:
+    # 6e299 + 6e299 = 1.2e300 is beyond ±1e300: refused where the named formula is computed,
+    # even though its user would bring it back in range.
+    library = FormulaLibrary({"s": ("graph.depth * 1e299 + graph.depth * 1e299", nw("s"))})
+    with pytest.raises(FormulaError) as info:
+        library.compile("s / 10", W, "graph").evaluate({"graph.depth": 6})
+    assert info.value.message.startswith(
+        "formula 's / 10' failed: named formula 's' is out of range (1.2e+300"
+    )
+
+
+def wide(count: int) -> dict[str, tuple[str, SourceRef]]:
+    """w0..w<count-1>, each a sum of 60 `graph.depth` (60 * 4 nodes for the names, 59 * 2 for
+    `+`: 358 syntax nodes), and `wide`, their sum (count * 2 nodes for the names, (count-1) * 2
+    for `+`)."""
+    named = {f"w{i}": (" + ".join(["graph.depth"] * 60), nw(f"w{i}")) for i in range(count)}
+    named["wide"] = (" + ".join(named), nw("wide"))
+    return named
+
+
+def test_graphs_of_named_formulas_are_capped() -> None:
+    # 13 sums: 13 * 358 + 13 * 2 + 12 * 2 = 4704 nodes, within 5000; 14: 14 * 358 + 28 + 26 = 5066.
+    library = FormulaLibrary(wide(13))
+    assert library.compile("wide", W, "graph").evaluate({"graph.depth": 1}) == 13 * 60
+    with pytest.raises(FormulaError) as info:
+        FormulaLibrary(wide(14))
+    assert info.value.message == (
+        "formula 'w0 + w1 + w2 + w3 + w4 + w5 + w6 + w7 + w8 + w9 + w10 + w11 + w12 + w13': "
+        "too large with the named formulas it uses (5066 syntax nodes, at most 5000)"
+    )
+    assert info.value.where == nw("wide")
+    # A rule's formula is measured the same way: its own nodes and those of every named
+    # formula it reaches, each counted once (the same sums as `wide`: 4704 and 5066).
+    library = FormulaLibrary({k: v for k, v in wide(14).items() if k != "wide"})
+    terms = " + ".join(f"w{i}" for i in range(13))
+    assert library.compile(terms, W, "graph").evaluate({"graph.depth": 1}) == 13 * 60
+    with pytest.raises(FormulaError, match=r"\(5066 syntax nodes, at most 5000\)") as info:
+        library.compile(terms + " + w13", W, "graph")
+    assert info.value.where is W
+
+
+def test_many_formulas_reaching_one_large_graph_load_in_linear_time() -> None:
+    # 36 chains of 62 links (2232 formulas of 2 or 4 nodes) summed by `hub`, and 2700 formulas
+    # that each use `hub`: every one of those reaches 2233 named formulas. One bit mask per
+    # formula keeps this to a few MB and well under a second (a set per formula: minutes, GBs).
+    named: dict[str, tuple[str, SourceRef]] = {}
+    for c in range(36):
+        named[f"c{c}_0"] = ("graph.depth", nw(f"c{c}_0"))
+        named |= {f"c{c}_{i}": (f"c{c}_{i - 1}", nw(f"c{c}_{i}")) for i in range(1, 62)}
+    named["hub"] = (" + ".join(f"c{c}_61" for c in range(36)), nw("hub"))
+    named |= {f"t{k}": ("hub", nw(f"t{k}")) for k in range(2700)}
+    library = FormulaLibrary(named)
+    assert library.compile("t2699 + t0", W, "graph").evaluate({"graph.depth": 2}) == 2 * 36 * 2
+
+
+def test_a_rule_set_has_at_most_5000_named_formulas() -> None:
+    named = {f"f{i}": ("graph.depth", nw(f"f{i}")) for i in range(5001)}
+    with pytest.raises(FormulaError) as info:
+        FormulaLibrary(named)
+    assert info.value.message == "more than 5000 named formulas"
+    assert info.value.where == nw("f5000")
+    del named["f5000"]
+    assert FormulaLibrary(named).compile("f4999", W, "graph").evaluate({"graph.depth": 3}) == 3
 
 
 def test_deep_chains_of_named_formulas_are_capped() -> None:
     named = {"g0": ("graph.depth", nw("g0"))}
     for i in range(1, 301):
         named[f"g{i}"] = (f"(g{i - 1} + 1)", nw(f"g{i}"))
-    with pytest.raises(FormulaError, match="nested deeper than 200 once named") as info:
+    with pytest.raises(FormulaError) as info:
         FormulaLibrary(named)
-    assert info.value.where.path.startswith("formulas.g")
-    shallow = FormulaLibrary({k: v for k, v in named.items() if int(k[1:]) <= 90})
-    assert shallow.compile("g90", W, "graph").evaluate({"graph.depth": 1}) == 91
+    assert info.value.message == (
+        "formula '(g63 + 1)': named formulas nested deeper than 64 "
+        "(g64 -> g63 -> g62 -> ... -> g1 -> g0: 65 levels)"
+    )
+    assert info.value.where == nw("g64")
+    shallow = FormulaLibrary({k: v for k, v in named.items() if int(k[1:]) <= 63})
+    assert shallow.compile("g63", W, "graph").evaluate({"graph.depth": 1}) == 64
 
 
-def test_deep_chains_of_named_products_are_capped_too() -> None:
-    # A product's check is one more level (every other one in a chain: see formula_translate._COVERS),
-    # so a chain of products reaches the cap before a chain of sums does.
+def test_deep_chains_of_named_products_are_capped_the_same() -> None:
     named = {"g0": ("graph.depth", nw("g0"))}
     for i in range(1, 151):
         named[f"g{i}"] = (f"(g{i - 1} * 1.01)", nw(f"g{i}"))
-    with pytest.raises(FormulaError, match="nested deeper than 200 once named"):
+    with pytest.raises(FormulaError, match="named formulas nested deeper than 64") as info:
         FormulaLibrary(named)
-    shallow = FormulaLibrary({k: v for k, v in named.items() if int(k[1:]) <= 90})
-    value = shallow.compile("g90", W, "graph").evaluate({"graph.depth": 1})
-    assert value == pytest.approx(1.01**90)
+    assert info.value.where == nw("g64")
+    shallow = FormulaLibrary({k: v for k, v in named.items() if int(k[1:]) <= 63})
+    value = shallow.compile("g63", W, "graph").evaluate({"graph.depth": 1})
+    assert value == pytest.approx(1.01**63)
 
 
 def test_library_lists_its_names_in_order() -> None:

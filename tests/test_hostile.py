@@ -63,8 +63,20 @@ def named_formulas(spec: dict[str, Any]) -> dict[str, str]:
         start = spec.get("chain_start", "graph.depth")
         return {"f0": start, **{f"f{i}": f"f{i - 1} + 1" for i in range(1, spec["chain"] + 1)}}
     if "diamond" in spec:
-        n = spec["diamond"]
-        return {"f0": "graph.depth", **{f"f{i}": f"f{i - 1} + f{i - 1}" for i in range(1, n + 1)}}
+        n, op = spec["diamond"], spec.get("op", "+")
+        start = spec.get("diamond_start", "graph.depth")
+        return {"f0": start, **{f"f{i}": f"f{i - 1} {op} f{i - 1}" for i in range(1, n + 1)}}
+    if "hub" in spec:  # 36 chains of 62 links, their sum, and N formulas that use the sum
+        links = {
+            f"c{c}_{i}": f"c{c}_{i - 1}" if i else "graph.depth"
+            for c in range(36)
+            for i in range(62)
+        }
+        hub = " + ".join(f"c{c}_61" for c in range(36))
+        return {**links, "hub": hub, **{f"t{k}": "hub" for k in range(spec["hub"])}}
+    if "wide" in spec:
+        sums = {f"w{i}": " + ".join(["graph.depth"] * 60) for i in range(spec["wide"])}
+        return {**sums, "wide": " + ".join(sums)}
     return {name: payload_text(value) for name, value in spec.items()}
 
 

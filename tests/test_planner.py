@@ -319,6 +319,22 @@ def test_check_reports_violations_and_a_better_plan() -> None:
     assert not bad.runnable and bad.better is not None
 
 
+def test_check_compares_with_the_plans_choice_by_its_search_alone(monkeypatch) -> None:
+    # `check` needs the chosen layout of `plan` for the same batch, not the rest of a plan: no
+    # advice (several searches when nothing fits), backend verdicts or document.
+    cluster = cluster_from_flags(8, "h100")
+    layout = build_layout(8, tp=8, global_batch=64, seq_len=4096)
+    same = plan("llama-2-7b", cluster, global_batch=64, seq_len=4096, backend="megatron", top=1)
+    for name in ("advise", "backend_verdicts", "sanity_warnings"):
+        monkeypatch.setattr(f"parplan_gen.api.{name}", lambda *_, n=name: pytest.fail(f"{n} ran"))
+    report = check("llama-2-7b", cluster, layout)  # Megatron-LM runs it: planned on Megatron-LM
+    assert report.estimate.backend.name == "megatron"
+    assert report.better == same.chosen
+    # llama-3-405b does not fit on 8 GPUs at all: the planner finds nothing, without advice.
+    huge = check("llama-3-405b", cluster, build_layout(8, tp=8, global_batch=64, seq_len=8192))
+    assert (huge.better, huge.planner_found) == (None, False)
+
+
 def test_cluster_dicts_are_checked() -> None:
     with pytest.raises(InputError, match=r"unknown keys \['gpu_count'\]"):
         plan("llama-2-7b", {"gpu_count": 8, "gpus": 8, "gpu": "h100"}, global_batch=8)

@@ -196,9 +196,12 @@ class CostModel:
         }
         return {**spec.formula_values(seq_len), **cluster_env(cluster, precision), **train}
 
-    def figures(self, env: Mapping[str, Any]) -> dict[str, float]:
-        """Every figure as `<section>_<key>` (memory_total and memory_capacity included)."""
-        return self._all(env)
+    def figures(
+        self, env: Mapping[str, Any], memo: dict[str, object] | None = None
+    ) -> dict[str, float]:
+        """Every figure as `<section>_<key>` (memory_total and memory_capacity included);
+        `memo`: the named formulas' values for `env` (see `Figures.__call__`)."""
+        return self._all(env, memo)
 
     def layout_env(
         self,
@@ -237,11 +240,17 @@ class Figures:
         ]
         self._memory = memory
 
-    def __call__(self, env: Mapping[str, Any]) -> dict[str, float]:
+    def __call__(
+        self, env: Mapping[str, Any], memo: dict[str, object] | None = None
+    ) -> dict[str, float]:
+        """The figures for `env`. `memo` holds the values of the named formulas computed for
+        `env` so far (`Formula.evaluate`): one dict for every figure and rule of one layout, so
+        that a named formula that many of them use (the step time) is computed once."""
         out: dict[str, float] = {}
+        memo = {} if memo is None else memo
         for name, formula in self._items:
             try:
-                out[name] = formula.evaluate(env)
+                out[name] = formula.evaluate(env, memo)
             except FormulaError as exc:
                 raise figure_error(name, exc) from None
         if self._memory:

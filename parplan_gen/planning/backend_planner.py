@@ -304,23 +304,27 @@ class _Search:
         if cached is not None:
             return cached
         self.evaluated += 1
-        figures = self.p.memory_figures(self.env)
-        found = self._check(self.p.memory_rules, figures)
+        memo: dict[str, object] = {}  # the candidate's named formulas (see Evaluator.evaluate_env)
+        figures = self.p.memory_figures(self.env, memo)
+        found = self._check(self.p.memory_rules, figures, memo)
         if found is None:
-            figures.update(self.p.time_figures(self.env))
-            found = self._check(self.p.other_rules, figures)
+            figures.update(self.p.time_figures(self.env, memo))
+            found = self._check(self.p.other_rules, figures, memo)
         self._cache[plan] = figures, found
         return figures, found
 
     def _check(
-        self, rules: tuple[CompiledConstraint, ...], figures: Mapping[str, float]
+        self,
+        rules: tuple[CompiledConstraint, ...],
+        figures: Mapping[str, float],
+        memo: dict[str, object],
     ) -> Violation | None:
         env = self.env
         for name, value in figures.items():
             env["estimate." + name] = value
         for c in rules:
             try:
-                if not c.when.evaluate(env) or c.require.evaluate(env):
+                if not c.when.evaluate(env, memo) or c.require.evaluate(env, memo):
                     continue
             except FormulaError as exc:
                 raise FormulaError(f"constraint '{c.rule.id}': {exc.message}", exc.where) from None

@@ -63,15 +63,21 @@ def estimate_env(figures: Mapping[str, float]) -> dict[str, float]:
     return {ESTIMATE_PREFIX + key: value for key, value in figures.items()}
 
 
-def violation(constraint: CompiledConstraint, env: Mapping[str, object]) -> Violation | None:
-    """The Violation when `constraint` applies to `env` and is not met, else None.
+def violation(
+    constraint: CompiledConstraint,
+    env: Mapping[str, object],
+    memo: dict[str, object] | None = None,
+) -> Violation | None:
+    """The Violation when `constraint` applies to `env` and is not met, else None (`memo`: the
+    named formulas' values for `env`, see `Formula.evaluate`).
 
     A formula that fails while running (a missing name, a division by zero) is a FormulaError
     that names the rule.
     """
     rule = constraint.rule
+    memo = {} if memo is None else memo
     try:
-        if not constraint.when.evaluate(env) or constraint.require.evaluate(env):
+        if not constraint.when.evaluate(env, memo) or constraint.require.evaluate(env, memo):
             return None
         reason = constraint.reason.render(env)
     except FormulaError as exc:
@@ -113,11 +119,18 @@ class Constraints:
         """Estimate figures that some constraint reads (the cost model must provide them)."""
         return frozenset().union(*(figures_read(c) for c in self.estimate))
 
-    def check(self, env: Mapping[str, object], phase: Phase | None = None) -> list[Violation]:
+    def check(
+        self,
+        env: Mapping[str, object],
+        phase: Phase | None = None,
+        memo: dict[str, object] | None = None,
+    ) -> list[Violation]:
         """Every violation of `env`, in rule order; `phase` limits the check to one phase.
+        `memo`: the named formulas' values for `env` (one for every rule: see `Formula.evaluate`).
 
         Checking the estimate phase needs the estimate.* names in `env` (see `estimate_env`).
         """
         chosen = {"layout": self.layout, "estimate": self.estimate, None: self.all}[phase]
-        found = (violation(c, env) for c in chosen)
+        memo = {} if memo is None else memo
+        found = (violation(c, env, memo) for c in chosen)
         return [v for v in found if v is not None]

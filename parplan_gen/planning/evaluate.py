@@ -125,12 +125,15 @@ class Evaluator:
 
     def evaluate_env(self, layout: Layout, env: dict[str, Any]) -> Evaluation:
         """`evaluate` for an environment already built for `layout` (the planner's, reused
-        between candidates); the estimate.* names are written into `env`."""
-        figures = self.cost.figures(env)
+        between candidates); the estimate.* names are written into `env`. The figures and the
+        rules share one memo of named formulas: the estimate.* names it adds are read by no
+        named formula that a figure uses (figures may not read estimate.*)."""
+        memo: dict[str, object] = {}
+        figures = self.cost.figures(env, memo)
         env.update(estimate_env(figures))
         refused = None if self.backend is None else BACKENDS[self.backend].refuses(layout)
         outside = () if refused is None else (Violation(CAPABILITY_RULE, "invalid", refused),)
-        violations = (*outside, *self.constraints.check(env))
+        violations = (*outside, *self.constraints.check(env, memo=memo))
         ref = None if self.backend is None else BACKENDS[self.backend].ref_for(layout)
         estimate = estimate_from_figures(layout, figures, fits=self.fits(violations), backend=ref)
         return Evaluation(estimate, violations)

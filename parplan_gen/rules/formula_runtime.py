@@ -19,7 +19,8 @@ Expect = Literal["number", "bool", "str"]
 Value = str | int | float | bool
 
 # Every number a formula computes stays within ±MAX_MAGNITUDE: a float (max ~1.8e308) with room
-# for the sums made of it (a formula's at most MAX_INLINED_NODES terms, the five memory parts),
+# for the sums made of it (a formula's at most MAX_NODES terms, each a checked value or a named
+# formula's value, which is checked too; the five memory parts),
 # and an integer of at most 301 digits, which float() converts and str() prints (Python refuses
 # str() beyond 4300 digits). Checked where a number can grow far beyond its operands (literals,
 # `*`, `/`, `//`, `**`, exp()) and on the result; `+`/`-` at most double the larger operand.
@@ -109,13 +110,18 @@ class Formula:
     names: frozenset[str]
     kind: Kind
     is_constant: bool  # reads no names: computed once, at load
-    _fn: Callable[[Mapping[str, object]], object] = field(repr=False)
+    _fn: Callable[[Mapping[str, object], dict[str, object]], object] = field(repr=False)
 
-    def evaluate(self, env: Mapping[str, object]) -> object:
+    def evaluate(self, env: Mapping[str, object], memo: dict[str, object] | None = None) -> object:
         """The formula's value for `env`; a runtime failure is a FormulaError at `where`.
-        A number is within ±MAX_MAGNITUDE (so never inf or NaN, which JSON cannot hold)."""
+        A number is within ±MAX_MAGNITUDE (so never inf or NaN, which JSON cannot hold).
+
+        `memo` holds the values of the named formulas computed for `env` so far, by name: pass
+        one dict to the formulas of one rule set evaluated on one `env` (one candidate layout),
+        so that each named formula is computed once for all of them; a new one whenever a value
+        of `env` changes. None: a memo of this evaluation alone."""
         try:
-            return self._fn(env)
+            return self._fn(env, {} if memo is None else memo)
         except _RUNTIME_ERRORS as exc:
             message = f"formula {shorten(self.source)!r} failed: {_reason(exc)}"
             raise FormulaError(message, self.where) from None

@@ -1,6 +1,6 @@
 """The formula language's checker: parses one formula, checks every node against the
 allow-list, the limits (MAX_TEXT, MAX_NODES, ...), the vocabulary names its context may read
-and the types, and rewrites it into an evaluable tree (named formulas inlined, growing
+and the types, and rewrites it into an evaluable tree (named formulas referenced, growing
 operations bounded, parts that read no name computed at load). See `formulas` for the language.
 """
 
@@ -22,17 +22,24 @@ from parplan_gen.rules.formula_runtime import (
     shorten,
     show_value,
 )
-from parplan_gen.rules.formula_tree import Bounded, bounded, build, dag_depth, locate, measure
+from parplan_gen.rules.formula_tree import Bounded, bounded, build, locate, measure, reference
 
+# Each formula, named or not, on its own:
 MAX_TEXT = 4000
 MAX_STRING = 256
 MAX_NODES = 500
 MAX_DEPTH = 64
-# After inlining named formulas: stops blow-up through diamonds. The step time of
-# rules/cost/time.yaml with the per-layer ZeRO-3 exposure, the MoE terms and the slowest
-# pipeline rank is ~10000 nodes once inlined.
-MAX_INLINED_NODES = 20000
-MAX_INLINED_DEPTH = 200  # stays far below the depth at which Python's compiler gives up
+# Each formula with the named formulas it uses (its graph): a named formula is computed once per
+# evaluation however often it is used (`formula_tree.reference`), so what one evaluation runs
+# is at most the syntax nodes of the formula and of each named formula it reaches, counted once.
+# The largest graph of the built-in rules (step_time, rules/cost/time.yaml) is ~2400 nodes.
+MAX_GRAPH_NODES = 5000
+# Named formulas in a chain of uses (`a` uses `b` uses `c`: 3): each link is one Python call
+# while it runs, so this keeps far below Python's recursion limit. The built-in rules use 12.
+MAX_NAMED_DEPTH = 64
+# Named formulas of a rule set (the built-in rules define ~250): each keeps the set of those it
+# reaches as a bit mask of this many bits (formulas.FormulaLibrary), so at most 3 MB in all.
+MAX_NAMED_FORMULAS = 5000
 ANY_NAMESPACES = frozenset({"settings"})  # declared "number", but settings may be any type
 _CONTEXT_LABELS = {"proposal_description": "proposal descriptions"}  # else "<context> rules"
 
@@ -63,12 +70,19 @@ _EQUALITY = {ast.Eq: "==", ast.NotEq: "!="}
 
 @dataclass(frozen=True)
 class Named:
-    """A named formula, checked in no particular context, with its own references inlined."""
+    """A named formula, checked in no particular context. `value`: its value when it reads no
+    name (computed at load and used as a literal), else None, and it is computed by reference:
+    `size` its own syntax nodes, `reach` the named formulas its evaluation may compute (itself
+    included; a bit mask, one bit per named formula of the library), `depth` the longest chain
+    of uses from it (itself included), `uses` the named formulas it uses directly."""
 
-    tree: ast.expr
     kind: Kind
     names: frozenset[str]
-    size: int
+    value: Value | None = None
+    size: int = 0
+    reach: int = 0
+    depth: int = 0
+    uses: tuple[str, ...] = ()
 
 
 def _namespace_text(namespace: str) -> str:
@@ -79,8 +93,9 @@ class Translator:
     """Checks one formula against the language and rewrites it into an evaluable tree.
 
     Vocabulary names become `_e["dotted.name"]`, `**` becomes `_pow(a, b)`, `f(...)` becomes
-    `_fn_f(...)`, named formulas are inlined, and "any" values where a number or bool is
-    needed are wrapped in a runtime check. User names can't start with `_`, so none collide.
+    `_fn_f(...)`, a named formula becomes a reference to its memoised value (or its value, when
+    it reads no name), and "any" values where a number or bool is needed are wrapped in a
+    runtime check. User names can't start with `_`, so none collide.
     """
 
     def __init__(
@@ -89,18 +104,17 @@ class Translator:
         where: SourceRef,
         context: str | None,
         named: Mapping[str, Named],
-        shared: dict[int, int] | None = None,
         models: tuple[str, ...] | None = None,
     ) -> None:
         self.text, self.where, self.named = text, where, named
-        self.shared = {} if shared is None else shared  # named formulas' node depths, by id
         self.allowed = None if context is None else vocabulary.CONTEXTS[context]
         self.models = models  # the kinds of model the rule applies to (None: any name goes)
         self.context_label = _CONTEXT_LABELS.get(str(context), f"{context} rules")
         self.names: set[str] = set()
         self.reads = 0  # vocabulary names read so far, counting repeats (0: a constant part)
         self.lines: tuple[bytes, list[int]] | None = None  # for `quote`, made when first needed
-        self.budget = MAX_INLINED_NODES
+        self.size = 0  # syntax nodes of the text
+        self.uses: dict[str, None] = {}  # the named formulas referenced, in order of first use
 
     def fail(self, reason: str) -> FormulaError:
         return FormulaError(f"formula {shorten(self.text)!r}: {reason}", self.where)
@@ -126,7 +140,7 @@ class Translator:
             raise self.fail(f"too complex (more than {MAX_NODES} syntax nodes)")
         if depth > MAX_DEPTH:
             raise self.fail(f"nested deeper than {MAX_DEPTH}")
-        self.budget -= count
+        self.size = count
         return tree
 
     def translate(self, value: Value) -> tuple[ast.expr, Kind]:
@@ -136,11 +150,6 @@ class Translator:
         if not isinstance(value, str):
             raise self.fail(f"a formula must be a number, true/false or text, not {value!r}")
         tree, kind = self.visit(self.parse())
-        depth, self.depths = dag_depth(tree, self.shared)
-        if depth > MAX_INLINED_DEPTH:
-            raise self.fail(
-                f"nested deeper than {MAX_INLINED_DEPTH} once named formulas are inlined"
-            )
         return locate(tree), kind
 
     def visit(self, node: ast.AST) -> tuple[ast.expr, Kind]:
@@ -209,7 +218,7 @@ class Translator:
         if ident in vocabulary.CONSTANTS:
             return ast.Constant(vocabulary.CONSTANTS[ident]), "bool"
         if ident in self.named:
-            return self.inline(ident)
+            return self.refer(ident)
         if ident in vocabulary.FUNCTION_BY_NAME:
             signature = vocabulary.FUNCTION_BY_NAME[ident].signature
             raise self.fail(f"function {ident!r} must be called: {signature}")
@@ -256,18 +265,16 @@ class Translator:
             f"{dotted!r}{via} is not available here ({self.context_label} may read {readable})"
         )
 
-    def inline(self, ident: str) -> tuple[ast.expr, Kind]:
+    def refer(self, ident: str) -> tuple[ast.expr, Kind]:
         named = self.named[ident]
-        self.budget -= named.size
-        if self.budget < 0:
-            raise self.fail(
-                f"too large once named formulas are inlined (over {MAX_INLINED_NODES} nodes)"
-            )
         for dotted in sorted(named.names):
             self.check_available(dotted, f" (read by named formula {ident!r})")
         self.names |= named.names
         self.reads += len(named.names)
-        return named.tree, named.kind  # shared, never mutated: compile() accepts a DAG
+        if named.value is not None:
+            return locate(ast.Constant(named.value)), named.kind
+        self.uses[ident] = None
+        return reference(ident), named.kind
 
     def binop(self, node: ast.BinOp) -> tuple[ast.expr, Kind]:
         symbol = _BINOPS.get(type(node.op))

@@ -1,6 +1,6 @@
 """Syntax-tree plumbing of the formula compiler: walking and measuring trees, the inline
-±MAX_MAGNITUDE check (`Bounded`), and turning a checked tree into a `Formula` whose code is
-compiled when it is first evaluated.
+±MAX_MAGNITUDE check (`Bounded`), references to named formulas, and turning a checked tree into
+a `Formula` (or a named formula's function) whose code is compiled when it is first evaluated.
 """
 
 from __future__ import annotations
@@ -25,31 +25,10 @@ def _children(node: ast.AST) -> list[ast.AST]:
     return found
 
 
-def dag_depth(tree: ast.AST, shared: Mapping[int, int]) -> tuple[int, dict[int, int]]:
-    """Nesting depth of a tree whose inlined named formulas are shared subtrees, and the depth
-    of each node it visited. `shared` holds the depths of the named formulas' nodes (by id;
-    those trees live as long as the library), so each is measured once, however often used."""
-    depth: dict[int, int] = {}
-    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
-    while stack:
-        node, children_done = stack.pop()
-        if id(node) in depth or id(node) in shared:
-            continue
-        children = [node.value] if isinstance(node, Bounded) else _children(node)
-        if children_done or not children:
-            known = (depth.get(id(c)) or shared[id(c)] for c in children)
-            depth[id(node)] = 1 + max(known, default=0)
-        else:
-            stack.append((node, True))
-            stack.extend((c, False) for c in children)
-    top = depth.get(id(tree)) or shared[id(tree)]
-    return top, depth
-
-
 def locate(tree: ast.AST) -> ast.AST:
     """`ast.fix_missing_locations` that does not enter located nodes: the compiler only ever
-    locates whole subtrees, so below a located node (a named formula's, a part translated
-    before) everything is located already."""
+    locates whole subtrees, so below a located node (a part translated before) everything is
+    located already."""
     stack = [tree]
     while stack:
         node = stack.pop()
@@ -74,9 +53,8 @@ def measure(tree: ast.AST, max_nodes: int) -> tuple[int, int]:
 class Bounded(ast.IfExp):
     """`(_t if -MAX <= (_t := value) <= MAX else _out_of_range(_t, what))`: `value` checked
     inline (a call would cost ~3x as much at run time). `_t` is local to the formula's lambda,
-    and no user name starts with `_`. Made located, so that `locate` never walks it, and
-    `dag_depth` counts it as one level over `value`. `covering`: `value` holds an operation
-    whose check this one covers (see _COVERS)."""
+    and no user name starts with `_`. Made located, so that `locate` never walks it.
+    `covering`: `value` holds an operation whose check this one covers (see _COVERS)."""
 
     def __init__(self, value: ast.expr, what: str, covering: bool = False) -> None:
         self.value, self.covering = locate(value), covering
@@ -104,38 +82,79 @@ def bounded(tree: ast.expr, what: str) -> ast.expr:
     return Bounded(tree, what)
 
 
+def _lambda(tree: ast.expr) -> ast.Expression:
+    """`lambda _e, _m: tree`: `_e` the environment of dotted names, `_m` the values of the named
+    formulas computed so far for it (see `reference`)."""
+    params = [ast.arg("_e"), ast.arg("_m")]
+    args = ast.arguments(posonlyargs=[], args=params, kwonlyargs=[], kw_defaults=[], defaults=[])
+    return locate(ast.Expression(ast.Lambda(args, tree)))  # type: ignore[return-value]
+
+
+def reference(name: str) -> ast.expr:
+    """`(_m[name] if name in _m else _n_<name>(_e, _m))`: the value of named formula `name`,
+    computed at most once per memo (`Formula.evaluate`), and only when this part runs (a branch
+    not taken computes nothing). `_n_<name>` is its function (`named_function`) in the
+    library's globals; no user name starts with `_`."""
+    memo, key = _at(ast.Name("_m", ast.Load())), _at(ast.Constant(name))
+    test = _at(ast.Compare(key, [ast.In()], [memo]))
+    hit = _at(ast.Subscript(memo, key, ast.Load()))
+    args = [_at(ast.Name("_e", ast.Load())), memo]
+    miss = _at(ast.Call(_at(ast.Name(f"_n_{name}", ast.Load())), args, []))
+    return _at(ast.IfExp(test, hit, miss))
+
+
+def named_function(
+    name: str, tree: ast.expr, kind: Kind, namespace: dict[str, object]
+) -> Callable[[Mapping[str, object], dict[str, object]], object]:
+    """The function of named formula `name`, `_m.setdefault(name, tree)`: computes its value
+    and keeps it in the memo `_m`. A number is checked against ±MAX_MAGNITUDE as a result is,
+    so that sums of named values stay finite however the named formulas are combined. Compiled
+    when first called, into `namespace` (the library's globals) under `_n_<name>`."""
+
+    def compile_and_run(env: Mapping[str, object], memo: dict[str, object]) -> object:
+        checked = bounded(tree, f"named formula {name!r}") if kind == "number" else tree
+        store = _at(ast.Attribute(_at(ast.Name("_m", ast.Load())), "setdefault", ast.Load()))
+        lam = _lambda(_at(ast.Call(store, [_at(ast.Constant(name)), checked], [])))
+        # Safe: the tree was rebuilt node by node from the allow-list; no builtins are visible.
+        fn = eval(compile(lam, "<formula>", "eval"), namespace)
+        namespace[f"_n_{name}"] = fn
+        return fn(env, memo)
+
+    return compile_and_run
+
+
 def build(
     source: str,
     where: SourceRef,
     tree: ast.expr,
     kind: Kind,
     names: frozenset[str],
+    namespace: dict[str, object] | None = None,
 ) -> Formula:
-    args = ast.arguments(
-        posonlyargs=[], args=[ast.arg("_e")], kwonlyargs=[], kw_defaults=[], defaults=[]
-    )
+    """The Formula of a checked tree; `namespace`: the globals its code runs with (the
+    library's, which hold its named formulas' functions; GLOBALS for a tree without them)."""
     if kind == "number":
         tree = bounded(tree, "the result")
-    lam = locate(ast.Expression(ast.Lambda(args, tree)))
-    formula = Formula(source, where, names, kind, not names, lambda _e: None)
-    object.__setattr__(formula, "_fn", _compile_on_first_use(formula, lam))
+    lam = _lambda(tree)
+    formula = Formula(source, where, names, kind, not names, lambda _e, _m: None)
+    object.__setattr__(formula, "_fn", _compile_on_first_use(formula, lam, namespace or GLOBALS))
     if names:
         return formula
     value = formula.evaluate({})  # computed now, so that its errors are load errors
-    return Formula(source, where, names, kind, True, lambda _e: value)
+    return Formula(source, where, names, kind, True, lambda _e, _m: value)
 
 
 def _compile_on_first_use(
-    formula: Formula, lam: ast.Expression
-) -> Callable[[Mapping[str, object]], object]:
+    formula: Formula, lam: ast.Expression, namespace: dict[str, object]
+) -> Callable[[Mapping[str, object], dict[str, object]], object]:
     """A function that compiles `lam` (checked already), puts the result in `formula`'s place
     and runs it. Compiling is most of the cost of loading rules, and a command evaluates few of
     them (no graph-model formula for a transformer, ...)."""
 
-    def compile_and_run(env: Mapping[str, object]) -> object:
+    def compile_and_run(env: Mapping[str, object], memo: dict[str, object]) -> object:
         # Safe: the tree was rebuilt node by node from the allow-list; no builtins are visible.
-        fn = eval(compile(lam, "<formula>", "eval"), GLOBALS)
+        fn = eval(compile(lam, "<formula>", "eval"), namespace)
         object.__setattr__(formula, "_fn", fn)
-        return fn(env)
+        return fn(env, memo)
 
     return compile_and_run

@@ -10,16 +10,16 @@ that runs with no builtins. Anything outside this language is a load error at th
   `true`/`false` (also `True`/`False`).
 - Names: the dotted names of `parplan_gen.rules.vocabulary` (`graph.depth`, `graph.op_count.MatMul`,
   `node.attr.flops`, ...), limited by where the formula appears (a node rule may read `graph.*`
-  and `node.*`, ...), and the named formulas of the `formulas:` maps, which are inlined.
+  and `node.*`, ...), and the named formulas of the `formulas:` maps, used by reference.
 - Operators: `+ - * / // % **`, unary `-`/`+`, comparisons `< <= > >= == !=` (chains such as
   `1 < x <= 4` are fine), `not`, `and`, `or`, and `x if c else y`.
 - Calls: only the functions of `parplan_gen.rules.vocabulary` (`min`, `max`, `clamp`, `ceil`, `log2`,
   ...), with positional arguments; the argument count is checked at load.
 - Refused: names starting with `_`, attribute access except on vocabulary names, subscripts,
   lambda, comprehensions, f-strings, `:=`, `*args`/keyword arguments, bitwise operators and
-  shifts, `is`/`in`, lists/tuples/dicts, bytes, `None`; a formula longer than 4000 characters,
-  with more than 500 syntax nodes or nested deeper than 64 (a chain `a + b + ...` nests one
-  level per term).
+  shifts, `is`/`in`, lists/tuples/dicts, bytes, `None`; a formula (named or not) longer than
+  4000 characters, with more than 500 syntax nodes or nested deeper than 64 (a chain
+  `a + b + ...` nests one level per term).
 - Types are checked at load: arithmetic and `< <= > >=` need numbers (so there is no string
   repetition or concatenation), `not`/`and`/`or`/conditions need bools (`when` too), `==`/`!=`
   need two values of one type, both branches of `x if c else y` need one type. `true` is not a
@@ -36,9 +36,16 @@ that runs with no builtins. Anything outside this language is a load error at th
   taken) is computed at load, so such errors show up at load.
 
 Named formulas (`formulas: {dp_speedup: "2.0 * clamp(graph.node_count / 10, 1, 2)"}`) are
-plain identifiers usable by name in any formula; recursion between them is an error, and so is
-one that grows beyond 20000 nodes, or nests deeper than 200, once the named formulas it uses are
-inlined. A named formula that reads no name is computed at load, where its errors point.
+plain identifiers usable by name in any formula. Each is checked and compiled once per library
+(rule set) into a function of its own, and a use is a reference to its value: computed the first
+time an evaluation needs it, kept in the evaluation's memo (`Formula.evaluate`) and reused, so
+one evaluation runs each named formula at most once however often it is used. Recursion between
+them is an error showing the cycle; so is a formula whose graph (itself and every named formula
+it reaches, each counted once) has more than 5000 syntax nodes (MAX_GRAPH_NODES), or a chain of
+uses more than 64 named formulas deep (MAX_NAMED_DEPTH: each link is a Python call as it runs),
+and more than 5000 named formulas in a library (MAX_NAMED_FORMULAS).
+A named formula's value is checked against ±MAX_MAGNITUDE as a result is. A named formula that
+reads no name is computed at load, where its errors point, and used as a literal.
 
 Text templates (proposal descriptions) hold `{formula}` or `{formula:spec}` placeholders; the
 spec is a restricted format spec (`[+-]`, width up to 2 digits, `.` and up to 2 digits of
@@ -56,9 +63,24 @@ from collections.abc import Mapping
 
 from parplan_gen.inputs.errors import FormulaError, SourceRef
 from parplan_gen.rules import vocabulary
-from parplan_gen.rules.formula_runtime import KIND_TEXT, Expect, Formula, Value, shorten, show_value
-from parplan_gen.rules.formula_translate import MAX_INLINED_NODES, Named, Translator
-from parplan_gen.rules.formula_tree import build, locate
+from parplan_gen.rules.formula_runtime import (
+    GLOBALS,
+    KIND_TEXT,
+    Expect,
+    Formula,
+    Value,
+    shorten,
+    show_value,
+)
+from parplan_gen.rules.formula_translate import (
+    MAX_GRAPH_NODES,
+    MAX_NAMED_DEPTH,
+    MAX_NAMED_FORMULAS,
+    MAX_NODES,
+    Named,
+    Translator,
+)
+from parplan_gen.rules.formula_tree import build, named_function
 
 _SPEC = re.compile(r"[+-]?\d{0,2}(\.\d{1,2})?[dfgeE%]?", re.ASCII)
 
@@ -124,21 +146,28 @@ class FormulaLibrary:
     def __init__(self, named: Mapping[str, tuple[Value, SourceRef]]) -> None:
         for name, (_, where) in named.items():
             _check_formula_name(name, where)
+        if len(named) > MAX_NAMED_FORMULAS:
+            where = list(named.values())[MAX_NAMED_FORMULAS][1]
+            raise FormulaError(f"more than {MAX_NAMED_FORMULAS} named formulas", where)
         refs = {name: _references(value, where, named) for name, (value, where) in named.items()}
         self._named: dict[str, Named] = {}
-        self._shared: dict[int, int] = {}  # the named formulas' node depths, by id
+        # The globals of this library's formulas: GLOBALS and `_n_<name>`, the function of each
+        # named formula that reads names (formula_tree.named_function).
+        self._globals: dict[str, object] = dict(GLOBALS)
+        self._graphs = _Graphs()
         for name in _dependency_order(refs, {n: w for n, (_, w) in named.items()}):
             value, where = named[name]
-            translator = Translator(str(value), where, None, self._named, self._shared)
+            translator = Translator(str(value), where, None, self._named)
             tree, kind = translator.translate(value)
             names = frozenset(translator.names)
-            size = MAX_INLINED_NODES - translator.budget
-            if not names:  # computed at load (its failure is reported here), inlined as a value
-                constant = build(str(value), where, tree, kind, names)
-                tree, size = locate(ast.Constant(constant.evaluate({}))), 1
-                translator.depths = {id(tree): 1}
-            self._shared.update(getattr(translator, "depths", {}))
-            self._named[name] = Named(tree, kind, names, size)
+            if not names:  # computed at load (its failure is reported here), used as a value
+                constant = build(str(value), where, tree, kind, names, self._globals)
+                self._named[name] = Named(kind, names, constant.evaluate({}))  # type: ignore[arg-type]
+                continue
+            reach, depth = self._graphs.measure(translator, name)
+            uses = tuple(translator.uses)
+            self._named[name] = Named(kind, names, None, translator.size, reach, depth, uses)
+            self._globals[f"_n_{name}"] = named_function(name, tree, kind, self._globals)
         self._order = tuple(named)
 
     @property
@@ -159,15 +188,16 @@ class FormulaLibrary:
         if context not in vocabulary.CONTEXTS:
             raise ValueError(f"unknown formula context {context!r}")
         source = value if isinstance(value, str) else repr(value)
-        translator = Translator(source, where, context, self._named, self._shared, models)
+        translator = Translator(source, where, context, self._named, models)
         tree, kind = translator.translate(value)
+        self._graphs.measure(translator)
         if expect is not None and kind != expect:
             if kind != "any":
                 raise translator.fail(
                     f"gives {KIND_TEXT[kind]}, but {KIND_TEXT[expect]} is needed here"
                 )
             tree, kind = translator.coerce(tree, kind, expect, "", source), expect
-        return build(source, where, tree, kind, frozenset(translator.names))
+        return build(source, where, tree, kind, frozenset(translator.names), self._globals)
 
     def compile_text(
         self, text: str, where: SourceRef, context: str, models: tuple[str, ...] | None = None
@@ -180,6 +210,62 @@ class FormulaLibrary:
             else:
                 parts.append((self.compile(part[0], where, context, None, models), part[1]))
         return TextTemplate(text, where, parts)
+
+
+class _Graphs:
+    """Measures the graph of each formula of a library: the named formulas an evaluation of it
+    may compute (a bit mask: bit i for the i-th named formula that reads names, so a union is
+    one `|` and the masks of a rule set take at most MAX_NAMED_FORMULAS**2 bits) and the syntax
+    nodes they hold, each counted once, checked against MAX_GRAPH_NODES; and its longest chain
+    of uses, checked against MAX_NAMED_DEPTH."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        # Bit j of a formula's size is set in weights[j] at the formula's bit: the nodes of a
+        # mask are sum(popcount(mask & weights[j]) << j), exact for any sharing.
+        self.weights = [0] * MAX_NODES.bit_length()
+
+    def nodes(self, mask: int) -> int:
+        return sum((mask & weight).bit_count() << j for j, weight in enumerate(self.weights))
+
+    def measure(self, translator: Translator, own: str | None = None) -> tuple[int, int]:
+        """(reach, depth) of a translated formula; with `own`, the name of the named formula it
+        defines, which both count."""
+        named = translator.named
+        uses = [named[name] for name in translator.uses]
+        reach = 0
+        for used in uses:
+            reach |= used.reach
+        nodes = translator.size + self.nodes(reach)
+        if nodes > MAX_GRAPH_NODES:
+            raise translator.fail(
+                f"too large with the named formulas it uses ({nodes} syntax nodes, "
+                f"at most {MAX_GRAPH_NODES})"
+            )
+        depth = max((used.depth for used in uses), default=0) + (own is not None)
+        if depth > MAX_NAMED_DEPTH:
+            chain = [*([own] if own else []), *_deepest_chain(named, list(translator.uses))]
+            shown = chain if len(chain) <= 6 else [*chain[:3], "...", *chain[-2:]]
+            raise translator.fail(
+                f"named formulas nested deeper than {MAX_NAMED_DEPTH} "
+                f"({' -> '.join(shown)}: {depth} levels)"
+            )
+        if own is not None:
+            bit, self.count = 1 << self.count, self.count + 1
+            for j in range(len(self.weights)):
+                if translator.size >> j & 1:
+                    self.weights[j] |= bit
+            reach |= bit
+        return reach, depth
+
+
+def _deepest_chain(named: Mapping[str, Named], uses: list[str]) -> list[str]:
+    """The named formulas of the longest chain of uses from `uses`, in order."""
+    chain: list[str] = []
+    while uses:
+        chain.append(max(uses, key=lambda name: named[name].depth))
+        uses = list(named[chain[-1]].uses)
+    return chain
 
 
 def _check_formula_name(name: str, where: SourceRef) -> None:
