@@ -24,6 +24,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,12 @@ from calibration_read import (
 )
 from ruamel.yaml import YAML
 
-from parplan_gen.cost.estimate import CostModel
+from parplan_gen.cost.estimate import CostModel, MemoryBreakdown
+from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.inputs.resources import builtin_rules_dir
 from parplan_gen.planning.evaluate import Evaluator
+from parplan_gen.planning.pins import Headroom, SearchLimits, headroom_record
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,18 +95,19 @@ class Row:
     case: Case
     predicted_tflops: float
     fits: bool
-    predicted_memory_gib: float = 0.0
+    predicted_memory_gib: float = 0.0  # the estimate's total (what `fits` judges)
     refused: str | None = None  # the first `invalid` rule its backend breaks
+    compared_memory_gib: float = 0.0  # the figure set against the published memory
+
+    @property
+    def memory_error_pct(self) -> float | None:
+        published = self.case.published_memory_gib
+        return None if published is None else (self.compared_memory_gib / published - 1) * PERCENT
 
     @property
     def error_pct(self) -> float:
         assert self.case.published_tflops is not None, "a layout reference has no error"
         return (self.predicted_tflops / self.case.published_tflops - 1) * PERCENT
-
-    @property
-    def memory_error_pct(self) -> float | None:
-        published = self.case.published_memory_gib
-        return None if published is None else (self.predicted_memory_gib / published - 1) * PERCENT
 
 
 @dataclass
@@ -157,8 +161,33 @@ def evaluate(rules: RuleSet, cases: Sequence[Case]) -> list[Row]:
         # The rules here are rules/cost only (no constraints): `fits` is rules/constraints'
         # memory.fits with no headroom, the predicted total against the GPU's memory.
         fits = result.memory.total <= case.cluster.gpu.memory_bytes
-        rows.append(Row(case, predicted, fits, result.memory.total / GIB, refused))
+        compared = compared_memory(result.memory, case) / GIB
+        rows.append(Row(case, predicted, fits, result.memory.total / GIB, refused, compared))
     return rows
+
+
+def compared_memory(memory: MemoryBreakdown, case: Case) -> float:
+    """The bytes to set against the published peak memory of `case`. A reserved peak (the
+    caching allocator's `reserved_bytes.all.peak`, calibration_rows.yaml `memory_figure`) holds
+    the tensors plus the allocator's cached free blocks, and not the CUDA context or NCCL's own
+    buffers: the estimate's parts without `other`, plus the headroom `plan` keeps for the
+    allocator by default (memory_headroom_default, rules/constraints/headroom.yaml: GMLake's
+    reserved-over-allocated), so the comparison and the planner's fits-check add the same term.
+    Otherwise the estimate's total."""
+    if not case.memory_reserved_peak:
+        return float(memory.total)
+    return float(memory.total - memory.other) + planner_headroom(case.cluster)
+
+
+def planner_headroom(cluster: Cluster) -> float:
+    """`plan`'s default headroom on `cluster`, bytes (planning/pins.py headroom_record)."""
+    return float(headroom_record(Headroom(), SearchLimits(), cluster, full_rules()).headroom_bytes)
+
+
+@cache
+def full_rules() -> RuleSet:
+    """The built-in rules, constraints included (for the headroom rule)."""
+    return load_rules()
 
 
 BREAKDOWN_COLUMNS = (
@@ -206,7 +235,7 @@ def format_report(report: Report) -> str:
         flag = "" if row.fits else " (does not fit)"
         if row.memory_error_pct is not None:
             flag += (
-                f" (peak memory {row.predicted_memory_gib:.1f} GiB, published "
+                f" (peak memory {row.compared_memory_gib:.1f} GiB, published "
                 f"{row.case.published_memory_gib:.1f}: {row.memory_error_pct:+.1f}%)"
             )
         lines.append(

@@ -83,7 +83,7 @@ def _micro_batch(
     return mbs
 
 
-def _sharding(entry: Mapping[str, Any], notes: list[str]) -> tuple[int, bool]:
+def _sharding(entry: Mapping[str, Any], facts: RowFacts, notes: list[str]) -> tuple[int, bool]:
     """(ZeRO stage, Megatron distributed optimizer) of an entry."""
     zero = entry.get("zero_stage") or 0
     sharding = _words(entry.get("data_parallel_sharding"))
@@ -95,6 +95,9 @@ def _sharding(entry: Mapping[str, Any], notes: list[str]) -> tuple[int, bool]:
     flag = entry.get("distributed_optimizer")
     if flag is None and not zero and _family_of(entry).startswith("nemo"):
         notes.append("distributed optimizer assumed (NeMo's GPT recipes use it; not stated)")
+        flag = True
+    if flag is None and not zero and facts.distributed_optimizer_reason:
+        notes.append(facts.distributed_optimizer_reason)
         flag = True
     return zero, bool(flag) and zero == 0
 
@@ -112,7 +115,7 @@ def layout_and_notes(
     par = entry["parallelism"]
     tp, pp = par.get("tp") or 1, par.get("pp") or 1
     dp = par.get("dp") or entry["total_gpus"] // (tp * pp * (par.get("cp") or 1))
-    zero, distributed_optimizer = _sharding(entry, notes)
+    zero, distributed_optimizer = _sharding(entry, facts, notes)
     sequence_parallel = par.get("sequence_parallel")
     if sequence_parallel is None and tp > 1 and facts.backend in SEQUENCE_PARALLEL_BACKENDS:
         notes.append(f"sequence parallelism assumed with tp {tp} (not stated)")
@@ -211,6 +214,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         source=facts.source,
         families=facts.families,
         published_memory_gib=None if memory is None else float(memory),
+        memory_reserved_peak=facts.memory_figure == "reserved_peak",
     )
 
 

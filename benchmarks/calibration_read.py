@@ -95,6 +95,7 @@ class Case:
     source: str = ""  # the publication (calibration_rows.yaml), the unit left out by LOSO
     families: tuple[str, ...] = ()
     published_memory_gib: float | None = None
+    memory_reserved_peak: bool = False  # the published memory is the allocator's reserved peak
 
     @property
     def measured(self) -> bool:
@@ -120,6 +121,8 @@ class RowFacts:
     micro_batch: str | None  # rule for a missing micro_batch_size
     micro_batch_reason: str
     backend_reason: str
+    memory_figure: str = "allocated"  # `reserved_peak`: the caching allocator's reserved peak
+    distributed_optimizer_reason: str = ""  # why a row that does not say uses it
 
 
 @cache
@@ -147,6 +150,8 @@ def row_facts(name: str) -> RowFacts:
         micro_batch=source.get("micro_batch_when_missing"),
         micro_batch_reason=str(source.get("micro_batch_reason", "")).strip(),
         backend_reason=str(source.get("backend_reason", "")).strip(),
+        memory_figure=str(source.get("memory_figure", "allocated")),
+        distributed_optimizer_reason=str(source.get("distributed_optimizer_reason", "")).strip(),
     )
 
 

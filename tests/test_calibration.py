@@ -253,6 +253,48 @@ def test_torchtitan_pipeline_micro_batch_is_local_batch_over_pp(calibration: Mod
     assert case.layout.recompute == "full"
 
 
+def test_a_reserved_peak_is_set_against_the_tensors_plus_the_planners_headroom(
+    calibration: ModuleType,
+) -> None:
+    from parplan_gen.cost.estimate import MemoryBreakdown
+
+    memory = MemoryBreakdown(
+        params=GIB, grads=2 * GIB, optimizer=3 * GIB, activations=4 * GIB, other=5 * GIB,
+        total=15 * GIB, capacity=96 * GIB, fits=True,
+    )  # fmt: skip
+    titan = calibration.case_from_entry(TITAN_FLOAT8)
+    assert titan.memory_reserved_peak  # torchtitan logs reserved_bytes.all.peak
+    # `other` (CUDA context, NCCL buffers: outside the allocator) out, the planner's default
+    # headroom in: GMLake's 9.2 GB of an 80 GB GPU, scaled to the row's 96 GiB part.
+    expected = 10 * GIB + 9.2 / 80 * 96 * GIB
+    assert calibration.compared_memory(memory, titan) == pytest.approx(expected, rel=1e-9)
+    nemo = calibration.case_from_entry(NEMO_GPT3)
+    assert not nemo.memory_reserved_peak
+    assert calibration.compared_memory(memory, nemo) == 15 * GIB
+
+
+def test_megatron_fp8_example_uses_its_scripts_distributed_optimizer(
+    calibration: ModuleType,
+) -> None:
+    entry = _entry(
+        name="megatron_examples_llama_fp8_llama3_8b_8gpus",
+        model={**LLAMA3_8B, "seq_length": 8192},
+        hardware=H100,
+        total_gpus=8,
+        parallelism={"tp": 1, "pp": 1, "dp": 4, "cp": 2},
+        zero_stage=None,
+        distributed_optimizer=None,
+        micro_batch_size=1,
+        global_batch_size=128,
+        precision="FP8 (hybrid format)",
+        measured={"tflops_per_gpu": 800},
+    )
+    case = calibration.case_from_entry(entry)
+    # examples/llama/train_llama3_8b_h100_fp8.sh DDP_ARGS: --use-distributed-optimizer
+    assert case.layout.distributed_optimizer and case.layout.zero_stage == 0
+    assert any("--use-distributed-optimizer" in note for note in case.assumptions)
+
+
 def test_layout_reference_row(calibration: ModuleType) -> None:
     case = calibration.case_from_entry(MIXTRAL_REFERENCE)
     assert not case.measured and case.published_tflops is None

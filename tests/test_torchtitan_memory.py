@@ -1,12 +1,20 @@
-"""torchtitan's op-level selective activation checkpointing in the memory model
-(rules/cost/memory.yaml `tt_sac_token_layer`), worked by hand for Llama 3 8B.
+"""What torchtitan keeps in memory (rules/cost/memory.yaml), worked by hand for Llama 3 8B
+(h = 4096, 32 query and 8 KV heads of 128, SwiGLU ffn = 14336, V = 128,256, 32 layers).
 
-torchtitan 0.3 distributed/activation_checkpoint.py, class SelectiveAC, keeps the outputs of the
-compute-intensive ops except every second matmul and recomputes the rest. Per token and layer,
-16-bit (2 bytes): the block input (h = 4096) and the attention output (h), plus half of the
-matmul outputs: q 32 x 128 = 4096, k and v 8 x 128 = 1024 each, the output projection 4096,
-w1 and w3 14336 each (SwiGLU), w2 4096; 43,008 in all, 21,504 kept.
-  2 x (2 x 4096 + 21504) = 59,392 bytes.
+Op-level selective checkpointing (torchtitan 9dec370 parallelisms/parallelize_llama.py
+_apply_ac_to_transformer_block): the outputs of aten.mm and of the SDPA kernel are saved except
+every second mm; a block's mms run wq, wk, wv, wo, w1, w3, w2, so wq (4096), wv (1024), w1
+(14336) and w2 (4096) are kept, with the attention output (4096) and the block input (4096):
+31,744 16-bit elements, plus the fp32 logsumexp of 32 heads (128 bytes).
+  2 x 31,744 + 128 = 63,616 bytes per token and layer.
+With tp = 2: the block input, q, v, w1 and attention outputs halve (2048 + 2048 + 512 + 7168 +
+2048), w2's mm output is the full partial sum (4096) and both reduce-scatter outputs are kept
+(2 x 2048): 22,016 elements, 64 bytes of logsumexp.
+  2 x 22,016 + 64 = 44,096 bytes.
+The loss (train.py loss_fn, cross_entropy over fp32 logits) peaks in its backward at 12 bytes
+per token and vocabulary entry, and the final norm and LM head keep 4h + 2h + 2h = 8h bytes per
+token: with mbs 2 x 8192 = 16,384 tokens,
+  16,384 x (32 x 63,616 + 12 x 128,256 + 8 x 4096) = 59,106,131,968 bytes of activations.
 """
 
 from __future__ import annotations
@@ -19,20 +27,24 @@ from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.rules.ruleset import builtin_rules
 
-OP_SAC_BYTES = 59_392
+OP_SAC_BYTES = 63_616
+OP_SAC_BYTES_TP2 = 44_096
+TT_8B_ACTIVATION_BYTES = 59_106_131_968
 
 
-def _act_per_token_layer(backend: str, **layout: Any) -> float:
+def _value(name: str, backend: str, gpus: int = 8, **layout: Any) -> float:
     options = {"mbs": 1, "global_batch": 64, "seq_len": 8192, "zero_stage": 3} | layout
-    plan = build_layout(8, **options)
-    model, cluster = load_model("llama-3-8b"), load_cluster_spec({"gpus": 8, "gpu": "h100"})
+    plan = build_layout(gpus, **options)
+    model, cluster = load_model("llama-3-8b"), load_cluster_spec({"gpus": gpus, "gpu": "h100"})
     env = Evaluator(builtin_rules(), backend=backend).env(  # type: ignore[arg-type]
         model, cluster, plan, flash_attention=True
     )
-    formula = builtin_rules().library.compile(
-        "act_per_token_layer", SourceRef("test"), "estimate", "number"
-    )
+    formula = builtin_rules().library.compile(name, SourceRef("test"), "estimate", "number")
     return float(formula.evaluate(env))
+
+
+def _act_per_token_layer(backend: str, **layout: Any) -> float:
+    return _value("act_per_token_layer", backend, **layout)
 
 
 def test_torchtitan_selective_keeps_half_the_matmul_outputs() -> None:
@@ -41,7 +53,23 @@ def test_torchtitan_selective_keeps_half_the_matmul_outputs() -> None:
 
 def test_its_tensor_parallel_ranks_split_it() -> None:
     kept = _act_per_token_layer("torchtitan", recompute="selective", tp=2, sequence_parallel=True)
-    assert kept == OP_SAC_BYTES / 2
+    assert kept == OP_SAC_BYTES_TP2
+
+
+def test_torchtitan_8b_activations_hold_the_fp32_loss_backward() -> None:
+    activations = _value(
+        "activation_bytes", "torchtitan", mbs=2, global_batch=16, recompute="selective"
+    )
+    assert activations == TT_8B_ACTIVATION_BYTES
+
+
+def test_under_pp_fsdp2_keeps_the_stage_whole_with_fp32_grads() -> None:
+    # apply_fsdp(reshard_after_forward=False) with pp and stage.py's no-sync backwards: every
+    # weight of the stage stays gathered and its grads accumulate unsharded in fp32.
+    layout = {"pp": 2, "mbs": 1, "global_batch": 64, "recompute": "full"}
+    stage = _value("params_per_gpu", "torchtitan", 16, **layout)
+    assert _value("zero3_live_params", "torchtitan", 16, **layout) == stage
+    assert _value("zero3_live_grad_bytes", "torchtitan", 16, **layout) == 4 * stage
 
 
 def test_other_backends_keep_korthikantis_selective_recompute() -> None:
