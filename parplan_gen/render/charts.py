@@ -48,12 +48,13 @@ def num(value: float) -> str:
 def layout_labels(doc: PlanDocument, rows: Sequence[tuple[bool, Estimate]]) -> list[list[str]]:
     """Each row's label as words: the layout's label (render/labels.py, the sizes of the
     model's kind), "(does not fit)" where the memory rules fail (the closest candidate of a
-    search where nothing fits), and "(chosen)" on the chosen plan."""
+    search where nothing fits), and "(chosen)" on the chosen plan, "(closest)" when it does not
+    fit either (nothing fits: the text view's "Closest candidate")."""
     names = labels.layout_labels([e for _, e in rows], doc.model.layout_dims)
     return [
         name.split()
         + ([] if e.memory.fits else ["(does", "not", "fit)"])
-        + (["(chosen)"] if chosen else [])
+        + ([("(chosen)" if e.memory.fits else "(closest)")] if chosen else [])
         for name, (chosen, e) in zip(names, rows, strict=True)
     ]
 
