@@ -292,7 +292,7 @@ def compare(
         mine = estimate(spec, machines, fields, rules=ruleset, flash_attention=flash,
                         backend=backend)  # fmt: skip
         columns.append(("yours", mine.estimate, mine.problem()))
-    return compare_estimates(machines, columns, spec.time_parts)
+    return compare_estimates(machines, columns, spec.time_parts, spec.layout_dims)
 
 
 @dataclass(frozen=True)

@@ -45,16 +45,17 @@ NEGATED = {  # store_false switches in arguments.py
 # Arguments no Megatron-Core config takes: Megatron-LM's training loop, data pipeline, GPTModel
 # builder or validate_args read them (megatron/training/arguments.py, pretrain_gpt.py): the RoPE
 # base, rotated share and scaling are GPTModel's constructor arguments (pretrain_gpt.py model_provider), the LR
-# decay style and warmup the scheduler's (training.py get_optimizer_param_scheduler).
+# decay style and warmup the scheduler's (training.py get_optimizer_param_scheduler); the
+# asynchronous save and its worker are save_checkpoint's (checkpointing.py; core_v0.16.1
+# training_config.py CheckpointConfig async_save, use_persistent_ckpt_worker, ckpt_format).
 TRAINING_ONLY = frozenset(
     """seq_length max_position_embeddings position_embedding_type untie_embeddings_and_output_
     weights swiglu squared_relu group_query_attention multi_latent_attention num_layers_per_
     virtual_pipeline_stage num_virtual_stages_per_pipeline_rank micro_batch_size global_batch_
     size train_iters log_interval eval_interval eval_iters data_path split tokenizer_type
     tokenizer_model mock_data vocab_size save load save_interval ckpt_format rotary_base rotary_
-    percent use_rope_scaling rope_scaling_factor lr_decay_style lr_warmup_fraction""".replace(
-        "_\n    ", "_"
-    ).split()
+    percent use_rope_scaling rope_scaling_factor lr_decay_style lr_warmup_fraction async_save
+    use_persistent_ckpt_worker""".replace("_\n    ", "_").split()
 )
 
 

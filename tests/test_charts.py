@@ -170,14 +170,15 @@ def test_memory_chart_columns_capacity_and_headroom_on_the_charts_scale(name):
 
 
 def test_a_layout_that_does_not_fit_says_so_in_its_label():
+    # and the closest candidate of a search where nothing fits is not called "chosen"
     # llama-3-70b on 8 H100: 16 B/param of weights, grads and Adam state alone exceed 8 x 80 GB
     doc = plan("llama-3-70b", {"gpus": 8, "gpu": "h100"}, global_batch=64, seq_len=8192).document
     assert not doc.chosen.memory.fits
     root = svg(render_plan(doc)["plan_memory.svg"])
     first = root.find(".//s:text[@class='column-label']", NS)
     assert " ".join(t.text for t in first.iterfind("s:tspan", NS)).endswith(
-        f"(does not fit) (chosen) {doc.chosen.memory.total / GIB:,.1f} GiB"
-    )
+        f"(does not fit) (closest) {doc.chosen.memory.total / GIB:,.1f} GiB"
+    )  # nothing fits: the chosen row is the closest candidate, as the text view says
 
 
 def test_charts_are_deterministic():

@@ -27,6 +27,7 @@ TRANSFORMER_PARTS = (
     "compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s", "bubble_s",
     "optimizer_s",
 )  # fmt: skip
+TRANSFORMER_DIMS = ("dp", "tp", "pp", "cp", "ep", "vpp", "sp")  # ModelSpec.layout_dims
 SIXTEEN_NODES = cluster("h100-16nodes", H100, 128)
 
 
@@ -48,8 +49,9 @@ def pair():
 def test_sentences_are_worked_from_the_figures():
     a, b = pair()
     found = compare_estimates(
-        SIXTEEN_NODES, [("chosen", a, None), ("runner-up", b, None)], TRANSFORMER_PARTS
-    )
+        SIXTEEN_NODES, [("chosen", a, None), ("runner-up", b, None)], TRANSFORMER_PARTS,
+        TRANSFORMER_DIMS,
+    )  # fmt: skip
     assert [c.label for c in found.columns] == ["megatron tp8 pp1 dp16", "megatron tp4 pp1 dp32"]
     ((against, said),) = found.sentences
     assert against == "megatron tp4 pp1 dp32"
@@ -81,14 +83,18 @@ def test_a_term_the_faster_loses_is_won_back_and_the_slower_says_by_how_much():
     a, b = pair()
     slower_compute = a.time.model_copy(update={"compute_s": 9.6})
     a = a.model_copy(update={"time": slower_compute})
-    found = compare_estimates(SIXTEEN_NODES, [("c", a, None), ("r", b, None)], TRANSFORMER_PARTS)
+    found = compare_estimates(
+        SIXTEEN_NODES, [("c", a, None), ("r", b, None)], TRANSFORMER_PARTS, TRANSFORMER_DIMS
+    )
     # 9.6 - 9.5 s = 100 ms more compute, won back since a's step (10 s) beats b's (12 s)
     assert (
         "megatron tp8 pp1 dp16 spends 100.0 ms more on compute than megatron tp4 pp1 dp32 "
         "(9.60 s vs 9.50 s), with tp 8 against tp 4; the other terms win it back."
     ) in found.sentences[0][1]
     # explained the other way round, b is the slower: nothing is won back
-    found = compare_estimates(SIXTEEN_NODES, [("c", b, None), ("r", a, None)], TRANSFORMER_PARTS)
+    found = compare_estimates(
+        SIXTEEN_NODES, [("c", b, None), ("r", a, None)], TRANSFORMER_PARTS, TRANSFORMER_DIMS
+    )
     said = found.sentences[0][1]
     step = next(s for s in said if "per step" in s)
     assert step == (
@@ -106,8 +112,9 @@ def test_tp_beyond_the_nvlink_domain_says_so():
         300_000, 0.3, backend="megatron",
     )  # fmt: skip
     found = compare_estimates(
-        SIXTEEN_NODES, [("chosen", a, None), ("y", wide, None)], TRANSFORMER_PARTS
-    )
+        SIXTEEN_NODES, [("chosen", a, None), ("y", wide, None)], TRANSFORMER_PARTS,
+        TRANSFORMER_DIMS,
+    )  # fmt: skip
     tp = next(s for s in found.sentences[0][1] if "tensor-parallel" in s)
     # 8 divides the 8-GPU NVLink domain, 16 does not (rules/cost/time.yaml tp_inside_nvlink)
     assert "with tp 8 (on NVLink), dp 16 against tp 16 (on network), dp 8" in tp
@@ -117,7 +124,7 @@ def test_a_layout_that_cannot_run_says_why_where_it_looks_better():
     a, b = pair()
     found = compare_estimates(
         SIXTEEN_NODES, [("chosen", b, None), ("yours", a, "the layout does not fit")],
-        TRANSFORMER_PARTS,
+        TRANSFORMER_PARTS, TRANSFORMER_DIMS,
     )  # fmt: skip
     step = next(s for s in found.sentences[0][1] if "per step" in s)
     assert step.endswith(
@@ -128,9 +135,12 @@ def test_a_layout_that_cannot_run_says_why_where_it_looks_better():
 def test_labels_name_the_layout_and_what_sets_it_apart():
     a, _ = pair()
     same = [a, a]
-    assert layout_labels(same) == ["megatron tp8 pp1 dp16", "megatron tp8 pp1 dp16 (2)"]
+    assert layout_labels(same, TRANSFORMER_DIMS) == [
+        "megatron tp8 pp1 dp16",
+        "megatron tp8 pp1 dp16 (2)",
+    ]
     doc = dense_multinode()
-    assert layout_labels([doc.chosen, doc.candidates[1]]) == [
+    assert layout_labels([doc.chosen, doc.candidates[1]], TRANSFORMER_DIMS) == [
         "megatron tp2 pp2 dp8 recompute-selective sp distopt",
         "deepspeed tp1 pp1 dp32 zero1 recompute-full",
     ]
@@ -150,7 +160,9 @@ def test_one_sentence_per_term_that_differs(step, tp_comm, params, other_step):
         {"compute_s": 9.5, "tp_comm_s": tp_comm}, 1, 0.5, backend="megatron",
     )  # fmt: skip
     a = a.model_copy(update={"time": a.time.model_copy(update={"step_s": step})})
-    found = compare_estimates(SIXTEEN_NODES, [("c", a, None), ("r", b, None)], TRANSFORMER_PARTS)
+    found = compare_estimates(
+        SIXTEEN_NODES, [("c", a, None), ("r", b, None)], TRANSFORMER_PARTS, TRANSFORMER_DIMS
+    )
     said = list(found.sentences[0][1])
     differing = [r for r in found.rows if r.shown[0] != r.shown[1] or r.term == "step_s"]
     assert len(said) == len(differing)
@@ -160,7 +172,9 @@ def test_one_sentence_per_term_that_differs(step, tp_comm, params, other_step):
 
 def test_with_itself_only_the_step_is_said():
     a, _ = pair()
-    found = compare_estimates(SIXTEEN_NODES, [("c", a, None), ("r", a, None)], TRANSFORMER_PARTS)
+    found = compare_estimates(
+        SIXTEEN_NODES, [("c", a, None), ("r", a, None)], TRANSFORMER_PARTS, TRANSFORMER_DIMS
+    )
     assert found.sentences[0][1] == (
         "megatron tp8 pp1 dp16 and megatron tp8 pp1 dp16 (2) take the same 10.000 s per step as "
         "shown; the planner then ranks by memory per GPU and then by fewer parallel "
@@ -298,8 +312,9 @@ def test_why_this_plan_is_the_comparison_and_the_seed_is_an_appendix():
     why = _section(report, "Why this plan")
     runner_up = next(e for e in doc.candidates if e != doc.chosen)
     found = compare_estimates(
-        doc.cluster, [("c", doc.chosen, None), ("r", runner_up, None)], doc.model.time_parts
-    )
+        doc.cluster, [("c", doc.chosen, None), ("r", runner_up, None)], doc.model.time_parts,
+        doc.model.layout_dims,
+    )  # fmt: skip
     chosen, second = found.columns
     assert f"| term | {chosen.label} (chosen) | {second.label} (runner-up) |" in why
     for sentence in found.sentences[0][1]:

@@ -80,6 +80,9 @@ def test_young_interval_is_sqrt_of_twice_write_time_times_mtbf() -> None:
         "budget.storage_bytes_per_s": 1.4e8,
         "budget.mtbf_gpu_hours": 50,
         "cluster.gpus": 36,
+        "train.backend": "deepspeed",  # no asynchronous write: the checkpoint blocks
+        "plan.zero_stage": 1,
+        "budget.host_bytes_per_s": 64e9,
     }
     assert budget_formula("budget_checkpoint_write_s", env) == pytest.approx(100)
     assert budget_formula("budget_job_mtbf_s", env) == pytest.approx(5000)

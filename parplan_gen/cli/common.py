@@ -135,10 +135,28 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _cpu_count(text: str) -> int:
+    from parplan_gen.cost.launch_site import SLURM_CPUS_MAX  # here: `--help` imports no pydantic
+
+    return whole_number(text, SLURM_CPUS_MAX)
+
+
+SITE_FLAGS = ("account", "partition", "time", "cpus_per_node")  # Cluster.with_slurm keywords
+
+
 def add_slurm_options(parser: argparse.ArgumentParser) -> None:
-    """--slurm-account A --slurm-partition P --slurm-time T: written into launch_slurm.sbatch
-    (they replace the cluster file's `slurm:` values; docs/clusters.md)."""
+    """--slurm-account A --slurm-partition P --slurm-time T --cpus-per-node C: written into
+    launch_slurm.sbatch (they replace the cluster file's `slurm:` and `cpus_per_node` values;
+    docs/clusters.md)."""
     group = parser.add_argument_group("SLURM (launch_slurm.sbatch; default: the cluster file's)")
+    group.add_argument(
+        "--cpus-per-node",
+        type=_argument_type(_cpu_count, "cpus_per_node"),
+        metavar="C",
+        help="CPUs SLURM counts on a node: sbatch --cpus-per-task is C x the share of the "
+        "node's GPUs used (default: the cluster file's cpus_per_node, else the GPU's "
+        "reference system, else 1 per GPU)",
+    )
     group.add_argument("--slurm-account", metavar="A", help="sbatch --account")
     group.add_argument(
         "--slurm-partition", metavar="P", help="sbatch --partition (a comma-separated list)"
@@ -333,7 +351,7 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
         for f in ("gpus", "gpu", "gpus_per_node", "nvlink_domain", "inter_node_gbps")
         if getattr(args, f) is not None
     ]
-    slurm = {k: getattr(args, f"slurm_{k}", None) for k in ("account", "partition", "time")}
+    slurm = site_from_args(args)
     if args.cluster:
         if flags:
             shown = ", ".join("--" + f.replace("_", "-") for f in flags)
@@ -348,6 +366,12 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
         inter_node_gbps=args.inter_node_gbps,
         nvlink_domain=args.nvlink_domain,
     ).with_slurm(**slurm)
+
+
+def site_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The SLURM flags as `Cluster.with_slurm` keywords (None where not given, or where the
+    command has no such flag)."""
+    return {k: getattr(args, k if k == "cpus_per_node" else f"slurm_{k}", None) for k in SITE_FLAGS}
 
 
 BACKEND_CHOICES = (ANY_BACKEND, *BACKEND_NAMES)  # --backend: any, then each backend by name

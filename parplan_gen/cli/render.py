@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from parplan_gen.cli.common import add_slurm_options
+from parplan_gen.cli.common import add_slurm_options, site_from_args
 
 if TYPE_CHECKING:
     from parplan_gen.planning.document import PlanDocument
@@ -26,7 +26,8 @@ def add_render_commands(sub: Any) -> None:
         "Every file is checked before it is written; an existing different file is kept "
         "unless --force is given.",
         epilog="examples:\n  parplan render runs/llama/plan.json --out runs/llama-hf --hf-trainer\n"
-        "  parplan render runs/llama/plan.json --out runs/llama-long --slurm-partition long",
+        "  parplan render runs/llama/plan.json --out runs/llama-long --slurm-partition long\n"
+        "  parplan render runs/llama/plan.json --out runs/llama-96 --cpus-per-node 96",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     render.add_argument("plan", metavar="PLAN_JSON", help="a plan.json written by parplan")
@@ -129,7 +130,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
     from parplan_gen.planning.document import load_plan_document
 
     doc = load_plan_document(args.plan)
-    # --slurm-*: the launch files and the plan.json written with them take the new values
-    slurm = {k: getattr(args, f"slurm_{k}") for k in ("account", "partition", "time")}
-    doc = doc.model_copy(update={"cluster": doc.cluster.with_slurm(**slurm)})
+    # --slurm-*, --cpus-per-node: the launch files and the plan.json written with them take
+    # the new values
+    doc = doc.model_copy(update={"cluster": doc.cluster.with_slurm(**site_from_args(args))})
     return write_plan_files(doc, args.out, args)

@@ -42,6 +42,7 @@ from parplan_gen.cost.catalog import (
 )
 from parplan_gen.cost.launch_site import (
     SLURM_FLAGS,
+    CpuCount,
     GidIndex,
     LaunchSettings,
     NodeName,
@@ -117,12 +118,13 @@ class Cluster(SIModel):
         unset = {k for k in ("launch", *BUDGET_KEYS) if getattr(self, k) is None}
         return {k: v for k, v in data.items() if k not in unset}
 
-    def with_slurm(
-        self, *, account: str | None = None, partition: str | None = None, time: str | None = None
-    ) -> Cluster:
-        """A copy whose SLURM account, partition and time limit are replaced where given (the
-        flags --slurm-account, --slurm-partition, --slurm-time); a UsageError names a bad one."""
-        given = {"account": account, "partition": partition, "time": time}
+    def with_slurm(self, **given: str | int | None) -> Cluster:
+        """A copy whose SLURM `account`, `partition`, `time` and `cpus_per_node` are replaced
+        where given (the flags --slurm-account, --slurm-partition, --slurm-time,
+        --cpus-per-node); a UsageError names a bad one, a TypeError an unknown keyword."""
+        unknown = sorted(set(given) - set(SLURM_FLAGS))
+        if unknown:
+            raise TypeError(f"with_slurm() got unexpected keyword arguments {unknown}")
         if all(v is None for v in given.values()):
             return self
         try:
@@ -200,7 +202,7 @@ class ClusterFile(RawData):
     inter_node: InterNodeSpec | None = None
     nccl: NcclSpec | None = None
     node_names: list[NodeName] | None = Field(None, min_length=1, max_length=MAX_GPUS)
-    cpus_per_node: PositiveInt | None = Field(None, description="CPUs SLURM counts per node.")
+    cpus_per_node: CpuCount | None = Field(None, description="CPUs SLURM counts per node.")
     slurm: SlurmSpec | None = None
     gpu_hour_price: PositiveFloat | None = Field(None, description="Price of one GPU-hour.")
     mtbf_gpu_hours: PositiveFloat | None = Field(None, description="MTBF per GPU, GPU-hours.")
@@ -250,10 +252,11 @@ def cluster_from_flags(
     slurm_account: str | None = None,
     slurm_partition: str | None = None,
     slurm_time: str | None = None,
+    cpus_per_node: int | None = None,
 ) -> Cluster:
     """`--gpus N --gpu NAME [--gpus-per-node G] [--nvlink-domain D] [--inter-node-gbps X]` (X:
     Gb/s per GPU; G and D default to the GPU's reference system), and `--slurm-account A
-    --slurm-partition P --slurm-time T` (docs/clusters.md)."""
+    --slurm-partition P --slurm-time T --cpus-per-node C` (docs/clusters.md)."""
     catalog = load_catalog()
     gpu_ = catalog.gpus[lookup("GPU", gpu, catalog.gpu_names, SourceRef("--gpu"))]
     ref = gpu_.reference_node
@@ -284,7 +287,8 @@ def cluster_from_flags(
     spec = InterNodeSpec(gbps_per_gpu=None if inter_node_gbps is None else float(inter_node_gbps))
     name = name or f"{gpus}x{gpu_.name}"
     built = _build(catalog, name, gpu_, (gpus, gpus_per_node, domain), spec, NcclSpec(), None)
-    return built.with_slurm(account=slurm_account, partition=slurm_partition, time=slurm_time)
+    site = {"account": slurm_account, "partition": slurm_partition, "time": slurm_time}
+    return built.with_slurm(**site, cpus_per_node=cpus_per_node)
 
 
 def _build(

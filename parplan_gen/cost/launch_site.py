@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.cost.catalog import RawData
 from parplan_gen.cost.layout import MAX_GPUS
@@ -36,6 +36,10 @@ SLURM_TIME_PATTERN = r"^(\d{1,6}(:\d{1,2}){0,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2})$
 # NCCL env.html (nccl_env.yaml): NCCL_IB_GID_INDEX int, min -1; NCCL_IB_TC int 0..255.
 NCCL_GID_INDEX_MIN = -1
 NCCL_TC_MIN, NCCL_TC_MAX = 0, 255
+# sbatch --cpus-per-task is a uint16_t in Slurm (slurm/slurm.h, job_desc_msg_t.cpus_per_task),
+# whose top two values are reserved (slurm.h NO_VAL16 0xfffe, INFINITE16 0xffff): a node's CPUs
+# (cluster file `cpus_per_node`, `--cpus-per-node`) are a whole number from 1 to 0xfffd.
+SLURM_CPUS_MAX = 0xFFFD
 
 NodeName = Annotated[str, Field(pattern=NODE_NAME_PATTERN, max_length=NODE_NAME_MAX)]
 SlurmAccount = Annotated[str, Field(pattern=SLURM_ACCOUNT_PATTERN, max_length=SLURM_NAME_MAX)]
@@ -43,11 +47,14 @@ SlurmPartition = Annotated[str, Field(pattern=SLURM_PARTITION_PATTERN, max_lengt
 SlurmTime = Annotated[str, Field(pattern=SLURM_TIME_PATTERN)]
 GidIndex = Annotated[int, Field(ge=NCCL_GID_INDEX_MIN)]
 TrafficClass = Annotated[int, Field(ge=NCCL_TC_MIN, le=NCCL_TC_MAX)]
+# strict: 96.0, "96" and True are not a count of CPUs
+CpuCount = Annotated[int, Field(strict=True, gt=0, le=SLURM_CPUS_MAX)]
 # each SLURM setting: its flag, and what it takes (shown when a flag's value is refused)
 SLURM_FLAGS = {
     "account": ("--slurm-account", "a name of letters, digits, _ . - (not first . or -)"),
     "partition": ("--slurm-partition", "partition names (letters, digits, _ . -), comma-separated"),
     "time": ("--slurm-time", "MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"),
+    "cpus_per_node": ("--cpus-per-node", f"a whole number from 1 to {SLURM_CPUS_MAX}"),
 }
 
 
@@ -67,7 +74,7 @@ class LaunchSettings(BaseModel):
     node_names: tuple[NodeName, ...] | None = Field(
         None, min_length=1, max_length=MAX_GPUS, description="One per node, in rank order."
     )
-    cpus_per_node: PositiveInt | None = Field(None, description="CPUs SLURM counts per node.")
+    cpus_per_node: CpuCount | None = Field(None, description="CPUs SLURM counts per node.")
     slurm_account: SlurmAccount | None = None
     slurm_partition: SlurmPartition | None = None
     slurm_time: SlurmTime | None = None
@@ -86,9 +93,11 @@ class LaunchSettings(BaseModel):
             return f"node_names repeats {', '.join(repeated)}"
         return None
 
-    def with_slurm(self, **given: str | None) -> LaunchSettings:
-        """A copy with the SLURM settings that are given (account, partition, time) replaced."""
-        update = {f"slurm_{k}": v for k, v in given.items() if v is not None}
+    def with_slurm(self, **given: str | int | None) -> LaunchSettings:
+        """A copy with the SLURM settings that are given (account, partition, time,
+        cpus_per_node) replaced."""
+        fields = type(self).model_fields
+        update = {k if k in fields else f"slurm_{k}": v for k, v in given.items() if v is not None}
         return LaunchSettings.model_validate(self.model_dump() | update)
 
     @property

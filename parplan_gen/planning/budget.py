@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.host_links import HostLink, host_link
 from parplan_gen.cost.layout import MAX_GPUS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.models.kind import TrainedModel
@@ -56,7 +57,7 @@ class Budget(BaseModel):
     storage_bytes_per_s: float = Field(description="Checkpoint write bandwidth, bytes/s.")
     storage_source: str = Field(description="Where the bandwidth came from.")
     checkpoint_write_s: float = Field(description="Checkpoint bytes / bandwidth, s.")
-    checkpoint_interval_s: float = Field(description="Young 1974: sqrt(2 x write x MTBF), s.")
+    checkpoint_interval_s: float = Field(description="Young 1974: sqrt(2 x blocking x MTBF), s.")
     checkpoints: float = Field(description="Checkpoints written over the run.")
     mtbf_gpu_hours: float = Field(description="MTBF per GPU, GPU-hours.")
     mtbf_source: str = Field(description="Where the MTBF came from.")
@@ -71,6 +72,18 @@ class Budget(BaseModel):
     price_source: str | None = Field(description="`--gpu-hour-price`, the cluster file, None.")
     cost: float | None = Field(description="gpu_hours x price (None: no price given).")
     deadline: Deadline | None = Field(None, description="With `--days`: the GPU count search.")
+    # Asynchronous checkpoints (rules/budget/budget.yaml budget_checkpoint_async); absent from
+    # a plan.json written before them: blocking writes, restart = one checkpoint read.
+    checkpoint_async: bool = Field(False, description="Written in the background.")
+    checkpoint_blocking_s: float | None = Field(
+        None, description="What training waits for per checkpoint: the write, or the copy, s."
+    )
+    host_bytes_per_s: float | None = Field(
+        None, description="The GPU's host link, one direction, B/s (None: no figure)."
+    )
+    host_source: str | None = Field(None, description="Where the host link figure came from.")
+    checkpoint_mode: str | None = Field(None, description="Which checkpointing applied, why.")
+    restart_s: float | None = Field(None, description="What a restart costs, s.")
 
 
 def budget_inputs(
@@ -92,6 +105,7 @@ def budget_inputs(
             f"default: budget_storage_bytes_per_s_per_gpu_default x GPUs ({RULES_FILE}, "
             "Llama 3 Sec. 3.3.1)"
         )
+    link = host_link(cluster.gpu.name)
     price_from = None
     if price is not None:
         price_from = "--gpu-hour-price"
@@ -102,8 +116,11 @@ def budget_inputs(
         "budget.mtbf_gpu_hours": mtbf,
         "budget.storage_bytes_per_s": storage,
         "budget.gpu_hour_price": price or 0.0,
+        "budget.host_bytes_per_s": 0.0 if link is None else link.bytes_per_s,
     }
-    return values, {"mtbf": mtbf_from, "storage": storage_from, "price": price_from}
+    host_from = None if link is None else link.source
+    return values, {"mtbf": mtbf_from, "storage": storage_from, "price": price_from,
+                    "host": host_from}  # fmt: skip
 
 
 def _formula(rules: RuleSet, name: str) -> Callable[[Any], object]:
@@ -142,6 +159,8 @@ def compute_budget(
             f"({RULES_FILE}, budget_progress)"
         )
     priced = sources["price"] is not None
+    link = host_link(cluster.gpu.name)
+    is_async = bool(_formula(rules, "budget_checkpoint_async")(env))
     return Budget(
         tokens=tokens, tokens_per_step=get("budget_tokens_per_step"),
         steps=round(get("budget_steps")), step_s=chosen.time.step_s,
@@ -158,7 +177,44 @@ def compute_budget(
         gpu_hours=get("budget_gpu_hours"),
         gpu_hour_price=values["budget.gpu_hour_price"] if priced else None,
         price_source=sources["price"], cost=get("budget_cost") if priced else None,
+        checkpoint_async=is_async, checkpoint_blocking_s=get("budget_checkpoint_blocking_s"),
+        host_bytes_per_s=None if link is None else link.bytes_per_s,
+        host_source=sources["host"], restart_s=get("budget_restart_s"),
+        checkpoint_mode=checkpoint_mode(backend, chosen, cluster, link, asynchronous=is_async),
     )  # fmt: skip
+
+
+# How each backend writes a checkpoint in the background (rules/budget/budget.yaml
+# budget_checkpoint_async_backend names the sources; templates/mapping.yaml renders the flags).
+ASYNC_FLAGS = {
+    "megatron": "Megatron-LM --async-save --use-persistent-ckpt-worker --ckpt-format torch_dist",
+    "torchtitan": "torchtitan --checkpoint.async_mode async",
+}
+
+
+def checkpoint_mode(
+    backend: str | None, chosen: Estimate, cluster: Cluster, link: HostLink | None, *,
+    asynchronous: bool,
+) -> str:  # fmt: skip
+    """One sentence: which checkpointing the budget priced, and why."""
+    if asynchronous and backend in ASYNC_FLAGS:
+        return (
+            f"asynchronous ({ASYNC_FLAGS[backend]}): training waits only for the copy to host "
+            f"memory over the GPU's host link ({link.source if link else '-'}); the write to "
+            "storage runs in the background"
+        )
+    if backend not in ASYNC_FLAGS:
+        name = backend or "this plan's backend"
+        return f"blocking: {name} has no asynchronous checkpoint write ({RULES_FILE})"
+    if backend == "megatron" and chosen.plan.zero_stage:
+        return (
+            "blocking: Megatron-FSDP saves --ckpt-format fsdp_dtensor, which --async-save does "
+            f"not run ({RULES_FILE})"
+        )
+    return (
+        f"blocking: no host link figure for {cluster.gpu.name} (parplan_gen/data/host_links.yaml)"
+        ", so no asynchronous copy is priced"
+    )
 
 
 COUNT_ENUMERATION = (

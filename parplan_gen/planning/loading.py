@@ -14,7 +14,7 @@ from parplan_gen.models.kind import TrainedModel
 
 CLUSTER_KEYS = (
     "gpus", "gpu", "gpus_per_node", "inter_node_gbps", "nvlink_domain",
-    "slurm_account", "slurm_partition", "slurm_time",
+    "slurm_account", "slurm_partition", "slurm_time", "cpus_per_node",
 )  # fmt: skip
 
 

@@ -45,15 +45,16 @@ def num(value: float) -> str:
 # ---- labels --------------------------------------------------------------------------------
 
 
-def layout_labels(rows: Sequence[tuple[bool, Estimate]]) -> list[list[str]]:
-    """Each row's label as words: the layout's label (render/labels.py), "(does not fit)"
-    where the memory rules fail (the closest candidate of a search where nothing fits), and
-    "(chosen)" on the chosen plan."""
-    names = labels.layout_labels([e for _, e in rows])
+def layout_labels(doc: PlanDocument, rows: Sequence[tuple[bool, Estimate]]) -> list[list[str]]:
+    """Each row's label as words: the layout's label (render/labels.py, the sizes of the
+    model's kind), "(does not fit)" where the memory rules fail (the closest candidate of a
+    search where nothing fits), and "(chosen)" on the chosen plan, "(closest)" when it does not
+    fit either (nothing fits: the text view's "Closest candidate")."""
+    names = labels.layout_labels([e for _, e in rows], doc.model.layout_dims)
     return [
         name.split()
         + ([] if e.memory.fits else ["(does", "not", "fit)"])
-        + (["(chosen)"] if chosen else [])
+        + ([("(chosen)" if e.memory.fits else "(closest)")] if chosen else [])
         for name, (chosen, e) in zip(names, rows, strict=True)
     ]
 
@@ -173,7 +174,7 @@ def time_chart(
     ]
     legend.append({"label": "step", "color": colors["limit"], "kind": "line"})
     header = chart_header(style, chart_title(doc, "Step time"), legend)
-    labels = [" ".join(words) for words in layout_labels(rows)]
+    labels = [" ".join(words) for words in layout_labels(doc, rows)]
     label_w = max(style.label_width, CHAR_EM * style.font_size * max(map(len, labels)) + 8)
     plot_x = style.margin + label_w
     value_w = style.font_size * CHAR_EM * 10  # room for the step written after the bar

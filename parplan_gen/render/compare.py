@@ -131,13 +131,15 @@ def compare_estimates(
     cluster: Cluster,
     columns: Sequence[tuple[str, Estimate, str | None]],
     time_parts: Sequence[str],
+    dims: Sequence[str],
 ) -> Comparison:
     """Compare (role, estimate, problem) columns; the first is the one explained. The time rows
-    are the model kind's `time_parts`, the communication they hide and the step."""
+    are the model kind's `time_parts`, the communication they hide and the step; the columns'
+    labels name the kind's layout dimensions `dims` only."""
     if len(columns) < 2:
         raise RenderError("compare: give at least two layouts")
     spec = compare_file()
-    labels = layout_labels([e for _, e, _ in columns])
+    labels = layout_labels([e for _, e, _ in columns], dims)
     cols = tuple(
         Column(label, role, e, problem)
         for label, (role, e, problem) in zip(labels, columns, strict=True)
@@ -257,7 +259,7 @@ def why_context(doc: PlanDocument) -> dict[str, Any] | None:
         ("chosen", doc.chosen, fit_problem(doc.chosen)),
         ("runner-up", other, fit_problem(other)),
     ]
-    found = compare_estimates(doc.cluster, columns, doc.model.time_parts)
+    found = compare_estimates(doc.cluster, columns, doc.model.time_parts, doc.model.layout_dims)
     chosen, second = found.columns
     return {
         "chosen": chosen.label,

@@ -75,6 +75,8 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= training_facts(doc.model, layout, doc.budget.steps if doc.budget else None)
     out |= {
         "deepspeed.hf_trainer": hf_trainer,
+        # the budget priced an asynchronous checkpoint (rules/budget/budget.yaml)
+        "budget.checkpoint_async": doc.budget is not None and doc.budget.checkpoint_async,
     }
     return out
 

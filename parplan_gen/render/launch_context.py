@@ -97,7 +97,7 @@ def cpus_per_task(cluster: Cluster, slurm: SlurmMapping) -> tuple[int, str]:
     reference = slurm.reference_cpus.get(ref.system)
     if given is not None:
         cpus = max(1, given * used // gpn)
-        why = f"the cluster file's cpus_per_node ({given}) for {share} of the node"
+        why = f"cpus_per_node ({given}, the cluster file's or --cpus-per-node) for {share} of the node"
     elif reference is not None and ref.gpus_per_node == gpn:
         cpus = max(1, reference.value * used // gpn)
         why = (

@@ -67,7 +67,7 @@ def memory_chart(
     slot = plot_w / len(rows)
     chars = max(6, int(slot / (CHAR_EM * style.font_size)))
     columns, label_lines = [], 1
-    for index, ((_, e), words) in enumerate(zip(rows, layout_labels(rows), strict=True)):
+    for index, ((_, e), words) in enumerate(zip(rows, layout_labels(doc, rows), strict=True)):
         x = plot_x + index * slot + slot * (1 - COLUMN_SHARE) / 2
         values, y, parts = e.memory.model_dump(), plot_bottom, []
         for part in MEMORY_PARTS:

@@ -28,6 +28,13 @@ PLAN_REQUEST_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "Checkpoint write bandwidth of the job's storage (cluster file, else the default rule).",
     ),
     (
+        "budget.host_bytes_per_s",
+        "number",
+        "bytes/s",
+        "Host link of one GPU, one direction (parplan_gen/data/host_links.yaml; 0 when the GPU "
+        "has no figure there).",
+    ),
+    (
         "budget.gpu_hour_price",
         "number",
         "currency/GPU-hour",
@@ -46,6 +53,10 @@ READ_BY_CODE: tuple[str, ...] = (
     "budget_compute_s",
     "budget_checkpoint_bytes",
     "budget_checkpoint_write_s",
+    "budget_checkpoint_async",
+    "budget_checkpoint_copy_s",
+    "budget_checkpoint_blocking_s",
+    "budget_restart_s",
     "budget_checkpoint_interval_s",
     "budget_checkpoints",
     "budget_job_mtbf_s",
