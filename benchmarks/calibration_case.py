@@ -196,6 +196,9 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         raise NotEvaluableError(str(exc).splitlines()[-1].strip()) from None
     if facts.backend_reason:
         notes.append(f"backend {facts.backend}: {facts.backend_reason}")
+    recipe = facts.fp8_recipe if layout.precision == "fp8" else None
+    if recipe is not None:
+        notes.append(f"fp8 recipe {recipe}: {facts.fp8_recipe_reason}")
     memory = (entry.get("measured") or {}).get("memory_gib_per_gpu")
     return Case(
         entry["name"],
@@ -211,6 +214,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         source=facts.source,
         families=facts.families,
         published_memory_gib=None if memory is None else float(memory),
+        fp8_recipe=recipe,
     )
 
 

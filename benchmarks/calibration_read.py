@@ -95,11 +95,19 @@ class Case:
     source: str = ""  # the publication (calibration_rows.yaml), the unit left out by LOSO
     families: tuple[str, ...] = ()
     published_memory_gib: float | None = None
+    fp8_recipe: str | None = None  # the FP8 recipe the source ran (calibration_rows.yaml)
 
     @property
     def measured(self) -> bool:
         """The run published a throughput figure (it ran)."""
         return self.published_tflops is not None
+
+    def with_facts(self, env: dict[str, Any]) -> dict[str, Any]:
+        """`env` (the cost model's names for this case) with what the source says it ran where
+        the planner's default would differ: the FP8 recipe."""
+        if self.fp8_recipe is not None:
+            env["train.fp8_recipe"] = self.fp8_recipe
+        return env
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,8 @@ class RowFacts:
     micro_batch: str | None  # rule for a missing micro_batch_size
     micro_batch_reason: str
     backend_reason: str
+    fp8_recipe: str | None = None  # the FP8 recipe the source's FP8 runs used
+    fp8_recipe_reason: str = ""
 
 
 @cache
@@ -147,6 +157,8 @@ def row_facts(name: str) -> RowFacts:
         micro_batch=source.get("micro_batch_when_missing"),
         micro_batch_reason=str(source.get("micro_batch_reason", "")).strip(),
         backend_reason=str(source.get("backend_reason", "")).strip(),
+        fp8_recipe=source.get("fp8_recipe"),
+        fp8_recipe_reason=str(source.get("fp8_recipe_reason", "")).strip(),
     )
 
 
