@@ -45,6 +45,7 @@ GRADIENT_BYTES = "grad_bytes"  # the cost model's gradient element size (rules/c
 OPTIMIZER_SHARDED = "optimizer_sharded"  # the cost model's optimizer sharding (memory.yaml)
 ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
 TP_COMM_OVERLAPPED = "tp_comm_overlapped"  # the cost model's TP overlap (rules/cost/time.yaml)
+EP_A2A_OVERLAPPED = "moe_a2a_overlapped"  # the cost model's EP overlap (rules/cost/moe.yaml)
 # Megatron-FSDP's strategy for a Megatron plan's ZeRO stage (planning/backends/megatron.py;
 # Megatron-LM core_v0.16.1 arguments.py --data-parallel-sharding-strategy choices).
 FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
@@ -188,6 +189,7 @@ class MegatronSpelling:
     fsdp_many_connections: bool  # CUDA_DEVICE_MAX_CONNECTIONS left unset for Megatron-FSDP
     tp_comm_overlap: bool  # --tp-comm-overlap: the cost model priced the TP traffic overlapped
     fp8_recipe: str | None  # --fp8-recipe for the GPU generation; None: not an FP8 plan
+    moe_a2a_overlap: bool  # --overlap-moe-expert-parallel-comm: the cost model priced it
 
     def facts(self) -> dict[str, Any]:
         return {f"megatron.{k}": v for k, v in asdict(self).items()}
@@ -291,6 +293,7 @@ def _megatron_parallel(
         "fp8_recipe": fp8_recipe(cluster.gpu.architecture, "megatron")
         if layout.precision == "fp8"
         else None,
+        "moe_a2a_overlap": bool(rule_value(EP_A2A_OVERLAPPED, layout, "megatron")),
     }
 
 
