@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parplan_gen.api import load_cluster_spec, load_model
 from parplan_gen.cost.layout import build_layout
@@ -79,3 +81,16 @@ def test_torchtitan_all_gathers_the_kv_behind_the_first_step_only() -> None:
     # The forward's and the backward's all-gathers of 3 chunks, then dKV step by step.
     per_layer = (3 * comm - fwd) + (3 * comm - bwd) + 3 * (comm - bwd)
     assert _value("cp_exposed_per_layer_s", env) == pytest.approx(per_layer, rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cp=st.sampled_from([2, 4, 8]),
+    gbps=st.sampled_from([1, 25, 100, 400]),
+    backend=st.sampled_from(["megatron", "torchtitan"]),
+)
+def test_the_exposed_ring_is_never_more_than_its_traffic(cp: int, gbps: int, backend: str) -> None:
+    env = _env(backend, gpus=cp, cp=cp, gpus_per_node=1, inter_node_gbps=gbps)
+    # No recompute: K and V go round once in the forward, K, V and dK, dV in the backward.
+    traffic = 3 * (cp - 1) * _value("cp_step_comm_s", env)
+    assert 0 <= _value("cp_exposed_per_layer_s", env) <= traffic * (1 + 1e-12)
