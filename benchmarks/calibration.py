@@ -147,9 +147,11 @@ def evaluate(rules: RuleSet, cases: Sequence[Case]) -> list[Row]:
     rows = []
     of = evaluators(rules)
     for case in cases:
-        evaluation = of(case).evaluate(
+        evaluator = of(case)
+        env = evaluator.env(
             case.spec, case.cluster, case.layout, flash_attention=case.flash_attention
         )
+        evaluation = evaluator.evaluate_env(case.layout, case.with_facts(env))
         result = evaluation.estimate
         throughput = result.throughput
         predicted = (
@@ -210,8 +212,8 @@ def format_breakdown(rules: RuleSet, cases: Sequence[Case]) -> str:
     for case in cases:
         layout = case.layout
         model = CostModel(rules, backend=case.backend)
-        env = model.layout_env(
-            case.spec, case.cluster, layout, flash_attention=case.flash_attention
+        env = case.with_facts(
+            model.layout_env(case.spec, case.cluster, layout, flash_attention=case.flash_attention)
         )
         figures = model.figures(env)
         values = [

@@ -199,6 +199,9 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         raise NotEvaluableError(str(exc).splitlines()[-1].strip()) from None
     if facts.backend_reason:
         notes.append(f"backend {facts.backend}: {facts.backend_reason}")
+    recipe = facts.fp8_recipe if layout.precision == "fp8" else None
+    if recipe is not None:
+        notes.append(f"fp8 recipe {recipe}: {facts.fp8_recipe_reason}")
     memory = (entry.get("measured") or {}).get("memory_gib_per_gpu")
     return Case(
         entry["name"],
@@ -215,6 +218,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         families=facts.families,
         published_memory_gib=None if memory is None else float(memory),
         memory_reserved_peak=facts.memory_figure == "reserved_peak",
+        fp8_recipe=recipe,
     )
 
 

@@ -70,7 +70,7 @@ class FastThroughput:
             env = made[case.backend].env(
                 case.spec, case.cluster, case.layout, flash_attention=case.flash_attention
             )
-            self._envs.append(env)
+            self._envs.append(case.with_facts(env))
 
     def predict(self, constants: Mapping[str, float]) -> list[float]:
         """Each case's predicted TFLOP/s per GPU (its metric) with `constants`."""

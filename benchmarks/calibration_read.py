@@ -96,11 +96,19 @@ class Case:
     families: tuple[str, ...] = ()
     published_memory_gib: float | None = None
     memory_reserved_peak: bool = False  # the published memory is the allocator's reserved peak
+    fp8_recipe: str | None = None  # the FP8 recipe the source ran (calibration_rows.yaml)
 
     @property
     def measured(self) -> bool:
         """The run published a throughput figure (it ran)."""
         return self.published_tflops is not None
+
+    def with_facts(self, env: dict[str, Any]) -> dict[str, Any]:
+        """`env` (the cost model's names for this case) with what the source says it ran where
+        the planner's default would differ: the FP8 recipe."""
+        if self.fp8_recipe is not None:
+            env["train.fp8_recipe"] = self.fp8_recipe
+        return env
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,8 @@ class RowFacts:
     backend_reason: str
     memory_figure: str = "allocated"  # `reserved_peak`: the caching allocator's reserved peak
     distributed_optimizer_reason: str = ""  # why a row that does not say uses it
+    fp8_recipe: str | None = None  # the FP8 recipe the source's FP8 runs used
+    fp8_recipe_reason: str = ""
 
 
 @cache
@@ -152,6 +162,8 @@ def row_facts(name: str) -> RowFacts:
         backend_reason=str(source.get("backend_reason", "")).strip(),
         memory_figure=str(source.get("memory_figure", "allocated")),
         distributed_optimizer_reason=str(source.get("distributed_optimizer_reason", "")).strip(),
+        fp8_recipe=source.get("fp8_recipe"),
+        fp8_recipe_reason=str(source.get("fp8_recipe_reason", "")).strip(),
     )
 
 

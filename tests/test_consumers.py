@@ -238,7 +238,7 @@ def test_megatron_reading_works_dp_and_micro_batches_from_megatron_core(tmp_path
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "mxfp8"])
 def test_megatron_core_takes_the_tp_overlap_and_fp8_recipe_parplan_renders(tmp_path, recipe):
-    # What megatron_args.sh writes for an FP8 plan with TP overlap (render/facts.py FP8_RECIPES).
+    # What megatron_args.sh writes for an FP8 plan with TP overlap (cost/layout.py fp8_recipe).
     args = ("--tensor-model-parallel-size 4", "--sequence-parallel", "--tp-comm-overlap")
     fp8 = ("--fp8-format hybrid", f"--fp8-recipe {recipe}")
     reading = consumer_megatron.megatron_reading(_megatron_script(tmp_path, *args, *fp8))

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, plan_values
+from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe, plan_values
 from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
 from parplan_gen.rules.layers import figure_label
@@ -192,6 +192,7 @@ class CostModel:
             "train.precision": precision,
             "train.flash_attention": flash_attention,
             "train.backend": self.backend or "",
+            "train.fp8_recipe": fp8_recipe(cluster.gpu.architecture, self.backend),
             "train.memory_headroom": memory_headroom,
         }
         return {**spec.formula_values(seq_len), **cluster_env(cluster, precision), **train}

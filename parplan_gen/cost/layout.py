@@ -28,6 +28,28 @@ Precision = Literal["bf16", "fp16", "fp8"]
 # The 16-bit precision of a run: an FP8 run keeps its other matmuls and its weights in BF16
 # (rules/cost/compute.yaml; Megatron --fp8-format with --bf16).
 SIXTEEN_BIT: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
+# The FP8 scaling recipe an FP8 plan runs (rules/cost/compute.yaml prices its quantization;
+# train.fp8_recipe). Megatron-LM --fp8-recipe (core_r0.13.0 / core_v0.16.1 arguments.py choices
+# tensorwise, delayed, mxfp8, blockwise), as the rendered files set it: Blackwell runs MXFP8
+# block scaling (Transformer Engine MXFP8BlockScaling needs compute capability 10.0), the others
+# per-tensor current scaling (tensorwise, TE Float8CurrentScaling), the "FP8-CS" of NeMo
+# 25.11's H100 and B200 runs (Megatron-Bridge docs/performance-summary-archive.md). torchtitan's
+# float8 converter runs torchao's default dynamic tensorwise scaling on every GPU. DeepSpeed
+# leaves FP8 to Transformer Engine in the model code, whose default recipe is MXFP8 where the
+# GPU supports it and delayed scaling on Hopper and Ada (TE transformer_engine/pytorch/
+# quantization.py get_default_fp8_recipe).
+FP8_RECIPES = {"blackwell": "mxfp8"}
+FP8_RECIPE_DEFAULT = "tensorwise"
+TE_DEFAULT_FP8_RECIPE = "delayed"
+
+
+def fp8_recipe(architecture: str, backend: str | None) -> str:
+    """The FP8 recipe a plan on `backend` runs on GPUs of `architecture`."""
+    if backend == "torchtitan":
+        return FP8_RECIPE_DEFAULT
+    default = TE_DEFAULT_FP8_RECIPE if backend == "deepspeed" else FP8_RECIPE_DEFAULT
+    return FP8_RECIPES.get(architecture, default)
+
 
 # GPUs of a cluster, and so any parallel size (dp, tp, pp, cp, ep, etp): ~5x the largest clusters
 # built (about 200,000 GPUs); bounds the search and the launch files.

@@ -21,7 +21,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, plan_values
+from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe, plan_values
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.load import MODEL_FACT_NAMES
 from parplan_gen.models.pipeline_split import PipelineSplit, pipeline_split
@@ -45,13 +45,7 @@ GRADIENT_BYTES = "grad_bytes"  # the cost model's gradient element size (rules/c
 OPTIMIZER_SHARDED = "optimizer_sharded"  # the cost model's optimizer sharding (memory.yaml)
 ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
 TP_COMM_OVERLAPPED = "tp_comm_overlapped"  # the cost model's TP overlap (rules/cost/time.yaml)
-# Megatron-LM --fp8-recipe by GPU generation (core_r0.13.0 / core_v0.16.1 arguments.py choices
-# tensorwise, delayed, mxfp8, blockwise): Blackwell runs MXFP8 block scaling (Transformer Engine
-# MXFP8BlockScaling needs compute capability 10.0), the others per-tensor current scaling
-# (tensorwise, TE Float8CurrentScaling), the "FP8-CS" of NeMo 25.11's H100 and B200 runs
-# (Megatron-Bridge docs/performance-summary-archive.md).
-FP8_RECIPES = {"blackwell": "mxfp8"}
-FP8_RECIPE_DEFAULT = "tensorwise"
+EP_A2A_OVERLAPPED = "moe_a2a_overlapped"  # the cost model's EP overlap (rules/cost/moe.yaml)
 # Megatron-FSDP's strategy for a Megatron plan's ZeRO stage (planning/backends/megatron.py;
 # Megatron-LM core_v0.16.1 arguments.py --data-parallel-sharding-strategy choices).
 FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
@@ -197,6 +191,7 @@ class MegatronSpelling:
     fsdp_many_connections: bool  # CUDA_DEVICE_MAX_CONNECTIONS left unset for Megatron-FSDP
     tp_comm_overlap: bool  # --tp-comm-overlap: the cost model priced the TP traffic overlapped
     fp8_recipe: str | None  # --fp8-recipe for the GPU generation; None: not an FP8 plan
+    moe_a2a_overlap: bool  # --overlap-moe-expert-parallel-comm: the cost model priced it
 
     def facts(self) -> dict[str, Any]:
         return {f"megatron.{k}": v for k, v in asdict(self).items()}
@@ -296,9 +291,11 @@ def _megatron_parallel(
         "fsdp_many_connections": one_queue and fsdp,
         # What rules/cost/time.yaml tp_comm_overlapped priced (it needs sequence parallelism).
         "tp_comm_overlap": bool(rule_value(TP_COMM_OVERLAPPED, layout, "megatron")),
-        "fp8_recipe": FP8_RECIPES.get(cluster.gpu.architecture, FP8_RECIPE_DEFAULT)
+        # --fp8-recipe: the recipe the cost model priced (cost/layout.py fp8_recipe).
+        "fp8_recipe": fp8_recipe(cluster.gpu.architecture, "megatron")
         if layout.precision == "fp8"
         else None,
+        "moe_a2a_overlap": bool(rule_value(EP_A2A_OVERLAPPED, layout, "megatron")),
     }
 
 

@@ -142,7 +142,7 @@ def resolve_versions(
                 f"(have: {printable(', '.join(shipped))})"
             )
         if needed not in (version, BACKENDS[backend].version):
-            raise RenderError(f"--{backend}-version {version}: this plan's sharding needs {needed}")
+            raise RenderError(f"--{backend}-version {version}: this plan needs {needed}")
         out[backend] = version
     return out
 

@@ -236,6 +236,14 @@ _RUN_NAMES: tuple[Name, ...] = (
         "train.flash_attention", "bool", "-", "Attention scores are not stored (flash attention)."
     ),
     Name("train.backend", "str", "-", "Backend priced: 'megatron', 'deepspeed', ...; '': none."),
+    Name(
+        "train.fp8_recipe",
+        "str",
+        "-",
+        "FP8 scaling recipe an FP8 run uses: 'delayed', 'tensorwise', 'mxfp8' or 'blockwise' "
+        "(cost/layout.py fp8_recipe: the rendered Megatron --fp8-recipe, torchtitan's "
+        "tensorwise, Transformer Engine's default under DeepSpeed).",
+    ),
     # --- plan.*: the layout being estimated (cost.layout.PLAN_FIELDS: the Layout's fields) ------
     Name("plan.dp", "number", "ranks", "Data-parallel size."),
     Name("plan.tp", "number", "ranks", "Tensor-parallel size."),

@@ -13,6 +13,9 @@ from __future__ import annotations
 from parplan_gen.planning.backends.capabilities import Capabilities
 
 FSDP_VERSION = "core_v0.16.1"  # Megatron-LM arguments.py: --use-megatron-fsdp since core 0.14
+# --overlap-moe-expert-parallel-comm (ModelParallelConfig.overlap_moe_expert_parallel_comm): in
+# core_v0.16.1, not in core_r0.13's arguments.py; rules/cost/moe.yaml prices it.
+EP_OVERLAP_VERSION = "core_v0.16.1"
 
 MEGATRON = Capabilities(
     name="megatron",
@@ -28,5 +31,6 @@ MEGATRON = Capabilities(
     recompute=("none", "selective", "full"),
     expert_tensor=True,
     later=(((2, False), FSDP_VERSION), ((3, False), FSDP_VERSION)),
+    later_when=(("moe_a2a_overlapped", EP_OVERLAP_VERSION),),
     own_pricing=((2, False), (3, False)),
 )
