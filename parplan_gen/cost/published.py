@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from parplan_gen.cost.catalog import Architecture, RawData, load_catalog
+from parplan_gen.cost.catalog import GIGA, Architecture, RawData, load_catalog
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.source import Document, parse_document
 from parplan_gen.inputs.validation import validate
@@ -112,7 +112,7 @@ def _causal_mfu(doc: Document, index: int, entry: BestRun, mfu: float) -> float:
     shape = entry.shape
     if shape is None or entry.shape_source is None:
         raise InputError("attention: full needs the run's shape and shape_source", where)
-    dense = MATMUL_FLOPS_PER_PARAM * shape.params_b * 1e9
+    dense = MATMUL_FLOPS_PER_PARAM * shape.params_b * GIGA
     scores = SCORE_FLOPS_PER_KEY_WIDTH * shape.layers * shape.attention_width * shape.seq_len
     return mfu * causal_fraction(dense, scores, CAUSAL_KEYS * scores)
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.host_links import HostLink, host_link
+from parplan_gen.cost.host_links import host_link
 from parplan_gen.cost.layout import MAX_GPUS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.models.kind import TrainedModel
@@ -159,7 +159,7 @@ def compute_budget(
             f"({RULES_FILE}, budget_progress)"
         )
     priced = sources["price"] is not None
-    link = host_link(cluster.gpu.name)
+    linked = sources["host"] is not None
     is_async = bool(_formula(rules, "budget_checkpoint_async")(env))
     return Budget(
         tokens=tokens, tokens_per_step=get("budget_tokens_per_step"),
@@ -178,9 +178,10 @@ def compute_budget(
         gpu_hour_price=values["budget.gpu_hour_price"] if priced else None,
         price_source=sources["price"], cost=get("budget_cost") if priced else None,
         checkpoint_async=is_async, checkpoint_blocking_s=get("budget_checkpoint_blocking_s"),
-        host_bytes_per_s=None if link is None else link.bytes_per_s,
+        host_bytes_per_s=values["budget.host_bytes_per_s"] if linked else None,
         host_source=sources["host"], restart_s=get("budget_restart_s"),
-        checkpoint_mode=checkpoint_mode(backend, chosen, cluster, link, asynchronous=is_async),
+        checkpoint_mode=checkpoint_mode(backend, chosen, cluster, sources["host"],
+                                        asynchronous=is_async),
     )  # fmt: skip
 
 
@@ -193,14 +194,15 @@ ASYNC_FLAGS = {
 
 
 def checkpoint_mode(
-    backend: str | None, chosen: Estimate, cluster: Cluster, link: HostLink | None, *,
+    backend: str | None, chosen: Estimate, cluster: Cluster, host_source: str | None, *,
     asynchronous: bool,
 ) -> str:  # fmt: skip
-    """One sentence: which checkpointing the budget priced, and why."""
+    """One sentence: which checkpointing the budget priced, and why (`host_source`: where the
+    GPU's host-link figure comes from; None: no figure)."""
     if asynchronous and backend in ASYNC_FLAGS:
         return (
             f"asynchronous ({ASYNC_FLAGS[backend]}): training waits only for the copy to host "
-            f"memory over the GPU's host link ({link.source if link else '-'}); the write to "
+            f"memory over the GPU's host link ({host_source or '-'}); the write to "
             "storage runs in the background"
         )
     if backend not in ASYNC_FLAGS:
