@@ -90,13 +90,39 @@ def test_tp_comm_is_hidden_behind_the_gemms_only_where_the_backend_overlaps_it(
     assert exposed == max(comm / 8, comm - gemms) < comm
 
 
+def test_megatron_tp_overlap_needs_the_tp_group_inside_one_nvlink_domain() -> None:
+    """TE's userbuffers reach the tp ranks over CUDA IPC / multicast: a tp group of 16 on
+    8-GPU nodes runs its collectives between the GEMMs; torchtitan's async TP is not gated."""
+    across, _ = _env(16, "h100", "megatron", tp=16, sequence_parallel=True)
+    assert _value("1 if tp_comm_overlapped else 0", across) == 0
+    assert _value("tp_exposed_s", across) == _value("tp_comm_s", across)
+    inside, _ = _env(16, "h100", "megatron", tp=8, sequence_parallel=True)
+    assert _value("1 if tp_comm_overlapped else 0", inside) == 1
+
+
+def test_a_framework_without_tp_overlap_exposes_the_traffic() -> None:
+    """train.tp_comm_overlap false (calibration: Megatron-LM before --tp-comm-overlap)."""
+    env, _ = _env(8, "h100", "megatron", tp=8, sequence_parallel=True)
+    env["train.tp_comm_overlap"] = False
+    assert _value("tp_exposed_s", env) == _value("tp_comm_s", env) > 0
+
+
 @pytest.mark.parametrize(
     ("gpu", "precision", "sequence_parallel", "flags", "absent"),
     [
         ("h100", "fp8", True, ["--fp8-format hybrid", "--fp8-recipe tensorwise"], []),
         ("b200", "fp8", True, ["--fp8-recipe mxfp8", "--tp-comm-overlap"], []),
-        ("h100", "bf16", True, ["--sequence-parallel", "--tp-comm-overlap"], ["--fp8"]),
-        ("h100", "bf16", False, [], ["--tp-comm-overlap", "--fp8"]),
+        (
+            "h100",
+            "bf16",
+            True,
+            ["--sequence-parallel", "--tp-comm-overlap"],
+            ["--fp8", "UB_SKIPMC"],
+        ),
+        ("h100", "bf16", False, [], ["--tp-comm-overlap", "--fp8", "UB_SKIPMC"]),
+        # No CUDA multicast before Hopper: TE's initialize_ub raises unless UB_SKIPMC=1.
+        ("a100-80gb", "bf16", True, ["--tp-comm-overlap", "export UB_SKIPMC=1"], []),
+        ("a100-80gb", "bf16", False, [], ["--tp-comm-overlap", "UB_SKIPMC"]),
     ],
 )
 def test_megatron_renders_what_is_priced(

@@ -127,6 +127,12 @@ class Estimate(BaseModel):
         return self.model_dump(mode="json")
 
 
+# What the frameworks parplan renders for can do, as the rules name it: each backend overlaps
+# TP traffic where the layout allows it (rules/cost/time.yaml tp_comm_overlapped); calibration
+# sets false for sources whose framework had no such overlap.
+FRAMEWORK_FEATURES: dict[str, Any] = {"train.tp_comm_overlap": True}
+
+
 def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
     """cluster.* values of `cluster` (the peak at `precision`)."""
     return {
@@ -193,6 +199,7 @@ class CostModel:
             "train.flash_attention": flash_attention,
             "train.backend": self.backend or "",
             "train.fp8_recipe": fp8_recipe(cluster.gpu.architecture, self.backend),
+            **FRAMEWORK_FEATURES,
             "train.memory_headroom": memory_headroom,
         }
         return {**spec.formula_values(seq_len), **cluster_env(cluster, precision), **train}

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, fields
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+from parplan_gen.cost.estimate import FRAMEWORK_FEATURES, cluster_env
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe, plan_values
 from parplan_gen.models.kind import TrainedModel
@@ -65,7 +66,7 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     fsdp = doc.chosen.backend is not None and doc.chosen.backend.name == "megatron"
     out |= _megatron_facts(doc.model, layout, doc.cluster, mapping, out, fsdp=fsdp)
     out |= _deepspeed_facts(layout)
-    out |= torchtitan_facts(doc.model, layout, mapping)
+    out |= torchtitan_facts(doc.model, layout, doc.cluster, mapping)
     out |= training_facts(doc.model, layout, doc.budget.steps if doc.budget else None)
     out |= {
         "deepspeed.hf_trainer": hf_trainer,
@@ -138,9 +139,14 @@ def _cluster_facts(cluster: Cluster, mapping: MappingFile) -> dict[str, Any]:
         # RoCE: the cluster file's nccl.ib_gid_index / ib_tc (cost/launch_site.py)
         "cluster.ib_gid_index": None if cluster.launch is None else cluster.launch.ib_gid_index,
         "cluster.ib_tc": None if cluster.launch is None else cluster.launch.ib_tc,
-        # NVLink SHARP needs a third-generation NVSwitch (Hopper and later): NCCL docs, NVLS.
-        "cluster.nvls": cluster.nvswitch and arch in mapping.nccl.nvls_architectures,
+        "cluster.nvls": nvls(cluster, mapping),
     }
+
+
+def nvls(cluster: Cluster, mapping: MappingFile) -> bool:
+    """NVLink SHARP, and the CUDA multicast objects it rests on, are there: a third-generation
+    NVSwitch (Hopper and later; NCCL docs, NVLS)."""
+    return cluster.nvswitch and cluster.gpu.architecture in mapping.nccl.nvls_architectures
 
 
 def _comm_facts(proposals: list[Proposal]) -> dict[str, Any]:
@@ -190,6 +196,7 @@ class MegatronSpelling:
     one_cuda_connection: bool
     fsdp_many_connections: bool  # CUDA_DEVICE_MAX_CONNECTIONS left unset for Megatron-FSDP
     tp_comm_overlap: bool  # --tp-comm-overlap: the cost model priced the TP traffic overlapped
+    ub_skip_multicast: bool  # UB_SKIPMC=1: the TP overlap's userbuffers without CUDA multicast
     fp8_recipe: str | None  # --fp8-recipe for the GPU generation; None: not an FP8 plan
     moe_a2a_overlap: bool  # --overlap-moe-expert-parallel-comm: the cost model priced it
 
@@ -264,6 +271,7 @@ def _megatron_parallel(
     one_queue = (layout.tp > 1 or layout.cp > 1) and cluster.gpu.architecture not in exempt
     strategy = FSDP_STRATEGIES.get(layout.zero_stage) if fsdp else None
     fsdp = strategy is not None
+    tp_overlap = bool(rule_value(TP_COMM_OVERLAPPED, layout, "megatron", cluster))
     return {
         "first_stage_layers": split.first if uneven else None,
         "last_stage_layers": split.last if uneven else None,
@@ -290,7 +298,12 @@ def _megatron_parallel(
         "one_cuda_connection": one_queue and not fsdp,
         "fsdp_many_connections": one_queue and fsdp,
         # What rules/cost/time.yaml tp_comm_overlapped priced (it needs sequence parallelism).
-        "tp_comm_overlap": bool(rule_value(TP_COMM_OVERLAPPED, layout, "megatron")),
+        "tp_comm_overlap": tp_overlap,
+        # Transformer Engine's initialize_ub (pytorch/module/base.py) raises without CUDA
+        # multicast unless UB_SKIPMC=1 (CUDA IPC instead). Multicast objects need compute
+        # capability 9.0 (TE common/comm_gemm_overlap/comm_gemm_overlap.h
+        # device_supports_multicast) and an NVSwitch: NVLS's condition.
+        "ub_skip_multicast": tp_overlap and not nvls(cluster, mapping),
         # --fp8-recipe: the recipe the cost model priced (cost/layout.py fp8_recipe).
         "fp8_recipe": fp8_recipe(cluster.gpu.architecture, "megatron")
         if layout.precision == "fp8"
@@ -327,11 +340,21 @@ def gradient_type(layout: Layout, backend: str) -> str:
     raise RenderError(f"{GRADIENT_BYTES} is {size} bytes: neither {sixteen} nor fp32")
 
 
-def rule_value(name: str, layout: Layout, backend: str = "") -> object:
-    """The built-in rules' named formula `name` (one that reads plan.*, train.precision and
-    train.backend only) for `layout` on `backend`: what the cost model assumes, read at render
-    time, as plan.json keeps no rules overlay."""
-    env = {**plan_values(layout), "train.precision": layout.precision, "train.backend": backend}
+def rule_value(
+    name: str, layout: Layout, backend: str = "", cluster: Cluster | None = None
+) -> object:
+    """The built-in rules' named formula `name` (one that reads plan.*, train.precision,
+    train.backend, the frameworks' features and, given `cluster`, cluster.*) for `layout` on
+    `backend`: what the cost model assumes, read at render time, as plan.json keeps no rules
+    overlay."""
+    env = {
+        **plan_values(layout),
+        **FRAMEWORK_FEATURES,
+        "train.precision": layout.precision,
+        "train.backend": backend,
+    }
+    if cluster is not None:
+        env |= cluster_env(cluster, layout.precision)
     return builtin_formula(name)(env)
 
 

@@ -271,6 +271,7 @@ def _megatron_context(
         "run_env": [env_var(e, values) for e in meg.run_env],
         "data_env": {k: env_var(e) for k, e in meg.data_env.items()},
         "one_cuda_connection": values["megatron.one_cuda_connection"],
+        "ub_skip_multicast": values["megatron.ub_skip_multicast"],
         "fsdp": values["megatron.fsdp"],
         "fsdp_many_connections": values["megatron.fsdp_many_connections"],
         "notes": notes(mapping, meg.notes, values, ("megatron", version, "notes")),

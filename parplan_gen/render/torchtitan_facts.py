@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from parplan_gen.cost.estimate import FRAMEWORK_FEATURES, cluster_env
+from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, plan_values
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.render.mapping_schema import MappingFile
@@ -44,11 +46,18 @@ FACT_NAMES = (
 TP_COMM_OVERLAPPED = "tp_comm_overlapped"  # rules/cost/time.yaml: the TP overlap it priced
 
 
-def torchtitan_facts(model: TrainedModel, layout: Layout, mapping: MappingFile) -> dict[str, Any]:
-    """torchtitan.* for `layout` (every key; None where it does not apply)."""
+def torchtitan_facts(
+    model: TrainedModel, layout: Layout, cluster: Cluster, mapping: MappingFile
+) -> dict[str, Any]:
+    """torchtitan.* for `layout` on `cluster` (every key; None where it does not apply)."""
     if model.kind != "transformer":
         return dict.fromkeys(FACT_NAMES)
-    env = {**model.formula_values(layout.seq_len), **plan_values(layout)}
+    env = {
+        **model.formula_values(layout.seq_len),
+        **plan_values(layout),
+        **cluster_env(cluster, layout.precision),
+        **FRAMEWORK_FEATURES,
+    }
     env["train.precision"] = layout.precision
     sharded = layout.zero_stage == ZERO_SHARDED
     pipeline, interleaved = layout.pp > 1, layout.vpp > 1

@@ -244,6 +244,14 @@ _RUN_NAMES: tuple[Name, ...] = (
         "(cost/layout.py fp8_recipe: the rendered Megatron --fp8-recipe, torchtitan's "
         "tensorwise, Transformer Engine's default under DeepSpeed).",
     ),
+    Name(
+        "train.tp_comm_overlap",
+        "bool",
+        "-",
+        "The backend can pipeline tensor-parallel collectives with the GEMMs (Megatron-LM "
+        "--tp-comm-overlap, torchtitan async TP) where the layout allows it: true for every "
+        "plan; false only for calibration runs whose framework predates it.",
+    ),
     # --- plan.*: the layout being estimated (cost.layout.PLAN_FIELDS: the Layout's fields) ------
     Name("plan.dp", "number", "ranks", "Data-parallel size."),
     Name("plan.tp", "number", "ranks", "Tensor-parallel size."),
