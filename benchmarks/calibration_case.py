@@ -202,6 +202,9 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
     recipe = facts.fp8_recipe if layout.precision == "fp8" else None
     if recipe is not None:
         notes.append(f"fp8 recipe {recipe}: {facts.fp8_recipe_reason}")
+    overlap_off = not facts.tp_comm_overlap and layout.tp > 1 and layout.sequence_parallel
+    if overlap_off:
+        notes.append(facts.tp_comm_overlap_reason)
     memory = (entry.get("measured") or {}).get("memory_gib_per_gpu")
     return Case(
         entry["name"],
@@ -219,6 +222,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         published_memory_gib=None if memory is None else float(memory),
         memory_reserved_peak=facts.memory_figure == "reserved_peak",
         fp8_recipe=recipe,
+        tp_comm_overlap=facts.tp_comm_overlap,
     )
 
 

@@ -97,6 +97,7 @@ class Case:
     published_memory_gib: float | None = None
     memory_reserved_peak: bool = False  # the published memory is the allocator's reserved peak
     fp8_recipe: str | None = None  # the FP8 recipe the source ran (calibration_rows.yaml)
+    tp_comm_overlap: bool = True  # the source's framework could overlap TP traffic
 
     @property
     def measured(self) -> bool:
@@ -105,9 +106,11 @@ class Case:
 
     def with_facts(self, env: dict[str, Any]) -> dict[str, Any]:
         """`env` (the cost model's names for this case) with what the source says it ran where
-        the planner's default would differ: the FP8 recipe."""
+        the planner's default would differ: the FP8 recipe, a framework without TP overlap."""
         if self.fp8_recipe is not None:
             env["train.fp8_recipe"] = self.fp8_recipe
+        if not self.tp_comm_overlap:
+            env["train.tp_comm_overlap"] = False
         return env
 
 
@@ -133,6 +136,8 @@ class RowFacts:
     distributed_optimizer_reason: str = ""  # why a row that does not say uses it
     fp8_recipe: str | None = None  # the FP8 recipe the source's FP8 runs used
     fp8_recipe_reason: str = ""
+    tp_comm_overlap: bool = True  # False: the source's framework ran TP traffic unoverlapped
+    tp_comm_overlap_reason: str = ""
 
 
 @cache
@@ -164,6 +169,8 @@ def row_facts(name: str) -> RowFacts:
         distributed_optimizer_reason=str(source.get("distributed_optimizer_reason", "")).strip(),
         fp8_recipe=source.get("fp8_recipe"),
         fp8_recipe_reason=str(source.get("fp8_recipe_reason", "")).strip(),
+        tp_comm_overlap=bool(source.get("tp_comm_overlap", True)),
+        tp_comm_overlap_reason=str(source.get("tp_comm_overlap_reason", "")).strip(),
     )
 
 

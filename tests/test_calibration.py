@@ -295,6 +295,59 @@ def test_megatron_fp8_example_uses_its_scripts_distributed_optimizer(
     assert any("--use-distributed-optimizer" in note for note in case.assumptions)
 
 
+KORTHIKANTI_175B = _entry(
+    name="korthikanti2022_175B_sp_selective",
+    model={
+        "name": "GPT 175B",
+        "num_layers": 96,
+        "hidden_size": 12288,
+        "num_attention_heads": 96,
+        "num_query_groups": None,
+        "ffn_hidden_size": 49152,
+        "vocab_size": 51200,
+        "seq_length": 2048,
+    },
+    hardware={
+        "gpu": "NVIDIA A100-SXM 80GB",
+        "gpu_memory_gb": 80,
+        "gpus_per_node": 8,
+        "intra_node": "NVLink + NVSwitch (DGX A100)",
+        "inter_node": "8x NVIDIA Mellanox 200 Gb/s HDR InfiniBand HCAs per node",
+        "peak_16bit_dense_tflops": 312,
+    },
+    total_gpus=64,
+    parallelism={
+        "tp": 8, "pp": 8, "dp": 1, "cp": 1, "ep": 1,
+        "virtual_pipeline_stages": 3, "sequence_parallel": True,
+    },
+    zero_stage=0,
+    distributed_optimizer=False,
+    micro_batch_size=1,
+    global_batch_size=64,
+    activation_recompute="selective (attention core) + sequence parallelism",
+    precision="mixed precision (16-bit) per Sec. 6",
+    measured={"mfu_pct": 51.4, "step_time_s": 13.75},
+)  # fmt: skip
+
+
+def test_a_source_without_tp_overlap_is_priced_with_the_traffic_exposed(
+    calibration: ModuleType,
+) -> None:
+    """Korthikanti 2022's Megatron-LM (2e90a342f5, 2022-05-19) had no --tp-comm-overlap: its
+    sequence-parallel rows run the TP collectives between the GEMMs."""
+    case = calibration.case_from_entry(KORTHIKANTI_175B)
+    assert case.layout.sequence_parallel and case.layout.tp == 8
+    assert not case.tp_comm_overlap
+    assert any("2e90a342f5" in note for note in case.assumptions)
+    model = calibration.CostModel(calibration.builtin_cost_rules(), backend=case.backend)
+    env = model.layout_env(case.spec, case.cluster, case.layout, flash_attention=False)
+    assert env["train.tp_comm_overlap"] is True  # what a plan of this layout would get
+    figures = model.figures(case.with_facts(env))
+    assert figures["time_tp_exposed_s"] == figures["time_tp_comm_s"] > 0
+    # A source whose framework had the overlap keeps the default.
+    assert calibration.case_from_entry(FP8_MOE).tp_comm_overlap
+
+
 def test_layout_reference_row(calibration: ModuleType) -> None:
     case = calibration.case_from_entry(MIXTRAL_REFERENCE)
     assert not case.measured and case.published_tflops is None
