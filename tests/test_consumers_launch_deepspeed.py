@@ -51,6 +51,10 @@ if engine.global_rank == 0:
                "steps": engine.global_steps, "micro_steps": micro, "samples": int(total.item()),
                "loss_finite": bool(torch.isfinite(loss))},
               open(sys.argv[2], "w"))
+# Tear the gloo group down before the interpreter exits, as the other launch tests do: left to
+# exit, its threads can abort the process ("terminate called without an active exception").
+dist.barrier()
+dist.destroy_process_group()
 """
 
 
