@@ -297,24 +297,8 @@ def test_megatron_fp8_example_uses_its_scripts_distributed_optimizer(
 
 KORTHIKANTI_175B = _entry(
     name="korthikanti2022_175B_sp_selective",
-    model={
-        "name": "GPT 175B",
-        "num_layers": 96,
-        "hidden_size": 12288,
-        "num_attention_heads": 96,
-        "num_query_groups": None,
-        "ffn_hidden_size": 49152,
-        "vocab_size": 51200,
-        "seq_length": 2048,
-    },
-    hardware={
-        "gpu": "NVIDIA A100-SXM 80GB",
-        "gpu_memory_gb": 80,
-        "gpus_per_node": 8,
-        "intra_node": "NVLink + NVSwitch (DGX A100)",
-        "inter_node": "8x NVIDIA Mellanox 200 Gb/s HDR InfiniBand HCAs per node",
-        "peak_16bit_dense_tflops": 312,
-    },
+    model=ZERO3["model"],  # the same GPT-3 175B on the same Selene A100 nodes
+    hardware=ZERO3["hardware"],
     total_gpus=64,
     parallelism={
         "tp": 8, "pp": 8, "dp": 1, "cp": 1, "ep": 1,

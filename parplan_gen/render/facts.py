@@ -20,19 +20,18 @@ from dataclasses import asdict, dataclass, fields
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
-from parplan_gen.cost.estimate import FRAMEWORK_FEATURES, cluster_env
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe, plan_values
+from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.load import MODEL_FACT_NAMES
 from parplan_gen.models.pipeline_split import PipelineSplit, pipeline_split
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping_schema import MappingFile
+from parplan_gen.render.rule_values import TP_COMM_OVERLAPPED, rule_value
 from parplan_gen.render.torchtitan_facts import torchtitan_facts
 from parplan_gen.render.training_facts import training_facts
 from parplan_gen.rules.engine import Proposal
-from parplan_gen.rules.ruleset import builtin_formula
 
 if TYPE_CHECKING:
     from parplan_gen.models.transformer import ModelSpec  # what the megatron.* facts read
@@ -45,7 +44,6 @@ TYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element sizes of communication
 GRADIENT_BYTES = "grad_bytes"  # the cost model's gradient element size (rules/cost/memory.yaml)
 OPTIMIZER_SHARDED = "optimizer_sharded"  # the cost model's optimizer sharding (memory.yaml)
 ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
-TP_COMM_OVERLAPPED = "tp_comm_overlapped"  # the cost model's TP overlap (rules/cost/time.yaml)
 EP_A2A_OVERLAPPED = "moe_a2a_overlapped"  # the cost model's EP overlap (rules/cost/moe.yaml)
 # Megatron-FSDP's strategy for a Megatron plan's ZeRO stage (planning/backends/megatron.py;
 # Megatron-LM core_v0.16.1 arguments.py --data-parallel-sharding-strategy choices).
@@ -338,24 +336,6 @@ def gradient_type(layout: Layout, backend: str) -> str:
         if TYPE_BYTES[name] == size:
             return name
     raise RenderError(f"{GRADIENT_BYTES} is {size} bytes: neither {sixteen} nor fp32")
-
-
-def rule_value(
-    name: str, layout: Layout, backend: str = "", cluster: Cluster | None = None
-) -> object:
-    """The built-in rules' named formula `name` (one that reads plan.*, train.precision,
-    train.backend, the frameworks' features and, given `cluster`, cluster.*) for `layout` on
-    `backend`: what the cost model assumes, read at render time, as plan.json keeps no rules
-    overlay."""
-    env = {
-        **plan_values(layout),
-        **FRAMEWORK_FEATURES,
-        "train.precision": layout.precision,
-        "train.backend": backend,
-    }
-    if cluster is not None:
-        env |= cluster_env(cluster, layout.precision)
-    return builtin_formula(name)(env)
 
 
 def _stage_split(spec: ModelSpec, layout: Layout) -> PipelineSplit:

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from parplan_gen.cost.estimate import FRAMEWORK_FEATURES, cluster_env
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import Layout, plan_values
+from parplan_gen.cost.layout import Layout
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.render.mapping_schema import MappingFile
+from parplan_gen.render.rule_values import TP_COMM_OVERLAPPED, rule_env
 from parplan_gen.rules.ruleset import builtin_formula
 
 ZERO_SHARDED = 3  # FSDP2 shards parameters, gradients and optimizer states (ZeRO-3)
@@ -43,7 +43,6 @@ FACT_NAMES = (
     "torchtitan.no_sequence_parallel",
     "torchtitan.async_tp",
 )
-TP_COMM_OVERLAPPED = "tp_comm_overlapped"  # rules/cost/time.yaml: the TP overlap it priced
 
 
 def torchtitan_facts(
@@ -52,13 +51,7 @@ def torchtitan_facts(
     """torchtitan.* for `layout` on `cluster` (every key; None where it does not apply)."""
     if model.kind != "transformer":
         return dict.fromkeys(FACT_NAMES)
-    env = {
-        **model.formula_values(layout.seq_len),
-        **plan_values(layout),
-        **cluster_env(cluster, layout.precision),
-        **FRAMEWORK_FEATURES,
-    }
-    env["train.precision"] = layout.precision
+    env = rule_env(layout, "torchtitan", cluster, model)
     sharded = layout.zero_stage == ZERO_SHARDED
     pipeline, interleaved = layout.pp > 1, layout.vpp > 1
     split = layout.sequence_parallel and layout.tp > 1
@@ -76,9 +69,7 @@ def torchtitan_facts(
         "torchtitan.sequence_parallel": split,
         "torchtitan.no_sequence_parallel": layout.tp > 1 and not split,
         # Async TP where the cost model priced the TP traffic overlapped (it needs SP).
-        "torchtitan.async_tp": bool(
-            builtin_formula(TP_COMM_OVERLAPPED)({**env, "train.backend": "torchtitan"})
-        ),
+        "torchtitan.async_tp": bool(builtin_formula(TP_COMM_OVERLAPPED)(env)),
     }
 
 
