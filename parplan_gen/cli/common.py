@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN, ZERO_STAGES
+from parplan_gen.inputs.defaults import BOUNDED_SIZES, DEFAULT_SEQ_LEN, ZERO_STAGES
 from parplan_gen.inputs.errors import UsageError
 from parplan_gen.inputs.number_text import positive_decimal, token_count, whole_number
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
@@ -261,14 +261,14 @@ def add_layout_options(
     return group
 
 
-# Sizes `plan` bounds with --min-<size> / --max-<size> (planning/pins.py BOUNDED_SIZES).
-BOUNDED_SIZES = tuple(dest for dest, _, _ in LAYOUT_SIZES if dest != "etp")
+# Sizes `plan` bounds with --min-<size> / --max-<size>, in the order of the layout flags.
+BOUNDED_FLAGS = tuple(dest for dest, _, _ in LAYOUT_SIZES if dest in BOUNDED_SIZES)
 
 
 def add_bound_options(parser: argparse.ArgumentParser) -> None:
     """--min-<size> / --max-<size> for every bounded size (`plan`)."""
     group = parser.add_argument_group("bounds (inclusive; the rest of the space is searched)")
-    for dest in BOUNDED_SIZES:
+    for dest in BOUNDED_FLAGS:
         for side in ("min", "max"):
             group.add_argument(
                 f"--{side}-{dest}",
@@ -320,7 +320,7 @@ def pins_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def bounds_from_args(args: argparse.Namespace) -> dict[str, int]:
     """The --min-*/--max-* flags given."""
-    names = (f"{side}_{dest}" for dest in BOUNDED_SIZES for side in ("min", "max"))
+    names = (f"{side}_{dest}" for dest in BOUNDED_FLAGS for side in ("min", "max"))
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 

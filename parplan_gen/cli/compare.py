@@ -16,10 +16,9 @@ from parplan_gen.cli.common import (
     cluster_from_args,
     print_json,
     size_type,
+    zero_stage,
 )
 from parplan_gen.cli.plan import add_request_options
-from parplan_gen.inputs.defaults import ZERO_STAGES
-from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
 if TYPE_CHECKING:
@@ -101,9 +100,10 @@ def layout_text(text: str) -> dict[str, Any]:
 
 
 def _zero(value: str) -> int:
+    """`zero=<stage>`: the --zero flag's parser, its error prefixed with the word."""
     try:
-        return whole_number(value, max(ZERO_STAGES), minimum=0)
-    except ValueError as exc:
+        return zero_stage(value)
+    except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"zero={value}: {exc}") from None
 
 

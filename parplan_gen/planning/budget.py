@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from parplan_gen.cost.catalog import GIGA
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.host_links import host_link
@@ -26,7 +27,6 @@ from parplan_gen.rules.ruleset import RuleSet
 
 DAY_S = 86400.0
 HOUR_S = 3600.0
-GIGA = 1e9
 RULES_FILE = "rules/budget/budget.yaml"
 
 

@@ -11,22 +11,19 @@ layout may run is still for the constraint rules to say.
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from parplan_gen.cost.estimate import cluster_env
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import SIZE_LIMITS
-from parplan_gen.inputs.defaults import GIB
+from parplan_gen.cost.layout import SIZE_LIMITS, Recompute
+from parplan_gen.inputs.defaults import BOUNDED_SIZES, GIB, ZERO_STAGES
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.rules.request_names import READ_BY_CODE
 from parplan_gen.rules.ruleset import RuleSet
 
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 DEFAULT_HEADROOM = READ_BY_CODE[0]  # memory_headroom_default (rules/constraints/headroom.yaml)
-# Sizes that may be bounded (`min_<size>`, `max_<size>`), in the Layout's order.
-BOUNDED_SIZES: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs")
 Size = StrictInt  # a whole number from 1 to layout.SIZE_LIMITS[field]
 
 
@@ -43,10 +40,10 @@ class Pins(BaseModel):
     etp: Size | None = Field(None, ge=1, le=SIZE_LIMITS["etp"])
     vpp: Size | None = Field(None, ge=1, le=SIZE_LIMITS["vpp"])
     mbs: Size | None = Field(None, ge=1, le=SIZE_LIMITS["mbs"])
-    zero_stage: StrictInt | None = Field(None, ge=0, le=3)
+    zero_stage: StrictInt | None = Field(None, ge=min(ZERO_STAGES), le=max(ZERO_STAGES))
     distributed_optimizer: StrictBool | None = None
     sequence_parallel: StrictBool | None = None
-    recompute: Literal["none", "selective", "full"] | None = None
+    recompute: Recompute | None = None
 
     def given(self) -> dict[str, object]:
         """The pinned fields, in the Layout's order."""
@@ -194,10 +191,6 @@ class Headroom(BaseModel):
 
     gib: float | None = Field(None, ge=0, allow_inf_nan=False)
     fraction: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False)
-
-    @property
-    def given(self) -> bool:
-        return self.gib is not None or self.fraction is not None
 
     def text(self) -> str:
         """`4 GiB`, `10%` or `default`: as a user would type it."""

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe
+from parplan_gen.cost.rule_values import TP_COMM_OVERLAPPED, rule_value
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.load import MODEL_FACT_NAMES
 from parplan_gen.models.pipeline_split import PipelineSplit, pipeline_split
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping_schema import MappingFile
-from parplan_gen.render.rule_values import TP_COMM_OVERLAPPED, rule_value
 from parplan_gen.render.torchtitan_facts import torchtitan_facts
 from parplan_gen.render.training_facts import training_facts
 from parplan_gen.rules.engine import Proposal

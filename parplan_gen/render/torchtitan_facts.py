@@ -22,9 +22,9 @@ from typing import Any
 
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout
+from parplan_gen.cost.rule_values import TP_COMM_OVERLAPPED, rule_env
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.render.mapping_schema import MappingFile
-from parplan_gen.render.rule_values import TP_COMM_OVERLAPPED, rule_env
 from parplan_gen.rules.ruleset import builtin_formula
 
 ZERO_SHARDED = 3  # FSDP2 shards parameters, gradients and optimizer states (ZeRO-3)

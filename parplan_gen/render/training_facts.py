@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from parplan_gen.cost.catalog import GIGA
 from parplan_gen.cost.layout import Layout
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.render.lr_schedule import schedule, steps
@@ -34,7 +35,6 @@ LLAMA3_ORIGINAL_CONTEXT = 8192  # _apply_scaling original_max_position_embedding
 LLAMA3_FACTOR = 8.0  # GPTModel's rope_scaling_factor default, the one pretrain_gpt.py leaves
 # MLATransformerConfig's YaRN settings that no argument sets (core_r0.13.0 and core_v0.16.1)
 MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
-GIGA = 1e9
 
 FACT_NAMES = (
     "megatron.rotary_base",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parplan_gen.cost.estimate import BackendRef
-from parplan_gen.cost.layout import Layout, plan_values
+from parplan_gen.cost.layout import Layout
+from parplan_gen.cost.rule_values import rule_value
 from parplan_gen.models.kind import BackendName
-from parplan_gen.rules.ruleset import builtin_formula
 
 # (zero_stage, distributed_optimizer) pairs: DeepSpeed ZeRO 0-3, Megatron's distributed optimizer
 Optimizer = tuple[int, bool]
@@ -35,10 +35,10 @@ class Capabilities:
     # Optimizer sharding that only a later release runs, with that release: a plan with it
     # names that version, and its files are rendered from that version's templates only.
     later: tuple[tuple[Optimizer, str], ...] = ()
-    # A named formula of the built-in rules (reading plan.*, train.precision and train.backend)
-    # and the later release that runs a layout for which it is true: a priced feature only
-    # that release has (Megatron's EP overlap, rules/cost/moe.yaml moe_a2a_overlapped). Checked
-    # for expert-parallel layouts only.
+    # A named formula of the built-in rules (reading what cost/rule_values.py rule_env gives
+    # without a cluster or model) and the later release that runs a layout for which it is
+    # true: a priced feature only that release has (Megatron's EP overlap, rules/cost/moe.yaml
+    # moe_a2a_overlapped).
     later_when: tuple[tuple[str, str], ...] = ()
     # Optimizer sharding priced as this backend's own (Megatron-FSDP keeps fp32 main gradients,
     # DeepSpeed ZeRO 16-bit ones): its files are written only for a plan priced on this backend.
@@ -53,14 +53,12 @@ class Capabilities:
         """The release that runs `layout`: the base version unless its sharding is `later` or
         a `later_when` formula holds for it."""
         sharding = (layout.zero_stage, layout.distributed_optimizer)
-        if sharding in dict(self.later) or layout.ep == 1:
-            return dict(self.later).get(sharding, self.version)
-        env = {
-            **plan_values(layout),
-            "train.precision": layout.precision,
-            "train.backend": self.name,
-        }
-        return next((v for name, v in self.later_when if builtin_formula(name)(env)), self.version)
+        if sharding in dict(self.later):
+            return dict(self.later)[sharding]
+        return next(
+            (v for name, v in self.later_when if rule_value(name, layout, self.name)),
+            self.version,
+        )
 
     def ref_for(self, layout: Layout) -> BackendRef:
         """The name and version a plan of `layout` carries."""

@@ -1,5 +1,6 @@
-"""The built-in rules' named formulas, read at render time: what the cost model assumed for a
-layout (plan.json keeps no rules overlay), so a rendered file turns on what was priced."""
+"""The built-in rules' named formulas, read outside the cost model: what it assumed for a layout,
+at render time (plan.json keeps no rules overlay, so a rendered file turns on what was priced)
+and when a backend picks the release that runs a layout (planning/backends/capabilities.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def rule_env(
     cluster: Cluster | None = None,
     model: TrainedModel | None = None,
 ) -> dict[str, Any]:
-    """The names a formula may read at render time: plan.*, train.precision, train.backend,
-    the frameworks' features and, where given, cluster.* and model.*."""
+    """The names such a formula may read: plan.*, train.precision, train.backend, the
+    frameworks' features and, where given, cluster.* and model.*."""
     env: dict[str, Any] = {
         **plan_values(layout),
         **FRAMEWORK_FEATURES,
