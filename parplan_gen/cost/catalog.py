@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError, SourceRef, did_you_mean, shown_value
-from parplan_gen.inputs.source import Document, KeyPath, parse_document
+from parplan_gen.inputs.source import Document, KeyPath, read_package_data
 from parplan_gen.inputs.validation import validate
 
 # Unit definitions (not figures: every figure lives in the YAML with its source).
@@ -243,11 +242,6 @@ class Catalog:
         return self.networks[lookup("network", name, self.network_names)]
 
 
-def _read_data(filename: str) -> Document:
-    path = resources.files("parplan_gen").joinpath("data").joinpath(filename)
-    return parse_document(path.read_text(encoding="utf-8"), f"parplan_gen/data/{filename}")
-
-
 def _check_sources(doc: Document, path: KeyPath, entry: _Sourced, keys: tuple[str, ...]) -> None:
     """Every figure names a source; `sources` and `unverified` name only figures."""
     for key in keys:
@@ -338,7 +332,7 @@ def check_ranges(
 def load_catalog() -> Catalog:
     """Read the shipped catalog (once per process), checking every figure has a source and lies
     in its physical range."""
-    gdoc, ndoc = _read_data("gpus.yaml"), _read_data("networks.yaml")
+    gdoc, ndoc = read_package_data("gpus.yaml"), read_package_data("networks.yaml")
     gfile = validate(_GPUFile, gdoc.data, gdoc)
     nfile = validate(_NetworkFile, ndoc.data, ndoc)
     ranges = _ranges(gdoc, gfile.ranges, GPU_RANGED_KEYS)

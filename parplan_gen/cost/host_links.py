@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 from pydantic import Field, PositiveFloat
 
 from parplan_gen.cost.catalog import GIGA, RawData, load_catalog
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.inputs.source import parse_document
+from parplan_gen.inputs.source import read_package_data
 from parplan_gen.inputs.validation import validate
 
 DATA_FILE = "host_links.yaml"
@@ -40,9 +39,7 @@ class HostLink:
 
 @cache
 def _links() -> dict[str, HostLink]:
-    name = f"parplan_gen/data/{DATA_FILE}"
-    text = resources.files("parplan_gen").joinpath("data").joinpath(DATA_FILE).read_text("utf-8")
-    doc = parse_document(text, name)
+    doc = read_package_data(DATA_FILE)
     data = validate(_File, doc.data, doc)
     catalog = load_catalog()
     out = {}

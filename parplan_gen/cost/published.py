@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from parplan_gen.cost.catalog import GIGA, Architecture, RawData, load_catalog
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.inputs.source import Document, parse_document
+from parplan_gen.inputs.source import Document, parse_document, read_package_data
 from parplan_gen.inputs.validation import validate
 
 DATA_FILE = "published_best.yaml"
@@ -171,7 +170,11 @@ def _mfu(doc: Document, index: int, entry: BestRun) -> float:
 
 def load_published_text(text: str, name: str) -> Published:
     """Check and load the text of a published-best file named `name` in errors."""
-    doc = parse_document(text, name)
+    return published_from(parse_document(text, name))
+
+
+def published_from(doc: Document) -> Published:
+    """Check and load a parsed published-best file."""
     data = validate(_File, doc.data, doc)
     best: dict[tuple[str, str, str], Best] = {}
     for index, entry in enumerate(data.best):
@@ -199,12 +202,11 @@ def load_published_text(text: str, name: str) -> Published:
         best=best,
         fp8_generations=dict(data.fp8_calibrated.generations),
         fp8_families=dict(data.fp8_calibrated.families),
-        origin=name,
+        origin=doc.name,
     )
 
 
 @cache
 def load_published() -> Published:
     """The shipped file, read and checked once per process."""
-    path = resources.files("parplan_gen").joinpath("data").joinpath(DATA_FILE)
-    return load_published_text(path.read_text(encoding="utf-8"), f"parplan_gen/data/{DATA_FILE}")
+    return published_from(read_package_data(DATA_FILE))

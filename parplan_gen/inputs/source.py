@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,12 @@ def load_document(path: str | Path, *, max_bytes: int | None = None) -> Document
     cap = MAX_FILE_BYTES if max_bytes is None else max_bytes
     text = read_text(path, max_bytes=min(cap, MAX_YAML_BYTES) if kind == "yaml" else cap)
     return parse_document(text, str(path), kind)
+
+
+def read_package_data(filename: str) -> Document:
+    """parplan_gen/data/`filename`, parsed (its errors name that path)."""
+    path = resources.files("parplan_gen").joinpath("data").joinpath(filename)
+    return parse_document(path.read_text(encoding="utf-8"), f"parplan_gen/data/{filename}")
 
 
 def parse_document(text: str, name: str, kind: str = "yaml") -> Document:

@@ -8,13 +8,13 @@ read the same way for every family: `rope_theta` (transformers 4) or `rope_param
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parplan_gen.inputs.errors import shown_value
-from parplan_gen.inputs.source import parse_document
+from parplan_gen.inputs.source import read_package_data
+from parplan_gen.inputs.validation import validate
 from parplan_gen.models.hf_reader import ConfigReader
 from parplan_gen.models.training_settings import RopeScaling, TrainingSettings
 
@@ -44,8 +44,8 @@ class TrainingKeys(BaseModel):
 
 @cache
 def training_keys() -> TrainingKeys:
-    text = resources.files("parplan_gen").joinpath("data", DATA_FILE).read_text(encoding="utf-8")
-    return TrainingKeys.model_validate(parse_document(text, f"parplan_gen/data/{DATA_FILE}").data)
+    doc = read_package_data(DATA_FILE)
+    return validate(TrainingKeys, doc.data, doc)
 
 
 def training_settings(r: ConfigReader, *, rope: bool, moe: bool) -> TrainingSettings:

@@ -22,6 +22,7 @@ from parplan_gen.cost.host_links import host_link
 from parplan_gen.cost.layout import MAX_GPUS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.models.kind import TrainedModel
+from parplan_gen.planning.constraints import estimate_env
 from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.rules.ruleset import RuleSet
 
@@ -144,7 +145,7 @@ def compute_budget(
     backend = chosen.backend.name if chosen.backend else None
     evaluator = Evaluator(rules, spec.kind, backend)  # type: ignore[arg-type]
     env = evaluator.env(spec, cluster, chosen.plan, flash_attention=flash_attention)
-    evaluator.evaluate_env(chosen.plan, env)  # writes estimate.* into env
+    env.update(estimate_env(evaluator.cost.figures(env)))  # the budget rules read estimate.*
     values, sources = budget_inputs(rules, cluster, tokens, price)
     env.update(values)
 
@@ -161,6 +162,7 @@ def compute_budget(
     priced = sources["price"] is not None
     linked = sources["host"] is not None
     is_async = bool(_formula(rules, "budget_checkpoint_async")(env))
+    backend_async = bool(_formula(rules, "budget_checkpoint_async_backend")(env))
     return Budget(
         tokens=tokens, tokens_per_step=get("budget_tokens_per_step"),
         steps=round(get("budget_steps")), step_s=chosen.time.step_s,
@@ -180,8 +182,8 @@ def compute_budget(
         checkpoint_async=is_async, checkpoint_blocking_s=get("budget_checkpoint_blocking_s"),
         host_bytes_per_s=values["budget.host_bytes_per_s"] if linked else None,
         host_source=sources["host"], restart_s=get("budget_restart_s"),
-        checkpoint_mode=checkpoint_mode(backend, chosen, cluster, sources["host"],
-                                        asynchronous=is_async),
+        checkpoint_mode=checkpoint_mode(backend, cluster, sources["host"],
+                                        asynchronous=is_async, backend_async=backend_async),
     )  # fmt: skip
 
 
@@ -194,25 +196,28 @@ ASYNC_FLAGS = {
 
 
 def checkpoint_mode(
-    backend: str | None, chosen: Estimate, cluster: Cluster, host_source: str | None, *,
-    asynchronous: bool,
+    backend: str | None, cluster: Cluster, host_source: str | None, *,
+    asynchronous: bool, backend_async: bool,
 ) -> str:  # fmt: skip
-    """One sentence: which checkpointing the budget priced, and why (`host_source`: where the
-    GPU's host-link figure comes from; None: no figure)."""
-    if asynchronous and backend in ASYNC_FLAGS:
+    """One sentence: which checkpointing the budget priced (`asynchronous`: the rule
+    budget_checkpoint_async), and why (`backend_async`: budget_checkpoint_async_backend, the
+    backend and layout can write in the background; `host_source`: where the GPU's host-link
+    figure comes from, None: no figure)."""
+    if asynchronous:
+        flags = ASYNC_FLAGS.get(backend or "", backend or "the backend's asynchronous save")
         return (
-            f"asynchronous ({ASYNC_FLAGS[backend]}): training waits only for the copy to host "
+            f"asynchronous ({flags}): training waits only for the copy to host "
             f"memory over the GPU's host link ({host_source or '-'}); the write to "
             "storage runs in the background"
         )
-    if backend not in ASYNC_FLAGS:
-        name = backend or "this plan's backend"
-        return f"blocking: {name} has no asynchronous checkpoint write ({RULES_FILE})"
-    if backend == "megatron" and chosen.plan.zero_stage:
+    if not backend_async and backend == "megatron":
         return (
             "blocking: Megatron-FSDP saves --ckpt-format fsdp_dtensor, which --async-save does "
             f"not run ({RULES_FILE})"
         )
+    if not backend_async:
+        name = backend or "this plan's backend"
+        return f"blocking: {name} has no asynchronous checkpoint write ({RULES_FILE})"
     return (
         f"blocking: no host link figure for {cluster.gpu.name} (parplan_gen/data/host_links.yaml)"
         ", so no asynchronous copy is priced"

@@ -19,11 +19,11 @@ from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import SIZE_LIMITS, Recompute
 from parplan_gen.inputs.defaults import BOUNDED_SIZES, GIB, ZERO_STAGES
 from parplan_gen.inputs.errors import InputError, SourceRef
-from parplan_gen.rules.request_names import READ_BY_CODE
+from parplan_gen.rules.request_names import MEMORY_HEADROOM_DEFAULT
 from parplan_gen.rules.ruleset import RuleSet
 
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
-DEFAULT_HEADROOM = READ_BY_CODE[0]  # memory_headroom_default (rules/constraints/headroom.yaml)
+DEFAULT_HEADROOM = MEMORY_HEADROOM_DEFAULT  # rules/constraints/headroom.yaml
 Size = StrictInt  # a whole number from 1 to layout.SIZE_LIMITS[field]
 
 

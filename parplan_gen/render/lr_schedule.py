@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from functools import cache
-from importlib import resources
 from itertools import pairwise
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from parplan_gen.inputs.source import parse_document
+from parplan_gen.inputs.source import read_package_data
+from parplan_gen.inputs.validation import validate
 
 DATA_FILE = "lr_schedule.yaml"
 
@@ -95,8 +95,8 @@ class Schedule(BaseModel):
 
 @cache
 def schedule_rule() -> ScheduleRule:
-    text = resources.files("parplan_gen").joinpath("data", DATA_FILE).read_text(encoding="utf-8")
-    return ScheduleRule.model_validate(parse_document(text, f"parplan_gen/data/{DATA_FILE}").data)
+    doc = read_package_data(DATA_FILE)
+    return validate(ScheduleRule, doc.data, doc)
 
 
 def peak_lr(params: float, rule: ScheduleRule) -> float:

@@ -32,12 +32,12 @@ MAX_DEPTH = 64
 # Each formula with the named formulas it uses (its graph): a named formula is computed once per
 # evaluation however often it is used (`formula_tree.reference`), so what one evaluation runs
 # is at most the syntax nodes of the formula and of each named formula it reaches, counted once.
-# The largest graph of the built-in rules (step_time, rules/cost/time.yaml) is ~2400 nodes.
+# The largest graph of the built-in rules (step_time, rules/cost/time.yaml) is ~2800 nodes.
 MAX_GRAPH_NODES = 5000
 # Named formulas in a chain of uses (`a` uses `b` uses `c`: 3): each link is one Python call
 # while it runs, so this keeps far below Python's recursion limit. The built-in rules use 12.
 MAX_NAMED_DEPTH = 64
-# Named formulas of a rule set (the built-in rules define ~250): each keeps the set of those it
+# Named formulas of a rule set (the built-in rules define ~280): each keeps the set of those it
 # reaches as a bit mask of this many bits (formulas.FormulaLibrary), so at most 3 MB in all.
 MAX_NAMED_FORMULAS = 5000
 ANY_NAMESPACES = frozenset({"settings"})  # declared "number", but settings may be any type
@@ -72,14 +72,13 @@ _EQUALITY = {ast.Eq: "==", ast.NotEq: "!="}
 class Named:
     """A named formula, checked in no particular context. `value`: its value when it reads no
     name (computed at load and used as a literal), else None, and it is computed by reference:
-    `size` its own syntax nodes, `reach` the named formulas its evaluation may compute (itself
+    `reach` the named formulas its evaluation may compute (itself
     included; a bit mask, one bit per named formula of the library), `depth` the longest chain
     of uses from it (itself included), `uses` the named formulas it uses directly."""
 
     kind: Kind
     names: frozenset[str]
     value: Value | None = None
-    size: int = 0
     reach: int = 0
     depth: int = 0
     uses: tuple[str, ...] = ()

@@ -166,7 +166,7 @@ class FormulaLibrary:
                 continue
             reach, depth = self._graphs.measure(translator, name)
             uses = tuple(translator.uses)
-            self._named[name] = Named(kind, names, None, translator.size, reach, depth, uses)
+            self._named[name] = Named(kind, names, None, reach, depth, uses)
             self._globals[f"_n_{name}"] = named_function(name, tree, kind, self._globals)
         self._order = tuple(named)
 

@@ -42,10 +42,12 @@ PLAN_REQUEST_NAMES: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
+# The default headroom rule (rules/constraints/headroom.yaml), evaluated by planning/pins.py.
+MEMORY_HEADROOM_DEFAULT = "memory_headroom_default"
 # Named formulas parplan's own code evaluates by name (planning/pins.py, planning/budget.py):
 # used, though no rule reads them (`parplan rules check` counts them as used).
 READ_BY_CODE: tuple[str, ...] = (
-    "memory_headroom_default",
+    MEMORY_HEADROOM_DEFAULT,
     "budget_mtbf_gpu_hours_default",
     "budget_storage_bytes_per_s_per_gpu_default",
     "budget_tokens_per_step",
@@ -54,7 +56,6 @@ READ_BY_CODE: tuple[str, ...] = (
     "budget_checkpoint_bytes",
     "budget_checkpoint_write_s",
     "budget_checkpoint_async",
-    "budget_checkpoint_copy_s",
     "budget_checkpoint_blocking_s",
     "budget_restart_s",
     "budget_checkpoint_interval_s",
