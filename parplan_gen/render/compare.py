@@ -77,7 +77,6 @@ class Row:
     term: str
     label: str
     group: str
-    what: str
     values: tuple[float, ...]
     shown: tuple[str, ...]
 
@@ -153,7 +152,6 @@ def compare_estimates(
                 t.term,
                 t.label,
                 t.group,
-                t.what,
                 values,
                 tuple(_shown(t.term, t.group, v) for v in values),
             )
@@ -215,7 +213,6 @@ def _because(spec: CompareFile, cluster: Cluster, drivers: list[str], a: Column,
         {
             "a_drivers": _drivers(spec, cluster, differ, pa, pb),
             "b_drivers": _drivers(spec, cluster, differ, pb, pa),
-            "b": b.label,
         }
     )
 

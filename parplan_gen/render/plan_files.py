@@ -118,6 +118,7 @@ def resolve_versions(
         "torchtitan": mapping.data.torchtitan,
     }
     used = doc.model.backends
+    runs = backend_runs(doc)
     out: dict[str, str | None] = {}
     for backend, wanted in chosen.items():
         if backend not in used:
@@ -128,7 +129,7 @@ def resolve_versions(
                 )
             out[backend] = None
             continue
-        if backend_runs(doc).get(backend) is not None:
+        if runs.get(backend) is not None:
             out[backend] = None
             continue
         shipped = [v for v in templates.versions(backend) if v in sections[backend]]
@@ -179,8 +180,7 @@ def build_context(
     versions = resolve_versions(doc, templates, mapping)
     values = facts(doc, mapping.data, hf_trainer=hf_trainer)
     # Whether ds_config.json is written with an optimizer (launch_torchrun.sh says how to use it).
-    runs = backend_runs(doc)
-    written = "deepspeed" in runs and runs["deepspeed"] is None
+    written = versions["deepspeed"] is not None
     values["deepspeed.optimizer_written"] = written and values["train.lr"] is not None
     megatron = (
         None
