@@ -120,6 +120,27 @@ def test_tp_beyond_the_nvlink_domain_says_so():
     assert "with tp 8 (on NVLink), dp 16 against tp 16 (on network), dp 8" in tp
 
 
+def test_the_link_named_is_the_one_the_cost_model_priced():
+    """A 48-GPU job on a 72-GPU NVLink fabric (GB200 NVL72): every tp group lies inside the
+    job's 48 GPUs of one domain, so tp 12 and tp 16 both run on NVLink (rules/cost/time.yaml
+    tp_inside_nvlink reads the job's share of the domain), and no link is named."""
+    rack = cluster("nvl72-48", H100, 48, nvlink_domain=72)
+    assert rack.nvlink_gpus == 48
+    common = {"global_batch": 48, "seq_len": 4096, "mbs": 1}
+    a, b = (
+        estimate(
+            build_layout(48, tp=tp, **common), (2, 4, 2, 20, 3), step, {"tp_comm_s": comm},
+            100_000, 0.4, backend="megatron",
+        )
+        for tp, step, comm in ((12, 10.0, 1.0), (16, 11.0, 2.0))
+    )  # fmt: skip
+    found = compare_estimates(
+        rack, [("chosen", a, None), ("y", b, None)], TRANSFORMER_PARTS, TRANSFORMER_DIMS
+    )
+    tp = next(s for s in found.sentences[0][1] if "tensor-parallel" in s)
+    assert "with tp 12, dp 4 against tp 16, dp 3" in tp
+
+
 def test_a_layout_that_cannot_run_says_why_where_it_looks_better():
     a, b = pair()
     found = compare_estimates(

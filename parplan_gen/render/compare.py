@@ -227,8 +227,10 @@ def _drivers(
     def word(value: Any) -> str:
         return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
-    def link(tp: int) -> str:  # rules/cost/time.yaml tp_inside_nvlink
-        return "NVLink" if cluster.nvlink_domain % tp == 0 else "network"
+    def link(tp: int) -> str:
+        # rules/cost/time.yaml tp_inside_nvlink: cluster.nvlink_domain is the job's GPUs on one
+        # NVLink domain (cost/estimate.py cluster_env: Cluster.nvlink_gpus)
+        return "NVLink" if cluster.nvlink_gpus % tp == 0 else "network"
 
     here = link(plan["tp"])
     where = spec.sentences["link"].format(link=here) if here != link(other["tp"]) else ""
