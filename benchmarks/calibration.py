@@ -178,12 +178,15 @@ def compared_memory(memory: MemoryBreakdown, case: Case) -> float:
     Otherwise the estimate's total."""
     if not case.memory_reserved_peak:
         return float(memory.total)
-    return float(memory.total - memory.other) + planner_headroom(case.cluster)
+    return float(memory.total - memory.other) + planner_headroom(
+        case.cluster, case.layout.precision
+    )
 
 
-def planner_headroom(cluster: Cluster) -> float:
+def planner_headroom(cluster: Cluster, precision: str) -> float:
     """`plan`'s default headroom on `cluster`, bytes (planning/pins.py headroom_record)."""
-    return float(headroom_record(Headroom(), SearchLimits(), cluster, full_rules()).headroom_bytes)
+    record = headroom_record(Headroom(), SearchLimits(), cluster, full_rules(), precision)
+    return float(record.headroom_bytes)
 
 
 @cache

@@ -185,7 +185,7 @@ def _search(
     plan.json's `search` record and the seed's proposals. `check` needs only the result."""
     seq_len = spec.sequence_length(seq_len)
     limits = search_limits(pins, bounds)
-    record = headroom_record(parse_headroom(headroom), limits, machines, rules)
+    record = headroom_record(parse_headroom(headroom), limits, machines, rules, precision)
     proposals = proposals_for(spec, machines, rules, seq_len)
     request = Request(
         spec, machines, global_batch, seq_len, precision, objective, top,  # type: ignore[arg-type]

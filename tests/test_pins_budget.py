@@ -228,6 +228,15 @@ def test_headroom_keeps_memory_free() -> None:
     assert default.headroom_source.startswith("default: rule memory_headroom_default")
 
 
+def test_the_default_headroom_holds_on_a_gpu_without_bf16() -> None:
+    """The headroom rule is read at the request's precision: a V100 has no BF16 peak, and an
+    FP16 plan on it gets the default headroom (11.5 % of its 32 GiB), not an error."""
+    found = parplan_gen.plan(SMALL, {"gpus": 8, "gpu": "v100-32gb"}, global_batch=64,
+                             precision="fp16")  # fmt: skip
+    assert found.feasible
+    assert found.document.search.headroom_bytes == round(0.115 * 32 * GIB)
+
+
 def test_plan_json_records_the_search_and_the_budget(cli, tmp_path) -> None:
     run = cli(
         "plan", SMALL, "--gpus", "8", "--gpu", "h100", "--global-batch", "64", "--tp", "2",

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from parplan_gen.inputs.errors import InputError
+from parplan_gen.inputs.errors import InputError, shown_value
 from parplan_gen.inputs.source import Document, KeyPath
 
 M = TypeVar("M", bound=BaseModel)
@@ -169,3 +169,10 @@ def _inner_model(annotation: Any) -> Any:
         if isinstance(found, type) and issubclass(found, BaseModel):
             return found
     return annotation
+
+
+def check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
+    """An InputError unless `value` is one of `allowed` (a request's option, e.g. `objective`)."""
+    if not any(value == a and type(value) is type(a) for a in allowed):
+        shown = ", ".join(map(str, allowed))
+        raise InputError(f"{name}: expected one of {shown}, got {shown_value(value)}")

@@ -11,14 +11,16 @@ layout may run is still for the constraint rules to say.
 from __future__ import annotations
 
 import re
+from typing import get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from parplan_gen.cost.estimate import cluster_env
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import SIZE_LIMITS, Recompute
+from parplan_gen.cost.layout import SIZE_LIMITS, Precision, Recompute
 from parplan_gen.inputs.defaults import BOUNDED_SIZES, GIB, ZERO_STAGES
 from parplan_gen.inputs.errors import InputError, SourceRef
+from parplan_gen.inputs.validation import check_choice
 from parplan_gen.rules.request_names import MEMORY_HEADROOM_DEFAULT
 from parplan_gen.rules.ruleset import RuleSet
 
@@ -240,17 +242,19 @@ class SearchRecord(BaseModel):
 
 
 def headroom_record(
-    headroom: Headroom, limits: SearchLimits, cluster: Cluster, rules: RuleSet
+    headroom: Headroom, limits: SearchLimits, cluster: Cluster, rules: RuleSet, precision: str
 ) -> SearchRecord:
     """plan.json `search`: the pins, bounds and the headroom in bytes (the rule's default,
-    `memory_headroom_default`, when none is given)."""
+    `memory_headroom_default`, when none is given; its cluster.* names at `precision`, the
+    request's: a GPU has no peak at a precision it lacks)."""
+    check_choice("precision", precision, get_args(Precision))
     memory = cluster.gpu.memory_bytes
     if headroom.gib is not None:
         amount, source = headroom.gib * GIB, "--headroom (GiB)"
     elif headroom.fraction is not None:
         amount, source = headroom.fraction * memory, "--headroom (share of the GPU's memory)"
     else:
-        env = cluster_env(cluster, "bf16")
+        env = cluster_env(cluster, precision)
         where = SourceRef("memory_headroom_default")
         amount = float(rules.library.compile(DEFAULT_HEADROOM, where, "estimate").evaluate(env))  # type: ignore[arg-type]
         source = f"default: rule {DEFAULT_HEADROOM} (rules/constraints/headroom.yaml)"

@@ -18,6 +18,7 @@ from typing import Any, Literal, NamedTuple, Protocol, get_args
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import PLAN_FIELDS, Layout, Precision, check_sizes
 from parplan_gen.inputs.errors import InputError, shown_value
+from parplan_gen.inputs.validation import check_choice
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES, BackendName, TrainedModel
 from parplan_gen.planning.backends import BACKENDS, Capabilities
 from parplan_gen.planning.pins import SearchLimits
@@ -25,13 +26,6 @@ from parplan_gen.planning.pins import SearchLimits
 Objective = Literal["time", "memory"]
 NO_LIMITS = SearchLimits()  # a request with no pin and no bound
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")  # least to most recomputation
-
-
-def check_choice(name: str, value: object, allowed: tuple[object, ...]) -> None:
-    """An InputError unless `value` is one of `allowed` (a request's option, e.g. `objective`)."""
-    if not any(value == a and type(value) is type(a) for a in allowed):
-        shown = ", ".join(map(str, allowed))
-        raise InputError(f"{name}: expected one of {shown}, got {shown_value(value)}")
 
 
 class Proposing(Protocol):
