@@ -18,6 +18,7 @@ Megatron-LM arguments, or write plan.json.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +211,7 @@ def _plan_by_deadline(
     (planning/budget.smallest_count), its budget recording every count tried."""
     if tokens is None:
         raise InputError("days: give tokens too (the deadline is for training that many tokens)")
-    if not (isinstance(days, int | float) and not isinstance(days, bool) and 0 < days < 1e6):
+    if not (isinstance(days, int | float) and not isinstance(days, bool) and 0 < days < math.inf):
         raise InputError(f"days: expected a number of days above 0, got {days!r}")
     rules = request.pop("rules", ())
     request["rules"] = rules if isinstance(rules, RuleSet) else load_rules(rules)
@@ -283,8 +284,7 @@ def compare(
                  **request)  # fmt: skip
     doc, flash = found.document, request.get("flash_attention", True)
     columns = [("chosen", doc.chosen, fit_problem(doc.chosen))]
-    others = [e for e in doc.candidates if e != doc.chosen][:runner_up]
-    columns += [("runner-up", e, fit_problem(e)) for e in others]
+    columns += [("runner-up", e, fit_problem(e)) for e in doc.runners_up[:runner_up]]
     for given in layouts:
         fields = {"global_batch": global_batch, "seq_len": doc.chosen.plan.seq_len, **given} \
             if not isinstance(given, Layout) else given  # fmt: skip

@@ -54,6 +54,7 @@ from parplan_gen.inputs.errors import InputError, SourceRef, UsageError, shown_v
 from parplan_gen.inputs.source import Document, is_finite_number, load_document
 from parplan_gen.inputs.validation import validate
 
+FLAG_CLUSTER_NAME = "{gpus}x{gpu}"  # a cluster made from flags, e.g. 8xh100-sxm-80gb
 BUDGET_KEYS = ("gpu_hour_price", "mtbf_gpu_hours", "storage_gb_per_s")  # plan --tokens
 HCA_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+$"  # NCCL_IB_HCA item: mlx5_0, mlx5_0:1, ^mlx5_1
 IFNAME_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+(,[A-Za-z0-9_.:\-]+)*$"  # NCCL_SOCKET_IFNAME
@@ -285,7 +286,7 @@ def cluster_from_flags(
         if problem:
             raise UsageError(f"--inter-node-gbps: {problem}")
     spec = InterNodeSpec(gbps_per_gpu=None if inter_node_gbps is None else float(inter_node_gbps))
-    name = name or f"{gpus}x{gpu_.name}"
+    name = name or FLAG_CLUSTER_NAME.format(gpus=gpus, gpu=gpu_.name)
     built = _build(catalog, name, gpu_, (gpus, gpus_per_node, domain), spec, NcclSpec(), None)
     site = {"account": slurm_account, "partition": slurm_partition, "time": slurm_time}
     return built.with_slurm(**site, cpus_per_node=cpus_per_node)

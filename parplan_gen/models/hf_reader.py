@@ -37,15 +37,17 @@ class ConfigReader:
         """An InputError at `key` (at its list item `item`, when given), or at the config."""
         return InputError(message, self.ref(key, *item) if key else self.ref())
 
-    def _first(self, keys: tuple[str, ...]) -> tuple[str, Any] | None:
+    def first(self, keys: tuple[str, ...]) -> tuple[str, Any] | None:
+        """The first of `keys` present and not null (null means "use the default", as in HF),
+        with its value; None: none of them."""
         for key in keys:
-            if self.data.get(key) is not None:  # null means "use the default", as in HF
+            if self.data.get(key) is not None:
                 return key, self.data[key]
         return None
 
     def req_int(self, *keys: str) -> int:
         """A required positive integer under the first of `keys` present (aliases after it)."""
-        found = self._first(keys)
+        found = self.first(keys)
         if found is None:
             also = f" (or {', '.join(repr(k) for k in keys[1:])})" if keys[1:] else ""
             raise self.fail(
@@ -58,7 +60,7 @@ class ConfigReader:
 
     def opt_int(self, key: str, default: int) -> int:
         """An optional integer; `default` is the config class's value."""
-        found = self._first((key,))
+        found = self.first((key,))
         return default if found is None else self._int(*found)
 
     def _int(self, key: str, value: Any) -> int:
@@ -106,7 +108,7 @@ class ConfigReader:
 
     def mlp_kind(self, keys: tuple[str, ...], default: str, *, gated: bool) -> MlpKind:
         """Map the activation name to an MLP kind (gated families: silu->swiglu, gelu->geglu)."""
-        found = self._first(keys)
+        found = self.first(keys)
         key, act = found if found else (keys[0] if keys else None, default)
         if not isinstance(act, str):
             raise self.fail(key, f"'{key}' must be a string, not {act!r}")

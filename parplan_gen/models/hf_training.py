@@ -53,8 +53,8 @@ def training_settings(r: ConfigReader, *, rope: bool, moe: bool) -> TrainingSett
     routes tokens to experts, else the router settings stay unset)."""
     table = training_keys()
     family = table.families.get(r.model_type, {})
-    values = {name: _value(r, setting) for name, setting in family.items()}
-    values.pop("rope_theta", None)
+    # rope_theta is read below, with rope_parameters and the table's default
+    values = {name: _value(r, s) for name, s in family.items() if name != "rope_theta"}
     if not rope:
         values.pop("rope_fraction", None)
     if not moe:
@@ -77,16 +77,15 @@ _DENSE = frozenset({"norm_eps", "attention_dropout", "hidden_dropout", "rope_fra
 
 
 def _value(r: ConfigReader, setting: Setting) -> Scalar:
-    for key in setting.keys:
-        value = r.data.get(key)
-        if value is None:
-            continue
-        if setting.true_when is not None:
-            return value == setting.true_when
-        if isinstance(setting.default, bool) and not isinstance(value, bool):
-            raise r.fail(key, f"'{key}' must be true or false, not {shown_value(value)}")
-        return value
-    return setting.default
+    found = r.first(setting.keys)
+    if found is None:
+        return setting.default
+    key, value = found
+    if setting.true_when is not None:
+        return value == setting.true_when
+    if isinstance(setting.default, bool) and not isinstance(value, bool):
+        raise r.fail(key, f"'{key}' must be true or false, not {shown_value(value)}")
+    return value
 
 
 def _rope_theta(r: ConfigReader, keys: tuple[str, ...], default: float) -> float:

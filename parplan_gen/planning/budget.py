@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.cost.catalog import GIGA
 from parplan_gen.cost.estimate import Estimate
-from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.hardware import FLAG_CLUSTER_NAME, Cluster
 from parplan_gen.cost.host_links import host_link
 from parplan_gen.cost.layout import MAX_GPUS
 from parplan_gen.inputs.errors import InputError, SourceRef
@@ -262,6 +262,6 @@ def _deadline(days: float, gpus: int | None, tried: dict[int, float | None]) -> 
 def scaled(cluster: Cluster, gpus: int) -> Cluster:
     """`cluster` with `gpus` GPUs (a flag-made cluster's name follows the count)."""
     name = cluster.name
-    if name == f"{cluster.num_gpus}x{cluster.gpu.name}":
-        name = f"{gpus}x{cluster.gpu.name}"
+    if name == FLAG_CLUSTER_NAME.format(gpus=cluster.num_gpus, gpu=cluster.gpu.name):
+        name = FLAG_CLUSTER_NAME.format(gpus=gpus, gpu=cluster.gpu.name)
     return Cluster.model_validate({**cluster.model_dump(), "num_gpus": gpus, "name": name})

@@ -102,6 +102,11 @@ class PlanDocument(BaseModel):
         None, description="With `plan --tokens`: the training budget. Absent otherwise."
     )
 
+    @property
+    def runners_up(self) -> list[Estimate]:
+        """The candidates other than the chosen plan, best first."""
+        return [e for e in self.candidates if e != self.chosen]
+
     @field_serializer("rejected")
     def _by_reason(self, rejected: dict[str, int]) -> dict[str, int]:
         return dict(sorted(rejected.items()))

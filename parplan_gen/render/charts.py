@@ -62,7 +62,7 @@ def layout_labels(doc: PlanDocument, rows: Sequence[tuple[bool, Estimate]]) -> l
 def chart_rows(doc: PlanDocument, limit: int) -> list[tuple[bool, Estimate]]:
     """The chosen plan, then runners-up from the candidates, at most `limit` rows."""
     rows = [(True, doc.chosen)]
-    rows += [(False, e) for e in doc.candidates if e != doc.chosen]
+    rows += [(False, e) for e in doc.runners_up]
     return rows[:limit]
 
 

@@ -245,7 +245,7 @@ def fit_problem(e: Estimate) -> str | None:
 
 def runner_up(doc: PlanDocument) -> Estimate | None:
     """The best candidate other than the chosen plan (None: only the chosen was estimated)."""
-    return next((e for e in doc.candidates if e != doc.chosen), None)
+    return next(iter(doc.runners_up), None)
 
 
 def why_context(doc: PlanDocument) -> dict[str, Any] | None:
