@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 from causal_counts import (
@@ -21,6 +22,7 @@ from causal_counts import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ruamel.yaml import YAML
 
 import parplan_gen
 from parplan_gen.api import load_model
@@ -304,3 +306,33 @@ def test_the_readme_example_is_real(capsys) -> None:
     out = capsys.readouterr().out.splitlines()
     for line in found.group(2).splitlines():
         assert line == "..." or line in out, line
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "calibration"
+RUN_FILES = (SHARED / "published_runs.yaml", SHARED / "published_runs_modern.yaml")
+
+
+@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+def test_each_best_runs_shape_and_mfu_are_its_calibration_rows() -> None:
+    """published_best.yaml copies each run's shape (and MFU) from the calibration set, which is
+    not shipped with the package: the copies agree with the rows they name."""
+    rows = {
+        entry["name"]: entry
+        for path in RUN_FILES
+        for entry in YAML(typ="safe").load(path.read_text(encoding="utf-8"))["configs"]
+    }
+    text = resources.files("parplan_gen").joinpath("data", NAME).read_text(encoding="utf-8")
+    checked = 0
+    for best in YAML(typ="safe").load(text)["best"]:
+        row = rows[best["run"]]
+        model, measured = row["model"], row["measured"]
+        if measured.get("mfu_pct") is not None:
+            assert best["mfu_pct"] == measured["mfu_pct"], best["run"]
+        shape = best.get("shape")
+        if shape is None:
+            continue
+        # MHA / GQA with heads x head_dim = hidden: the attention width is the hidden size
+        found = (model["params_b"], model["num_layers"], model["hidden_size"], model["seq_length"])
+        assert found == tuple(shape.values()), best["run"]
+        checked += 1
+    assert checked == 8
