@@ -25,6 +25,7 @@ from parplan_gen.render.mapping_schema import ReportMapping
 
 COLUMN_SHARE = 0.6  # a column's width in its slot
 LINE_EM = 1.25  # label line spacing, in font sizes
+HEADROOM_DASH = "6 4"  # the capacity-less-headroom line, and its legend swatch (SVG dash pattern)
 
 
 def _wrap(words: list[str], chars: int) -> list[str]:
@@ -49,7 +50,10 @@ def memory_chart(
     legend = [{"label": PART_LABELS[p], "color": colors[p], "kind": "box"} for p in MEMORY_PARTS]
     legend.append({"label": "GPU capacity", "color": colors["limit"], "kind": "line"})
     if headroom:
-        legend.append({"label": "capacity - headroom", "color": colors["limit"], "kind": "dash"})
+        legend.append(
+            {"label": "capacity - headroom", "color": colors["limit"], "kind": "dash",
+             "dash": HEADROOM_DASH}
+        )  # fmt: skip
     header = chart_header(style, chart_title(doc, "Memory per GPU"), legend)
     ticks = nice_ticks(max(capacity, *(e.memory.total for _, e in rows)) / GIB)
     step = ticks[1] - ticks[0]
@@ -99,7 +103,13 @@ def memory_chart(
     limits = [("GPU capacity", capacity, "", -4, gib(capacity))]
     if headroom:
         limits.append(
-            ("headroom", capacity - headroom, "6 4", style.font_size + 2, f"{gib(headroom)} free")
+            (
+                "headroom",
+                capacity - headroom,
+                HEADROOM_DASH,
+                style.font_size + 2,
+                f"{gib(headroom)} free",
+            )
         )
     right = plot_x + plot_w
     return {
