@@ -147,13 +147,19 @@ def layout_from_entry(entry: Mapping[str, Any]) -> Layout:
 
 
 def published_figure(
-    entry: Mapping[str, Any], spec: ModelSpec, seq: int
+    entry: Mapping[str, Any], spec: ModelSpec, seq: int, other_count: str = ""
 ) -> tuple[float | None, Metric, str]:
     """(TFLOP/s per GPU, which FLOPs, where from) of an entry's `measured` block; None: the
-    block has no figure (a layout reference)."""
+    block has no figure (a layout reference). `other_count`: why the source's TFLOP/s is on a
+    count of its own (calibration_rows.yaml `tflops_count_reason`): its tokens per second,
+    where given, are then the figure, on the model FLOPs' count."""
     measured = entry.get("measured") or {}
     family = _family_of(entry)
     peak = entry["hardware"].get("peak_16bit_dense_tflops")
+    flops_per_token = spec.flops_per_token(seq)
+    if other_count and measured.get("tokens_per_sec_per_gpu"):
+        tflops = measured["tokens_per_sec_per_gpu"] * flops_per_token / TERA
+        return tflops, "model", "tokens/s x model FLOPs (its TFLOP/s: another count)"
     if measured.get("tflops_per_gpu") is not None:
         metric: Metric = "hardware" if family in HARDWARE_FLOP_FAMILIES else "model"
         return float(measured["tflops_per_gpu"]), metric, "tflops_per_gpu"
@@ -161,7 +167,6 @@ def published_figure(
         return measured["mfu_pct"] / PERCENT * peak, "model", f"mfu_pct x {peak}"
     if measured.get("hfu_pct") is not None and peak:
         return measured["hfu_pct"] / PERCENT * peak, "hardware", f"hfu_pct x {peak}"
-    flops_per_token = spec.flops_per_token(seq)
     if measured.get("step_time_s"):
         tokens = entry["global_batch_size"] * seq
         tflops = flops_per_token * tokens / (entry["total_gpus"] * measured["step_time_s"]) / TERA
@@ -191,12 +196,14 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         cluster, cluster_notes = cluster_from_entry(entry)
         seq = spec.max_position_embeddings
         layout, layout_notes = layout_and_notes(entry, facts, seq)
-        value, metric, basis = published_figure(entry, spec, seq)
+        value, metric, basis = published_figure(entry, spec, seq, facts.tflops_count_reason)
         flash, flash_notes = flash_attention(entry)
     except ParplanError as exc:
         raise NotEvaluableError(exc.render()) from None
     except ValueError as exc:  # pydantic: a model block that is not a valid ModelSpec
         raise NotEvaluableError(str(exc).splitlines()[-1].strip()) from None
+    if facts.tflops_count_reason and basis.startswith("tokens/s"):
+        notes.append(facts.tflops_count_reason)
     if facts.backend_reason:
         notes.append(f"backend {facts.backend}: {facts.backend_reason}")
     recipe = facts.fp8_recipe if layout.precision == "fp8" else None

@@ -138,6 +138,9 @@ class RowFacts:
     fp8_recipe_reason: str = ""
     tp_comm_overlap: bool = True  # False: the source's framework ran TP traffic unoverlapped
     tp_comm_overlap_reason: str = ""
+    # why the source's TFLOP/s is not on the model FLOPs' count, or "" when it is; the row
+    # is then compared on its tokens per second (x model FLOPs) where it gives them
+    tflops_count_reason: str = ""
 
 
 @cache
@@ -171,6 +174,7 @@ def row_facts(name: str) -> RowFacts:
         fp8_recipe_reason=str(source.get("fp8_recipe_reason", "")).strip(),
         tp_comm_overlap=bool(source.get("tp_comm_overlap", True)),
         tp_comm_overlap_reason=str(source.get("tp_comm_overlap_reason", "")).strip(),
+        tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),
     )
 
 
@@ -289,7 +293,9 @@ def spec_and_notes(entry: Mapping[str, Any]) -> tuple[ModelSpec, list[str]]:
         hidden_size=model["hidden_size"],
         num_attention_heads=heads,
         num_kv_heads=model.get("num_query_groups") or heads,
-        head_dim=model.get("kv_channels") or model["hidden_size"] // heads,
+        head_dim=model.get("kv_channels")
+        or arch.get("kv_channels")
+        or model["hidden_size"] // heads,
         ffn_hidden_size=model["ffn_hidden_size"],
         mlp_kind=_mlp_kind(text) or arch.get("mlp", "gelu"),
         vocab_size=model["vocab_size"],
@@ -301,9 +307,24 @@ def spec_and_notes(entry: Mapping[str, Any]) -> tuple[ModelSpec, list[str]]:
         qkv_bias=biases,
         out_proj_bias=biases,
         mlp_bias=biases,
+        qk_norm=arch.get("qk_norm", False),
+        attention_sinks=arch.get("attention_sinks", False),
+        router_bias=arch.get("router_bias", False),
+        **_window_fields(arch, model["num_layers"]),
         **_moe_fields(model.get("moe"), model["ffn_hidden_size"], notes),
     )
     return spec, notes
+
+
+def _window_fields(arch: Mapping[str, Any], layers: int) -> dict[str, Any]:
+    """Sliding-window attention as Megatron-Core places it: layer n (1-indexed) is windowed
+    where n % window_attn_skip_freq != 0 (transformer/utils.py is_layer_window_attention)."""
+    window = arch.get("sliding_window")
+    if window is None:
+        return {}
+    skip = arch.get("window_attn_skip_freq")
+    mask = tuple(skip is None or n % skip != 0 for n in range(1, layers + 1))
+    return {"sliding_window": window, "sliding_window_layers": mask}
 
 
 def spec_from_entry(entry: Mapping[str, Any]) -> ModelSpec:
