@@ -12,6 +12,7 @@ and every assumption made for a row is listed beside it.
 
     python benchmarks/calibration.py [RUNS.yaml ...] [--rules DIR]   # table and MAPE
     python benchmarks/calibration.py --fit                            # fit the constants
+    python benchmarks/calibration.py --validate                       # the validation rows
 
 `--fit` searches the constants that datasheets cannot give (benchmarks/fit_parameters.yaml) by
 coordinate descent on the MAPE of the evaluable rows and prints them.
@@ -43,6 +44,7 @@ from calibration_read import (
     row_table,
     spec_from_entry,
 )
+from calibration_validate import VALIDATION_RUNS, family_table, validation_files
 from ruamel.yaml import YAML
 
 from parplan_gen.cost.estimate import CostModel, MemoryBreakdown
@@ -367,7 +369,7 @@ def cross_validate(rules: RuleSet, cases: Sequence[Case], extra_rules: Sequence[
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="*", type=Path, default=[DEFAULT_RUNS, MODERN_RUNS])
+    parser.add_argument("runs", nargs="*", type=Path)
     parser.add_argument("--rules", action="append", default=[], metavar="DIR")
     parser.add_argument("--fit", action="store_true", help="fit the efficiency constants")
     parser.add_argument(
@@ -376,11 +378,22 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
         help="fit on all rows, then leave each source out; MAPE per family",
     )
     parser.add_argument("--breakdown", action="store_true", help="print each run's step time parts")
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help=f"predict the validation rows (default {VALIDATION_RUNS.name}); error per family",
+    )
     args = parser.parse_args(argv)
+    args.runs = args.runs or ([VALIDATION_RUNS] if args.validate else [DEFAULT_RUNS, MODERN_RUNS])
     missing = [str(p) for p in args.runs if not p.is_file()]
     if missing:
         out(f"no published runs at {', '.join(missing)} (give the path as an argument)")
         return 1
+    kept_apart = validation_files(args.runs)
+    if kept_apart and (args.fit or args.cross_validate):
+        names = ", ".join(str(p) for p in kept_apart)
+        out(f"{names}: validation rows (purpose: validation) are never fitted on")
+        return 2
     cases, skipped = load_cases(*args.runs)
     rules = builtin_cost_rules(args.rules)
     if args.cross_validate:
@@ -392,7 +405,10 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
         out("fitted constants (rules/cost/efficiency.yaml):")
         out("\n".join(f"  {k}: {v}" for k, v in constants.items()))
         rules = load_rules_with(constants, args.rules)
-    out(format_report(Report(evaluate(rules, cases), skipped)))
+    report = Report(evaluate(rules, cases), skipped)
+    out(format_report(report))
+    if args.validate:
+        out(family_table(report.rows, FAMILIES))
     if args.breakdown:
         out(format_breakdown(rules, cases))
     return 0

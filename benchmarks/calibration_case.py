@@ -63,6 +63,15 @@ def _precision(entry: Mapping[str, Any], notes: list[str]) -> str:
     return "bf16"
 
 
+def _fp8_recipe(entry: Mapping[str, Any], facts: RowFacts) -> tuple[str | None, str]:
+    """The FP8 recipe of a row: MXFP8 where its precision is printed as such ('FP8-MX',
+    'MXFP8': 1x32 block scales, Megatron --fp8-recipe mxfp8), else its source's."""
+    first = _words(entry.get("precision")).split(" ", 1)[0]
+    if first in ("fp8-mx", "mxfp8"):
+        return "mxfp8", f"the row says {entry.get('precision')!r} (Megatron --fp8-recipe mxfp8)"
+    return facts.fp8_recipe, facts.fp8_recipe_reason
+
+
 def _micro_batch(
     entry: Mapping[str, Any], facts: RowFacts, dp: int, pp: int, notes: list[str]
 ) -> int:
@@ -120,8 +129,12 @@ def layout_and_notes(
     if sequence_parallel is None and tp > 1 and facts.backend in SEQUENCE_PARALLEL_BACKENDS:
         notes.append(f"sequence parallelism assumed with tp {tp} (not stated)")
         sequence_parallel = True
+    # expert tensor parallelism: Megatron's default is tp (TransformerConfig
+    # expert_tensor_parallel_size); a row that states another gives `etp`
+    expert_tp = {"etp": par["etp"]} if par.get("etp") else {}
     layout = build_layout(
         entry["total_gpus"],
+        **expert_tp,
         tp=tp,
         pp=pp,
         cp=par.get("cp") or 1,
@@ -206,9 +219,9 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         notes.append(facts.tflops_count_reason)
     if facts.backend_reason:
         notes.append(f"backend {facts.backend}: {facts.backend_reason}")
-    recipe = facts.fp8_recipe if layout.precision == "fp8" else None
+    recipe, why = _fp8_recipe(entry, facts) if layout.precision == "fp8" else (None, "")
     if recipe is not None:
-        notes.append(f"fp8 recipe {recipe}: {facts.fp8_recipe_reason}")
+        notes.append(f"fp8 recipe {recipe}: {why}")
     overlap_off = not facts.tp_comm_overlap and layout.tp > 1 and layout.sequence_parallel
     if overlap_off:
         notes.append(facts.tp_comm_overlap_reason)

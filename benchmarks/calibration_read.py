@@ -39,6 +39,9 @@ HARDWARE_FLOP_FAMILIES = frozenset({"narayanan2021", "megatron2020", "bloom", "m
 # Catalog GPU by the words of `hardware.gpu` (first match wins); A100s are told apart by memory.
 GPU_WORDS: tuple[tuple[str, str], ...] = (
     ("h200", "h200"),
+    ("gb200", "gb200"),  # before "b200", which its name contains
+    ("gb300", "gb300"),
+    ("b300", "b300"),
     ("b200", "b200"),
     ("mi300x", "mi300x"),
     ("h100 pcie", "h100-pcie"),

@@ -404,7 +404,8 @@ def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleTy
     table = calibration.row_table()
     names = [e["name"] for e in _all_entries()]
     assert len(names) == len(set(names)) == 60
-    assert set(names) == set(table["rows"])
+    validation = {e["name"] for e in _validation_rows(load_benchmark("calibration_validate"))}
+    assert set(names) | validation == set(table["rows"]) and not validation & set(names)
     families = set(calibration.FAMILIES)
     for name in names:
         facts = calibration.row_facts(name)
@@ -454,3 +455,68 @@ def test_the_fast_fit_predicts_what_the_evaluator_does(calibration: ModuleType) 
     changed = constants | {"link_efficiency": 0.5}
     slow = calibration.evaluate(calibration.load_rules_with(changed, []), cases)
     assert fast.predict(changed) == pytest.approx([r.predicted_tflops for r in slow])
+
+
+# ---- validation rows (benchmarks/data/validation_runs.yaml): kept apart, never fitted --------
+
+
+@pytest.fixture(scope="module")
+def validation() -> ModuleType:
+    return load_benchmark("calibration_validate")
+
+
+def _validation_rows(validation: ModuleType) -> list[dict[str, Any]]:
+    text = validation.VALIDATION_RUNS.read_text(encoding="utf-8")
+    return YAML(typ="safe").load(text)["configs"]
+
+
+def test_validation_rows_are_read_and_listed(
+    calibration: ModuleType, validation: ModuleType
+) -> None:
+    assert validation.is_validation_file(validation.VALIDATION_RUNS)
+    cases, skipped = calibration.load_cases(validation.VALIDATION_RUNS)
+    assert not skipped and len(cases) == 18
+    table = calibration.row_table()
+    for case in cases:
+        assert table["rows"][case.name]["source"] == "mbridge_validation"
+        assert case.families and case.measured and case.basis.startswith("tokens/s")
+
+
+@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+def test_validation_rows_are_not_calibration_rows(validation: ModuleType) -> None:
+    def run(e: dict[str, Any]) -> tuple[object, ...]:
+        batch = (e["total_gpus"], e["global_batch_size"], e["micro_batch_size"])
+        return (e["model"]["name"], e["hardware"]["gpu"], *batch, str(e.get("precision")))
+
+    fitted = {
+        run(e)
+        for path in RUN_FILES
+        for e in YAML(typ="safe").load(path.read_text(encoding="utf-8"))["configs"]
+    }
+    for row in _validation_rows(validation):
+        assert run(row) not in fitted, row["name"]
+    assert not validation.is_validation_file(RUN_FILES[1])
+
+
+def test_fitting_refuses_validation_rows(calibration: ModuleType, validation: ModuleType) -> None:
+    said: list[str] = []
+    for flag in ("--fit", "--cross-validate"):
+        assert calibration.main([str(validation.VALIDATION_RUNS), flag], out=said.append) == 2
+    assert all("never fitted on" in line for line in said)
+
+
+def test_validation_rows_read_their_system_and_recipe(
+    calibration: ModuleType, validation: ModuleType
+) -> None:
+    rows = {r["name"]: r for r in _validation_rows(validation)}
+    gb200 = calibration.case_from_entry(rows["mbridge2511_gb200_llama3_70b_64gpus_fp8cs"])
+    # GB200 NVL72: 4 GPUs a tray, one NVLink domain of 72 (catalog reference node); not B200
+    assert gb200.cluster.gpu.name == "gb200" and gb200.cluster.nvlink_domain == 72
+    assert gb200.layout.zero_stage == 3  # FSDP=64: Megatron-FSDP
+    mx = calibration.case_from_entry(rows["mbridge2511_b200_qwen3_30b_a3b_8gpus_fp8mx"])
+    assert mx.cluster.gpu.name == "b200" and mx.fp8_recipe == "mxfp8"  # 'FP8-MX'
+    cs = calibration.case_from_entry(rows["mbridge2511_h100_llama3_70b_64gpus_fp8cs"])
+    assert cs.fp8_recipe == "tensorwise"  # 'FP8-CS'
+    # Qwen3-235B on H100: tp 2 with expert tp 1 (the recipe's), else ep 32 x etp 2 > 32 ranks
+    qwen = calibration.case_from_entry(rows["mbridge2511_h100_qwen3_235b_a22b_256gpus_fp8cs"])
+    assert (qwen.layout.tp, qwen.layout.etp, qwen.layout.ep, qwen.layout.dp) == (2, 1, 32, 16)
