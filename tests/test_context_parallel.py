@@ -13,14 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from formula_env import formula_env, formula_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from parplan_gen.api import load_cluster_spec, load_model
-from parplan_gen.cost.layout import build_layout
-from parplan_gen.inputs.errors import SourceRef
-from parplan_gen.planning.evaluate import Evaluator
-from parplan_gen.rules.ruleset import builtin_rules
 
 KV_CHUNK_CP2 = 16_777_216
 STEP_FWD_FLOPS_CP2 = 137_438_953_472
@@ -29,16 +24,11 @@ H100_BF16 = 989e12  # data/gpus.yaml h100-sxm-80gb dense BF16 peak
 
 def _env(backend: str, gpus: int = 8, **options: Any) -> dict[str, Any]:
     cluster_keys = {k: options.pop(k) for k in ("gpus_per_node", "inter_node_gbps") if k in options}
-    plan = build_layout(gpus, **({"mbs": 1, "global_batch": 64, "seq_len": 8192} | options))
-    model = load_model("llama-3-8b")
-    cluster = load_cluster_spec({"gpus": gpus, "gpu": "h100", **cluster_keys})
-    evaluator = Evaluator(builtin_rules(), backend=backend)  # type: ignore[arg-type]
-    return evaluator.env(model, cluster, plan, flash_attention=True)
+    cluster = {"gpus": gpus, "gpu": "h100", **cluster_keys}
+    return formula_env("llama-3-8b", cluster, backend, **options)
 
 
-def _value(name: str, env: dict[str, Any]) -> float:
-    formula = builtin_rules().library.compile(name, SourceRef("test"), "estimate", "number")
-    return float(formula.evaluate(env))
+_value = formula_value
 
 
 def test_attention_runs_at_the_chunks_efficiency() -> None:

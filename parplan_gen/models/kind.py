@@ -143,6 +143,7 @@ class TransformerKind:
         act = sum(self.layer_activation_bytes_per_token(i, seq_len) for i in range(layers))
         scores = self.attention_core_activation_bytes(seq_len)
         scores -= self.attention_core_activation_bytes(0)
+        inputs = [self.linear_input_elements_per_token(i) for i in range(layers)]
         return {
             "model.layers": layers,
             "model.hidden": self.hidden_size,
@@ -173,6 +174,8 @@ class TransformerKind:
             "model.moe_ffn": self.moe_ffn_hidden_size if self.is_moe else 0,
             "model.act_layer_bytes": act / layers,
             "model.act_scores_bytes": scores,
+            "model.act_linear_inputs_replicated": sum(r for r, _ in inputs) / layers,
+            "model.act_linear_inputs_split": sum(s for _, s in inputs) / layers,
         }
 
     def op_graph(self, seq_len: int) -> ModelGraph:

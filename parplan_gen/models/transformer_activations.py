@@ -51,6 +51,26 @@ class ActivationBytes:
             mlp = mlp_in + self.mlp_activation_bytes(self.ffn_hidden_size)
         return norms + attn + mlp + MASK_BYTES * h
 
+    def linear_input_elements_per_token(self, layer: int) -> tuple[int, int]:
+        """The values one token stores in `layer` as the input of a linear layer, for its
+        weight-gradient GEMM (part of layer_activation_bytes_per_token at 2 bytes each):
+        (those of the norm outputs, which tensor parallelism replicates unless the sequence is
+        split: QKV's, MLA's down-projections' outputs, a dense FC1's; those it splits: the
+        output projection's, FC2's, and the routed and shared experts'). A router's input is
+        not one: it stays in full precision."""
+        h = self.hidden_size
+        replicated = h
+        if self.uses_mla:
+            replicated += (self.q_lora_rank or 0) + (self.kv_lora_rank or 0)
+        split = self.num_attention_heads * self.value_head_dim
+        if self.moe_layer_mask[layer]:
+            split += self.experts_per_token * (h + self.moe_ffn_hidden_size)
+            split += self.num_shared_experts * self.shared_expert_ffn_hidden_size
+        else:
+            replicated += h if self.norms_per_layer == 2 else 0
+            split += self.ffn_hidden_size
+        return replicated, split
+
     def activation_bytes_per_token(self, seq_len: int) -> int:
         """All layers plus Korthikanti 2022 Sec. 4.3's extras at p = 1: embedding dropout mask h,
         final-norm and LM-head inputs 2h each, fp32 logits 4V (and an embedding norm's input)."""

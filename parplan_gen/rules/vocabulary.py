@@ -177,6 +177,24 @@ _TRANSFORMER_NAMES: tuple[Name, ...] = (
         "The attention-score part of model.act_layer_bytes (5as); flash attention and "
         "selective recomputation do not store it.",
     ),
+    Name(
+        "model.act_linear_inputs_replicated",
+        "number",
+        "values/token",
+        "Values per token of one layer that model.act_layer_bytes keeps as a linear layer's "
+        "input and tensor parallelism replicates without sequence parallelism: the norm "
+        "outputs into QKV and a dense FC1 (h each), MLA's down-projection outputs; mean over "
+        "layers.",
+    ),
+    Name(
+        "model.act_linear_inputs_split",
+        "number",
+        "values/token",
+        "Values per token of one layer that model.act_layer_bytes keeps as a linear layer's "
+        "input and tensor parallelism splits: the output projection's (heads x value width), "
+        "FC2's (ffn), the routed experts' (k x (h + expert width)) and shared experts'; mean "
+        "over layers.",
+    ),
 )
 
 
