@@ -92,6 +92,19 @@ def _micro_batch(
     return mbs
 
 
+def _virtual_stages(entry: Mapping[str, Any], facts: RowFacts, pp: int, notes: list[str]) -> int:
+    """The virtual pipeline stages of an entry: as given; else, where its source ran the
+    interleaved schedule (`interleaved_reason`), the smallest divisor above 1 of its layers
+    per stage (Megatron's interleaving splits a stage's layers evenly into its chunks)."""
+    given = entry["parallelism"].get("virtual_pipeline_stages")
+    if given is not None or pp == 1 or not facts.interleaved_reason:
+        return int(given or 1)
+    per_stage = entry["model"]["num_layers"] // pp
+    vpp = next(v for v in range(2, per_stage + 1) if per_stage % v == 0)
+    notes.append(f"virtual pipeline stages {vpp}: {facts.interleaved_reason}")
+    return vpp
+
+
 def _sharding(entry: Mapping[str, Any], facts: RowFacts, notes: list[str]) -> tuple[int, bool]:
     """(ZeRO stage, Megatron distributed optimizer) of an entry."""
     zero = entry.get("zero_stage") or 0
@@ -140,7 +153,7 @@ def layout_and_notes(
         cp=par.get("cp") or 1,
         dp=par.get("dp"),
         ep=par.get("ep") or 1,
-        vpp=par.get("virtual_pipeline_stages") or 1,
+        vpp=_virtual_stages(entry, facts, pp, notes),
         mbs=_micro_batch(entry, facts, dp, pp, notes),
         global_batch=entry["global_batch_size"],
         seq_len=seq_len,

@@ -144,6 +144,10 @@ class RowFacts:
     # why the source's TFLOP/s is not on the model FLOPs' count, or "" when it is; the row
     # is then compared on its tokens per second (x model FLOPs) where it gives them
     tflops_count_reason: str = ""
+    # why the source's pipelined rows ran Megatron's interleaved schedule though they do not give
+    # its size, or "": a missing virtual_pipeline_stages is then the least interleaving the
+    # layers per stage allow (their smallest divisor above 1)
+    interleaved_reason: str = ""
 
 
 @cache
@@ -178,6 +182,7 @@ def row_facts(name: str) -> RowFacts:
         tp_comm_overlap=bool(source.get("tp_comm_overlap", True)),
         tp_comm_overlap_reason=str(source.get("tp_comm_overlap_reason", "")).strip(),
         tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),
+        interleaved_reason=str(source.get("interleaved_reason", "")).strip(),
     )
 
 

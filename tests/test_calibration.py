@@ -520,3 +520,37 @@ def test_validation_rows_read_their_system_and_recipe(
     # Qwen3-235B on H100: tp 2 with expert tp 1 (the recipe's), else ep 32 x etp 2 > 32 ranks
     qwen = calibration.case_from_entry(rows["mbridge2511_h100_qwen3_235b_a22b_256gpus_fp8cs"])
     assert (qwen.layout.tp, qwen.layout.etp, qwen.layout.ep, qwen.layout.dp) == (2, 1, 32, 16)
+
+
+def test_megatron_core_pipelined_rows_run_interleaved(calibration: ModuleType) -> None:
+    """The README overlaps pipeline communication, which Megatron-LM at f2e5db402c runs only
+    with the interleaved schedule: a pp > 1 row gets the least interleaving its layers per
+    stage allow (462B: 112 layers / pp 16 = 7 a stage, prime, so 7 chunks; 177B: 96 / 6 = 16,
+    so 2); pp 1 rows are not pipelined."""
+    row = _entry(
+        name="megatron_core_h100_weak_scaling_462B",
+        model={
+            "name": "GPT 462B",
+            "num_layers": 112,
+            "hidden_size": 18432,
+            "num_attention_heads": 144,
+            "vocab_size": 131072,
+            "seq_length": 4096,
+        },
+        hardware={"gpu": "NVIDIA H100", "gpus_per_node": 8},
+        total_gpus=6144,
+        parallelism={"tp": 8, "pp": 16, "dp": 48, "sequence_parallel": True},
+        distributed_optimizer=True,
+        global_batch_size=3072,
+        measured={"tflops_per_gpu": 459.9},
+    )
+    case = calibration.case_from_entry(row)
+    assert (case.layout.pp, case.layout.vpp, case.layout.mbs) == (16, 7, 1)
+    assert any("interleaved schedule" in note for note in case.assumptions)
+    row["model"] |= {"num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96}
+    row["parallelism"] |= {"pp": 6, "dp": 48}
+    row["total_gpus"] = 2304
+    assert calibration.case_from_entry(row).layout.vpp == 2
+    row["parallelism"] |= {"pp": 1, "dp": 48, "tp": 1}
+    row["total_gpus"] = 48
+    assert calibration.case_from_entry(row).layout.vpp == 1
