@@ -89,11 +89,13 @@ def test_size_classes(params: float, moe: bool, size: str) -> None:
         ("gpu: b200", "gpu: h100-sxm-80gb", "h100-sxm-80gb is hopper, not blackwell"),
         ("tflops_per_gpu: 1576", "tflops_per_gpu: 5000", "above b200's peak"),
         ("attention: full\n    attention_source: >-\n      llm-foundry", "attention: fool\n    "
-         "attention_source: >-\n      llm-foundry", "'full' or 'causal'"),
+         "attention_source: >-\n      llm-foundry", "'full', 'causal' or 'tokens'"),
         ("    shape: {params_b: 64.86, layers: 80, attention_width: 8192, seq_len: 2048}\n", "",
          "needs the run's shape"),
-        ("attention: causal\n", "attention: causal\n    shape: {params_b: 8, layers: 32, "
+        ("attention: tokens\n", "attention: tokens\n    shape: {params_b: 8, layers: 32, "
          "attention_width: 4096, seq_len: 8192}\n", "shape is only read for attention: full"),
+        ("    model: llama-3-8b\n", "", "needs tokens_per_sec_per_gpu, model and seq_len"),
+        ("model: llama-3-8b", "model: llama-3-9b", "llama-3-9b"),
     ],
 )  # fmt: skip
 def test_a_bad_entry_is_a_file_line_error(old: str, new: str, expected: str) -> None:
@@ -178,9 +180,13 @@ def test_bests_on_the_causal_count() -> None:
     fp8 = best[("hopper", "dense-small", "fp8")]
     assert fp8.attention == "full" and fp8.mfu == pytest.approx(800 / 1979)
     assert fp8.causal_mfu == pytest.approx(HOPPER_SMALL_FP8)  # 0.3615
-    # Megatron-Bridge counts causal scores already: unchanged.
+    # Megatron-Bridge's own count: its tokens/s x the preset's causal count. Llama 3 8B at seq
+    # 8192 (tests/causal_counts.py: matmuls 2 x 7,504,658,432, scores 4,294,967,296 forward):
+    # 3 x (15,009,316,864 + 2,147,483,648) x 30,624 tokens/s over B200's 4500 TFLOP/s FP8 peak.
     b200 = best[("blackwell", "dense-small", "fp8")]
-    assert b200.attention == "causal" and b200.causal_mfu == b200.mfu
+    assert b200.attention == "tokens" and b200.mfu == pytest.approx(1576 / 4500)
+    causal_per_token = 3 * (2 * 7_504_658_432 + 4_294_967_296 / 2)
+    assert b200.causal_mfu == pytest.approx(30624 * causal_per_token / 4500e12)  # 35.03 %
 
 
 @pytest.mark.parametrize(
@@ -243,14 +249,16 @@ def test_no_mfu_warning_without_a_published_run_of_the_class() -> None:
 
 
 def test_moe_class_warning_names_the_run() -> None:
-    # Mixtral is MoE: its class's best on Hopper BF16 is gpt-oss-120b's 153 / 989 = 15.5 %.
+    # Mixtral is MoE: its class's best on Hopper BF16 is gpt-oss-120b's 153 / 989 = 15.5 %
+    # as published, 18.6 % on the causal count from its 5630 tokens/s.
     estimate = _estimate("mixtral-8x7b", "h100", 64, 0.25, global_batch=64, seq_len=4096)
     warning = sanity_warnings(load_model("mixtral-8x7b"), cluster_from_flags(gpus=64, gpu="h100"),
                               estimate)  # fmt: skip
     assert warning == [
         w
         for w in warning
-        if "hopper moe BF16 run (15.5% as published, causal; nemo2511_h100_gpt_oss_120b_64gpus" in w
+        if "hopper moe BF16 run (15.5% as published, 18.6% causal from its tokens/s; "
+        "nemo2511_h100_gpt_oss_120b_64gpus" in w
     ]
     assert len(warning) == 1
 
@@ -334,6 +342,10 @@ def test_each_best_runs_shape_and_mfu_are_its_calibration_rows() -> None:
         model, measured = row["model"], row["measured"]
         if measured.get("mfu_pct") is not None:
             assert best["mfu_pct"] == measured["mfu_pct"], best["run"]
+        if best["attention"] == "tokens":
+            assert best["tokens_per_sec_per_gpu"] == measured["tokens_per_sec_per_gpu"]
+            assert best["tflops_per_gpu"] == measured["tflops_per_gpu"]
+            assert best["seq_len"] == model["seq_length"], best["run"]
         shape = best.get("shape")
         if shape is None:
             continue

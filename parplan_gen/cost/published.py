@@ -18,6 +18,8 @@ from parplan_gen.cost.catalog import GIGA, Architecture, RawData, load_catalog
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.source import Document, parse_document, read_package_data
 from parplan_gen.inputs.validation import validate
+from parplan_gen.models.presets import load_preset
+from parplan_gen.models.transformer_flops import TRAIN_FLOPS_PER_FORWARD
 
 DATA_FILE = "published_best.yaml"
 PERCENT = 100.0
@@ -55,8 +57,11 @@ class BestRun(RawData):
     size_class: str = Field(alias="class")
     precision: str = Field(pattern="^(bf16|fp8)$")
     run: str = Field(min_length=1, description="The run's name in the calibration set.")
-    attention: Literal["full", "causal"] = Field(
-        description="How the source counts the s x s scores: the whole matrix or its causal half."
+    attention: Literal["full", "causal", "tokens"] = Field(
+        description=(
+            "How the source counts the s x s scores: the whole matrix or its causal half; "
+            "`tokens`: its FLOP count is its own, so its tokens/s and a preset model count."
+        )
     )
     attention_source: str = Field(min_length=1)
     shape: RunShape | None = Field(None, description="The run's model (needed for `full`).")
@@ -66,6 +71,13 @@ class BestRun(RawData):
         None, description="Model TFLOP/s per GPU as published (MFU = it / the GPU's peak)."
     )
     gpu: str | None = Field(None, description="The catalog GPU of a `tflops_per_gpu` figure.")
+    tokens_per_sec_per_gpu: PositiveFloat | None = Field(
+        None, description="Tokens per second per GPU as published (`attention: tokens`)."
+    )
+    model: str | None = Field(
+        None, description="The preset model the run trained (`attention: tokens`)."
+    )
+    seq_len: PositiveInt | None = Field(None, description="Its sequence (`attention: tokens`).")
     source: str = Field(min_length=1)
 
 
@@ -104,9 +116,13 @@ def _causal_mfu(doc: Document, index: int, entry: BestRun, mfu: float) -> float:
     """The entry's MFU on the causal count: as published when its source counts causal scores,
     else converted with its `shape`."""
     where = doc.ref(("best", index))
+    if entry.attention != "full" and entry.shape is not None:
+        raise InputError("shape is only read for attention: full", where)
+    if entry.attention == "tokens":
+        return _tokens_mfu(doc, index, entry)
+    if entry.tokens_per_sec_per_gpu is not None or entry.model is not None:
+        raise InputError("tokens_per_sec_per_gpu and model are read for attention: tokens", where)
     if entry.attention == "causal":
-        if entry.shape is not None:
-            raise InputError("shape is only read for attention: full", where)
         return mfu
     shape = entry.shape
     if shape is None or entry.shape_source is None:
@@ -114,6 +130,26 @@ def _causal_mfu(doc: Document, index: int, entry: BestRun, mfu: float) -> float:
     dense = MATMUL_FLOPS_PER_PARAM * shape.params_b * GIGA
     scores = SCORE_FLOPS_PER_KEY_WIDTH * shape.layers * shape.attention_width * shape.seq_len
     return mfu * causal_fraction(dense, scores, CAUSAL_KEYS * scores)
+
+
+def _tokens_mfu(doc: Document, index: int, entry: BestRun) -> float:
+    """The MFU on the causal count of a run whose published TFLOP/s are its source's own count:
+    its tokens per second x the preset model's training FLOPs per token with the causal half of
+    the scores (the count `planning.sanity` gives a plan), over the same peak as `mfu`."""
+    where = doc.ref(("best", index))
+    if entry.tokens_per_sec_per_gpu is None or entry.model is None or entry.seq_len is None:
+        raise InputError("attention: tokens needs tokens_per_sec_per_gpu, model and seq_len", where)
+    if entry.tflops_per_gpu is None:
+        raise InputError("attention: tokens needs the published tflops_per_gpu and gpu", where)
+    try:
+        values = load_preset(entry.model).formula_values(entry.seq_len)
+    except InputError as exc:
+        raise InputError(exc.message, doc.ref(("best", index, "model"))) from None
+    scores = float(values["model.attention_flops_per_token"])
+    causal = float(values["model.causal_attention_flops_per_token"])
+    dense = float(values["model.flops_per_token"]) / TRAIN_FLOPS_PER_FORWARD - scores
+    per_token = TRAIN_FLOPS_PER_FORWARD * (dense + causal)
+    return entry.tokens_per_sec_per_gpu * per_token / _peak(doc, index, entry)
 
 
 @dataclass(frozen=True)
@@ -150,22 +186,25 @@ def _mfu(doc: Document, index: int, entry: BestRun) -> float:
         if entry.gpu is not None:
             raise InputError("gpu belongs with tflops_per_gpu, not mfu_pct", where)
         return entry.mfu_pct / PERCENT
+    mfu = float(entry.tflops_per_gpu or 0) * 1e12 / _peak(doc, index, entry)
+    if mfu > 1:
+        raise InputError(f"{entry.tflops_per_gpu} TFLOP/s is above {entry.gpu}'s peak", where)
+    return mfu
+
+
+def _peak(doc: Document, index: int, entry: BestRun) -> float:
+    """The dense peak (FLOP/s) at the entry's precision of the catalog GPU it ran on."""
     if entry.gpu is None:
-        raise InputError("tflops_per_gpu needs the catalog gpu it ran on", where)
+        raise InputError("tflops_per_gpu needs the catalog gpu it ran on", doc.ref(("best", index)))
+    where = doc.ref(("best", index, "gpu"))
     try:
         gpu = load_catalog().gpu(entry.gpu)
         peak = gpu.peak_flops(entry.precision)  # type: ignore[arg-type]
     except InputError as exc:
-        raise InputError(exc.message, doc.ref(("best", index, "gpu"))) from None
+        raise InputError(exc.message, where) from None
     if gpu.architecture != entry.generation:
-        raise InputError(
-            f"{gpu.name} is {gpu.architecture}, not {entry.generation}",
-            doc.ref(("best", index, "gpu")),
-        )
-    mfu = float(entry.tflops_per_gpu or 0) * 1e12 / peak
-    if mfu > 1:
-        raise InputError(f"{entry.tflops_per_gpu} TFLOP/s is above {gpu.name}'s peak", where)
-    return mfu
+        raise InputError(f"{gpu.name} is {gpu.architecture}, not {entry.generation}", where)
+    return peak
 
 
 def load_published_text(text: str, name: str) -> Published:

@@ -91,7 +91,10 @@ def mfu_warning(
         return None
     size = data.size_class(params, model.is_moe)
     published = f"{best.mfu:.1%} as published" + (
-        f", {best.causal_mfu:.1%} causal" if best.attention == "full" else ", causal"
+        ", causal"
+        if best.attention == "causal"
+        else f", {best.causal_mfu:.1%} causal"
+        + (" from its tokens/s" if best.attention == "tokens" else "")
     )
     return (
         f"predicted MFU {estimate.throughput.mfu:.1%} ({causal:.1%} counting the causal half of "
