@@ -389,12 +389,12 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
     if missing:
         out(f"no published runs at {', '.join(missing)} (give the path as an argument)")
         return 1
-    kept_apart = validation_files(args.runs)
-    if kept_apart and (args.fit or args.cross_validate):
-        names = ", ".join(str(p) for p in kept_apart)
-        out(f"{names}: validation rows (purpose: validation) are never fitted on")
-        return 2
     cases, skipped = load_cases(*args.runs)
+    kept_apart = [str(p) for p in validation_files(args.runs)]
+    kept_apart += [c.name for c in cases if c.validation]
+    if kept_apart and (args.fit or args.cross_validate):
+        out(f"{', '.join(kept_apart)}: validation rows are never fitted on")
+        return 2
     rules = builtin_cost_rules(args.rules)
     if args.cross_validate:
         out(cross_validate(rules, cases, args.rules))

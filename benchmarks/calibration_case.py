@@ -63,12 +63,23 @@ def _precision(entry: Mapping[str, Any], notes: list[str]) -> str:
     return "bf16"
 
 
+# A precision's first word -> the FP8 recipe it names (Megatron-Bridge's performance tables:
+# current scaling, delayed scaling, MXFP8 block scaling; --fp8-recipe's values).
+FP8_RECIPE_WORDS = {
+    "fp8-cs": "tensorwise",
+    "fp8-ds": "delayed",
+    "fp8-mx": "mxfp8",
+    "mxfp8": "mxfp8",
+}
+
+
 def _fp8_recipe(entry: Mapping[str, Any], facts: RowFacts) -> tuple[str | None, str]:
-    """The FP8 recipe of a row: MXFP8 where its precision is printed as such ('FP8-MX',
-    'MXFP8': 1x32 block scales, Megatron --fp8-recipe mxfp8), else its source's."""
+    """The FP8 recipe of a row: the one its precision's first word names (Megatron-Bridge's
+    tables print FP8-CS, FP8-DS, FP8-MX; MXFP8), else its source's."""
     first = _words(entry.get("precision")).split(" ", 1)[0]
-    if first in ("fp8-mx", "mxfp8"):
-        return "mxfp8", f"the row says {entry.get('precision')!r} (Megatron --fp8-recipe mxfp8)"
+    if first in FP8_RECIPE_WORDS:
+        recipe = FP8_RECIPE_WORDS[first]
+        return recipe, f"the row says {entry.get('precision')!r} (Megatron --fp8-recipe {recipe})"
     return facts.fp8_recipe, facts.fp8_recipe_reason
 
 
@@ -99,7 +110,12 @@ def _virtual_stages(entry: Mapping[str, Any], facts: RowFacts, pp: int, notes: l
     given = entry["parallelism"].get("virtual_pipeline_stages")
     if given is not None or pp == 1 or not facts.interleaved_reason:
         return int(given or 1)
-    per_stage = entry["model"]["num_layers"] // pp
+    layers = entry["model"]["num_layers"]
+    per_stage = layers // pp
+    if layers % pp or per_stage < 2:
+        raise NotEvaluableError(
+            f"{layers} layers on pp {pp} cannot run the interleaved schedule its source ran"
+        )
     vpp = next(v for v in range(2, per_stage + 1) if per_stage % v == 0)
     notes.append(f"virtual pipeline stages {vpp}: {facts.interleaved_reason}")
     return vpp
@@ -143,8 +159,10 @@ def layout_and_notes(
         notes.append(f"sequence parallelism assumed with tp {tp} (not stated)")
         sequence_parallel = True
     # expert tensor parallelism: Megatron's default is tp (TransformerConfig
-    # expert_tensor_parallel_size); a row that states another gives `etp`
+    # expert_tensor_parallel_size); a row that states another gives `etp` and `etp_reason`
     expert_tp = {"etp": par["etp"]} if par.get("etp") else {}
+    if expert_tp:
+        notes.append(f"expert tensor parallelism {par['etp']}: {par.get('etp_reason', 'stated')}")
     layout = build_layout(
         entry["total_gpus"],
         **expert_tp,
@@ -173,17 +191,21 @@ def layout_from_entry(entry: Mapping[str, Any]) -> Layout:
 
 
 def published_figure(
-    entry: Mapping[str, Any], spec: ModelSpec, seq: int, other_count: str = ""
+    entry: Mapping[str, Any], spec: ModelSpec, seq: int, other_count: bool = False
 ) -> tuple[float | None, Metric, str]:
     """(TFLOP/s per GPU, which FLOPs, where from) of an entry's `measured` block; None: the
-    block has no figure (a layout reference). `other_count`: why the source's TFLOP/s is on a
-    count of its own (calibration_rows.yaml `tflops_count_reason`): its tokens per second,
-    where given, are then the figure, on the model FLOPs' count."""
+    block has no figure (a layout reference). `other_count`: the source's TFLOP/s are a count
+    of its own (calibration_rows.yaml `tflops_count_reason`): its tokens per second are then
+    the figure, on the model FLOPs' count, and a row without them is not evaluable."""
     measured = entry.get("measured") or {}
     family = _family_of(entry)
     peak = entry["hardware"].get("peak_16bit_dense_tflops")
     flops_per_token = spec.flops_per_token(seq)
-    if other_count and measured.get("tokens_per_sec_per_gpu"):
+    if other_count and measured.get("tflops_per_gpu") is not None:
+        if not measured.get("tokens_per_sec_per_gpu"):
+            raise NotEvaluableError(
+                "its TFLOP/s are its source's own count and it gives no tokens/s"
+            )
         tflops = measured["tokens_per_sec_per_gpu"] * flops_per_token / TERA
         return tflops, "model", "tokens/s x model FLOPs (its TFLOP/s: another count)"
     if measured.get("tflops_per_gpu") is not None:
@@ -222,7 +244,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         cluster, cluster_notes = cluster_from_entry(entry)
         seq = spec.max_position_embeddings
         layout, layout_notes = layout_and_notes(entry, facts, seq)
-        value, metric, basis = published_figure(entry, spec, seq, facts.tflops_count_reason)
+        value, metric, basis = published_figure(entry, spec, seq, bool(facts.tflops_count_reason))
         flash, flash_notes = flash_attention(entry)
     except ParplanError as exc:
         raise NotEvaluableError(exc.render()) from None
@@ -256,6 +278,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         memory_reserved_peak=facts.memory_figure == "reserved_peak",
         fp8_recipe=recipe,
         tp_comm_overlap=facts.tp_comm_overlap,
+        validation=facts.validation,
     )
 
 

@@ -101,6 +101,7 @@ class Case:
     memory_reserved_peak: bool = False  # the published memory is the allocator's reserved peak
     fp8_recipe: str | None = None  # the FP8 recipe the source ran (calibration_rows.yaml)
     tp_comm_overlap: bool = True  # the source's framework could overlap TP traffic
+    validation: bool = False  # a validation row (its source says so): never fitted on
 
     @property
     def measured(self) -> bool:
@@ -148,6 +149,7 @@ class RowFacts:
     # its size, or "": a missing virtual_pipeline_stages is then the least interleaving the
     # layers per stage allow (their smallest divisor above 1)
     interleaved_reason: str = ""
+    validation: bool = False  # the source's rows are validation rows, never fitted on
 
 
 @cache
@@ -183,6 +185,7 @@ def row_facts(name: str) -> RowFacts:
         tp_comm_overlap_reason=str(source.get("tp_comm_overlap_reason", "")).strip(),
         tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),
         interleaved_reason=str(source.get("interleaved_reason", "")).strip(),
+        validation=bool(source.get("validation", False)),
     )
 
 
@@ -331,6 +334,8 @@ def _window_fields(arch: Mapping[str, Any], layers: int) -> dict[str, Any]:
     if window is None:
         return {}
     skip = arch.get("window_attn_skip_freq")
+    if skip is not None and (not isinstance(skip, int) or skip < 1):
+        raise NotEvaluableError(f"window_attn_skip_freq {skip!r} is not a positive integer")
     mask = tuple(skip is None or n % skip != 0 for n in range(1, layers + 1))
     return {"sliding_window": window, "sliding_window_layers": mask}
 

@@ -35,6 +35,7 @@ AMPERE_LARGE = 0.563 * causal(2 * 1008e9, 4 * 128 * 25600 * 2048)  # Korthikanti
 LLAMA_405B_8192 = causal(2 * 403_747_897_344, 67_645_734_912)
 HOPPER_LARGE = 0.47 * causal(2 * 462e9, 4 * 112 * 18432 * 4096)
 # FP8: Megatron-LM's Llama 3 8B example, 800 TFLOP/s at seq 8192 over the H100's 1979 FP8 peak,
-# on the whole-matrix count (800 / 13,812 tokens/s = 57.9 GFLOP per token, 6 x 8.03B + the
-# whole matrix; published_best.yaml); its shape as the calibration row gives it (8B).
+# on the whole-matrix count (800 / 13,812 tokens/s = 57.9 GFLOP per token: 6 x its 7.50B matmul
+# weights + 3 x the 4.29 GFLOP of scores above; published_best.yaml); its shape as the
+# calibration row gives it (8B).
 HOPPER_SMALL_FP8 = 800 / 1979 * causal(2 * 8.0e9, 4 * 32 * 4096 * 8192)

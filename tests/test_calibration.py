@@ -485,8 +485,9 @@ def test_validation_rows_are_read_and_listed(
 @pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
 def test_validation_rows_are_not_calibration_rows(validation: ModuleType) -> None:
     def run(e: dict[str, Any]) -> tuple[object, ...]:
-        batch = (e["total_gpus"], e["global_batch_size"], e["micro_batch_size"])
-        return (e["model"]["name"], e["hardware"]["gpu"], *batch, str(e.get("precision")))
+        batch = (e["total_gpus"], e["global_batch_size"])
+        fp8 = "fp8" in str(e.get("precision")).lower()  # 'FP8', 'FP8-CS' and 'FP8-MX' alike
+        return (e["model"]["name"], e["hardware"]["gpu"], *batch, fp8)
 
     fitted = {
         run(e)
@@ -495,14 +496,21 @@ def test_validation_rows_are_not_calibration_rows(validation: ModuleType) -> Non
     }
     for row in _validation_rows(validation):
         assert run(row) not in fitted, row["name"]
-    assert not validation.is_validation_file(RUN_FILES[1])
+    assert not any(validation.is_validation_file(f) for f in RUN_FILES)
 
 
-def test_fitting_refuses_validation_rows(calibration: ModuleType, validation: ModuleType) -> None:
+def test_fitting_refuses_validation_rows(
+    calibration: ModuleType, validation: ModuleType, tmp_path: Path
+) -> None:
     said: list[str] = []
     for flag in ("--fit", "--cross-validate"):
         assert calibration.main([str(validation.VALIDATION_RUNS), flag], out=said.append) == 2
-    assert all("never fitted on" in line for line in said)
+    # A validation row copied into a file without `purpose: validation` is refused by its source.
+    row = _validation_rows(validation)[0]
+    copied = tmp_path / "runs.yaml"
+    YAML(typ="safe").dump({"configs": [row]}, copied)
+    assert calibration.main([str(copied), "--fit"], out=said.append) == 2
+    assert all("never fitted on" in line for line in said) and row["name"] in said[-1]
 
 
 def test_validation_rows_read_their_system_and_recipe(
@@ -554,3 +562,18 @@ def test_megatron_core_pipelined_rows_run_interleaved(calibration: ModuleType) -
     row["parallelism"] |= {"pp": 1, "dp": 48, "tp": 1}
     row["total_gpus"] = 48
     assert calibration.case_from_entry(row).layout.vpp == 1
+    # One layer a stage cannot be interleaved: the row is not evaluable, with the reason.
+    row["parallelism"] |= {"pp": 96, "dp": 1}
+    row["total_gpus"] = 96
+    with pytest.raises(calibration.NotEvaluableError, match="cannot run the interleaved"):
+        calibration.case_from_entry(row)
+
+
+def test_validate_prints_each_family(calibration: ModuleType) -> None:
+    said: list[str] = []
+    assert calibration.main(["--validate"], out=said.append) == 0
+    table = said[-1].splitlines()
+    assert table[0].split() == ["family", "runs", "error", "fit"]
+    rows = {line[:24].strip(): line[24:].split() for line in table[2:]}
+    assert rows["all"][0] == "18" and rows["MoE"][0] == "10" and rows["GB200 NVL72"][0] == "6"
+    assert all(len(v) == 4 and v[2] == "%" for v in rows.values())  # runs, mean |error| %, fit

@@ -96,6 +96,9 @@ def test_size_classes(params: float, moe: bool, size: str) -> None:
          "attention_width: 4096, seq_len: 8192}\n", "shape is only read for attention: full"),
         ("    model: llama-3-8b\n", "", "needs tokens_per_sec_per_gpu, model and seq_len"),
         ("model: llama-3-8b", "model: llama-3-9b", "llama-3-9b"),
+        ("model: llama-3-8b", "model: llama-3-70b", "llama-3-70b is dense-medium, not dense-small"),
+        ("    shape: {params_b: 64.86", "    seq_len: 2048\n    shape: {params_b: 64.86",
+         "are read for attention: tokens"),
     ],
 )  # fmt: skip
 def test_a_bad_entry_is_a_file_line_error(old: str, new: str, expected: str) -> None:
@@ -346,6 +349,11 @@ def test_each_best_runs_shape_and_mfu_are_its_calibration_rows() -> None:
             assert best["tokens_per_sec_per_gpu"] == measured["tokens_per_sec_per_gpu"]
             assert best["tflops_per_gpu"] == measured["tflops_per_gpu"]
             assert best["seq_len"] == model["seq_length"], best["run"]
+            preset = load_model(best["model"])  # the model the run trained
+            assert (preset.num_layers, preset.hidden_size) == (
+                model["num_layers"],
+                model["hidden_size"],
+            ), best["run"]
         shape = best.get("shape")
         if shape is None:
             continue

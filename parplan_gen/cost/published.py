@@ -19,7 +19,6 @@ from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.source import Document, parse_document, read_package_data
 from parplan_gen.inputs.validation import validate
 from parplan_gen.models.presets import load_preset
-from parplan_gen.models.transformer_flops import TRAIN_FLOPS_PER_FORWARD
 
 DATA_FILE = "published_best.yaml"
 PERCENT = 100.0
@@ -105,6 +104,16 @@ class Best:
     source: str
 
 
+def class_of(classes: dict[str, SizeClass], params: float, moe: bool) -> str | None:
+    """The first of `classes` that holds a model of `params` total parameters (`moe`: a mixture
+    of experts), or None."""
+    for name, cls in classes.items():
+        bound = cls.below_params_b
+        if cls.moe == moe and (bound is None or params < bound * GIGA):
+            return name
+    return None
+
+
 def causal_fraction(dense: float, scores: float, causal_scores: float) -> float:
     """FLOPs with the causal half of the attention scores over FLOPs with the scores as counted
     (`dense`: the matmuls; all three per token, any common unit). MFU x this = the MFU counted on
@@ -112,16 +121,20 @@ def causal_fraction(dense: float, scores: float, causal_scores: float) -> float:
     return (dense + causal_scores) / (dense + scores)
 
 
-def _causal_mfu(doc: Document, index: int, entry: BestRun, mfu: float) -> float:
+def _causal_mfu(
+    doc: Document, index: int, entry: BestRun, mfu: float, classes: dict[str, SizeClass]
+) -> float:
     """The entry's MFU on the causal count: as published when its source counts causal scores,
     else converted with its `shape`."""
     where = doc.ref(("best", index))
     if entry.attention != "full" and entry.shape is not None:
         raise InputError("shape is only read for attention: full", where)
     if entry.attention == "tokens":
-        return _tokens_mfu(doc, index, entry)
-    if entry.tokens_per_sec_per_gpu is not None or entry.model is not None:
-        raise InputError("tokens_per_sec_per_gpu and model are read for attention: tokens", where)
+        return _tokens_mfu(doc, index, entry, classes)
+    if entry.tokens_per_sec_per_gpu is not None or entry.model or entry.seq_len is not None:
+        raise InputError(
+            "tokens_per_sec_per_gpu, model and seq_len are read for attention: tokens", where
+        )
     if entry.attention == "causal":
         return mfu
     shape = entry.shape
@@ -132,24 +145,29 @@ def _causal_mfu(doc: Document, index: int, entry: BestRun, mfu: float) -> float:
     return mfu * causal_fraction(dense, scores, CAUSAL_KEYS * scores)
 
 
-def _tokens_mfu(doc: Document, index: int, entry: BestRun) -> float:
+def _tokens_mfu(doc: Document, index: int, entry: BestRun, classes: dict[str, SizeClass]) -> float:
     """The MFU on the causal count of a run whose published TFLOP/s are its source's own count:
     its tokens per second x the preset model's training FLOPs per token with the causal half of
-    the scores (the count `planning.sanity` gives a plan), over the same peak as `mfu`."""
+    the scores (the count `planning.sanity` gives a plan), over the same peak as `mfu`. The
+    preset must be of the entry's class."""
     where = doc.ref(("best", index))
     if entry.tokens_per_sec_per_gpu is None or entry.model is None or entry.seq_len is None:
         raise InputError("attention: tokens needs tokens_per_sec_per_gpu, model and seq_len", where)
     if entry.tflops_per_gpu is None:
         raise InputError("attention: tokens needs the published tflops_per_gpu and gpu", where)
     try:
-        values = load_preset(entry.model).formula_values(entry.seq_len)
+        spec = load_preset(entry.model)
     except InputError as exc:
         raise InputError(exc.message, doc.ref(("best", index, "model"))) from None
-    scores = float(values["model.attention_flops_per_token"])
-    causal = float(values["model.causal_attention_flops_per_token"])
-    dense = float(values["model.flops_per_token"]) / TRAIN_FLOPS_PER_FORWARD - scores
-    per_token = TRAIN_FLOPS_PER_FORWARD * (dense + causal)
-    return entry.tokens_per_sec_per_gpu * per_token / _peak(doc, index, entry)
+    found = class_of(classes, spec.total_params(), spec.is_moe)
+    if found != entry.size_class:
+        where = doc.ref(("best", index, "model"))
+        raise InputError(f"{entry.model} is {found}, not {entry.size_class}", where)
+    per_token = spec.flops_per_token(entry.seq_len, causal=True)
+    mfu = entry.tokens_per_sec_per_gpu * per_token / _peak(doc, index, entry)
+    if mfu > 1:
+        raise InputError(f"{entry.tokens_per_sec_per_gpu} tokens/s is above the peak", where)
+    return mfu
 
 
 @dataclass(frozen=True)
@@ -166,10 +184,9 @@ class Published:
 
     def size_class(self, params: float, moe: bool) -> str:
         """The class of a model of `params` total parameters (`moe`: a mixture of experts)."""
-        for name, cls in self.classes.items():
-            bound = cls.below_params_b
-            if cls.moe == moe and (bound is None or params < bound * 1e9):
-                return name
+        found = class_of(self.classes, params, moe)
+        if found is not None:
+            return found
         raise InputError(f"{self.origin}: no size class holds a {'MoE ' if moe else ''}model")
 
     def best_for(self, generation: str, params: float, moe: bool, precision: str) -> Best | None:
@@ -229,7 +246,7 @@ def published_from(doc: Document) -> Published:
         mfu = _mfu(doc, index, entry)
         best[key] = Best(
             mfu=mfu,
-            causal_mfu=_causal_mfu(doc, index, entry, mfu),
+            causal_mfu=_causal_mfu(doc, index, entry, mfu, data.classes),
             attention=entry.attention,
             run=entry.run,
             source=" ".join(entry.source.split()),
