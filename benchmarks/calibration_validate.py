@@ -32,18 +32,20 @@ def _mean_abs(values: Sequence[float]) -> str:
 
 def family_table(rows: Sequence[Any], order: Sequence[str]) -> str:
     """Per family (those of `order` first, then any other a row names), the runs, the mean
-    |error| of TFLOP/s per GPU and the runs predicted to fit; `rows` are calibration.Row."""
+    |error| of TFLOP/s per GPU and of peak memory (rows that publish it) and the runs predicted
+    to fit; `rows` are calibration.Row."""
     measured = [r for r in rows if r.case.measured]
     named = {f for r in measured for f in r.case.families}
     families = [f for f in order if f in named] + sorted(named - set(order))
-    head = f"{'family':<24} {'runs':>4} {'error':>8} {'fit':>7}"
+    head = f"{'family':<24} {'runs':>4} {'error':>8} {'memory':>8} {'fit':>7}"
     lines = [head, "-" * len(head)]
     for family in (*families, "all"):
         members = [r for r in measured if family == "all" or family in r.case.families]
+        memory = [r.memory_error_pct for r in members if r.memory_error_pct is not None]
         fitting = sum(r.fits for r in members)
         lines.append(
             f"{family:<24} {len(members):>4} {_mean_abs([r.error_pct for r in members]):>8} "
-            f"{fitting:>3}/{len(members):<3}"
+            f"{_mean_abs(memory):>8} {fitting:>3}/{len(members):<3}"
         )
     return "\n".join(lines) + "\n"
 

@@ -475,10 +475,11 @@ def test_validation_rows_are_read_and_listed(
 ) -> None:
     assert validation.is_validation_file(validation.VALIDATION_RUNS)
     cases, skipped = calibration.load_cases(validation.VALIDATION_RUNS)
-    assert not skipped and len(cases) == 18
+    assert not skipped and len(cases) == 31
     table = calibration.row_table()
     for case in cases:
-        assert table["rows"][case.name]["source"] == "mbridge_validation"
+        source = table["rows"][case.name]["source"]
+        assert table["sources"][source]["validation"] and case.validation
         assert case.families and case.measured and case.basis.startswith("tokens/s")
 
 
@@ -487,7 +488,9 @@ def test_validation_rows_are_not_calibration_rows(validation: ModuleType) -> Non
     def run(e: dict[str, Any]) -> tuple[object, ...]:
         batch = (e["total_gpus"], e["global_batch_size"])
         fp8 = "fp8" in str(e.get("precision")).lower()  # 'FP8', 'FP8-CS' and 'FP8-MX' alike
-        return (e["model"]["name"], e["hardware"]["gpu"], *batch, fp8)
+        measured = e["measured"]  # the same layout at the same throughput is the same run
+        figure = measured.get("tokens_per_sec_per_gpu") or measured.get("tflops_per_gpu")
+        return (e["model"]["name"], e["hardware"]["gpu"], *batch, fp8, figure)
 
     fitted = {
         run(e)
@@ -573,7 +576,9 @@ def test_validate_prints_each_family(calibration: ModuleType) -> None:
     said: list[str] = []
     assert calibration.main(["--validate"], out=said.append) == 0
     table = said[-1].splitlines()
-    assert table[0].split() == ["family", "runs", "error", "fit"]
+    assert table[0].split() == ["family", "runs", "error", "memory", "fit"]
     rows = {line[:24].strip(): line[24:].split() for line in table[2:]}
-    assert rows["all"][0] == "18" and rows["MoE"][0] == "10" and rows["GB200 NVL72"][0] == "6"
-    assert all(len(v) == 4 and v[2] == "%" for v in rows.values())  # runs, mean |error| %, fit
+    assert rows["all"][0] == "31" and rows["MoE"][0] == "10" and rows["GB200 NVL72"][0] == "6"
+    # runs, mean |error| and its %, memory error (and %, or "-"), fit
+    assert rows["FSDP2"][0] == "13" and rows["FSDP2"][4] == "%"  # torchtitan's peak memory
+    assert rows["MoE"][3] == "-"  # no Megatron-Bridge row publishes memory
