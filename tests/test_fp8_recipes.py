@@ -14,24 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from parplan_gen.api import load_cluster_spec, load_model
-from parplan_gen.cost.layout import build_layout
-from parplan_gen.inputs.errors import SourceRef
-from parplan_gen.planning.evaluate import Evaluator
-from parplan_gen.rules.ruleset import builtin_rules
+from formula_env import formula_env, formula_value
 
 
 def _env(gpu: str, backend: str) -> dict[str, Any]:
-    plan = build_layout(8, mbs=1, global_batch=64, seq_len=8192, precision="fp8")
-    model, cluster = load_model("llama-3-8b"), load_cluster_spec({"gpus": 8, "gpu": gpu})
-    evaluator = Evaluator(builtin_rules(), backend=backend)  # type: ignore[arg-type]
-    return evaluator.env(model, cluster, plan, flash_attention=True)
+    return formula_env("llama-3-8b", {"gpus": 8, "gpu": gpu}, backend, precision="fp8")
 
 
-def _value(name: str, env: dict[str, Any]) -> float:
-    formula = builtin_rules().library.compile(name, SourceRef("test"), "estimate", "number")
-    return float(formula.evaluate(env))
+_value = formula_value
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from formula_env import formula_env, formula_value
 
 from parplan_gen.api import load_cluster_spec, load_model
 from parplan_gen.cost.layout import build_layout
@@ -30,15 +31,11 @@ QWEN3 = {"pp": 2, "vpp": 12, "ep": 8, "mbs": 1, "global_batch": 512, "seq_len": 
 
 
 def _env(backend: str, **layout: Any) -> dict[str, Any]:
-    plan = build_layout(16, **(QWEN3 | {"recompute": "selective"} | layout))
-    model, cluster = load_model("qwen3-30b-a3b"), load_cluster_spec({"gpus": 16, "gpu": "h100"})
-    evaluator = Evaluator(builtin_rules(), backend=backend)  # type: ignore[arg-type]
-    return evaluator.env(model, cluster, plan, flash_attention=True)
+    options = QWEN3 | {"recompute": "selective"} | layout
+    return formula_env("qwen3-30b-a3b", {"gpus": 16, "gpu": "h100"}, backend, **options)
 
 
-def _value(name: str, env: dict[str, Any]) -> float:
-    formula = builtin_rules().library.compile(name, SourceRef("test"), "estimate", "number")
-    return float(formula.evaluate(env))
+_value = formula_value
 
 
 def _holds(name: str, env: dict[str, Any]) -> bool:

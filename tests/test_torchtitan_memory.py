@@ -21,11 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from parplan_gen.api import load_cluster_spec, load_model
-from parplan_gen.cost.layout import build_layout
-from parplan_gen.inputs.errors import SourceRef
-from parplan_gen.planning.evaluate import Evaluator
-from parplan_gen.rules.ruleset import builtin_rules
+from formula_env import formula_env, formula_value
 
 OP_SAC_BYTES = 63_616
 OP_SAC_BYTES_TP2 = 44_096
@@ -33,14 +29,9 @@ TT_8B_ACTIVATION_BYTES = 59_106_131_968
 
 
 def _value(name: str, backend: str, gpus: int = 8, **layout: Any) -> float:
-    options = {"mbs": 1, "global_batch": 64, "seq_len": 8192, "zero_stage": 3} | layout
-    plan = build_layout(gpus, **options)
-    model, cluster = load_model("llama-3-8b"), load_cluster_spec({"gpus": gpus, "gpu": "h100"})
-    env = Evaluator(builtin_rules(), backend=backend).env(  # type: ignore[arg-type]
-        model, cluster, plan, flash_attention=True
-    )
-    formula = builtin_rules().library.compile(name, SourceRef("test"), "estimate", "number")
-    return float(formula.evaluate(env))
+    options = {"zero_stage": 3} | layout
+    env = formula_env("llama-3-8b", {"gpus": gpus, "gpu": "h100"}, backend, **options)
+    return formula_value(name, env)
 
 
 def _act_per_token_layer(backend: str, **layout: Any) -> float:
