@@ -222,7 +222,7 @@ CASES = [
         "zero.needs_data_parallel",
         {"zero_stage": 2, "dp": 1, "tp": 8},
         {},
-        "optimizer sharding over a single data-parallel rank shards nothing",
+        "optimizer sharding over a single rank (dp x cp = 1) shards nothing",
     ),
 ]
 

@@ -187,7 +187,7 @@ def test_advice_never_offers_what_a_rule_rules_out(cli: Callable[..., Run]) -> N
     assert "Closest candidate: megatron core_r0.13:" in run.out
     assert (
         "  - ZeRO-3: not possible with this layout (optimizer sharding over a single "
-        "data-parallel rank shards nothing)\n" in run.out
+        "rank (dp x cp = 1) shards nothing)\n" in run.out
     )
     run = cli(
         "plan", "llama-3-8b", "--gpus", "1", "--gpu", "h100", "--global-batch", "16",
@@ -195,7 +195,7 @@ def test_advice_never_offers_what_a_rule_rules_out(cli: Callable[..., Run]) -> N
     )  # fmt: skip
     assert (
         "  - ZeRO-3: not possible with this layout (optimizer sharding over a single "
-        "data-parallel rank shards nothing)\n" in run.out
+        "rank (dp x cp = 1) shards nothing)\n" in run.out
     )
     # DeepSpeed ZeRO-3 over 2 ranks also holds a reduce bucket and the gathered weights in use
     # (memory.yaml zero3_live_*), so two GPUs fit as one model split over both (AutoTP or two
