@@ -1,4 +1,5 @@
-"""FP8 activation memory (rules/cost/memory.yaml act_fp8_inputs_saving): Transformer Engine keeps
+"""FP8 activation memory (rules/cost/memory.yaml act_fp8_inputs_saving) and FP8 all-gathers under
+sequence parallelism (rules/cost/time.yaml tp_traffic_scale): Transformer Engine keeps
 a linear layer's input for the weight-gradient GEMM as its 1-byte FP8 copy (TE v2.9
 module/linear.py, layernorm_linear.py), where the 16-bit count holds 2 bytes. Worked by hand:
 
@@ -52,3 +53,22 @@ def test_fp8_keeps_linear_inputs_in_one_byte(
     assert formula_value("act_per_token_layer", fp8) == pytest.approx(
         formula_value("act_per_token_layer", sixteen) - saving
     )
+
+
+@pytest.mark.parametrize(
+    ("gpu", "backend", "precision", "sp", "scale"),
+    [
+        # an all-reduce's worth of traffic: the all-gather half at 1 byte, the reduce-scatter
+        # half at 2: (1 + 1/2) / 2
+        ("h100", "megatron", "fp8", True, 0.75),
+        ("h100", "torchtitan", "fp8", True, 0.75),  # torchao's float8 all-gathers
+        ("b200", "megatron", "fp8", True, (1 + (1 + 1 / 32) / 2) / 2),  # MXFP8 scales
+        ("h100", "megatron", "fp8", False, 1),  # all-reduces of the 16-bit outputs
+        ("h100", "megatron", "bf16", True, 1),
+    ],
+)
+def test_fp8_sequence_parallel_gathers_move_one_byte(
+    gpu: str, backend: str, precision: str, sp: bool, scale: float
+) -> None:
+    env = _env("llama-3-8b", gpu, backend, tp=2, sequence_parallel=sp, precision=precision)
+    assert formula_value("tp_traffic_scale", env) == pytest.approx(scale)
