@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from formula_env import formula_value
 
 from parplan_gen.api import load_cluster_spec, load_model
 from parplan_gen.cost.layout import build_layout
-from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.render.render_options import RenderOptions, render_files
@@ -40,9 +40,7 @@ def _env(gpus: int, gpu: str, backend: str, **layout: Any) -> tuple[dict[str, An
     return evaluator.env(model, cluster, plan, flash_attention=True), evaluator
 
 
-def _value(name: str, env: dict[str, Any]) -> float:
-    formula = builtin_rules().library.compile(name, SourceRef("test"), "estimate", "number")
-    return float(formula.evaluate(env))
+_value = formula_value
 
 
 def test_causal_attention_is_half_the_matrix() -> None:
