@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
+from calibration_read import Case
 from ruamel.yaml import YAML
 
 VALIDATION_RUNS = Path(__file__).resolve().parent / "data" / "validation_runs.yaml"
@@ -26,14 +27,27 @@ def validation_files(paths: Iterable[Path]) -> list[Path]:
     return [p for p in paths if is_validation_file(p)]
 
 
+class _Evaluated(Protocol):
+    """What the table reads of a calibration.Row."""
+
+    @property
+    def case(self) -> Case: ...
+    @property
+    def fits(self) -> bool: ...
+    @property
+    def error_pct(self) -> float: ...
+    @property
+    def memory_error_pct(self) -> float | None: ...
+
+
 def _mean_abs(values: Sequence[float]) -> str:
     return f"{sum(abs(v) for v in values) / len(values):5.1f} %" if values else "    -  "
 
 
-def family_table(rows: Sequence[Any], order: Sequence[str]) -> str:
+def family_table(rows: Sequence[_Evaluated], order: Sequence[str]) -> str:
     """Per family (those of `order` first, then any other a row names), the runs, the mean
     |error| of TFLOP/s per GPU and of peak memory (rows that publish it) and the runs predicted
-    to fit; `rows` are calibration.Row."""
+    to fit (`rows`: calibration.Row)."""
     measured = [r for r in rows if r.case.measured]
     named = {f for r in measured for f in r.case.families}
     families = [f for f in order if f in named] + sorted(named - set(order))
