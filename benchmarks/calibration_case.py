@@ -63,6 +63,10 @@ def _precision(entry: Mapping[str, Any], notes: list[str]) -> str:
     return "bf16"
 
 
+# Where the published figure of a row whose source's TFLOP/s are another count comes from.
+OTHER_COUNT_BASIS = "tokens/s x model FLOPs (its TFLOP/s: another count)"
+
+
 # A precision's first word -> the FP8 recipe it names (Megatron-Bridge's performance tables:
 # current scaling, delayed scaling, MXFP8 block scaling; --fp8-recipe's values).
 FP8_RECIPE_WORDS = {
@@ -207,7 +211,7 @@ def published_figure(
                 "its TFLOP/s are its source's own count and it gives no tokens/s"
             )
         tflops = measured["tokens_per_sec_per_gpu"] * flops_per_token / TERA
-        return tflops, "model", "tokens/s x model FLOPs (its TFLOP/s: another count)"
+        return tflops, "model", OTHER_COUNT_BASIS
     if measured.get("tflops_per_gpu") is not None:
         metric: Metric = "hardware" if family in HARDWARE_FLOP_FAMILIES else "model"
         return float(measured["tflops_per_gpu"]), metric, "tflops_per_gpu"
@@ -250,7 +254,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         raise NotEvaluableError(exc.render()) from None
     except ValueError as exc:  # pydantic: a model block that is not a valid ModelSpec
         raise NotEvaluableError(str(exc).splitlines()[-1].strip()) from None
-    if facts.tflops_count_reason and basis.startswith("tokens/s"):
+    if basis == OTHER_COUNT_BASIS:
         notes.append(facts.tflops_count_reason)
     if facts.backend_reason:
         notes.append(f"backend {facts.backend}: {facts.backend_reason}")

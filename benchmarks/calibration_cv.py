@@ -12,7 +12,8 @@ from calibration_fit import FastThroughput, Fold, error_pct
 from calibration_read import Case
 
 
-def _mean_abs(values: Sequence[float]) -> str:
+def mean_abs_text(values: Sequence[float]) -> str:
+    """The mean |value| as a table cell (' -  ' when there is none)."""
     return f"{sum(abs(v) for v in values) / len(values):5.1f} %" if values else "    -  "
 
 
@@ -46,8 +47,8 @@ def cross_validation_report(
         memory = [rows[i].memory_error_pct for i in members if rows[i].memory_error_pct is not None]
         fitting = sum(rows[i].fits for i in measured)
         lines.append(
-            f"{family:<24} {len(measured):>4} {_mean_abs([in_sample[i] for i in measured]):>10} "
-            f"{_mean_abs([loso[i] for i in measured if i in loso]):>8} {_mean_abs(memory):>8} "
+            f"{family:<24} {len(measured):>4} {mean_abs_text([in_sample[i] for i in measured]):>10} "
+            f"{mean_abs_text([loso[i] for i in measured if i in loso]):>8} {mean_abs_text(memory):>8} "
             f"{fitting:>3}/{len(measured):<3}"
         )
     lines += ["", "in-sample / LOSO MAPE of TFLOP/s per GPU; memory: mean |error| of the"]

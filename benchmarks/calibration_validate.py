@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from calibration_cv import mean_abs_text
 from calibration_read import Case
 from ruamel.yaml import YAML
 
@@ -40,10 +41,6 @@ class _Evaluated(Protocol):
     def memory_error_pct(self) -> float | None: ...
 
 
-def _mean_abs(values: Sequence[float]) -> str:
-    return f"{sum(abs(v) for v in values) / len(values):5.1f} %" if values else "    -  "
-
-
 def family_table(rows: Sequence[_Evaluated], order: Sequence[str]) -> str:
     """Per family (those of `order` first, then any other a row names), the runs, the mean
     |error| of TFLOP/s per GPU and of peak memory (rows that publish it) and the runs predicted
@@ -58,8 +55,8 @@ def family_table(rows: Sequence[_Evaluated], order: Sequence[str]) -> str:
         memory = [r.memory_error_pct for r in members if r.memory_error_pct is not None]
         fitting = sum(r.fits for r in members)
         lines.append(
-            f"{family:<24} {len(members):>4} {_mean_abs([r.error_pct for r in members]):>8} "
-            f"{_mean_abs(memory):>8} {fitting:>3}/{len(members):<3}"
+            f"{family:<24} {len(members):>4} {mean_abs_text([r.error_pct for r in members]):>8} "
+            f"{mean_abs_text(memory):>8} {fitting:>3}/{len(members):<3}"
         )
     return "\n".join(lines) + "\n"
 
