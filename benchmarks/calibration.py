@@ -37,6 +37,7 @@ from calibration_read import (
     PERCENT,
     Case,
     NotEvaluableError,
+    RowsFileError,
     Skipped,
     cluster_from_entry,
     inter_node_gbps,
@@ -62,6 +63,7 @@ MODERN_RUNS = SHARED / "published_runs_modern.yaml"
 __all__ = [
     "Case",
     "NotEvaluableError",
+    "RowsFileError",
     "Skipped",
     "case_from_entry",
     "cluster_from_entry",

@@ -18,6 +18,7 @@ from calibration_read import (
     Metric,
     NotEvaluableError,
     RowFacts,
+    RowsFileError,
     Skipped,
     _need,
     _words,
@@ -91,6 +92,8 @@ def _micro_batch(
     entry: Mapping[str, Any], facts: RowFacts, dp: int, pp: int, notes: list[str]
 ) -> int:
     mbs = entry.get("micro_batch_size")
+    if facts.micro_batch_ran is not None:
+        return _contradicted_micro_batch(entry, facts, dp, notes)
     if mbs is not None:
         return int(mbs)
     per_rank = entry.get("batch_size_per_dp_rank") or entry["global_batch_size"] // dp
@@ -105,6 +108,34 @@ def _micro_batch(
         raise NotEvaluableError("the run has no micro_batch_size")
     notes.append(f"micro_batch_size {mbs}: {facts.micro_batch_reason}")
     return mbs
+
+
+def _contradicted_micro_batch(
+    entry: Mapping[str, Any], facts: RowFacts, dp: int, notes: list[str]
+) -> int:
+    """The micro-batch calibration_rows.yaml says a row ran, accepted only where the row's own
+    figures contradict each other (printed MBS x printed GA x dp is not its GBS) and the one it
+    names divides GBS / dp: a consistent published figure is never replaced."""
+    printed, gbs = entry.get("micro_batch_size"), entry["global_batch_size"]
+    accum = (entry.get("measured") or {}).get("grad_accum_printed")
+    ran = int(facts.micro_batch_ran or 0)
+    name = entry["name"]
+    if printed is None or accum is None or printed * accum * dp == gbs:
+        raise RowsFileError(
+            f"calibration_rows.yaml rows: {name}: micro_batch_size {ran} replaces a row whose "
+            f"MBS ({printed}), GA ({accum}) and GBS ({gbs}) at dp {dp} agree; remove it"
+        )
+    if ran < 1 or gbs % (ran * dp) or not facts.micro_batch_ran_reason:
+        raise RowsFileError(
+            f"calibration_rows.yaml rows: {name}: micro_batch_size {ran} needs a "
+            f"micro_batch_reason and must divide GBS {gbs} / dp {dp}"
+        )
+    notes.append(
+        f"micro_batch_size {ran} (GA {gbs // (ran * dp)}), not the printed {printed}: MBS "
+        f"{printed} x GA {accum} x dp {dp} = {printed * accum * dp}, not GBS {gbs}; "
+        f"{facts.micro_batch_ran_reason}"
+    )
+    return ran
 
 
 def _virtual_stages(entry: Mapping[str, Any], facts: RowFacts, pp: int, notes: list[str]) -> int:

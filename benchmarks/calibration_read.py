@@ -80,6 +80,11 @@ class NotEvaluableError(Exception):
     """An entry lacks what the cost model needs; the message says what."""
 
 
+class RowsFileError(Exception):
+    """calibration_rows.yaml says something of a row that the row contradicts: the file is
+    wrong, so the run stops (never a row quietly left out)."""
+
+
 @dataclass(frozen=True)
 class Case:
     """One published run, ready for the cost model. `published_tflops` None: a layout
@@ -150,6 +155,10 @@ class RowFacts:
     # layers per stage allow (their smallest divisor above 1)
     interleaved_reason: str = ""
     validation: bool = False  # the source's rows are validation rows, never fitted on
+    # the micro-batch a row ran where its printed MBS, GA and GBS contradict each other
+    # (calibration_rows.yaml `rows: NAME: micro_batch_size` with `micro_batch_reason`), or None
+    micro_batch_ran: int | None = None
+    micro_batch_ran_reason: str = ""
 
 
 @cache
@@ -186,6 +195,8 @@ def row_facts(name: str) -> RowFacts:
         tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),
         interleaved_reason=str(source.get("interleaved_reason", "")).strip(),
         validation=bool(source.get("validation", False)),
+        micro_batch_ran=row.get("micro_batch_size"),
+        micro_batch_ran_reason=" ".join(str(row.get("micro_batch_reason", "")).split()),
     )
 
 

@@ -238,28 +238,53 @@ def test_fp8_moe_row(calibration: ModuleType) -> None:
     assert set(case.families) == {"H100 FP8", "MoE"}
 
 
+GPT_OSS_H100 = _entry(
+    name="nemo2511_h100_gpt_oss_120b_64gpus",
+    model={
+        "name": "GPT-OSS 120B",
+        "num_layers": 36,
+        "hidden_size": 2880,
+        "num_attention_heads": 64,
+        "num_query_groups": 8,
+        "ffn_hidden_size": 2880,
+        "vocab_size": 201088,
+        "seq_length": 4096,
+        "moe": {"num_experts": 128, "top_k": 4, "moe_ffn_hidden_size": 2880},
+    },
+    hardware=H100,
+    total_gpus=64,
+    parallelism={"tp": 1, "pp": 4, "dp": 16, "cp": 1, "ep": 8},
+    data_parallel_sharding="DDP (FSDP=0)",
+    micro_batch_size=4,
+    global_batch_size=512,
+    precision="BF16",
+    measured={"tokens_per_sec_per_gpu": 5630, "tflops_per_gpu": 153, "grad_accum_printed": 2},
+)
+
+
 def test_gpt_oss_row_reads_megatron_bridge_architecture(calibration: ModuleType) -> None:
-    entry = FP8_MOE | {
-        "name": "nemo2511_h100_gpt_oss_120b_64gpus",
-        "model": {
-            "name": "GPT-OSS 120B",
-            "num_layers": 36,
-            "hidden_size": 2880,
-            "num_attention_heads": 64,
-            "num_query_groups": 8,
-            "ffn_hidden_size": 2880,
-            "vocab_size": 201088,
-            "seq_length": 4096,
-            "moe": {"num_experts": 128, "top_k": 4, "moe_ffn_hidden_size": 2880},
-        },
-        "precision": "BF16",
-    }
-    spec = calibration.case_from_entry(entry).spec
+    spec = calibration.case_from_entry(GPT_OSS_H100).spec
     # GPTOSSProvider: kv_channels 64 (64 x 64 = 4096 query width on a 2880-wide model), a
     # 128-token window on layers 1, 3, 5, ... (layer_number % window_attn_skip_freq 2 != 0)
     assert spec.head_dim == 64 and spec.sliding_window == 128
     assert spec.window_layer_mask == tuple(i % 2 == 0 for i in range(36))
     assert spec.attention_sinks and spec.router_bias
+
+
+def test_a_row_whose_batch_figures_contradict_each_other_runs_its_recipes_micro_batch(
+    calibration: ModuleType,
+) -> None:
+    """Megatron-Bridge 25.11's H100 gpt-oss row prints MBS 4 and GA 2 (its B200 row's figures):
+    4 x 2 x dp 16 = 128 sequences, not its GBS 512. calibration_rows.yaml names the MBS its
+    recipe ran (v0.2.0 GPT_OSS_120B_H100_BF16_BASE_CONFIG: 1), so 512 / 16 = 32 micro-batches."""
+    case = calibration.case_from_entry(GPT_OSS_H100)
+    assert (case.layout.mbs, case.layout.dp, case.layout.pp) == (1, 16, 4)
+    assert case.layout.global_batch == 512
+    assert any("micro_batch_size 1 (GA 32), not the printed 4" in n for n in case.assumptions)
+    # A row whose figures agree keeps them: naming another MBS for it is an error of the file.
+    consistent = GPT_OSS_H100 | {"measured": GPT_OSS_H100["measured"] | {"grad_accum_printed": 8}}
+    with pytest.raises(calibration.RowsFileError, match="agree; remove it"):
+        calibration.case_from_entry(consistent)
 
 
 def test_torchtitan_float8_row_with_peak_memory(calibration: ModuleType) -> None:
