@@ -500,7 +500,7 @@ def test_validation_rows_are_read_and_listed(
 ) -> None:
     assert validation.is_validation_file(validation.VALIDATION_RUNS)
     cases, skipped = calibration.load_cases(validation.VALIDATION_RUNS)
-    assert not skipped and len(cases) == 40
+    assert not skipped and len(cases) == 48
     table = calibration.row_table()
     for case in cases:
         source = table["rows"][case.name]["source"]
@@ -556,6 +556,16 @@ def test_validation_rows_read_their_system_and_recipe(
     # Qwen3-235B on H100: tp 2 with expert tp 1 (the recipe's), else ep 32 x etp 2 > 32 ranks
     qwen = calibration.case_from_entry(rows["mbridge2511_h100_qwen3_235b_a22b_256gpus_fp8cs"])
     assert (qwen.layout.tp, qwen.layout.etp, qwen.layout.ep, qwen.layout.dp) == (2, 1, 32, 16)
+    # torchtitan's 2025 AsyncTP table: the 'Vanilla TP' column runs its TP traffic between the
+    # matmuls, the 'Async TP' column overlapped; local batch 16 x FSDP 32 on the 70B
+    vanilla, overlapped = (
+        calibration.case_from_entry(rows[f"torchtitan_at25_70b_fsdp32_tp8_float8_{mode}"])
+        for mode in ("vanilla_tp", "async_tp")
+    )
+    assert not vanilla.tp_comm_overlap and overlapped.tp_comm_overlap
+    assert (vanilla.layout.tp, vanilla.layout.dp, vanilla.layout.mbs) == (8, 32, 16)
+    assert vanilla.layout.global_batch == 512 and vanilla.fp8_recipe == "tensorwise"
+    assert vanilla.source == overlapped.source == "torchtitan_asynctp2025"
 
 
 def test_megatron_core_pipelined_rows_run_interleaved(calibration: ModuleType) -> None:
@@ -603,7 +613,7 @@ def test_validate_prints_each_family(calibration: ModuleType) -> None:
     table = said[-1].splitlines()
     assert table[0].split() == ["family", "runs", "error", "memory", "fit"]
     rows = {line[:24].strip(): line[24:].split() for line in table[2:]}
-    assert rows["all"][0] == "40" and rows["MoE"][0] == "16" and rows["GB300 NVL72"][0] == "6"
+    assert rows["all"][0] == "48" and rows["MoE"][0] == "16" and rows["GB300 NVL72"][0] == "6"
     # runs, mean |error| and its %, memory error (and %, or "-"), fit
-    assert rows["FSDP2"][0] == "13" and rows["FSDP2"][4] == "%"  # torchtitan's peak memory
+    assert rows["FSDP2"][0] == "21" and rows["FSDP2"][4] == "%"  # torchtitan's peak memory
     assert rows["MoE"][3] == "-"  # no Megatron-Bridge row publishes memory
