@@ -391,7 +391,11 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
     if missing:
         out(f"no published runs at {', '.join(missing)} (give the path as an argument)")
         return 1
-    cases, skipped = load_cases(*args.runs)
+    try:
+        cases, skipped = load_cases(*args.runs)
+    except RowsFileError as exc:
+        out(f"error: {exc}")
+        return 2
     kept_apart = [str(p) for p in validation_files(args.runs)]
     kept_apart += [c.name for c in cases if c.validation]
     if kept_apart and (args.fit or args.cross_validate):

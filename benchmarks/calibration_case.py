@@ -118,18 +118,21 @@ def _contradicted_micro_batch(
     names divides GBS / dp: a consistent published figure is never replaced."""
     printed, gbs = entry.get("micro_batch_size"), entry["global_batch_size"]
     accum = (entry.get("measured") or {}).get("grad_accum_printed")
-    ran = int(facts.micro_batch_ran or 0)
-    name = entry["name"]
-    if printed is None or accum is None or printed * accum * dp == gbs:
+    ran = int(facts.micro_batch_ran or 0)  # a whole number >= 1 (calibration_read.row_facts)
+    where = f"calibration_rows.yaml rows: {entry['name']}: micro_batch_size {ran}"
+    if printed is None or accum is None:
         raise RowsFileError(
-            f"calibration_rows.yaml rows: {name}: micro_batch_size {ran} replaces a row whose "
-            f"MBS ({printed}), GA ({accum}) and GBS ({gbs}) at dp {dp} agree; remove it"
+            f"{where} replaces a printed figure, but the row prints no "
+            + ("micro_batch_size" if printed is None else "measured.grad_accum_printed")
+            + " to show a contradiction; remove it"
         )
-    if ran < 1 or gbs % (ran * dp) or not facts.micro_batch_ran_reason:
+    if printed * accum * dp == gbs:
         raise RowsFileError(
-            f"calibration_rows.yaml rows: {name}: micro_batch_size {ran} needs a "
-            f"micro_batch_reason and must divide GBS {gbs} / dp {dp}"
+            f"{where} replaces a row whose figures agree (MBS {printed} x GA {accum} x dp "
+            f"{dp} = GBS {gbs}); remove it"
         )
+    if gbs % (ran * dp):
+        raise RowsFileError(f"{where}: {ran} x dp {dp} = {ran * dp} does not divide GBS {gbs}")
     notes.append(
         f"micro_batch_size {ran} (GA {gbs // (ran * dp)}), not the printed {printed}: MBS "
         f"{printed} x GA {accum} x dp {dp} = {printed * accum * dp}, not GBS {gbs}; "

@@ -177,6 +177,7 @@ def row_facts(name: str) -> RowFacts:
         if not prefixes:
             raise NotEvaluableError(f"{name} is not in {ROWS_FILE.name}: give its source")
         row = {"source": table["prefixes"][max(prefixes, key=len)], "families": []}
+    _check_row_keys(name, row)
     key = row["source"]
     source = table["sources"][key]
     return RowFacts(
@@ -195,9 +196,41 @@ def row_facts(name: str) -> RowFacts:
         tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),
         interleaved_reason=str(source.get("interleaved_reason", "")).strip(),
         validation=bool(source.get("validation", False)),
-        micro_batch_ran=row.get("micro_batch_size"),
+        micro_batch_ran=_micro_batch_ran(name, row),
         micro_batch_ran_reason=" ".join(str(row.get("micro_batch_reason", "")).split()),
     )
+
+
+# What a `rows:` entry of calibration_rows.yaml may say; a misspelt key would otherwise be
+# dropped and the row read as if the file were silent.
+ROW_KEYS = frozenset(
+    {"source", "families", "why_missing", "micro_batch_size", "micro_batch_reason"}
+)
+
+
+def _check_row_keys(name: str, row: Mapping[str, Any]) -> None:
+    unknown = sorted(set(row) - ROW_KEYS)
+    if unknown:
+        raise RowsFileError(
+            f"{ROWS_FILE.name} rows: {name}: unknown key(s) {', '.join(unknown)} "
+            f"(a row may give {', '.join(sorted(ROW_KEYS))})"
+        )
+    if ("micro_batch_size" in row) != ("micro_batch_reason" in row):
+        raise RowsFileError(
+            f"{ROWS_FILE.name} rows: {name}: micro_batch_size and micro_batch_reason go together"
+        )
+
+
+def _micro_batch_ran(name: str, row: Mapping[str, Any]) -> int | None:
+    """A row's `micro_batch_size`: a whole number of sequences, at least 1 (bool is not one)."""
+    value = row.get("micro_batch_size")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RowsFileError(
+            f"{ROWS_FILE.name} rows: {name}: micro_batch_size {value!r} is not a whole number >= 1"
+        )
+    return value
 
 
 # ---- the model --------------------------------------------------------------------------------

@@ -281,10 +281,66 @@ def test_a_row_whose_batch_figures_contradict_each_other_runs_its_recipes_micro_
     assert (case.layout.mbs, case.layout.dp, case.layout.pp) == (1, 16, 4)
     assert case.layout.global_batch == 512
     assert any("micro_batch_size 1 (GA 32), not the printed 4" in n for n in case.assumptions)
-    # A row whose figures agree keeps them: naming another MBS for it is an error of the file.
-    consistent = GPT_OSS_H100 | {"measured": GPT_OSS_H100["measured"] | {"grad_accum_printed": 8}}
-    with pytest.raises(calibration.RowsFileError, match="agree; remove it"):
-        calibration.case_from_entry(consistent)
+
+
+def _measured(**fields: Any) -> dict[str, Any]:
+    return GPT_OSS_H100["measured"] | fields
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        # figures that agree keep them: naming another MBS for them is an error of the file
+        (
+            GPT_OSS_H100 | {"measured": _measured(grad_accum_printed=8)},
+            r"figures agree \(MBS 4 x GA 8 x dp 16 = GBS 512\); remove it",
+        ),
+        # no printed GA (or MBS): nothing shows a contradiction
+        (
+            GPT_OSS_H100 | {"measured": _measured(grad_accum_printed=None)},
+            "prints no measured.grad_accum_printed",
+        ),
+        (GPT_OSS_H100 | {"micro_batch_size": None}, "prints no micro_batch_size"),
+        # 1 x dp 16 does not divide a GBS of 520
+        (GPT_OSS_H100 | {"global_batch_size": 520}, "1 x dp 16 = 16 does not divide GBS 520"),
+    ],
+)
+def test_a_micro_batch_the_row_does_not_contradict_stops_the_run(
+    calibration: ModuleType, entry: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(calibration.RowsFileError, match=message):
+        calibration.case_from_entry(entry)
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"micro_batch_size": 2.5, "micro_batch_reason": "r"}, "2.5 is not a whole number >= 1"),
+        ({"micro_batch_size": "one", "micro_batch_reason": "r"}, "'one' is not a whole number"),
+        ({"micro_batch_size": 0, "micro_batch_reason": "r"}, "0 is not a whole number >= 1"),
+        ({"micro_batch_size": 1}, "micro_batch_size and micro_batch_reason go together"),
+        ({"micro_batch_sizes": 1}, r"unknown key\(s\) micro_batch_sizes"),
+    ],
+)
+def test_a_malformed_rows_entry_stops_the_run_instead_of_skipping_the_row(
+    calibration: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    row: dict[str, Any],
+    message: str,
+) -> None:
+    table = calibration.row_table()
+    entry = {"source": "nemo2511", "families": ["MoE"]} | row
+    monkeypatch.setitem(table["rows"], GPT_OSS_H100["name"], entry)
+    with pytest.raises(calibration.RowsFileError, match=message):
+        calibration.case_from_entry(GPT_OSS_H100)
+    # The command line says so and exits 2: no traceback, no table.
+    runs = tmp_path / "runs.yaml"
+    with runs.open("w", encoding="utf-8") as f:
+        YAML(typ="safe").dump({"configs": [GPT_OSS_H100]}, f)
+    said: list[str] = []
+    assert calibration.main([str(runs)], out=said.append) == 2
+    assert len(said) == 1 and said[0].startswith("error: calibration_rows.yaml rows: nemo2511")
 
 
 def test_torchtitan_float8_row_with_peak_memory(calibration: ModuleType) -> None:
