@@ -13,10 +13,24 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from ruamel.yaml import YAML
 
 from parplan_gen.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
+# The calibration files next to the repository (not shipped: tests that read them skip without).
+SHARED_CALIBRATION = REPO.parent / "shared" / "calibration"
+RUN_FILES = (
+    SHARED_CALIBRATION / "published_runs.yaml",
+    SHARED_CALIBRATION / "published_runs_modern.yaml",
+)
+NO_RUN_FILES = not all(f.is_file() for f in RUN_FILES)
+
+
+def run_entries(*paths: Path) -> list[dict]:
+    """The `configs` of runs files (the calibration files' format), in file order."""
+    yaml = YAML(typ="safe")
+    return [e for path in paths for e in yaml.load(path.read_text(encoding="utf-8"))["configs"]]
 
 
 @pytest.fixture

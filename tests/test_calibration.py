@@ -12,10 +12,8 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import load_benchmark
+from conftest import NO_RUN_FILES, RUN_FILES, load_benchmark, run_entries
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "calibration"
-RUN_FILES = (SHARED / "published_runs.yaml", SHARED / "published_runs_modern.yaml")
 GIB = 1 << 30
 
 H100 = {
@@ -475,15 +473,10 @@ def test_assumption_defaults(calibration: ModuleType) -> None:
         assert case.assumptions, case.name
 
 
-def _all_entries() -> list[dict[str, Any]]:
-    yaml = YAML(typ="safe")
-    return [e for f in RUN_FILES for e in yaml.load(f.read_text(encoding="utf-8"))["configs"]]
-
-
-@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+@pytest.mark.skipif(NO_RUN_FILES, reason="no ../shared/calibration")
 def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleType) -> None:
     table = calibration.row_table()
-    names = [e["name"] for e in _all_entries()]
+    names = [e["name"] for e in run_entries(*RUN_FILES)]
     assert len(names) == len(set(names)) == 60
     validation = {e["name"] for e in _validation_rows(load_benchmark("calibration_validate"))}
     assert set(names) | validation == set(table["rows"]) and not validation & set(names)
@@ -495,7 +488,7 @@ def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleTy
         assert facts.backend is not None or facts.backend_reason, name  # None says why
 
 
-@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+@pytest.mark.skipif(NO_RUN_FILES, reason="no ../shared/calibration")
 def test_every_row_is_read_or_skipped_with_its_reason(calibration: ModuleType) -> None:
     cases, skipped = calibration.load_cases(*RUN_FILES)
     assert len(cases) + len(skipped) == 60
@@ -525,7 +518,7 @@ def test_leave_one_source_out_never_fits_on_the_rows_it_predicts() -> None:
         assert not set(fold.held_out) & set(training)
 
 
-@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+@pytest.mark.skipif(NO_RUN_FILES, reason="no ../shared/calibration")
 def test_the_fast_fit_predicts_what_the_evaluator_does(calibration: ModuleType) -> None:
     cases, _ = calibration.load_cases(*RUN_FILES)
     rules = calibration.builtin_cost_rules()
@@ -547,8 +540,7 @@ def validation() -> ModuleType:
 
 
 def _validation_rows(validation: ModuleType) -> list[dict[str, Any]]:
-    text = validation.VALIDATION_RUNS.read_text(encoding="utf-8")
-    return YAML(typ="safe").load(text)["configs"]
+    return run_entries(validation.VALIDATION_RUNS)
 
 
 def test_validation_rows_are_read_and_listed(
@@ -564,7 +556,7 @@ def test_validation_rows_are_read_and_listed(
         assert case.families and case.measured and case.basis.startswith("tokens/s")
 
 
-@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+@pytest.mark.skipif(NO_RUN_FILES, reason="no ../shared/calibration")
 def test_validation_rows_are_not_calibration_rows(validation: ModuleType) -> None:
     def run(e: dict[str, Any]) -> tuple[object, ...]:
         batch = (e["total_gpus"], e["global_batch_size"])
@@ -573,11 +565,7 @@ def test_validation_rows_are_not_calibration_rows(validation: ModuleType) -> Non
         figure = measured.get("tokens_per_sec_per_gpu") or measured.get("tflops_per_gpu")
         return (e["model"]["name"], e["hardware"]["gpu"], *batch, fp8, figure)
 
-    fitted = {
-        run(e)
-        for path in RUN_FILES
-        for e in YAML(typ="safe").load(path.read_text(encoding="utf-8"))["configs"]
-    }
+    fitted = {run(e) for e in run_entries(*RUN_FILES)}
     for row in _validation_rows(validation):
         assert run(row) not in fitted, row["name"]
     assert not any(validation.is_validation_file(f) for f in RUN_FILES)

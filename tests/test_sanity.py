@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 from importlib import resources
-from pathlib import Path
 
 import pytest
 from causal_counts import (
@@ -37,6 +36,8 @@ from parplan_gen.planning.sanity import (
     mfu_warning,
     sanity_warnings,
 )
+
+from conftest import NO_RUN_FILES, RUN_FILES, run_entries
 
 TEXT = resources.files("parplan_gen").joinpath("data/published_best.yaml").read_text("utf-8")
 NAME = "published_best.yaml"
@@ -325,19 +326,11 @@ def test_the_readme_example_is_real(capsys) -> None:
         assert line == "..." or line in out, line
 
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "calibration"
-RUN_FILES = (SHARED / "published_runs.yaml", SHARED / "published_runs_modern.yaml")
-
-
-@pytest.mark.skipif(not all(f.is_file() for f in RUN_FILES), reason="no ../shared/calibration")
+@pytest.mark.skipif(NO_RUN_FILES, reason="no ../shared/calibration")
 def test_each_best_runs_shape_and_mfu_are_its_calibration_rows() -> None:
     """published_best.yaml copies each run's shape (and MFU) from the calibration set, which is
     not shipped with the package: the copies agree with the rows they name."""
-    rows = {
-        entry["name"]: entry
-        for path in RUN_FILES
-        for entry in YAML(typ="safe").load(path.read_text(encoding="utf-8"))["configs"]
-    }
+    rows = {entry["name"]: entry for entry in run_entries(*RUN_FILES)}
     text = resources.files("parplan_gen").joinpath("data", NAME).read_text(encoding="utf-8")
     checked = 0
     for best in YAML(typ="safe").load(text)["best"]:
