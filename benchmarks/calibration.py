@@ -396,11 +396,12 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
     except RowsFileError as exc:
         out(f"error: {exc}")
         return 2
-    kept_apart = [str(p) for p in validation_files(args.runs)]
-    kept_apart += [c.name for c in cases if c.validation]
-    if kept_apart and (args.fit or args.cross_validate):
-        out(f"{', '.join(kept_apart)}: validation rows are never fitted on")
-        return 2
+    if args.fit or args.cross_validate:
+        kept_apart = [str(p) for p in validation_files(args.runs)]
+        kept_apart += [c.name for c in cases if c.validation]
+        if kept_apart:
+            out(f"{', '.join(kept_apart)}: validation rows are never fitted on")
+            return 2
     rules = builtin_cost_rules(args.rules)
     if args.cross_validate:
         out(cross_validate(rules, cases, args.rules))

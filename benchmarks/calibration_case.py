@@ -13,6 +13,7 @@ from calibration_read import (
     HARDWARE_FLOP_FAMILIES,
     PERCENT,
     RECOMPUTE_WORDS,
+    ROWS_FILE,
     TERA,
     Case,
     Metric,
@@ -93,7 +94,7 @@ def _micro_batch(
 ) -> int:
     mbs = entry.get("micro_batch_size")
     if facts.micro_batch_ran is not None:
-        return _contradicted_micro_batch(entry, facts, dp, notes)
+        return _contradicted_micro_batch(entry, facts.micro_batch_ran, facts, dp, notes)
     if mbs is not None:
         return int(mbs)
     per_rank = entry.get("batch_size_per_dp_rank") or entry["global_batch_size"] // dp
@@ -111,15 +112,15 @@ def _micro_batch(
 
 
 def _contradicted_micro_batch(
-    entry: Mapping[str, Any], facts: RowFacts, dp: int, notes: list[str]
+    entry: Mapping[str, Any], ran: int, facts: RowFacts, dp: int, notes: list[str]
 ) -> int:
-    """The micro-batch calibration_rows.yaml says a row ran, accepted only where the row's own
-    figures contradict each other (printed MBS x printed GA x dp is not its GBS) and the one it
-    names divides GBS / dp: a consistent published figure is never replaced."""
+    """`ran`, the micro-batch calibration_rows.yaml says a row ran (a whole number >= 1,
+    calibration_read.row_facts), accepted only where the row's own figures contradict each other
+    (printed MBS x printed GA x dp is not its GBS) and it divides GBS / dp: a consistent
+    published figure is never replaced."""
     printed, gbs = entry.get("micro_batch_size"), entry["global_batch_size"]
     accum = (entry.get("measured") or {}).get("grad_accum_printed")
-    ran = int(facts.micro_batch_ran or 0)  # a whole number >= 1 (calibration_read.row_facts)
-    where = f"calibration_rows.yaml rows: {entry['name']}: micro_batch_size {ran}"
+    where = f"{ROWS_FILE.name} rows: {entry['name']}: micro_batch_size {ran}"
     if printed is None or accum is None:
         raise RowsFileError(
             f"{where} replaces a printed figure, but the row prints no "

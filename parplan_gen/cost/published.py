@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from parplan_gen.cost.catalog import GIGA, Architecture, RawData, load_catalog
+from parplan_gen.cost.catalog import GIGA, TERA, Architecture, RawData, load_catalog
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.source import Document, parse_document, read_package_data
 from parplan_gen.inputs.validation import validate
@@ -203,7 +203,7 @@ def _mfu(doc: Document, index: int, entry: BestRun) -> float:
         if entry.gpu is not None:
             raise InputError("gpu belongs with tflops_per_gpu, not mfu_pct", where)
         return entry.mfu_pct / PERCENT
-    mfu = float(entry.tflops_per_gpu or 0) * 1e12 / _peak(doc, index, entry)
+    mfu = float(entry.tflops_per_gpu or 0) * TERA / _peak(doc, index, entry)
     if mfu > 1:
         raise InputError(f"{entry.tflops_per_gpu} TFLOP/s is above {entry.gpu}'s peak", where)
     return mfu
