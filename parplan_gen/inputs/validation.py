@@ -96,8 +96,10 @@ _UNION_MEMBERS = {"bool": "true/false", "int": "a number", "float": "a number", 
 
 def _union_message(group: list[dict[str, Any]]) -> str | None:
     """`expected a number or a string (got list)` when every member of a union refused it."""
+    if len(group) < 2 or not all(d["loc"] for d in group):
+        return None  # one complaint, or a model validator's own (its `loc` is empty)
     tags = [d["loc"][-1] for d in group]
-    if len(group) < 2 or not all(tag in _UNION_MEMBERS for tag in tags):
+    if not all(tag in _UNION_MEMBERS for tag in tags):
         return None
     wanted = list(dict.fromkeys(_UNION_MEMBERS[tag] for tag in tags))
     text = ", ".join(wanted[:-1]) + f" or {wanted[-1]}"
