@@ -15,6 +15,14 @@ from typing import Any
 
 import pytest
 from formula_env import formula_env, formula_value
+from te_gemm_benchmark import (
+    MS,
+    TE_5B_SHAPES,
+    TE_H200_BF16_MS,
+    TE_H200_CURRENT_AUTOCAST_MS,
+    TE_H200_DELAYED_AUTOCAST_MS,
+    TE_H200_FP8_KERNELS_MS,
+)
 
 
 def _env(gpu: str, backend: str) -> dict[str, Any]:
@@ -62,23 +70,6 @@ def test_current_scaling_costs_half_again_the_casts_of_delayed_scaling() -> None
     assert current == pytest.approx(1.5 * delayed, rel=1e-12) and delayed > 0
     # The GEMMs are the same kernel for both (TE speedups.rst): matmul time does not move.
     assert _value("matmul_s", env | {"train.fp8_recipe": "delayed"}) == _value("matmul_s", env)
-
-
-# Transformer Engine's GEMM benchmark of a 5B layer on an H200 NVL (TE docs/examples/
-# gemm_profiling/gemm_profiling.rst, "Worked Example: 5B Model on H200": hidden 4096,
-# intermediate 16384, M = 31 x 512 = 15,872 tokens; the 12 GEMMs of one layer; ms per layer).
-TE_H200_BF16_MS = 31.968  # pre-quantized run's BF16 column
-TE_H200_FP8_KERNELS_MS = 16.785  # FP8 current scaling, inputs quantized before the timed loop
-TE_H200_CURRENT_AUTOCAST_MS = 20.285  # te.Linear under autocast: quantizes input and weight
-TE_H200_DELAYED_AUTOCAST_MS = 18.978
-MS = 1e-3  # seconds
-# The 12 GEMMs (M x K x N): the page lists the Fprop ones; Dgrad swaps K and N, Wgrad takes
-# K x M x N (its "Manual Shape Mode" section, TE benchmarks/gemm/benchmark_gemm.py).
-TE_5B_SHAPES = (
-    (15872, 4096, 12288), (15872, 4096, 4096), (15872, 4096, 16384), (15872, 16384, 4096),
-    (15872, 12288, 4096), (15872, 4096, 4096), (15872, 16384, 4096), (15872, 4096, 16384),
-    (4096, 15872, 12288), (4096, 15872, 4096), (4096, 15872, 16384), (16384, 15872, 4096),
-)  # fmt: skip
 
 
 def test_the_fitted_fp8_gemm_scale_matches_transformer_engines_kernel_benchmark() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
 from importlib import resources
@@ -11,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from parplan_gen.cost import catalog as catalog_module
-from parplan_gen.cost import hardware
+from parplan_gen.cost import data_checks, hardware
 from parplan_gen.cost.catalog import (
     GPU_FIGURE_KEYS,
     LINK_FIGURE_KEYS,
@@ -24,6 +25,7 @@ from parplan_gen.cost.launch_site import LaunchSettings, SlurmSpec
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError, UsageError
 from parplan_gen.inputs.source import parse_document
+from parplan_gen.inputs.validation import validate
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_GPUS = [
@@ -162,11 +164,13 @@ def test_catalog_yaml_names_a_source_for_every_figure():
     sections.append((ndoc.data["intra_node_links"], LINK_FIGURE_KEYS))
     for entries, keys in sections:
         for name, entry in entries.items():
-            for key in keys:
+            # a vendor's measured maximum GEMM rates, where it publishes them, are figures too
+            given = (*keys, *(k for k in ("max_achievable_tflops",) if k in entry))
+            for key in given:
                 assert key in entry, f"{name}: figure {key} missing"
                 assert entry["sources"].get(key, "").strip(), f"{name}: {key} has no source"
-            assert set(entry["sources"]) <= set(keys), name
-            assert set(entry.get("unverified", [])) <= set(keys), name
+            assert set(entry["sources"]) <= set(given), name
+            assert set(entry.get("unverified", [])) <= set(given), name
 
 
 def test_catalog_loader_refuses_a_figure_without_source():
@@ -184,6 +188,44 @@ def test_catalog_loader_refuses_a_figure_without_source():
     with pytest.raises(InputError) as info:
         catalog_module._check_sources(doc, (), entry, LINK_FIGURE_KEYS)
     assert str(info.value) == "links.yaml:4:1: sources: figure 'latency_us' names no source"
+
+
+def test_amd_max_achievable_flops_are_the_vendor_table_over_the_dense_peaks():
+    """AMD ROCm blog 'Measuring Max-Achievable FLOPs - Part 2', Table 1 (MI300X: FP16 654, BF16
+    708, FP8 1273 TFLOP/s; MI325X: 794 / 843 / 1519) over the datasheet dense peaks (1,307.4
+    16-bit, 2,614.9 FP8); NVIDIA publishes no such figure."""
+    catalog = load_catalog()
+    mi300x, mi325x = catalog.gpu("mi300x"), catalog.gpu("mi325x")
+    assert mi300x.gemm_max_fraction("bf16") == pytest.approx(708 / 1307.4)
+    assert mi300x.gemm_max_fraction("fp16") == pytest.approx(654 / 1307.4)
+    assert mi300x.gemm_max_fraction("fp8") == pytest.approx(1273 / 2614.9)
+    assert mi325x.gemm_max_fraction("bf16") == pytest.approx(843 / 1307.4)
+    assert mi325x.gemm_max_fraction("fp8") == pytest.approx(1519 / 2614.9)
+    for name in ("h100", "b200", "a100-80gb", "mi355x"):
+        assert catalog.gpu(name).gemm_max_fraction("bf16") == 0.0, name
+    # plan.json keeps its keys of before for a GPU without them, and carries them where given
+    assert "bf16_max_flops" not in catalog.gpu("h100").model_dump(mode="json")
+    assert mi300x.model_dump(mode="json")["fp8_max_flops"] == 1273e12
+
+
+@pytest.mark.parametrize(
+    ("figures", "message"),
+    [
+        ("{bf16: 1400}", "bf16 (1400) exceeds the dense bf16 peak (1307.4)"),
+        ("{fp8: 900}", "fp8 (900) exceeds the dense fp8 peak (none)"),
+    ],
+)
+def test_a_max_achievable_rate_above_the_peak_is_refused_with_its_place(figures, message):
+    entry = data_doc("gpus.yaml").data["gpus"]["mi300x" if "bf16" in figures else "a100-80gb"]
+    text = "\n".join(
+        f"{key}: {figures if key == 'max_achievable_tflops' else json.dumps(value)}"
+        for key, value in {**entry, "max_achievable_tflops": None}.items()
+    )
+    doc = parse_document(text, "gpus.yaml")
+    with pytest.raises(InputError) as info:
+        validate(catalog_module.CatalogGPU, doc.data, doc)
+    line = text.splitlines().index(f"max_achievable_tflops: {figures}") + 1
+    assert str(info.value) == f"gpus.yaml:{line}:1: max_achievable_tflops: {message}"
 
 
 def test_every_number_of_the_catalog_has_a_physical_range_with_a_source():
@@ -215,11 +257,9 @@ def test_every_number_of_the_catalog_has_a_physical_range_with_a_source():
 )
 def test_catalog_ranges_name_every_figure_once_low_to_high(text, message):
     doc = parse_document(text, "n.yaml")
-    ranges = {
-        k: catalog_module.FigureRange.model_validate(v) for k, v in doc.data["ranges"].items()
-    }
+    ranges = {k: data_checks.FigureRange.model_validate(v) for k, v in doc.data["ranges"].items()}
     with pytest.raises(InputError) as info:
-        catalog_module._ranges(doc, ranges, catalog_module.NETWORK_RANGED_KEYS)
+        data_checks.read_ranges(doc, ranges, catalog_module.NETWORK_RANGED_KEYS)
     assert str(info.value) == message
 
 

@@ -7,13 +7,24 @@ up by name or alias. `docs/clusters.md` documents the catalog.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from parplan_gen.cost.data_checks import Bounds, FigureRange, RawData, check_ranges, read_ranges
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError, SourceRef, did_you_mean, shown_value
 from parplan_gen.inputs.source import Document, KeyPath, read_package_data
@@ -33,12 +44,7 @@ FormFactor = Literal["sxm", "pcie", "oam"]
 LinkKind = Literal["nvlink", "xgmi", "pcie"]
 NetworkKind = Literal["infiniband", "roce", "ethernet"]
 Precision = Literal["bf16", "fp16", "fp8"]
-
-
-class RawData(BaseModel):
-    """Data as written in YAML: strict types, no unknown keys, no NaN/inf."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+PRECISIONS: tuple[Precision, ...] = ("bf16", "fp16", "fp8")
 
 
 class GPUFigures(RawData):
@@ -73,13 +79,25 @@ class _Sourced(RawData):
     unverified: list[str] = Field([], description="Figures not re-checked against a primary.")
 
 
+class MaxAchievable(RawData):
+    """A vendor's own measured maximum-achievable dense GEMM rate per precision (AMD's
+    "Max-Achievable FLOPs"), 1e12 FLOP/s; None: not measured at that precision."""
+
+    bf16: PositiveFloat | None = None
+    fp16: PositiveFloat | None = None
+    fp8: PositiveFloat | None = None
+
+
 class CatalogGPU(GPUFigures, _Sourced):
     display_name: str
     vendor: Vendor
     architecture: Architecture
     form_factor: FormFactor
-    aliases: list[str] = []
+    aliases: list[str] = Field(default_factory=list)
     reference_node: ReferenceNode
+    max_achievable_tflops: MaxAchievable | None = Field(
+        None, description="The vendor's measured maximum-achievable GEMM rates, if published."
+    )
 
     @model_validator(mode="after")
     def _nvlink_domain(self) -> CatalogGPU:
@@ -91,6 +109,23 @@ class CatalogGPU(GPUFigures, _Sourced):
             if problem:
                 raise ValueError(problem)
         return self
+
+    @field_validator("max_achievable_tflops")
+    @classmethod
+    def _within_peak(cls, measured: MaxAchievable | None, info: ValidationInfo) -> Any:
+        for precision in () if measured is None else PRECISIONS:
+            rate, peak = getattr(measured, precision), info.data.get(f"{precision}_dense_tflops")
+            if rate is not None and (peak is None or rate > peak):
+                shown = "none" if peak is None else f"{peak:g}"
+                raise ValueError(
+                    f"{precision} ({rate:g}) exceeds the dense {precision} peak ({shown})"
+                )
+        return measured
+
+    def figure_keys(self) -> tuple[str, ...]:
+        """The figures this entry gives, each of which must name its source."""
+        extra = () if self.max_achievable_tflops is None else ("max_achievable_tflops",)
+        return (*GPU_FIGURE_KEYS, *extra)
 
 
 def nvlink_domain_of(gpu_: GPU, gpus_per_node: int, given: int | None) -> int:
@@ -116,7 +151,7 @@ def nvlink_domain_problem(domain: int, gpus_per_node: int, link: str) -> str | N
 class CatalogNetwork(_Sourced):
     display_name: str
     kind: NetworkKind
-    aliases: list[str] = []
+    aliases: list[str] = Field(default_factory=list)
     gbps_per_port: PositiveFloat
     latency_us: PositiveFloat
 
@@ -124,14 +159,6 @@ class CatalogNetwork(_Sourced):
 class CatalogLink(_Sourced):
     display_name: str
     latency_us: PositiveFloat
-
-
-class FigureRange(RawData):
-    """The physical range of one figure (`ranges:` in the data files), in catalog units."""
-
-    min: PositiveFloat
-    max: PositiveFloat
-    source: str = Field(min_length=1, description="Where the ends come from.")
 
 
 class _GPUFile(RawData):
@@ -162,24 +189,6 @@ GPU_RANGED_KEYS = (
 NETWORK_RANGED_KEYS = ("gbps_per_port", "gbps_per_gpu", "latency_us")
 
 
-@dataclass(frozen=True)
-class Bounds:
-    """A figure's physical range and the data file entry that gives it (with its source)."""
-
-    low: float
-    high: float
-    origin: str  # `parplan_gen/data/gpus.yaml ranges.memory_gib`
-
-    def problem(self, value: float) -> str | None:
-        """Why `value` is not a physical value of the figure, or None."""
-        if self.low <= value <= self.high:
-            return None
-        return (
-            f"{shown_value(value)} is outside the physical range {self.low:g} to {self.high:g} "
-            f"({self.origin})"
-        )
-
-
 class SIModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -201,6 +210,28 @@ class GPU(SIModel):
     intra_node_bytes_per_s: PositiveFloat = Field(description="Per GPU, one direction, B/s.")
     nvswitch: bool
     reference_node: ReferenceNode
+    bf16_max_flops: PositiveFloat | None = Field(
+        None, description="The vendor's measured maximum-achievable BF16 GEMM rate, FLOP/s."
+    )
+    fp16_max_flops: PositiveFloat | None = Field(
+        None, description="The vendor's measured maximum-achievable FP16 GEMM rate, FLOP/s."
+    )
+    fp8_max_flops: PositiveFloat | None = Field(
+        None, description="The vendor's measured maximum-achievable FP8 GEMM rate, FLOP/s."
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unmeasured(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # measured maximum rates only where given: plan.json keeps its keys for every other GPU
+        data = handler(self)
+        unset = {f"{p}_max_flops" for p in PRECISIONS if getattr(self, f"{p}_max_flops") is None}
+        return {k: v for k, v in data.items() if k not in unset}
+
+    def gemm_max_fraction(self, precision: Precision) -> float:
+        """The vendor's measured maximum-achievable GEMM rate at `precision` over the dense
+        peak (at most 1: a cluster file may lower the peak); 0.0 where none is published."""
+        rate, peak = getattr(self, f"{precision}_max_flops"), getattr(self, f"{precision}_flops")
+        return 0.0 if rate is None or peak is None else min(1.0, rate / peak)
 
     def peak_flops(self, precision: Precision) -> float:
         """Dense peak FLOP/s for `precision`; an InputError when the GPU has no such mode."""
@@ -295,37 +326,11 @@ def gpu_from_figures(name: str, spec: CatalogGPU, figures: GPUFigures) -> GPU:
         intra_node_bytes_per_s=si(figures.intra_node_gb_per_s_bidirectional, GIGA / DIRECTIONS),
         nvswitch=figures.nvswitch,
         reference_node=spec.reference_node,
+        **{
+            f"{precision}_max_flops": tera(getattr(spec.max_achievable_tflops, precision, None))
+            for precision in PRECISIONS
+        },
     )
-
-
-def _ranges(
-    doc: Document, ranges: dict[str, FigureRange], keys: tuple[str, ...]
-) -> dict[str, Bounds]:
-    """The `ranges:` of a data file, which must give exactly `keys`, each with min <= max."""
-    missing, unknown = sorted(set(keys) - set(ranges)), sorted(set(ranges) - set(keys))
-    if missing or unknown:
-        raise InputError(
-            f"ranges must give exactly {', '.join(keys)} (missing: {', '.join(missing) or '-'}; "
-            f"unknown: {', '.join(unknown) or '-'})",
-            doc.ref(("ranges",)),
-        )
-    bounds = {}
-    for key, r in ranges.items():
-        if r.min > r.max:
-            raise InputError(f"min({r.min:g}) > max({r.max:g})", doc.ref(("ranges", key)))
-        bounds[key] = Bounds(r.min, r.max, f"{doc.name} ranges.{key}")
-    return bounds
-
-
-def check_ranges(
-    ranges: Mapping[str, Bounds], figures: Mapping[str, float | None], doc: Document, path: KeyPath
-) -> None:
-    """An InputError at `path.key` in `doc` for the first of `figures` (key -> value in catalog
-    units; None: not given) outside its physical range."""
-    for key, value in figures.items():
-        problem = None if value is None else ranges[key].problem(value)
-        if problem:
-            raise InputError(problem, doc.ref((*path, key)))
 
 
 @cache
@@ -335,8 +340,8 @@ def load_catalog() -> Catalog:
     gdoc, ndoc = read_package_data("gpus.yaml"), read_package_data("networks.yaml")
     gfile = validate(_GPUFile, gdoc.data, gdoc)
     nfile = validate(_NetworkFile, ndoc.data, ndoc)
-    ranges = _ranges(gdoc, gfile.ranges, GPU_RANGED_KEYS)
-    ranges |= _ranges(ndoc, nfile.ranges, NETWORK_RANGED_KEYS)
+    ranges = read_ranges(gdoc, gfile.ranges, GPU_RANGED_KEYS)
+    ranges |= read_ranges(ndoc, nfile.ranges, NETWORK_RANGED_KEYS)
     networks: dict[str, Network] = {}
     for name, net in nfile.networks.items():
         _check_sources(ndoc, ("networks", name), net, NETWORK_FIGURE_KEYS)
@@ -357,7 +362,7 @@ def load_catalog() -> Catalog:
         link_latency[kind] = seconds(link.latency_us)
     gpus: dict[str, GPU] = {}
     for name, spec in gfile.gpus.items():
-        _check_sources(gdoc, ("gpus", name), spec, GPU_FIGURE_KEYS)
+        _check_sources(gdoc, ("gpus", name), spec, spec.figure_keys())
         figures = spec.model_dump(include=set(GPU_RANGED_KEYS))
         check_ranges(ranges, figures, gdoc, ("gpus", name))
         if spec.reference_node.network not in networks:

@@ -144,6 +144,8 @@ def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
         "cluster.gpu_memory": cluster.gpu.memory_bytes,
         "cluster.peak_flops": cluster.gpu.peak_flops(precision),  # type: ignore[arg-type]
         "cluster.peak_flops_16bit": cluster.gpu.peak_flops(SIXTEEN_BIT[precision]),
+        "cluster.gemm_max_fraction": cluster.gpu.gemm_max_fraction(precision),  # type: ignore[arg-type]
+        "cluster.gemm_max_fraction_16bit": cluster.gpu.gemm_max_fraction(SIXTEEN_BIT[precision]),
         "cluster.hbm_bandwidth": cluster.gpu.memory_bandwidth_bytes_per_s,
         "cluster.intra_bandwidth": cluster.intra_node_bytes_per_s,
         "cluster.intra_latency": cluster.intra_node_latency_s,

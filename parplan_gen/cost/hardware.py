@@ -29,9 +29,7 @@ from parplan_gen.cost.catalog import (
     GPU_RANGED_KEYS,
     Catalog,
     GPUFigures,
-    RawData,
     SIModel,
-    check_ranges,
     gpu_from_figures,
     load_catalog,
     lookup,
@@ -40,6 +38,7 @@ from parplan_gen.cost.catalog import (
     seconds,
     si,
 )
+from parplan_gen.cost.data_checks import RawData, check_ranges
 from parplan_gen.cost.launch_site import (
     SLURM_FLAGS,
     CpuCount,

@@ -11,7 +11,8 @@ from functools import cache
 
 from pydantic import Field, PositiveFloat
 
-from parplan_gen.cost.catalog import GIGA, RawData, load_catalog
+from parplan_gen.cost.catalog import GIGA, load_catalog
+from parplan_gen.cost.data_checks import RawData
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.source import read_package_data
 from parplan_gen.inputs.validation import validate

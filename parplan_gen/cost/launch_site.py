@@ -18,7 +18,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from parplan_gen.cost.catalog import RawData
+from parplan_gen.cost.data_checks import RawData
 from parplan_gen.cost.layout import MAX_GPUS
 
 # A host name (RFC 1123 labels; `_` too, as some sites name nodes so): never starts with `-`,

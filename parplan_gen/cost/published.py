@@ -14,7 +14,8 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
-from parplan_gen.cost.catalog import GIGA, TERA, Architecture, RawData, load_catalog
+from parplan_gen.cost.catalog import GIGA, TERA, Architecture, load_catalog
+from parplan_gen.cost.data_checks import RawData
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.source import Document, parse_document, read_package_data
 from parplan_gen.inputs.validation import validate

@@ -15,6 +15,7 @@ from typing import Literal
 
 from parplan_gen.models import pipeline_split as split
 from parplan_gen.models.kind import MODEL_KINDS, ModelKind
+from parplan_gen.rules.cluster_names import CLUSTER_NAMES
 from parplan_gen.rules.request_names import PLAN_REQUEST_NAMES
 from parplan_gen.rules.vocabulary_graph import GRAPH_MODEL_NAMES
 
@@ -200,42 +201,7 @@ _TRANSFORMER_NAMES: tuple[Name, ...] = (
 
 # The rest: the cluster, the request, the layout, an estimate's figures, proposal descriptions.
 _RUN_NAMES: tuple[Name, ...] = (
-    # --- cluster.*: the GPUs and links (from the hardware catalog or a cluster file) ----------
-    Name("cluster.gpus", "number", "GPUs", "GPUs in the job (the world size)."),
-    Name("cluster.gpus_per_node", "number", "GPUs", "GPUs per node."),
-    Name(
-        "cluster.nvlink_domain", "number", "GPUs", "GPUs of the job on one NVLink fabric (<= gpus)."
-    ),
-    Name("cluster.nodes", "number", "nodes", "Nodes."),
-    Name("cluster.gpu_memory", "number", "bytes", "Memory of one GPU."),
-    Name("cluster.peak_flops", "number", "FLOP/s", "Dense peak of one GPU at train.precision."),
-    Name(
-        "cluster.peak_flops_16bit",
-        "number",
-        "FLOP/s",
-        "Dense 16-bit peak of one GPU (FP16 for an fp16 run, else BF16): what the matmuls that "
-        "stay in 16 bits under FP8 (attention scores, LM head) run at.",
-    ),
-    Name("cluster.hbm_bandwidth", "number", "bytes/s", "Memory bandwidth of one GPU."),
-    Name(
-        "cluster.intra_bandwidth",
-        "number",
-        "bytes/s",
-        "GPU-to-GPU bandwidth in a node, per GPU, one direction.",
-    ),
-    Name("cluster.intra_latency", "number", "s", "Latency of one step over the intra-node link."),
-    Name(
-        "cluster.inter_bandwidth", "number", "bytes/s", "Network bandwidth per GPU, one direction."
-    ),
-    Name("cluster.inter_latency", "number", "s", "Latency of one step over the network."),
-    Name("cluster.nvswitch", "bool", "-", "The node has an NVSwitch (all-to-all NVLink)."),
-    Name(
-        "cluster.architecture",
-        "str",
-        "-",
-        "GPU architecture from the catalog: 'volta', 'ampere', 'ada', 'hopper', 'blackwell', "
-        "'cdna3', 'cdna4'.",
-    ),
+    *(Name(*f) for f in CLUSTER_NAMES),  # type: ignore[arg-type]
     # --- train.*: what was asked for ----------------------------------------------------------
     Name(
         "train.global_batch",

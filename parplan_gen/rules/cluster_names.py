@@ -1,0 +1,54 @@
+"""The cluster.* names a formula may read: the GPUs and links of the job, from the hardware
+catalog or a cluster file (cost/estimate.py `cluster_env` gives their values). Part of the one
+vocabulary (`vocabulary.NAMES`)."""
+
+from __future__ import annotations
+
+# (name, kind, unit, doc), as vocabulary.Name takes them.
+CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
+    ("cluster.gpus", "number", "GPUs", "GPUs in the job (the world size)."),
+    ("cluster.gpus_per_node", "number", "GPUs", "GPUs per node."),
+    ("cluster.nvlink_domain", "number", "GPUs", "GPUs of the job on one NVLink fabric (<= gpus)."),
+    ("cluster.nodes", "number", "nodes", "Nodes."),
+    ("cluster.gpu_memory", "number", "bytes", "Memory of one GPU."),
+    ("cluster.peak_flops", "number", "FLOP/s", "Dense peak of one GPU at train.precision."),
+    (
+        "cluster.peak_flops_16bit",
+        "number",
+        "FLOP/s",
+        "Dense 16-bit peak of one GPU (FP16 for an fp16 run, else BF16): what the matmuls that "
+        "stay in 16 bits under FP8 (attention scores, LM head) run at.",
+    ),
+    (
+        "cluster.gemm_max_fraction",
+        "number",
+        "-",
+        "The GPU vendor's own measured maximum-achievable GEMM rate at train.precision over "
+        "cluster.peak_flops (the catalog's max_achievable_tflops: AMD's 'MAF'); 0 where the "
+        "vendor publishes none.",
+    ),
+    (
+        "cluster.gemm_max_fraction_16bit",
+        "number",
+        "-",
+        "cluster.gemm_max_fraction at the 16-bit precision of cluster.peak_flops_16bit.",
+    ),
+    ("cluster.hbm_bandwidth", "number", "bytes/s", "Memory bandwidth of one GPU."),
+    (
+        "cluster.intra_bandwidth",
+        "number",
+        "bytes/s",
+        "GPU-to-GPU bandwidth in a node, per GPU, one direction.",
+    ),
+    ("cluster.intra_latency", "number", "s", "Latency of one step over the intra-node link."),
+    ("cluster.inter_bandwidth", "number", "bytes/s", "Network bandwidth per GPU, one direction."),
+    ("cluster.inter_latency", "number", "s", "Latency of one step over the network."),
+    ("cluster.nvswitch", "bool", "-", "The node has an NVSwitch (all-to-all NVLink)."),
+    (
+        "cluster.architecture",
+        "str",
+        "-",
+        "GPU architecture from the catalog: 'volta', 'ampere', 'ada', 'hopper', 'blackwell', "
+        "'cdna3', 'cdna4'.",
+    ),
+)
