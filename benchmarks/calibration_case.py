@@ -317,6 +317,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         memory_reserved_peak=facts.memory_figure == "reserved_peak",
         fp8_recipe=recipe,
         tp_comm_overlap=facts.tp_comm_overlap,
+        chunked_loss=facts.chunked_loss,
         validation=facts.validation,
     )
 

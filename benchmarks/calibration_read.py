@@ -106,6 +106,7 @@ class Case:
     memory_reserved_peak: bool = False  # the published memory is the allocator's reserved peak
     fp8_recipe: str | None = None  # the FP8 recipe the source ran (calibration_rows.yaml)
     tp_comm_overlap: bool = True  # the source's framework could overlap TP traffic
+    chunked_loss: bool = False  # the source's torchtitan computed the loss in sequence chunks
     validation: bool = False  # a validation row (its source says so): never fitted on
 
     @property
@@ -120,6 +121,7 @@ class Case:
             env["train.fp8_recipe"] = self.fp8_recipe
         if not self.tp_comm_overlap:
             env["train.tp_comm_overlap"] = False
+        env["train.chunked_loss"] = self.chunked_loss
         return env
 
 
@@ -147,6 +149,10 @@ class RowFacts:
     fp8_recipe_reason: str = ""
     tp_comm_overlap: bool = True  # False: the source's framework ran TP traffic unoverlapped
     tp_comm_overlap_reason: str = ""
+    # torchtitan's ChunkedLossWrapper (components/loss.py, since 786e26f8e, 2026-04-27), which
+    # every plan's torchtitan 0.3 runs: no published run used it (calibration_rows.yaml
+    # `chunked_loss`, default false)
+    chunked_loss: bool = False
     # why the source's TFLOP/s is not on the model FLOPs' count, or "" when it is; the row
     # is then compared on its tokens per second (x model FLOPs) where it gives them
     tflops_count_reason: str = ""
@@ -193,6 +199,7 @@ def row_facts(name: str) -> RowFacts:
         fp8_recipe_reason=str(source.get("fp8_recipe_reason", "")).strip(),
         tp_comm_overlap=bool(source.get("tp_comm_overlap", True)),
         tp_comm_overlap_reason=str(source.get("tp_comm_overlap_reason", "")).strip(),
+        chunked_loss=bool(source.get("chunked_loss", False)),
         tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),
         interleaved_reason=str(source.get("interleaved_reason", "")).strip(),
         validation=bool(source.get("validation", False)),

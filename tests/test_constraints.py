@@ -219,6 +219,14 @@ CASES = [
         "torchtitan: with cp (2) > 1 the parameters are sharded over cp (FSDP), not replicated (ZeRO 0)",
     ),
     (
+        # 4104 tokens over cp 2: 2052 a rank, which 8 chunks do not divide (2052 = 8 x 256 + 4)
+        "torchtitan.loss_chunks_divide_sequence",
+        {"cp": 2, "zero_stage": 3},
+        {"seq_len": 4104},
+        "torchtitan 0.3 splits each rank's sequence (seq_len / cp = 2052) into 8 chunks for the "
+        "LM head and the loss, and refuses a length they do not divide",
+    ),
+    (
         "zero.needs_data_parallel",
         {"zero_stage": 2, "dp": 1, "tp": 8},
         {},

@@ -15,6 +15,11 @@ The loss (train.py loss_fn, cross_entropy over fp32 logits) peaks in its backwar
 per token and vocabulary entry, and the final norm and LM head keep 4h + 2h + 2h = 8h bytes per
 token: with mbs 2 x 8192 = 16,384 tokens,
   16,384 x (32 x 63,616 + 12 x 128,256 + 8 x 4096) = 59,106,131,968 bytes of activations.
+That is the torchtitan the calibration rows ran. torchtitan 0.3, which a plan's files run, takes
+the LM head and the loss a sequence chunk at a time (components/loss.py ChunkedLossWrapper,
+num_chunks 8, the llama3 configs' loss): one chunk's 16-bit logits and loss tensors, (12 + 2) x
+V / 8 bytes per token, and an fp32 accumulator of the hidden states' gradient, 4h:
+  16,384 x (32 x 63,616 + 14 x 128,256 / 8 + 8 x 4096 + 4 x 4096) = 37,835,767,808 bytes.
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ from formula_env import formula_env, formula_value
 OP_SAC_BYTES = 63_616
 OP_SAC_BYTES_TP2 = 44_096
 TT_8B_ACTIVATION_BYTES = 59_106_131_968
+TT03_8B_ACTIVATION_BYTES = 37_835_767_808
 
 
-def _value(name: str, backend: str, gpus: int = 8, **layout: Any) -> float:
+def _value(
+    name: str, backend: str, gpus: int = 8, *, chunked_loss: bool = False, **layout: Any
+) -> float:
     options = {"zero_stage": 3} | layout
     env = formula_env("llama-3-8b", {"gpus": gpus, "gpu": "h100"}, backend, **options)
-    return formula_value(name, env)
+    return formula_value(name, env | {"train.chunked_loss": chunked_loss})
 
 
 def _act_per_token_layer(backend: str, **layout: Any) -> float:
@@ -52,6 +60,20 @@ def test_torchtitan_8b_activations_hold_the_fp32_loss_backward() -> None:
         "activation_bytes", "torchtitan", mbs=2, global_batch=16, recompute="selective"
     )
     assert activations == TT_8B_ACTIVATION_BYTES
+
+
+def test_torchtitan_03_chunks_the_loss() -> None:
+    layout = {"mbs": 2, "global_batch": 16, "recompute": "selective"}
+    chunked = _value("activation_bytes", "torchtitan", chunked_loss=True, **layout)
+    assert chunked == TT03_8B_ACTIVATION_BYTES
+    # a plan's files run torchtitan 0.3: the estimate of a plan is the chunked one
+    plan_env = formula_env("llama-3-8b", {"gpus": 8, "gpu": "h100"}, "torchtitan", zero_stage=3)
+    assert plan_env["train.chunked_loss"] is True
+    # other backends: Korthikanti's 4 bytes per token and vocabulary entry, chunked or not
+    megatron = {"zero_stage": 0, **layout}
+    assert _value("logits_bytes", "megatron", chunked_loss=True, **megatron) == _value(
+        "logits_bytes", "megatron", **megatron
+    )
 
 
 def test_under_pp_fsdp2_keeps_the_stage_whole_with_fp32_grads() -> None:

@@ -128,9 +128,10 @@ class Estimate(BaseModel):
 
 
 # What the frameworks parplan renders for can do, as the rules name it: each backend overlaps
-# TP traffic where the layout allows it (rules/cost/time.yaml tp_comm_overlapped); calibration
-# sets false for sources whose framework had no such overlap.
-FRAMEWORK_FEATURES: dict[str, Any] = {"train.tp_comm_overlap": True}
+# TP traffic where the layout allows it (rules/cost/time.yaml tp_comm_overlapped), and
+# torchtitan 0.3's configs compute the loss in sequence chunks (rules/cost/memory.yaml
+# logits_bytes); calibration sets them for each source as its framework ran.
+FRAMEWORK_FEATURES: dict[str, Any] = {"train.tp_comm_overlap": True, "train.chunked_loss": True}
 
 
 def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:

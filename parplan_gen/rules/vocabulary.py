@@ -236,6 +236,14 @@ _RUN_NAMES: tuple[Name, ...] = (
         "--tp-comm-overlap, torchtitan async TP) where the layout allows it: true for every "
         "plan; false only for calibration runs whose framework predates it.",
     ),
+    Name(
+        "train.chunked_loss",
+        "bool",
+        "-",
+        "torchtitan computes the LM head and the loss a sequence chunk at a time (0.3's "
+        "ChunkedLossWrapper, which its llama3 configs use): true for every plan; false for "
+        "calibration runs, whose torchtitan predates it.",
+    ),
     # --- plan.*: the layout being estimated (cost.layout.PLAN_FIELDS: the Layout's fields) ------
     Name("plan.dp", "number", "ranks", "Data-parallel size."),
     Name("plan.tp", "number", "ranks", "Tensor-parallel size."),
