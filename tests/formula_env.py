@@ -4,6 +4,7 @@ catalog cluster, and a named formula's value in it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from parplan_gen.api import load_cluster_spec, load_model
@@ -15,13 +16,16 @@ from parplan_gen.rules.ruleset import builtin_rules
 LAYOUT_DEFAULTS = {"mbs": 1, "global_batch": 64, "seq_len": 8192}
 
 
-def formula_env(model: str, cluster: dict[str, Any], backend: str, **layout: Any) -> dict[str, Any]:
-    """The names the cost rules read for `model` on `cluster` (a --gpus/--gpu mapping) with a
-    layout of the cluster's GPUs (mbs 1, global batch 64, seq 8192 unless given)."""
-    plan = build_layout(cluster["gpus"], **(LAYOUT_DEFAULTS | layout))
+def formula_env(
+    model: str, cluster: dict[str, Any] | Path, backend: str, **layout: Any
+) -> dict[str, Any]:
+    """The names the cost rules read for `model` on `cluster` (a --gpus/--gpu mapping or a
+    cluster file) with a layout of the cluster's GPUs (mbs 1, global batch 64, seq 8192 unless
+    given)."""
+    found = load_cluster_spec(cluster)
+    plan = build_layout(found.num_gpus, **(LAYOUT_DEFAULTS | layout))
     evaluator = Evaluator(builtin_rules(), backend=backend)  # type: ignore[arg-type]
-    spec, found = load_model(model), load_cluster_spec(cluster)
-    return evaluator.env(spec, found, plan, flash_attention=True)
+    return evaluator.env(load_model(model), found, plan, flash_attention=True)
 
 
 def formula_value(name: str, env: dict[str, Any]) -> float:

@@ -204,8 +204,8 @@ def test_amd_max_achievable_flops_are_the_vendor_table_over_the_dense_peaks():
     for name in ("h100", "b200", "a100-80gb", "mi355x"):
         assert catalog.gpu(name).gemm_max_fraction("bf16") == 0.0, name
     # plan.json keeps its keys of before for a GPU without them, and carries them where given
-    assert "bf16_max_flops" not in catalog.gpu("h100").model_dump(mode="json")
-    assert mi300x.model_dump(mode="json")["fp8_max_flops"] == 1273e12
+    assert "bf16_max_fraction" not in catalog.gpu("h100").model_dump(mode="json")
+    assert mi300x.model_dump(mode="json")["fp8_max_fraction"] == pytest.approx(1273 / 2614.9)
 
 
 @pytest.mark.parametrize(

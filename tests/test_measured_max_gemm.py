@@ -12,6 +12,8 @@ The MI300X is priced at Hopper's fraction of its peak times the ratio of the two
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from formula_env import formula_env, formula_value
 from te_gemm_benchmark import (
@@ -30,8 +32,9 @@ NVIDIA_BF16 = te_layer_flops() / (TE_H200_BF16_MS * MS) / H200_NVL_BF16_PEAK  # 
 NVIDIA_FP8 = te_layer_flops() / (TE_H200_FP8_KERNELS_MS * MS) / H200_NVL_FP8_PEAK  # 0.6838
 
 
-def _env(gpu: str, precision: str = "bf16") -> dict:
-    return formula_env("llama-3-8b", {"gpus": 8, "gpu": gpu}, "megatron", precision=precision)
+def _env(gpu: str | Path, precision: str = "bf16") -> dict:
+    cluster = gpu if isinstance(gpu, Path) else {"gpus": 8, "gpu": gpu}
+    return formula_env("llama-3-8b", cluster, "megatron", precision=precision)
 
 
 @pytest.mark.parametrize(("gpu", "fraction"), [("mi300x", MI300X_BF16), ("mi325x", MI325X_BF16)])
@@ -75,3 +78,28 @@ def test_an_amd_gpu_without_a_published_figure_has_no_measured_term() -> None:
     assert env["cluster.gemm_max_fraction"] == env["cluster.gemm_max_fraction_16bit"] == 0.0
     assert formula_value("architecture_gemm_scale", env) == 1.0
     assert formula_value("measured_max_fp8_scale", env) == 1.0
+
+
+def test_an_fp16_plan_uses_the_vendors_fp16_figure() -> None:
+    """AMD's FP16 MAF (654) is below its BF16 one (708) at the same peak; the scale follows."""
+    env = _env("mi300x", "fp16")
+    assert env["cluster.gemm_max_fraction_16bit"] == pytest.approx(654 / 1307.4)
+    assert formula_value("architecture_gemm_scale", env) == pytest.approx(
+        formula_value("hopper_gemm_scale", env) * (654 / 1307.4) / NVIDIA_BF16, rel=1e-9
+    )
+    assert formula_value("measured_max_fp8_scale", env) == 1.0
+
+
+def test_a_lowered_peak_lowers_the_priced_rate_with_it(tmp_path: Path) -> None:
+    """The measured rate is a fraction of the peak AMD measured against (1,307.4): a cluster
+    file that lowers the peak (a power-capped part) keeps the fraction, so the priced GEMM rate
+    falls with the peak rather than staying at the 750 W part's 708 TFLOP/s."""
+    path = tmp_path / "capped.yaml"
+    path.write_text("gpu: mi300x\nnodes: 1\noverrides:\n  bf16_dense_tflops: 900\n")
+    capped, stock = _env(path), _env("mi300x")
+    assert capped["cluster.gemm_max_fraction_16bit"] == stock["cluster.gemm_max_fraction_16bit"]
+    rate = {
+        name: formula_value("gemm_efficiency", env) * env["cluster.peak_flops_16bit"]
+        for name, env in (("capped", capped), ("stock", stock))
+    }
+    assert rate["capped"] == pytest.approx(rate["stock"] * 900 / 1307.4, rel=1e-9)

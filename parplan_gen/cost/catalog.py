@@ -80,8 +80,7 @@ class _Sourced(RawData):
 
 
 class MaxAchievable(RawData):
-    """A vendor's own measured maximum-achievable dense GEMM rate per precision (AMD's
-    "Max-Achievable FLOPs"), 1e12 FLOP/s; None: not measured at that precision."""
+    """A vendor's measured maximum-achievable dense GEMM rates (AMD's MAF), 1e12 FLOP/s."""
 
     bf16: PositiveFloat | None = None
     fp16: PositiveFloat | None = None
@@ -112,15 +111,26 @@ class CatalogGPU(GPUFigures, _Sourced):
 
     @field_validator("max_achievable_tflops")
     @classmethod
-    def _within_peak(cls, measured: MaxAchievable | None, info: ValidationInfo) -> Any:
+    def _within_peak(
+        cls, measured: MaxAchievable | None, info: ValidationInfo
+    ) -> MaxAchievable | None:
         for precision in () if measured is None else PRECISIONS:
-            rate, peak = getattr(measured, precision), info.data.get(f"{precision}_dense_tflops")
+            key = f"{precision}_dense_tflops"
+            if key not in info.data:
+                continue  # the peak's own error is the one reported
+            rate, peak = getattr(measured, precision), info.data[key]
             if rate is not None and (peak is None or rate > peak):
                 shown = "none" if peak is None else f"{peak:g}"
                 raise ValueError(
                     f"{precision} ({rate:g}) exceeds the dense {precision} peak ({shown})"
                 )
         return measured
+
+    def max_fraction(self, precision: Precision) -> float | None:
+        """The measured maximum rate at `precision` over the peak it was measured against."""
+        rate = getattr(self.max_achievable_tflops, precision, None)
+        peak = getattr(self, f"{precision}_dense_tflops")
+        return None if rate is None or peak is None else rate / peak
 
     def figure_keys(self) -> tuple[str, ...]:
         """The figures this entry gives, each of which must name its source."""
@@ -210,28 +220,22 @@ class GPU(SIModel):
     intra_node_bytes_per_s: PositiveFloat = Field(description="Per GPU, one direction, B/s.")
     nvswitch: bool
     reference_node: ReferenceNode
-    bf16_max_flops: PositiveFloat | None = Field(
-        None, description="The vendor's measured maximum-achievable BF16 GEMM rate, FLOP/s."
-    )
-    fp16_max_flops: PositiveFloat | None = Field(
-        None, description="The vendor's measured maximum-achievable FP16 GEMM rate, FLOP/s."
-    )
-    fp8_max_flops: PositiveFloat | None = Field(
-        None, description="The vendor's measured maximum-achievable FP8 GEMM rate, FLOP/s."
-    )
+    # The vendor's measured maximum-achievable GEMM rate over the catalog peak it was measured
+    # against: a cluster file's overridden peak scales the rate with it.
+    bf16_max_fraction: float | None = Field(None, gt=0, le=1, description="BF16 GEMM rate / peak.")
+    fp16_max_fraction: float | None = Field(None, gt=0, le=1, description="FP16 GEMM rate / peak.")
+    fp8_max_fraction: float | None = Field(None, gt=0, le=1, description="FP8 GEMM rate / peak.")
 
     @model_serializer(mode="wrap")
     def _without_unmeasured(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # measured maximum rates only where given: plan.json keeps its keys for every other GPU
+        # measured fractions only where given: plan.json keeps its keys for every other GPU
         data = handler(self)
-        unset = {f"{p}_max_flops" for p in PRECISIONS if getattr(self, f"{p}_max_flops") is None}
-        return {k: v for k, v in data.items() if k not in unset}
+        return {k: v for k, v in data.items() if v is not None or not k.endswith("_max_fraction")}
 
     def gemm_max_fraction(self, precision: Precision) -> float:
         """The vendor's measured maximum-achievable GEMM rate at `precision` over the dense
-        peak (at most 1: a cluster file may lower the peak); 0.0 where none is published."""
-        rate, peak = getattr(self, f"{precision}_max_flops"), getattr(self, f"{precision}_flops")
-        return 0.0 if rate is None or peak is None else min(1.0, rate / peak)
+        peak; 0.0 where none is published."""
+        return float(getattr(self, f"{precision}_max_fraction") or 0.0)
 
     def peak_flops(self, precision: Precision) -> float:
         """Dense peak FLOP/s for `precision`; an InputError when the GPU has no such mode."""
@@ -326,10 +330,7 @@ def gpu_from_figures(name: str, spec: CatalogGPU, figures: GPUFigures) -> GPU:
         intra_node_bytes_per_s=si(figures.intra_node_gb_per_s_bidirectional, GIGA / DIRECTIONS),
         nvswitch=figures.nvswitch,
         reference_node=spec.reference_node,
-        **{
-            f"{precision}_max_flops": tera(getattr(spec.max_achievable_tflops, precision, None))
-            for precision in PRECISIONS
-        },
+        **{f"{precision}_max_fraction": spec.max_fraction(precision) for precision in PRECISIONS},
     )
 
 

@@ -24,8 +24,9 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "number",
         "-",
         "The GPU vendor's own measured maximum-achievable GEMM rate at train.precision over "
-        "cluster.peak_flops (the catalog's max_achievable_tflops: AMD's 'MAF'); 0 where the "
-        "vendor publishes none.",
+        "the dense peak it was measured against (the catalog's max_achievable_tflops: AMD's "
+        "'MAF'; a cluster file's overridden peak keeps the fraction); 0 where the vendor "
+        "publishes none.",
     ),
     (
         "cluster.gemm_max_fraction_16bit",
