@@ -180,12 +180,11 @@ def test_check_says_what_the_planner_offers(cli: Callable[..., Run]) -> None:
 
 
 def test_advice_never_offers_what_a_rule_rules_out(cli: Callable[..., Run]) -> None:
-    # Llama 3 8B on one H100 does not fit; the closest candidate (least memory) is torchtitan's,
-    # whose 0.3 configs chunk the loss, and its FSDP on a single replica shards nothing
-    # (zero.needs_data_parallel), as Megatron-FSDP's and DeepSpeed's ZeRO-3 do, so it is not
-    # offered as a way to fit (advice stays on that backend).
+    # Llama 3 8B on one H100 does not fit; the closest candidate is Megatron-LM's, and its
+    # ZeRO-3 (Megatron-FSDP) on a single replica shards nothing (zero.needs_data_parallel), as
+    # DeepSpeed's does, so it is not offered as a way to fit (advice stays on that backend).
     run = cli("plan", "llama-3-8b", "--gpus", "1", "--gpu", "h100", "--global-batch", "16")
-    assert "Closest candidate: torchtitan 0.3:" in run.out
+    assert "Closest candidate: megatron core_r0.13:" in run.out
     assert (
         "  - ZeRO-3: not possible with this layout (optimizer sharding over a single "
         "rank (dp x cp = 1) shards nothing)\n" in run.out

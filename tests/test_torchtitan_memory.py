@@ -18,8 +18,11 @@ token: with mbs 2 x 8192 = 16,384 tokens,
 That is the torchtitan the calibration rows ran. torchtitan 0.3, which a plan's files run, takes
 the LM head and the loss a sequence chunk at a time (components/loss.py ChunkedLossWrapper,
 num_chunks 8, the llama3 configs' loss): one chunk's 16-bit logits and loss tensors, (12 + 2) x
-V / 8 bytes per token, and an fp32 accumulator of the hidden states' gradient, 4h:
-  16,384 x (32 x 63,616 + 14 x 128,256 / 8 + 8 x 4096 + 4 x 4096) = 37,835,767,808 bytes.
+V / 8 bytes per token, an fp32 accumulator of the hidden states' gradient, 4h, the chunks
+themselves, copies at mbs 2 (2h), and the LM head's fp32 gradient, which FSDP2 keeps unsharded
+while chunks 0-6 run with gradient sync off (4 x V x h = 4 x 525,336,576):
+  16,384 x (32 x 63,616 + 14 x 128,256 / 8 + 8 x 4096 + 6 x 4096) + 2,101,346,304
+  = 40,071,331,840 bytes.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from formula_env import formula_env, formula_value
 OP_SAC_BYTES = 63_616
 OP_SAC_BYTES_TP2 = 44_096
 TT_8B_ACTIVATION_BYTES = 59_106_131_968
-TT03_8B_ACTIVATION_BYTES = 37_835_767_808
+TT03_8B_ACTIVATION_BYTES = 40_071_331_840
 
 
 def _value(
