@@ -24,8 +24,8 @@ from parplan_gen.render.report import md
 
 README = (__import__("conftest").REPO / "README.md").read_text(encoding="utf-8")
 TRANSFORMER_PARTS = (
-    "compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s", "ep_comm_s", "bubble_s",
-    "optimizer_s",
+    "compute_s", "overlap_cost_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
+    "ep_comm_s", "bubble_s", "optimizer_s",
 )  # fmt: skip
 TRANSFORMER_DIMS = ("dp", "tp", "pp", "cp", "ep", "vpp", "sp")  # ModelSpec.layout_dims
 SIXTEEN_NODES = cluster("h100-16nodes", H100, 128)

@@ -302,6 +302,7 @@ CONTRACT: dict[str, dict[str, type]] = {
             "dp_comm_s",
             "ep_comm_s",
             "bn_comm_s",
+            "overlap_cost_s",  # what hidden communication costs the compute beside it
             "bubble_s",
             "optimizer_s",
             "tp_exposed_s",  # the parts of tp_comm_s / dp_comm_s not hidden behind compute

@@ -13,6 +13,7 @@ BAR = 40  # characters for the whole capacity
 MAX_BAR = 3 * BAR  # a longer bar is cut and ends with ">" (a tiny GPU must not print megabytes)
 TIME_LABELS = {
     "compute_s": "compute",
+    "overlap_cost_s": "compute slowed by hidden comm",
     "tp_comm_s": "tensor-parallel comm",
     "cp_comm_s": "context-parallel comm",
     "pp_comm_s": "pipeline p2p",

@@ -33,6 +33,7 @@ TIME_PARTS = (
     "dp_comm_s",
     "ep_comm_s",
     "bn_comm_s",
+    "overlap_cost_s",
     "bubble_s",
     "optimizer_s",
 )
@@ -71,6 +72,8 @@ class TimeBreakdown(BaseModel):
     dp_comm_s: float
     ep_comm_s: float
     bn_comm_s: float = 0.0  # SyncBatchNorm statistics (graph models); absent in older plan.json
+    # What hidden communication costs the compute beside it (absent in older plan.json).
+    overlap_cost_s: float = 0.0
     bubble_s: float
     optimizer_s: float
     # What of tp_comm_s / dp_comm_s is exposed (not hidden behind compute); None: a plan.json

@@ -153,7 +153,7 @@ class EstimateSection(_Strict):
     time: dict[str, NumberOrFormula] = Field(
         default_factory=dict,
         description="Seconds per step: compute_s, tp_comm_s, cp_comm_s, pp_comm_s, dp_comm_s, "
-        "ep_comm_s, bn_comm_s, optimizer_s, bubble_s, step_s; optional tp_exposed_s, "
+        "ep_comm_s, bn_comm_s, overlap_cost_s, optimizer_s, bubble_s, step_s; optional tp_exposed_s, "
         "dp_exposed_s (the parts of tp_comm_s, dp_comm_s not hidden behind compute).",
     )
     throughput: dict[str, NumberOrFormula] = Field(
