@@ -199,14 +199,11 @@ def full_rules() -> RuleSet:
     return load_rules()
 
 
-# Named formulas of the rules (time.yaml, sharding.yaml), shown beside the estimate's figures.
-NAMED_COLUMNS = ("elementwise_s", "stage_overlap_cost_s", "dp_overlap_cost_s")
 BREAKDOWN_COLUMNS = (
     "step_s",
     "compute_s",
-    "elementwise_s",  # part of compute_s
-    "stage_overlap_cost_s",  # part of compute_s: hidden TP / CP / EP traffic slowing it
-    "dp_overlap_cost_s",  # part of compute_s: hidden data-parallel traffic slowing it
+    "elementwise_s",  # a named formula of time.yaml, part of compute_s
+    "overlap_cost_s",  # what hidden communication costs the compute beside it
     "tp_comm_s",
     "pp_comm_s",
     "dp_comm_s",
@@ -217,8 +214,7 @@ BREAKDOWN_COLUMNS = (
 
 def format_breakdown(rules: RuleSet, cases: Sequence[Case]) -> str:
     """Each run's predicted step time and its parts in seconds (dp_comm_s before overlap;
-    compute_s includes elementwise_s, the memory-bound kernels, and the two overlap costs, the
-    slowdown of the compute that hidden communication runs beside)."""
+    compute_s includes elementwise_s, the memory-bound kernels)."""
     width = max([len(c.name) for c in cases] + [4])
     lines = [f"{'run':<{width}} " + " ".join(f"{c:>13}" for c in BREAKDOWN_COLUMNS)]
     for case in cases:
@@ -229,7 +225,7 @@ def format_breakdown(rules: RuleSet, cases: Sequence[Case]) -> str:
         )
         figures = model.figures(env)
         values = [
-            named_value(rules, c, env) if c in NAMED_COLUMNS else figures[f"time_{c}"]
+            named_value(rules, c, env) if c == "elementwise_s" else figures[f"time_{c}"]
             for c in BREAKDOWN_COLUMNS
         ]
         lines.append(f"{case.name:<{width}} " + " ".join(f"{v:13.3f}" for v in values))
