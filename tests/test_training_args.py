@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parplan_gen.cost.layout import Layout
@@ -184,6 +184,7 @@ def test_schedule_is_gpt3_appendix_b() -> None:
     assert s.rule.decay_style == "cosine"
 
 
+@settings(deadline=None)  # the first example loads the rule file: no per-example timing
 @given(st.floats(1e6, 1e13), st.floats(1.0, 100.0))
 def test_a_bigger_model_never_gets_a_higher_peak_lr(params: float, ratio: float) -> None:
     rule = schedule_rule()
@@ -337,6 +338,7 @@ def test_every_published_schedule_is_a_catalog_models_and_decays() -> None:
         assert 0 < s.min_lr < s.lr and 0 < s.warmup_fraction < 1, name
 
 
+@settings(deadline=None)
 @given(
     st.sampled_from(["llama-3-405b", "deepseek-v3", "bloom-176b", "my-model"]),
     st.integers(1, 10**8),
