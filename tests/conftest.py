@@ -6,7 +6,9 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +27,9 @@ RUN_FILES = (
     SHARED_CALIBRATION / "published_runs_modern.yaml",
 )
 NO_RUN_FILES = not all(f.is_file() for f in RUN_FILES)
+# The writer's journal key (render/journal.py) lives in $XDG_STATE_HOME/parplan: the tests use a
+# folder of their own (per worker), never the user's, and every run they start inherits it.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="parplan-state-")
 
 
 def run_entries(*paths: Path) -> list[dict]:

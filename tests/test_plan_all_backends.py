@@ -116,3 +116,36 @@ def test_out_with_no_backend_that_runs_is_refused(cli: Callable[..., Run], tmp_p
     assert run.code != 0
     assert "no backend runs a plan of this request" in run.err
     assert not (tmp_path / "x").exists()
+
+
+def test_out_is_one_change_a_refusal_writes_no_backend_folder(
+    cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    """A second run refused for one backend's different file writes none of its folders (the
+    probe's case: the new DIR/megatron/ was left beside the old run's folders and README), and
+    with --force a backend that no longer runs leaves no folder behind."""
+    out, small = tmp_path / "all", ("llama-3-8b", "--gpus", "8", "--gpu", "h100")
+
+    def files() -> dict[str, bytes]:
+        return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    first = cli("plan", *small, "--global-batch", "64", "--all-backends", "--backend", "deepspeed",
+                "--out", out)  # fmt: skip
+    assert first.code == 0, first.err
+    before = files()
+    both = ("--all-backends", "--backend", "deepspeed", "--backend", "megatron", "--out", out)
+    refused = cli("plan", *small, "--global-batch", "128", *both)
+    assert refused.code == 1
+    assert "will not overwrite deepspeed/ds_config.json, " in refused.err
+    assert "deepspeed/plan.json, README.md (content differs)" in refused.err
+    assert files() == before and not (out / "megatron").exists()
+    forced = cli("plan", *small, "--global-batch", "128", *both, "--force")
+    assert forced.code == 0, forced.err
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "deepspeed", "megatron"]
+    alone = ("--all-backends", "--backend", "megatron", "--out", out)
+    kept = cli("plan", *small, "--global-batch", "128", *alone)
+    assert kept.code == 1 and "will not remove deepspeed/plan.json" in kept.err
+    retired = cli("plan", *small, "--global-batch", "128", *alone, "--force")
+    assert retired.code == 0, retired.err
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "megatron"]
+    assert "removed    " + str(out / "deepspeed" / "plan.json") in retired.err

@@ -270,6 +270,26 @@ def test_a_name_that_is_no_folder_is_a_usage_error(out, message, tmp_path, monke
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    ("out", "shown"),
+    [
+        ("a" * 300, "a" * 200 + "... (100 more characters)"),  # over NAME_MAX (255 on Linux)
+        ("a/" * 3000, "a/" * 100 + "... (5799 more characters)"),  # PATH_MAX; no final /
+        ("ok/" + "b" * 300 + "/c", "ok/" + "b" * 197 + "... (105 more characters)"),
+    ],
+)
+def test_an_over_long_out_is_one_error_line_and_makes_no_folder(
+    out, shown, tmp_path, monkeypatch, capsys, plan_jsons
+):
+    """The system refuses the name (ENAMETOOLONG) before any folder is made: one error line,
+    the name cut, exit 1 (issue 31: it was a traceback)."""
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr, _ = run(["render", str(plan_jsons["single_node"]), "--out", out], capsys)
+    assert (code, stdout) == (1, "")
+    assert stderr == f"parplan: error: cannot write into {shown}: File name too long\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_status_names_written_unchanged_and_removed_files(tmp_path, fast_writer):
     out = tmp_path / "out"
     _place(out, PLANS["single_node"])

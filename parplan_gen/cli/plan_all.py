@@ -90,16 +90,27 @@ def summary_text(found: dict[str, Plan | str], best: str | None, out: str | None
 
 
 def _write(plans: dict[str, Plan], summary: str, args: argparse.Namespace) -> None:
-    from parplan_gen.cli.render import write_plan_files
+    """Every backend's files under DIR/<backend>/ and DIR/README.md, rendered first and written
+    as one change: a refusal (a different file without --force) writes nothing at all. Files a
+    plan of any backend (or a single plan) left there that this run has not are removed with
+    the rest, and, like a different file, only with --force."""
+    from parplan_gen.cli.render import render_options, write_files
     from parplan_gen.inputs.errors import InputError
-    from parplan_gen.render.writer import write_rendered
+    from parplan_gen.planning.backends import BACKENDS
+    from parplan_gen.render.plan_files import output_names
+    from parplan_gen.render.render_options import render_files
 
     if not plans:
         raise InputError(
             f"--out {args.out}: no backend runs a plan of this request; no files written "
             "(run without --out to see why)"
         )
-    for name, p in plans.items():
-        write_plan_files(p.document, Path(args.out) / name, args, stream=sys.stderr)
-    status = write_rendered(args.out, {README: summary}, force=args.force)
-    sys.stderr.write(f"{status[README]:9}  {Path(args.out) / README}\n")
+    options = render_options(args)
+    files = {
+        f"{name}/{file}": text
+        for name, p in plans.items()
+        for file, text in render_files(p.document, options).items()
+    }
+    files[README] = summary
+    known = [*output_names(), *(f"{b}/{n}" for b in BACKENDS for n in output_names())]
+    write_files(args.out, files, [n for n in known if n not in files], args, stream=sys.stderr)

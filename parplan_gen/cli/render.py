@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -109,15 +110,39 @@ def write_plan_files(
     """Render `doc` with the rendering options in `args`, write it into `out`, and list the
     files on `stream` (default stdout; `parplan plan --json --out` passes stderr); what the
     writer repaired of an interrupted earlier write is told on stderr."""
-    from parplan_gen.cli.main import PROG
     from parplan_gen.render.render_options import write_plan
+
+    return _reported(out, lambda: write_plan(doc, out, render_options(args)), stream)
+
+
+def write_files(
+    out: str | Path,
+    files: dict[str, str],
+    retire: list[str],
+    args: argparse.Namespace,
+    *,
+    stream: TextIO | None = None,
+) -> int:
+    """Write rendered `files` into `out` as one change (`retire`: names an earlier plan may
+    have left), reported as `write_plan_files` reports."""
+    from parplan_gen.render.writer import write_rendered
+
+    return _reported(
+        out, lambda: write_rendered(out, files, force=args.force, retire=retire), stream
+    )
+
+
+def _reported(out: str | Path, write: Callable[[], dict[str, str]], stream: TextIO | None) -> int:
+    """Run `write`, telling on stderr what the writer repaired of an interrupted earlier write
+    (even when the write is then refused), and list what it did on `stream` (default stdout)."""
+    from parplan_gen.cli.main import PROG
     from parplan_gen.render.writer import WriteWarning
 
     with warnings.catch_warnings(record=True) as repairs:
         warnings.simplefilter("always", WriteWarning)
         try:
-            status = write_plan(doc, out, render_options(args))
-        finally:  # what was repaired is told even when the write is then refused
+            status = write()
+        finally:
             for repair in repairs:
                 sys.stderr.write(f"{PROG}: warning: {repair.message}\n")
     stream = stream or sys.stdout

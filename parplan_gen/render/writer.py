@@ -12,33 +12,58 @@ POSIX renames one file atomically, never a set. The set changes as one in this s
    removed. Ctrl-C or SIGTERM before this step removes the temporary files; during it, the
    signal waits until the set is in place.
 4. A run killed outright (kill -9, a power cut) cleans nothing up. The next run into the folder,
-   under the lock, completes the change a journal lists (its files were all staged and synced
-   before the journal was written), removes temporary files that no journal lists, and says so
-   with a WriteWarning. A mixed folder therefore always holds the journal that marks it.
+   under the lock, completes the change its journal lists if the journal proves to be this
+   user's run's (render/journal.py: an HMAC under a key outside the folder, the run's token in
+   every staged name, each staged file's SHA-256, each replaced or removed file as it was seen),
+   removes staged files that no journal lists, and says so with a WriteWarning. A journal that
+   does not prove itself is discarded: nothing it names is renamed or removed.
 
 Files of the user's own in the folder are kept; only the writer's own names (LOCK_NAME,
-JOURNAL_NAME, `.NAME.parplan-XXXX.tmp`) are ever created or removed besides the rendered files.
+JOURNAL_NAME, `.NAME.parplan-TOKEN-XXXX.tmp`) are ever created or removed besides the rendered
+files. A rendered name may have one folder part (`plan --all-backends` writes DIR/<backend>/):
+such a folder is made if missing, never followed if it is a symbolic link.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
 import os
-import re
 import stat
 import tempfile
-import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from parplan_gen.inputs.errors import UsageError
 from parplan_gen.inputs.resources import shipped_dir
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.render.checks import RenderError, check_files
 from parplan_gen.render.folder_lock import locked, signals_held, terminating_signals_raise
+from parplan_gen.render.journal import (
+    JOURNAL_NAME,
+    STAGED_INFIX,
+    Journal,
+    Removal,
+    Seen,
+    Staged,
+    digest,
+    journal_bytes,
+    journal_key,
+    plain_name,
+    staged_prefix,
+)
+from parplan_gen.render.recovery import (
+    WriteWarning,
+    exists,
+    kind,
+    recover,
+    settle,
+    subfolders,
+    sweep,
+    sync_folder,
+)
+
+__all__ = ["JOURNAL_NAME", "LOCK_NAME", "STAGED_INFIX", "WriteWarning", "write_rendered"]
 
 NCCL_REFERENCE = Path("nccl", "nccl_env.yaml")  # shared/reference/nccl_env.yaml, shipped
 EXECUTABLE_SUFFIXES = (".sh", ".sbatch")
@@ -46,19 +71,9 @@ EXECUTABLE_MODE = 0o755
 FILE_MODE = 0o644
 
 LOCK_NAME = ".parplan.lock"  # held while a run writes; removed when it is done
-JOURNAL_NAME = ".parplan.journal"  # exists only while (or when a killed run was) renaming
-STAGED_INFIX = ".parplan-"  # staged files are named `.NAME.parplan-XXXX.tmp`
-_STAGED = re.compile(r"\.(?P<target>.+)\.parplan-[a-z0-9_]+\.tmp")  # mkstemp's random part
 # An existing file is compared in chunks of this many bytes (and only when its size is that of
 # the new file), so the memory a comparison takes does not grow with the file.
 COMPARE_CHUNK = 64 * 1024
-# A journal names about ten staged files of some forty characters each; a larger file is not a
-# journal this writer wrote (it is discarded unread).
-MAX_JOURNAL_BYTES = 64 * 1024
-
-
-class WriteWarning(UserWarning):
-    """The writer found and repaired what an interrupted earlier write left in the folder."""
 
 
 @dataclass
@@ -66,9 +81,11 @@ class _Change:
     """What one write does: files staged under temporary names, then renamed; files removed."""
 
     writes: dict[str, bytes] = field(default_factory=dict)
-    staged: list[str] = field(default_factory=list)  # temporary names, in the folder
+    seen: dict[str, Seen | None] = field(default_factory=dict)  # each name as compared
     removals: list[str] = field(default_factory=list)
     status: dict[str, str] = field(default_factory=dict)  # name -> written/unchanged/removed
+    journal: Journal = field(default_factory=Journal)
+    made: list[Path] = field(default_factory=list)  # subfolders this write made
 
 
 def output_folder(out_dir: str | Path) -> Path:
@@ -95,42 +112,36 @@ def write_rendered(
     Every file is checked first, and every existing file compared first: if one differs and
     `force` is not given, nothing is written at all. `retire` names files an earlier plan may
     have left that this one does not have (megatron_args.sh for an op-graph model): an existing
-    one is removed in the same change, and, like a different file, only with `force`.
+    one is removed in the same change, and, like a different file, only with `force`. A name
+    may be `FOLDER/NAME` (one level): the folder is made in the same change.
     """
     out = output_folder(out_dir)
     check_files(files, nccl_reference=shipped_dir("templates") / NCCL_REFERENCE)
     for name in (*files, *retire):
-        if not _plain_name(name):
+        if not plain_name(name):
             raise RenderError(
                 f"rendered file name {printable(name)!r} is not a plain file name "
-                "(no folder, not hidden: hidden names are the writer's own)"
+                "(at most one folder part, not hidden: hidden names are the writer's own)"
             )
     data = {name: text.encode("utf-8") for name, text in files.items()}
-    created = [p for p in (out, *out.parents) if not p.exists()]  # innermost first
+    subfolders = sorted({n.split("/")[0] for n in (*data, *retire) if "/" in n})
+    created: list[Path] = []
+    change = _Change()
     try:
+        created = [p for p in (out, *out.parents) if not exists(p)]  # innermost first
         _check_folder(out)
         with terminating_signals_raise(), locked(out, LOCK_NAME, shown=_shown(out)):
-            _recover(out)
+            recover(out, subfolders)
             change = _compare(out, data, [n for n in retire if n not in data], force=force)
             _apply(out, change)
     except BaseException as exc:
-        for folder in created:  # made on the way and still empty: removed again
+        for folder in [*reversed(change.made), *created]:  # made on the way and still empty
             with contextlib.suppress(OSError):
                 folder.rmdir()
         if isinstance(exc, OSError):
             raise RenderError(f"cannot write into {_shown(out)}: {exc.strerror or exc}") from None
         raise
     return change.status
-
-
-def _plain_name(name: object) -> bool:
-    """A name for a file in the folder: not empty, no folder part, not hidden, no NUL."""
-    return (
-        isinstance(name, str)
-        and Path(name).name == name
-        and not name.startswith(".")
-        and "\0" not in name
-    )
 
 
 def _shown(out: Path) -> str:
@@ -158,7 +169,10 @@ def _check_folder(out: Path) -> None:
 def _compare(out: Path, data: dict[str, bytes], retire: list[str], *, force: bool) -> _Change:
     """What the write must change; a RenderError, before anything is written, when that would
     replace or remove a file of different content without `force`, or replace a folder."""
-    change, kinds = _Change(), {name: _kind(out / name) for name in (*data, *retire)}
+    _check_subfolders(out, {n.split("/")[0] for n in (*data, *retire) if "/" in n})
+    change = _Change()
+    change.seen = {name: Seen.of(out / name) for name in (*data, *retire)}
+    kinds = {name: kind(out / name) for name in change.seen}
     for name, blob in data.items():
         if kinds[name] == "file" and _holds(out / name, blob):
             change.status[name] = "unchanged"
@@ -180,6 +194,17 @@ def _compare(out: Path, data: dict[str, bytes], retire: list[str], *, force: boo
     return change
 
 
+def _check_subfolders(out: Path, names: Iterable[str]) -> None:
+    """Refuse a subfolder of the plan that exists as anything but a real folder: a symbolic
+    link would take the write out of `out`, a file cannot hold one."""
+    for name in sorted(names):
+        if kind(out / name) == "file":
+            raise RenderError(
+                f"{_shown(out)}: {printable(name)}: a file or link where the plan has a folder; "
+                "move it away"
+            )
+
+
 def _refusals(different: list[str], leftover: list[str]) -> list[str]:
     refusals = []
     if different:
@@ -187,16 +212,6 @@ def _refusals(different: list[str], leftover: list[str]) -> list[str]:
     if leftover:
         refusals.append(f"will not remove {', '.join(leftover)} (not in this plan)")
     return refusals
-
-
-def _kind(path: Path) -> str:
-    """What is at `path`: absent, a folder (a real one: a symbolic link to a folder is replaced
-    like a file) or a file (anything else that a rename replaces)."""
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        return "absent"
-    return "folder" if stat.S_ISDIR(info.st_mode) else "file"
 
 
 def _holds(path: Path, blob: bytes) -> bool:
@@ -227,32 +242,40 @@ def _apply(out: Path, change: _Change) -> None:
     """Stage every new file, write the journal, then rename and remove as one change."""
     if not change.writes and not change.removals:
         return
+    journal = change.journal
     try:
         for name, blob in change.writes.items():
             mode = EXECUTABLE_MODE if name.endswith(EXECUTABLE_SUFFIXES) else FILE_MODE
-            change.staged.append(_staged_write(out / name, blob, mode).name)
-        _write_journal(out, change)
+            staged = _staged_write(out, name, blob, mode, change)
+            journal.staged.append(Staged(staged, digest(blob), len(blob), change.seen[name]))
+        journal.removals = [Removal(n, seen) for n in change.removals if (seen := change.seen[n])]
+        _write_journal(out, journal)
     except BaseException:  # a full disk, Ctrl-C, SIGTERM: nothing has been renamed yet
-        _sweep(out)
+        sweep(out, subfolders(change.status))
         (out / JOURNAL_NAME).unlink(missing_ok=True)
         raise
     with signals_held():
         try:
-            _finish(out, change)
+            _finish(out, journal)
         except OSError as exc:
             raise RenderError(
                 f"cannot write into {_shown(out)}: {exc.strerror or exc}; the new files are "
                 "staged there, and the next parplan run into that folder completes the change"
             ) from None
         except BaseException:  # an interrupt that got through: complete the change, then stop
-            _finish(out, change)
+            _finish(out, journal)
             raise
 
 
-def _staged_write(target: Path, data: bytes, mode: int) -> Path:
-    """`data` in a new temporary file in the target's folder (synced, with `mode`); its path."""
+def _staged_write(out: Path, name: str, data: bytes, mode: int, change: _Change) -> str:
+    """`data` in a new temporary file in the target's folder (synced, with `mode`, the run's
+    token in its name); its name relative to `out`. A missing subfolder is made first."""
+    target = out / name
+    if target.parent != out and not target.parent.is_dir():
+        target.parent.mkdir()
+        change.made.append(target.parent)
     fd, tmp = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}{STAGED_INFIX}", suffix=".tmp"
+        dir=target.parent, prefix=staged_prefix(name, change.journal.token), suffix=".tmp"
     )
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -263,104 +286,37 @@ def _staged_write(target: Path, data: bytes, mode: int) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return Path(tmp)
+    return str(PurePosixPath(name).with_name(Path(tmp).name))
 
 
-def _write_journal(out: Path, change: _Change) -> None:
-    """The journal of `change`, synced with the folder before any rename starts."""
-    text = json.dumps({"rename": change.staged, "remove": change.removals})
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-    with os.fdopen(os.open(out / JOURNAL_NAME, flags, FILE_MODE), "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    _sync_folder(out)
+def _write_journal(out: Path, journal: Journal) -> None:
+    """The journal, signed with this user's key (unsigned where there is none: the next run
+    then completes nothing), staged and renamed into place, synced before any rename starts.
+    A rename replaces whatever is named like the journal, a link included, never writing
+    through it."""
+    key = journal_key(create=True)
+    blob = journal_bytes(journal, out, key)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=staged_prefix(JOURNAL_NAME, journal.token))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(blob)
+            handle.flush()
+            os.fsync(handle.fileno())
+        Path(tmp).chmod(FILE_MODE)
+        # os.replace, not Path.replace: the tests stop a write at its n-th file rename
+        os.replace(tmp, out / JOURNAL_NAME)  # noqa: PTH105
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    sync_folder(out)
 
 
-def _finish(out: Path, change: _Change) -> int:
-    """Rename each staged file still there into place, remove the retired files, then the
-    journal; returns how many files were renamed. Doing it twice does it once."""
-    renamed = 0
-    for tmp in change.staged:
+def _finish(out: Path, journal: Journal) -> None:
+    """Rename this run's staged files into place, remove the retired files, then the journal.
+    Doing it twice does it once."""
+    for staged in journal.staged:
         with contextlib.suppress(FileNotFoundError):  # gone: renamed already
-            (out / tmp).replace(out / _staged_target(tmp))
-            renamed += 1
-    for name in change.removals:
-        (out / name).unlink(missing_ok=True)
-    _sync_folder(out)
-    (out / JOURNAL_NAME).unlink(missing_ok=True)
-    return renamed
-
-
-def _sync_folder(out: Path) -> None:
-    """Make the folder's entries (staged files, renames) durable; best effort where a file
-    system cannot sync a folder."""
-    fd = os.open(out, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-    finally:
-        os.close(fd)
-
-
-# ---- what an interrupted run left --------------------------------------------------------------
-
-
-def _recover(out: Path) -> None:
-    """Complete the change a killed run's journal lists, and remove unlisted staged files."""
-    change = _read_journal(out)
-    if change is not None:
-        with signals_held():
-            renamed = _finish(out, change)
-        _warn(
-            f"{_shown(out)}: completed an interrupted write ({renamed} staged file(s) renamed "
-            f"into place, {len(change.removals)} removed)"
-            if change.staged or change.removals
-            else f"{_shown(out)}: removed an incomplete journal of an interrupted write"
-        )
-    swept = _sweep(out)
-    if swept:
-        _warn(f"{_shown(out)}: removed {swept} staged file(s) left by an interrupted write")
-
-
-def _warn(message: str) -> None:
-    warnings.warn(message, WriteWarning, stacklevel=4)  # at write_rendered's caller
-
-
-def _read_journal(out: Path) -> _Change | None:
-    """The change the folder's journal lists; None without one, an empty change for one that
-    is not a complete journal (a run killed while writing it had not renamed anything)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-    try:
-        handle = os.fdopen(os.open(out / JOURNAL_NAME, flags), "rb")
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return _Change()  # a symbolic link, say: not the writer's; it is removed
-    with handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return _Change()
-        raw = handle.read(MAX_JOURNAL_BYTES + 1)
-    try:
-        doc = json.loads(raw) if len(raw) <= MAX_JOURNAL_BYTES else {}
-        staged, removals = list(doc["rename"]), list(doc["remove"])
-    except (ValueError, TypeError, KeyError):
-        return _Change()
-    valid = all(map(_plain_name, map(_staged_target, staged))) and all(map(_plain_name, removals))
-    return _Change(staged=staged, removals=removals) if valid else _Change()
-
-
-def _staged_target(name: object) -> str:
-    """The file a staged name is renamed to; "" for a name that the writer does not stage."""
-    found = _STAGED.fullmatch(name) if isinstance(name, str) else None
-    return found["target"] if found else ""
-
-
-def _sweep(out: Path) -> int:
-    """Remove every staged file in the folder (under the lock, none is another run's); how many."""
-    debris = [p for p in out.iterdir() if _STAGED.fullmatch(p.name) and not p.is_dir()]
-    for path in debris:
-        path.unlink(missing_ok=True)
-    return len(debris)
+            (out / staged.name).replace(out / staged.target)
+    for removal in journal.removals:
+        (out / removal.name).unlink(missing_ok=True)
+    settle(out, journal)
