@@ -31,10 +31,15 @@ from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import MAX_GPUS, Layout, build_layout, check_sizes
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.inputs.number_text import token_count
 from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
 from parplan_gen.planning.advice import Advice, advise
-from parplan_gen.planning.budget import compute_budget, scaled, smallest_count
+from parplan_gen.planning.budget import (
+    check_budget_request,
+    compute_budget,
+    request_tokens,
+    scaled,
+    smallest_count,
+)
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluation, backend_verdicts, evaluate
 from parplan_gen.planning.loading import load_cluster_spec, load_model
@@ -142,6 +147,7 @@ def plan(
     `gpu_hour_price` prices it); with `days` too, the cluster's GPU count is searched: the
     smallest whole number of nodes whose best plan trains `tokens` within `days`
     (planning/budget.py)."""
+    check_budget_request(tokens, gpu_hour_price)  # before any search, as the flags are
     if days is not None:
         return _plan_by_deadline(
             model, cluster, days=days, tokens=tokens, global_batch=global_batch, seq_len=seq_len,
@@ -165,7 +171,7 @@ def plan(
         rejected=result.rejected, advice=[a.note for a in advice], proposals=proposals,
         backends=runs_on, warnings=sanity_warnings(spec, machines, result.chosen), search=record,
         budget=None if tokens is None or not result.feasible else compute_budget(
-            ruleset, spec, machines, result.chosen, tokens=_tokens(tokens),
+            ruleset, spec, machines, result.chosen, tokens=request_tokens(tokens),
             price=gpu_hour_price, flash_attention=flash_attention,
         ),
     )  # fmt: skip
@@ -197,13 +203,6 @@ def _search(
     return planner, request, planner.plan(request), record, proposals
 
 
-def _tokens(tokens: float | str) -> float:
-    try:
-        return token_count(tokens)
-    except ValueError as exc:
-        raise InputError(f"tokens: {exc}") from None
-
-
 def _plan_by_deadline(
     model: Any, cluster: Any, *, days: float, tokens: float | str | None, **request: Any
 ) -> Plan:
@@ -231,7 +230,7 @@ def _plan_by_deadline(
     if deadline.gpus is None:
         raise InputError(
             f"--days {days:g}: no count of up to {MAX_GPUS} GPUs ({base.gpus_per_node} per node) "
-            f"trains {_tokens(tokens):.3g} tokens in time (tried {', '.join(deadline.tried)})"
+            f"trains {request_tokens(tokens):.3g} tokens in time (tried {', '.join(deadline.tried)})"
         )
     chosen = plans[deadline.gpus]
     budget = chosen.document.budget.model_copy(update={"deadline": deadline})  # type: ignore[union-attr]

@@ -6,12 +6,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from parplan_gen.cli.arg_types import (
+    cpu_count_type,
+    gpu_hour_price_type,
+    headroom_type,
+    positive_float,
+    positive_int,
+    size_type,
+    token_count_type,
+    zero_stage,
+)
 from parplan_gen.inputs.defaults import BOUNDED_SIZES, DEFAULT_SEQ_LEN, ZERO_STAGES
 from parplan_gen.inputs.errors import UsageError
-from parplan_gen.inputs.number_text import positive_decimal, token_count, whole_number
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
 if TYPE_CHECKING:
@@ -31,42 +39,6 @@ LAYOUT_SIZES: tuple[tuple[str, str, int | None], ...] = (
     ("vpp", "model chunks per pipeline rank, interleaved schedule when > 1 (default 1)", 1),
     ("mbs", "micro-batch size (default 1)", 1),
 )
-
-
-def _argument_type(parse: Callable[[str], Any], name: str) -> Callable[[str], Any]:
-    """An argparse type from a parser that raises ValueError with its reason."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = name
-    return convert
-
-
-def size_type(field: str) -> Callable[[str], int]:
-    """The argparse type of a size: a whole number from 1 to `layout.SIZE_LIMITS[field]`."""
-
-    def parse(text: str) -> int:
-        from parplan_gen.cost.layout import (
-            SIZE_LIMITS,  # here: `parplan --help` imports no pydantic
-        )
-
-        return whole_number(text, SIZE_LIMITS[field])
-
-    return _argument_type(parse, field)
-
-
-# Counts of GPUs, devices or ranks, and of candidates shown: 1 to layout.MAX_GPUS.
-positive_int = size_type("gpus")
-zero_stage = _argument_type(lambda text: whole_number(text, max(ZERO_STAGES), 0), "zero_stage")
-
-
-# Finite quantities above 0; physical ranges are checked where the figure is used.
-positive_float = _argument_type(positive_decimal, "positive_float")
-token_count_type = _argument_type(token_count, "tokens")  # 15T, 300B, 2e12
 
 
 def print_json(payload: Any) -> None:
@@ -135,12 +107,6 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _cpu_count(text: str) -> int:
-    from parplan_gen.cost.launch_site import SLURM_CPUS_MAX  # here: `--help` imports no pydantic
-
-    return whole_number(text, SLURM_CPUS_MAX)
-
-
 SITE_FLAGS = ("account", "partition", "time", "cpus_per_node")  # Cluster.with_slurm keywords
 
 
@@ -151,7 +117,7 @@ def add_slurm_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("SLURM (launch_slurm.sbatch; default: the cluster file's)")
     group.add_argument(
         "--cpus-per-node",
-        type=_argument_type(_cpu_count, "cpus_per_node"),
+        type=cpu_count_type,
         metavar="C",
         help="CPUs SLURM counts on a node: sbatch --cpus-per-task is C x the share of the "
         "node's GPUs used (default: the cluster file's cpus_per_node, else the GPU's "
@@ -246,13 +212,14 @@ def add_layout_options(
         _add_choice(group, "--recompute", RECOMPUTE, defaults=defaults)
     else:
         group.add_argument("--recompute", choices=RECOMPUTE, help=shown("recomputation"))
-    group.add_argument(
+    sequence = group.add_mutually_exclusive_group()  # both at once: a usage error
+    sequence.add_argument(
         "--sequence-parallel",
         action="store_true",
         default=False if defaults else None,
         help="sequence parallelism on (tp > 1)",
     )
-    group.add_argument(
+    sequence.add_argument(
         "--no-sequence-parallel",
         dest="sequence_parallel",
         action="store_false",
@@ -284,6 +251,7 @@ def add_budget_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("memory headroom and training budget")
     group.add_argument(
         "--headroom",
+        type=headroom_type,
         metavar="GIB|PCT",
         help="memory kept free per GPU: GiB (4) or a share of the GPU's memory (10%%); default: "
         "the rule memory_headroom_default (rules/constraints/headroom.yaml), 0 keeps none",
@@ -303,7 +271,7 @@ def add_budget_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--gpu-hour-price",
-        type=positive_float,
+        type=gpu_hour_price_type,
         metavar="X",
         help="price of one GPU-hour (default: the cluster file's gpu_hour_price, else no cost)",
     )

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from parplan_gen.cost.budget_figures import BUDGET_KEYS, GpuHourPrice, MtbfGpuHours, StorageGbPerS
 from parplan_gen.cost.catalog import (
     BITS_PER_BYTE,
     GIGA,
@@ -54,7 +55,6 @@ from parplan_gen.inputs.source import Document, is_finite_number, load_document
 from parplan_gen.inputs.validation import validate
 
 FLAG_CLUSTER_NAME = "{gpus}x{gpu}"  # a cluster made from flags, e.g. 8xh100-sxm-80gb
-BUDGET_KEYS = ("gpu_hour_price", "mtbf_gpu_hours", "storage_gb_per_s")  # plan --tokens
 HCA_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+$"  # NCCL_IB_HCA item: mlx5_0, mlx5_0:1, ^mlx5_1
 IFNAME_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+(,[A-Za-z0-9_.:\-]+)*$"  # NCCL_SOCKET_IFNAME
 HcaName = Annotated[str, Field(pattern=HCA_PATTERN)]
@@ -77,8 +77,11 @@ class Cluster(SIModel):
     num_gpus: PositiveInt
     gpus_per_node: PositiveInt
     nvlink_domain: PositiveInt = Field(
+        # not a "before" model validator: after one, pydantic validates a plan.json's values in
+        # Python mode, where a strict read refuses JSON's lists as tuples
+        default_factory=lambda given: given.get("gpus_per_node"),
         description="GPUs on one NVLink fabric, consecutive ranks: the node, or a multi-node "
-        "NVLink domain (GB200 NVL72: 72). Old plan.json files without it: gpus_per_node."
+        "NVLink domain (GB200 NVL72: 72). Old plan.json files without it: gpus_per_node.",
     )
     intra_node_latency_s: PositiveFloat = Field(description="Per-step latency inside a node, s.")
     inter_node_bytes_per_s: PositiveFloat = Field(description="Per GPU, one direction, B/s.")
@@ -88,17 +91,9 @@ class Cluster(SIModel):
     socket_ifname: str | None = Field(None, description="For NCCL_SOCKET_IFNAME.")
     launch: LaunchSettings | None = Field(None, description="Node names, SLURM, RoCE settings.")
     # The training budget's figures (`plan --tokens`; None: the default rules of rules/budget/).
-    gpu_hour_price: PositiveFloat | None = Field(None, description="Price of one GPU-hour.")
-    mtbf_gpu_hours: PositiveFloat | None = Field(None, description="MTBF per GPU, GPU-hours.")
-    storage_gb_per_s: PositiveFloat | None = Field(None, description="Checkpoint write GB/s.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _node_domain(cls, data: Any) -> Any:
-        # plan.json files written before clusters had NVLink domains: the node is the domain
-        if isinstance(data, dict) and "nvlink_domain" not in data and "gpus_per_node" in data:
-            return {**data, "nvlink_domain": data["gpus_per_node"]}
-        return data
+    gpu_hour_price: GpuHourPrice | None = Field(None, description="Price of one GPU-hour.")
+    mtbf_gpu_hours: MtbfGpuHours | None = Field(None, description="MTBF per GPU, GPU-hours.")
+    storage_gb_per_s: StorageGbPerS | None = Field(None, description="Checkpoint write GB/s.")
 
     @model_validator(mode="after")
     def _whole_nodes(self) -> Cluster:
@@ -204,9 +199,9 @@ class ClusterFile(RawData):
     node_names: list[NodeName] | None = Field(None, min_length=1, max_length=MAX_GPUS)
     cpus_per_node: CpuCount | None = Field(None, description="CPUs SLURM counts per node.")
     slurm: SlurmSpec | None = None
-    gpu_hour_price: PositiveFloat | None = Field(None, description="Price of one GPU-hour.")
-    mtbf_gpu_hours: PositiveFloat | None = Field(None, description="MTBF per GPU, GPU-hours.")
-    storage_gb_per_s: PositiveFloat | None = Field(None, description="Checkpoint write GB/s.")
+    gpu_hour_price: GpuHourPrice | None = Field(None, description="Price of one GPU-hour.")
+    mtbf_gpu_hours: MtbfGpuHours | None = Field(None, description="MTBF per GPU, GPU-hours.")
+    storage_gb_per_s: StorageGbPerS | None = Field(None, description="Checkpoint write GB/s.")
 
     def launch_settings(self) -> LaunchSettings | None:
         """The launch settings the file gives; None when it gives none."""

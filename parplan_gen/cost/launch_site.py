@@ -9,11 +9,15 @@ command into them (the renderer checks again: render/shell_quote.py). Sources:
   separated list of partitions), `-t/--time` (its accepted formats, below), `--cpus-per-task`;
 - NVIDIA NCCL env.html (templates/nccl/nccl_env.yaml): NCCL_IB_GID_INDEX (int, min -1,
   default -1), NCCL_IB_TC (int 0..255, default 0);
-- RFC 1123 section 2.1 for host names (letters, digits, hyphens, dot-separated labels).
+- rdma-core libibverbs/verbs.h `struct ibv_global_route`: `uint8_t sgid_index`, where NCCL puts
+  NCCL_IB_GID_INDEX (src/transport/net_ib: `ah_attr.grh.sgid_index`), so at most 255;
+- RFC 1123 section 2.1 for host names (letters, digits, hyphens, dot-separated labels), and
+  RFC 4343 section 2: host names compare case-insensitively (`node1` and `NODE1` are one host).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,16 +29,21 @@ from parplan_gen.cost.layout import MAX_GPUS
 # which a launcher would read as an option.
 NODE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$"
 NODE_NAME_MAX = 253  # RFC 1123 / RFC 1035: a host name holds at most 253 characters
+SHOWN_REPEATS = 5  # repeated node names an error lists (the rest are counted): one short line
 # A SLURM account (`--account`) or partition name: letters, digits, `_`, `.`, `-`.
 SLURM_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
 SLURM_ACCOUNT_PATTERN = rf"^{SLURM_NAME}$"
 SLURM_PARTITION_PATTERN = rf"^{SLURM_NAME}(,{SLURM_NAME})*$"  # sbatch -p takes a list
 SLURM_NAME_MAX = 200
 # sbatch -t: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
-# "days-hours:minutes" and "days-hours:minutes:seconds".
-SLURM_TIME_PATTERN = r"^(\d{1,6}(:\d{1,2}){0,2}|\d{1,4}-\d{1,2}(:\d{1,2}){0,2})$"
-# NCCL env.html (nccl_env.yaml): NCCL_IB_GID_INDEX int, min -1; NCCL_IB_TC int 0..255.
-NCCL_GID_INDEX_MIN = -1
+# "days-hours:minutes" and "days-hours:minutes:seconds". ASCII digits: `\d` would also take
+# '١٢' or '１２' (pydantic's regex engine and Python's `re` read it as any Unicode digit).
+SLURM_TIME_PATTERN = r"^([0-9]{1,6}(:[0-9]{1,2}){0,2}|[0-9]{1,4}-[0-9]{1,2}(:[0-9]{1,2}){0,2})$"
+# NCCL env.html (nccl_env.yaml): NCCL_IB_GID_INDEX int, min -1 (NCCL reads it as an int64_t,
+# src/include/param.h NCCL_PARAM); NCCL_IB_TC int 0..255. The GID index becomes the
+# `uint8_t sgid_index` of rdma-core's `struct ibv_global_route` (libibverbs/verbs.h), so an
+# index above 255 names no GID of any port: it is refused, not wrapped.
+NCCL_GID_INDEX_MIN, NCCL_GID_INDEX_MAX = -1, 255
 NCCL_TC_MIN, NCCL_TC_MAX = 0, 255
 # sbatch --cpus-per-task is a uint16_t in Slurm (slurm/slurm.h, job_desc_msg_t.cpus_per_task),
 # whose top two values are reserved (slurm.h NO_VAL16 0xfffe, INFINITE16 0xffff): a node's CPUs
@@ -45,8 +54,9 @@ NodeName = Annotated[str, Field(pattern=NODE_NAME_PATTERN, max_length=NODE_NAME_
 SlurmAccount = Annotated[str, Field(pattern=SLURM_ACCOUNT_PATTERN, max_length=SLURM_NAME_MAX)]
 SlurmPartition = Annotated[str, Field(pattern=SLURM_PARTITION_PATTERN, max_length=SLURM_NAME_MAX)]
 SlurmTime = Annotated[str, Field(pattern=SLURM_TIME_PATTERN)]
-GidIndex = Annotated[int, Field(ge=NCCL_GID_INDEX_MIN)]
-TrafficClass = Annotated[int, Field(ge=NCCL_TC_MIN, le=NCCL_TC_MAX)]
+# strict, as CpuCount: `true` or "3" is no index or class, in a cluster file, Python or plan.json
+GidIndex = Annotated[int, Field(strict=True, ge=NCCL_GID_INDEX_MIN, le=NCCL_GID_INDEX_MAX)]
+TrafficClass = Annotated[int, Field(strict=True, ge=NCCL_TC_MIN, le=NCCL_TC_MAX)]
 # strict: 96.0, "96" and True are not a count of CPUs
 CpuCount = Annotated[int, Field(strict=True, gt=0, le=SLURM_CPUS_MAX)]
 # each SLURM setting: its flag, and what it takes (shown when a flag's value is refused)
@@ -56,6 +66,27 @@ SLURM_FLAGS = {
     "time": ("--slurm-time", "MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"),
     "cpus_per_node": ("--cpus-per-node", f"a whole number from 1 to {SLURM_CPUS_MAX}"),
 }
+
+
+def repeated_names(names: Sequence[str]) -> str | None:
+    """Which host names repeat, compared without case (RFC 4343: `node1` and `NODE1` are one
+    host), or None. One pass with a dict: 2^20 names take milliseconds."""
+    first: dict[str, str] = {}
+    repeated: dict[str, list[str]] = {}
+    for name in names:
+        key = name.lower()  # host names are ASCII (NODE_NAME_PATTERN): lower() is their case
+        if key in first:
+            repeated.setdefault(key, [first[key]]).append(name)
+        else:
+            first[key] = name
+    if not repeated:
+        return None
+    spelled = [list(dict.fromkeys(spellings)) for spellings in repeated.values()]
+    shown = ", ".join(" = ".join(s) for s in spelled[:SHOWN_REPEATS])
+    more = f" and {len(spelled) - SHOWN_REPEATS} more" if len(spelled) > SHOWN_REPEATS else ""
+    cased = any(len(s) > 1 for s in spelled)
+    note = " (host names are case-insensitive, RFC 4343)" if cased else ""
+    return f"node_names repeats {shown}{more}{note}"
 
 
 class SlurmSpec(RawData):
@@ -88,10 +119,7 @@ class LaunchSettings(BaseModel):
             return None
         if len(names) != num_nodes:
             return f"{len(names)} node_names for a cluster of {num_nodes} node(s)"
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            return f"node_names repeats {', '.join(repeated)}"
-        return None
+        return repeated_names(names)
 
     def with_slurm(self, **given: str | int | None) -> LaunchSettings:
         """A copy with the SLURM settings that are given (account, partition, time,

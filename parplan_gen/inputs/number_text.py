@@ -4,7 +4,11 @@ bounded by their length before they are converted (a 5,000-digit string is refus
 
 from __future__ import annotations
 
+import math
 import re
+import sys
+from collections.abc import Iterator
+from typing import Any
 
 from parplan_gen.inputs.errors import SHOWN_DIGITS, shown_value
 
@@ -27,6 +31,14 @@ def whole_number(text: str, maximum: int, minimum: int = 1) -> int:
     raise ValueError(f"expected a whole number from {minimum} to {maximum}, got {got}")
 
 
+def ascii_decimal(text: str) -> float:
+    """`text` as a number in ASCII (exponent allowed; `inf` and `nan` are returned as such, for
+    the caller's range to refuse with its own words), or a ValueError."""
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(f"expected a number (digits 0-9), got {shown_value(text)}")
+    return float(text)
+
+
 def positive_decimal(text: str) -> float:
     """`text` as a finite number above 0 in ASCII (exponent allowed), or a ValueError."""
     if not _DECIMAL.fullmatch(text):
@@ -39,7 +51,9 @@ def positive_decimal(text: str) -> float:
 
 # Scale suffixes of a count of tokens: thousand, million, billion (B or G), trillion.
 _SCALES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
-_COUNT = re.compile(r"((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([KMBGT]?)")
+_COUNT = re.compile(  # re.ASCII: `\s` is ' ' or a tab, not U+2003 or U+3000
+    r"((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([KMBGT]?)", re.ASCII
+)
 
 
 def token_count(text: object) -> float:
@@ -57,3 +71,36 @@ def token_count(text: object) -> float:
     if not 0 < value < 1e300:
         raise ValueError(f"expected a count of tokens above 0, got {shown_value(text)}")
     return value
+
+
+# The largest finite float (IEEE 754 binary64, `sys.float_info.max`, about 1.8e308): a number
+# read from a file beyond it cannot be computed with (float() of such an int overflows).
+FLOAT_MAX = sys.float_info.max
+
+
+def number_problem(value: object) -> str | None:
+    """Why `value`, a number parsed from a file, cannot be computed with: a float that is not
+    finite (JSON's `1e400` parses as inf) or an integer beyond FLOAT_MAX (JSON's `1` and 400
+    zeros parses as an int); None for any other value, numbers or not."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not a finite number"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > FLOAT_MAX:
+        return f"{shown_value(value)} is too large (a number is at most {FLOAT_MAX:.1e})"
+    return None
+
+
+def unusable_numbers(data: Any) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """(key path, problem) of each number in parsed `data` (dicts, lists, scalars) that
+    `number_problem` refuses, in document order. Walked with a stack, not recursion: a parsed
+    document may be nested as deep as its parser allowed."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((((*path, k), v) for k, v in reversed(value.items())))
+        elif isinstance(value, list):
+            stack.extend((((*path, i), v) for i, v in reversed(list(enumerate(value)))))
+        else:
+            problem = number_problem(value)
+            if problem is not None:
+                yield path, problem

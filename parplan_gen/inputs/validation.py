@@ -8,11 +8,13 @@ pydantic's error location back to the key path in that document so the message r
 from __future__ import annotations
 
 import difflib
+import json
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from parplan_gen.inputs.errors import InputError, shown_value
+from parplan_gen.inputs.number_text import number_problem
 from parplan_gen.inputs.source import Document, KeyPath
 
 M = TypeVar("M", bound=BaseModel)
@@ -25,9 +27,15 @@ def validate(
     path: KeyPath = (),
     *,
     error: type[InputError] = InputError,
+    strict: bool = False,
 ) -> M:
-    """Validate `data` (found at `path` in `doc`) as `model`, or raise `error` at the bad key."""
+    """Validate `data` (found at `path` in `doc`) as `model`, or raise `error` at the bad key.
+    `strict`: every value of `model` and of the models it nests has its JSON type exactly
+    (pydantic's strict mode over the data as JSON: `true`, `8.0` or `"8"` is no integer, `"8"`
+    no number, while 8 is a float and a list a tuple); for documents parplan writes itself."""
     try:
+        if strict:
+            return model.model_validate_json(json.dumps(data, allow_nan=False), strict=True)
         return model.model_validate(data)
     except ValidationError as exc:
         raise _first_error(exc, model, data, doc, path, error) from None
@@ -104,23 +112,23 @@ def _union_message(group: list[dict[str, Any]]) -> str | None:
     wanted = list(dict.fromkeys(_UNION_MEMBERS[tag] for tag in tags))
     text = ", ".join(wanted[:-1]) + f" or {wanted[-1]}"
     got = group[0].get("input")
-    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
-    return f"expected {text} (got {shown})"
+    return f"expected {text} (got {_shown(got)})"
 
 
 def _data_path(data: Any, loc: tuple[Any, ...]) -> KeyPath:
     """The longest prefix of pydantic's `loc` that exists in `data` (drops union-member tags)."""
     out: list[str | int] = []
     node = data
-    for part in loc:
+    for index, part in enumerate(loc):
         in_dict = isinstance(node, dict) and isinstance(part, str)
         in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
         if (in_dict and part in node) or in_list:
             node = node[part]
             out.append(part)
-        elif in_dict:
+        elif in_dict and index == len(loc) - 1:
             out.append(part)  # a missing or extra key: point at it by name
             break
+        # else a union member's tag (`ModelSpec`, `transformer`) before the key it is about
     return tuple(out)
 
 
@@ -137,8 +145,18 @@ def _message(detail: dict[str, Any], model: type[BaseModel], data: Any, key_path
     got = detail.get("input")
     if kind == "value_error" and isinstance(got, (dict, list)):  # a model validator's own words
         return str(detail["msg"]).removeprefix("Value error, ")
-    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
-    return f"{detail['msg']} (got {shown})"
+    return f"{detail['msg']} (got {_shown(got)})"
+
+
+def _shown(got: Any) -> str:
+    """A refused value in a message: a mapping or list by its type, an integer no float holds
+    by its magnitude (`10^400`: its digits would fill the line), anything else as Python
+    shows it."""
+    if isinstance(got, (dict, list)):
+        return type(got).__name__
+    if isinstance(got, int) and number_problem(got) is not None:
+        return shown_value(got)
+    return repr(got)
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

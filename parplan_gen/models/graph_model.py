@@ -14,9 +14,9 @@ that follow (BatchNorm) and an Embedding's table split with them.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag
 
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.models.graph import ModelGraph, Node
@@ -173,5 +173,20 @@ def _width(node: Node) -> int:
     return value if type(value) is int and value > 0 else 0
 
 
-# Either kind of model as a pydantic field (plan.json and the API's results read it back).
+# Either kind of model as a type annotation (the API's results).
 AnyModelSpec = ModelSpec | GraphModelSpec
+
+
+def _model_kind(value: Any) -> str:
+    """Which model a document holds: `kind: graph` marks an op-graph model."""
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return "graph" if kind == "graph" else "transformer"
+
+
+# Either kind of model as a pydantic field (plan.json reads it back), told apart by `kind`, not
+# tried in turn: a wrong value is reported against the model it belongs to, not as unknown
+# keys of the other.
+DocumentModel = Annotated[
+    Annotated[ModelSpec, Tag("transformer")] | Annotated[GraphModelSpec, Tag("graph")],
+    Discriminator(_model_kind),
+]

@@ -15,12 +15,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from parplan_gen.cost.budget_figures import budget_figure_problem
 from parplan_gen.cost.catalog import GIGA
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import FLAG_CLUSTER_NAME, Cluster
 from parplan_gen.cost.host_links import host_link
 from parplan_gen.cost.layout import MAX_GPUS
 from parplan_gen.inputs.errors import InputError, SourceRef
+from parplan_gen.inputs.number_text import token_count
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.planning.constraints import estimate_env
 from parplan_gen.planning.evaluate import Evaluator
@@ -112,6 +114,12 @@ def budget_inputs(
         price_from = "--gpu-hour-price"
     elif cluster.gpu_hour_price is not None:
         price, price_from = cluster.gpu_hour_price, "cluster file (gpu_hour_price)"
+    figures = {"mtbf_gpu_hours": (mtbf, mtbf_from), "storage_gb_per_s": (storage / GIGA,
+               storage_from), "gpu_hour_price": (price, price_from)}  # fmt: skip
+    for key, (value, origin) in figures.items():
+        problem = None if origin is None else budget_figure_problem(key, value)
+        if problem:  # a figure from a rule overlay, or a Cluster built around the checks
+            raise InputError(f"{key} ({origin}): {problem}")
     values = {
         "budget.tokens": tokens,
         "budget.mtbf_gpu_hours": mtbf,
@@ -122,6 +130,27 @@ def budget_inputs(
     host_from = None if link is None else link.source
     return values, {"mtbf": mtbf_from, "storage": storage_from, "price": price_from,
                     "host": host_from}  # fmt: skip
+
+
+def request_tokens(tokens: object) -> float:
+    """`plan(tokens=...)` / `--tokens` as a count of tokens (`15T`, 2e12), or an InputError
+    that names the argument."""
+    try:
+        return token_count(tokens)
+    except ValueError as exc:
+        raise InputError(f"tokens: {exc}") from None
+
+
+def check_budget_request(tokens: object, gpu_hour_price: object) -> None:
+    """`plan()`'s budget arguments, checked before any search (as the flags are): an
+    InputError names the argument that is wrong."""
+    if tokens is not None:
+        request_tokens(tokens)
+    problem = None if gpu_hour_price is None else budget_figure_problem(
+        "gpu_hour_price", gpu_hour_price
+    )  # fmt: skip
+    if problem:
+        raise InputError(f"gpu_hour_price: {problem}")
 
 
 def _formula(rules: RuleSet, name: str) -> Callable[[Any], object]:
@@ -264,4 +293,14 @@ def scaled(cluster: Cluster, gpus: int) -> Cluster:
     name = cluster.name
     if name == FLAG_CLUSTER_NAME.format(gpus=cluster.num_gpus, gpu=cluster.gpu.name):
         name = FLAG_CLUSTER_NAME.format(gpus=gpus, gpu=cluster.gpu.name)
-    return Cluster.model_validate({**cluster.model_dump(), "num_gpus": gpus, "name": name})
+    data = {**cluster.model_dump(), "num_gpus": gpus, "name": name}
+    names = cluster.launch.node_names if cluster.launch else None
+    if names is not None:  # the site's nodes, in order: the first of them run the job
+        nodes = max(1, gpus // cluster.gpus_per_node)
+        if nodes > len(names):
+            raise InputError(
+                f"--days: the cluster file names {len(names)} node(s) (node_names); the deadline "
+                f"search needs {nodes}: name more nodes, or none"
+            )
+        data["launch"] = {**data["launch"], "node_names": names[:nodes]}
+    return Cluster.model_validate(data)

@@ -15,7 +15,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    field_serializer,
+    model_validator,
+)
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
@@ -23,7 +30,7 @@ from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.safe_text import NOT_PLAIN_NAME, is_plain, printable
 from parplan_gen.inputs.source import KeyPath, format_path, load_document
 from parplan_gen.inputs.validation import validate
-from parplan_gen.models.graph_model import AnyModelSpec
+from parplan_gen.models.graph_model import AnyModelSpec, DocumentModel
 from parplan_gen.models.kind import BackendName
 from parplan_gen.planning.budget import Budget
 from parplan_gen.planning.pins import SearchRecord
@@ -41,6 +48,9 @@ NAMES: tuple[KeyPath, ...] = (
     ("cluster", "gpu", "display_name"),
 )
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+# Budget figures given together (planning/budget.py sets all three with a price, none without):
+# plan.md writes the cost with its price and source.
+PRICED = ("gpu_hour_price", "price_source", "cost")
 
 
 class PlanDocumentError(InputError):
@@ -62,14 +72,14 @@ class PlanDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     format_version: Literal[1] = Field(FORMAT_VERSION, description="Version of this layout.")
-    model: AnyModelSpec = Field(
+    model: DocumentModel = Field(
         description="The transformer's ModelSpec, or an op-graph model's GraphModelSpec "
         "(`kind: graph`)."
     )
     cluster: Cluster
     chosen: Estimate = Field(description="The chosen layout and its estimate.")
     candidates: list[Estimate] = Field(description="The top candidates, best first.")
-    rejected: dict[str, int] = Field(
+    rejected: dict[str, StrictInt] = Field(
         description="Rejected candidates, counted by reason: most first as the search counted "
         "them (the order `plan --json` and the text view show), by reason in plan.json."
     )
@@ -238,7 +248,19 @@ def load_plan_document(path: str | Path) -> PlanDocument:
     bad_name = next(_unprintable_names(doc.data), None)
     if bad_name is not None:
         raise PlanDocumentError(bad_name[1], doc.ref(bad_name[0]))
-    return validate(PlanDocument, doc.data, doc, error=PlanDocumentError)
+    # strict: parplan writes plan.json, so `true` is no layer count and `1.5` or "8" no size, in
+    # every model the document nests
+    plan = validate(PlanDocument, doc.data, doc, error=PlanDocumentError, strict=True)
+    if plan.budget is not None:
+        given = [key for key in PRICED if getattr(plan.budget, key) is not None]
+        if given and len(given) < len(PRICED):
+            null = next(key for key in PRICED if key not in given)
+            raise PlanDocumentError(
+                f"is null, but budget.{given[0]} is given (valid: {', '.join(PRICED)} all "
+                "given, or all null when no price was)",
+                doc.ref(("budget", null)),
+            )
+    return plan
 
 
 def _unprintable_names(data: Any) -> Iterable[tuple[KeyPath, str]]:

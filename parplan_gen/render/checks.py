@@ -284,14 +284,14 @@ def env_problem(name: str, value: str, ref: dict[str, Any]) -> str | None:
 
 
 def _int(value: str, spec: dict[str, Any]) -> bool:
-    if not re.fullmatch(r"-?\d+", value):
+    if not re.fullmatch(r"-?[0-9]+", value):  # ASCII: int() would also read "١٢"
         return False
     number = int(value)
     return spec.get("min", number) <= number <= spec.get("max", number)
 
 
 def _uint(value: str, spec: dict[str, Any]) -> bool:
-    return bool(re.fullmatch(r"\d+|0[xX][0-9a-fA-F]+", value))
+    return bool(re.fullmatch(r"[0-9]+|0[xX][0-9a-fA-F]+", value))
 
 
 def _in(value: str, spec: dict[str, Any]) -> bool:
@@ -302,7 +302,7 @@ def _in(value: str, spec: dict[str, Any]) -> bool:
 
 
 def _path_level(value: str, spec: dict[str, Any]) -> bool:
-    return _in(value, spec) or value.isdigit()
+    return _in(value, spec) or (value.isascii() and value.isdigit())
 
 
 def _flag_list(value: str, spec: dict[str, Any]) -> bool:

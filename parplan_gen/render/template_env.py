@@ -74,7 +74,7 @@ class Templates:
 
 
 def _version_key(name: str) -> tuple[tuple[int, ...], str]:
-    return tuple(int(n) for n in re.findall(r"\d+", name)), name
+    return tuple(int(n) for n in re.findall(r"[0-9]+", name)), name
 
 
 def environment(templates: Templates) -> BoundedEnvironment:
