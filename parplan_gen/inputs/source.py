@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from typing import Any
 
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import SourceError, SourceRef
+from parplan_gen.inputs.number_text import number_problem
 from parplan_gen.inputs.reading import MAX_FILE_BYTES, read_text
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.yaml_events import event_positions, load_yaml
@@ -309,8 +309,11 @@ def _plain(data: Any, doc: Document) -> Any:
 
 
 def is_finite_number(value: Any) -> bool:
-    """True for int/float values that are not NaN or infinite (bools are not numbers)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """True for int/float values that are not NaN or infinite (bools are not numbers), an int
+    only up to the largest float (math.isfinite of a larger one raises OverflowError)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return number_problem(value) is None
 
 
 @contextmanager

@@ -18,7 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from parplan_gen.inputs.errors import did_you_mean, shown_value
+from parplan_gen.inputs.errors import InputError, did_you_mean, shown_value
+from parplan_gen.inputs.number_text import unusable_numbers
 from parplan_gen.inputs.safe_text import name_from_path
 from parplan_gen.inputs.source import Document, KeyPath, load_document
 from parplan_gen.models.hf_reader import ConfigReader
@@ -300,6 +301,11 @@ def spec_from_hf_dict(
     r = ConfigReader(data if isinstance(data, dict) else {}, doc, key_path, label)
     if not isinstance(data, dict):
         raise r.fail(None, f"a Hugging Face config must be a mapping, not {type(data).__name__}")
+    # Every number of the config, read or not, must be one parplan can compute with: a float
+    # field read later (rope_theta, norm_eps, rope_scaling.factor) would overflow or be inf.
+    bad = next(unusable_numbers(data), None)
+    if bad is not None:
+        raise InputError(bad[1], r.ref(*bad[0]))
     model_type = data.get("model_type")
     if model_type is None:
         raise r.fail(None, "missing required field 'model_type'")

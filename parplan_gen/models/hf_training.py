@@ -54,6 +54,7 @@ def training_settings(r: ConfigReader, *, rope: bool, moe: bool) -> TrainingSett
     table = training_keys()
     family = table.families.get(r.model_type, {})
     # rope_theta is read below, with rope_parameters and the table's default
+    keys_read = {name: _key(r, s) for name, s in family.items()}  # the config key of each
     values = {name: _value(r, s) for name, s in family.items() if name != "rope_theta"}
     if not rope:
         values.pop("rope_fraction", None)
@@ -69,11 +70,21 @@ def training_settings(r: ConfigReader, *, rope: bool, moe: bool) -> TrainingSett
         return TrainingSettings.model_validate(values)
     except ValidationError as exc:
         detail = exc.errors(include_url=False)[0]
-        key = str(detail["loc"][0])
-        raise r.fail(None, f"training setting {key}: {detail['msg']}") from None
+        name = str(detail["loc"][0])
+        key = keys_read.get(name)
+        if key is None:  # the family's default: no key of the config holds it
+            raise r.fail(None, f"training setting {name}: {detail['msg']}") from None
+        got = shown_value(detail.get("input"))
+        raise r.fail(key, f"training setting {name}: {detail['msg']} (got {got})") from None
 
 
 _DENSE = frozenset({"norm_eps", "attention_dropout", "hidden_dropout", "rope_fraction"})
+
+
+def _key(r: ConfigReader, setting: Setting) -> str | None:
+    """The config key `setting` is read from, or None when the family's default applies."""
+    found = r.first(setting.keys)
+    return None if found is None else found[0]
 
 
 def _value(r: ConfigReader, setting: Setting) -> Scalar:

@@ -12,7 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
+
 DEFAULT_DOMAINS = ("", "ai.onnx")
+# A tensor of more elements than this cannot exist: ONNX sizes are int64 (TensorShapeProto's
+# dim_value, TensorProto's dims), and ONNX Runtime and PyTorch count a tensor's elements in an
+# int64 too. Products of such counts (FLOPs, bytes) then stay far below the largest float.
+MAX_ELEMENTS = 2**63 - 1
+# NumPy 2's NPY_MAXDIMS: onnx.numpy_helper cannot hold a tensor of more dimensions, and no
+# exporter writes one; a larger rank is a malformed or hostile file.
+MAX_RANK = 64
 BUFFER_INPUTS = {"BatchNormalization": (3, 4)}  # running mean and variance are not parameters
 _CONV_WEIGHT = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3}  # input index of the weight
 Shape = tuple[int | None, ...]
@@ -38,15 +47,19 @@ class _Tensor:
 class Tensors:
     """Tensor name -> _Tensor; which tensors are data, and the weights each data tensor holds."""
 
-    def __init__(self, onnx: Any, graph: Any) -> None:
+    def __init__(self, onnx: Any, graph: Any, where: SourceRef) -> None:
+        """The tensors of `graph`, each shape checked (an InputError at `where`: the file)."""
         self._onnx = onnx
         self._sizes: dict[int, int] = {}
         self.table: dict[str, _Tensor] = {}
+        # the weights first: the shapes inferred from an oversized one are oversized too
+        weights = {i.name: _checked(_Tensor(tuple(i.dims), i.data_type), i.name, where)
+                   for i in graph.initializer}  # fmt: skip
         for info in (*graph.input, *graph.value_info, *graph.output):
-            self.table[info.name] = _from_value_info(info)
+            self.table[info.name] = _checked(_from_value_info(info), info.name, where)
         self.weights: dict[str, tuple[str, ...]] = {}  # data tensor -> the weights it derives from
         for init in graph.initializer:
-            t = self.table[init.name] = _Tensor(tuple(init.dims), init.data_type)
+            t = self.table[init.name] = weights[init.name]
             self.weights[init.name] = (init.name,) if self.is_weight(t) else ()
 
     def is_data(self, name: str) -> bool:
@@ -96,6 +109,21 @@ def _from_value_info(info: Any) -> _Tensor:
         for d in tensor_type.shape.dim
     )
     return _Tensor(dims if tensor_type.HasField("shape") else None, tensor_type.elem_type)
+
+
+def _checked(t: _Tensor, name: str, where: SourceRef) -> _Tensor:
+    """`t`, unless its rank is above MAX_RANK, a dimension is negative or its known
+    dimensions hold more than MAX_ELEMENTS (an InputError naming the tensor)."""
+    shape = t.shape or ()
+    if len(shape) > MAX_RANK:
+        problem = f"has {len(shape):,} dimensions (at most {MAX_RANK})"
+    elif any(d is not None and d < 0 for d in shape):  # an initializer's own dims
+        problem = f"has a negative dimension ({min(d for d in shape if d is not None)})"
+    elif (elements := math.prod(d for d in shape if d is not None)) > MAX_ELEMENTS:
+        problem = f"has {shown_value(elements)} elements (at most 2^63 - 1: ONNX sizes are int64)"
+    else:
+        return t
+    raise InputError(f"tensor {shown_value(name)} {problem}", where)
 
 
 # --- reading and shape inference -------------------------------------------------------------

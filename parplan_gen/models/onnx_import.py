@@ -83,7 +83,7 @@ def load_onnx_graph(
     except Exception as exc:  # noqa: BLE001  # InferenceError, ValidationError, RuntimeError
         message = printable(str(exc).strip().replace("\n", " "), SHOWN_MESSAGE_CHARS)
         raise InputError(f"ONNX shape inference failed: {message}", where) from None
-    nodes, edges = _convert(model.graph, Tensors(onnx, model.graph))
+    nodes, edges = _convert(model.graph, Tensors(onnx, model.graph, where))
     try:
         return build_graph(name_from_path(Path(path).stem), nodes, edges)
     except GraphError as exc:

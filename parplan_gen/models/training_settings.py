@@ -19,7 +19,7 @@ MAX_RATE = 1.0  # dropout probabilities and loss coefficients are fractions
 class RopeScaling(BaseModel):
     """A context-extension rescaling of the rotary frequencies (config.json rope_scaling)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kind: str = Field(min_length=1, description="`rope_type` (or `type`): llama3, yarn, linear...")
     factor: float = Field(gt=0, description="Scaling factor (`factor`).")
@@ -37,7 +37,7 @@ class RopeScaling(BaseModel):
 class TrainingSettings(BaseModel):
     """The model's training settings as its config gives them (None: it does not say)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     rope_theta: float | None = Field(default=None, gt=0, description="RoPE base (None: no RoPE).")
     rope_scaling: RopeScaling | None = Field(default=None, description="RoPE rescaling, if any.")

@@ -26,6 +26,9 @@ from parplan_gen.rules.ruleset import RuleSet
 
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 DEFAULT_HEADROOM = MEMORY_HEADROOM_DEFAULT  # rules/constraints/headroom.yaml
+# The named formulas the default headroom is made of (rules/constraints/headroom.yaml): a
+# `--rules` overlay that redefines one is where a default out of range comes from.
+_HEADROOM_FORMULAS = (DEFAULT_HEADROOM, "memory_headroom_fraction_default")
 Size = StrictInt  # a whole number from 1 to layout.SIZE_LIMITS[field]
 
 
@@ -258,6 +261,13 @@ def headroom_record(
         where = SourceRef("memory_headroom_default")
         amount = float(rules.library.compile(DEFAULT_HEADROOM, where, "estimate").evaluate(env))  # type: ignore[arg-type]
         source = f"default: rule {DEFAULT_HEADROOM} (rules/constraints/headroom.yaml)"
+        if not 0 <= amount < memory:
+            raise InputError(
+                f"{DEFAULT_HEADROOM} gives a memory headroom of {amount:,.0f} bytes "
+                f"({amount / GIB:.1f} GiB; valid: "
+                f"from 0 to below the GPU's {memory / GIB:.1f} GiB)",
+                _overlay_where(rules),
+            )
     if amount >= memory:
         raise InputError(
             f"--headroom {headroom.text()}: {amount / GIB:.1f} GiB is not below the GPU's "
@@ -267,3 +277,10 @@ def headroom_record(
         pins=limits.pins.given(), bounds=limits.bounds.given(), headroom=headroom.text(),  # type: ignore[arg-type]
         headroom_bytes=round(amount), headroom_source=source,
     )  # fmt: skip
+
+
+def _overlay_where(rules: RuleSet) -> SourceRef | None:
+    """Where the last `--rules` overlay redefined a formula of the default headroom (None: the
+    built-in rules' own)."""
+    redefined = [o for o in rules.overrides if o.id in _HEADROOM_FORMULAS and not o.disabled]
+    return redefined[-1].by.where if redefined else None

@@ -7,6 +7,8 @@ existing configs (render/readers.py) invert it.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 Scalar = bool | int | float | str
@@ -184,16 +186,22 @@ class TorchtitanMapping(_Strict):
     notes: list[Note] = Field([], description="Shown in torchtitan_run.sh's header and plan.md.")
 
 
+# The largest side of a chart, in pixels: the largest canvas a browser draws (Chromium and
+# Firefox cap a side at 32,767 px). It keeps every chart coordinate an exact float.
+MAX_CHART_PX = 32_767
+Pixels = Annotated[int, Field(ge=1, le=MAX_CHART_PX)]
+
+
 class ChartStyle(_Strict):
-    width: PositiveInt
-    label_width: PositiveInt
-    legend_height: PositiveInt
-    bar_height: PositiveInt
-    bar_gap: PositiveInt
-    margin: PositiveInt
-    font_size: PositiveInt
-    plot_height: PositiveInt = 240  # the memory chart's column area
-    legend_item_width: PositiveInt | None = None  # a legend entry's least width (else its label's)
+    width: Pixels
+    label_width: Pixels
+    legend_height: Pixels
+    bar_height: Pixels
+    bar_gap: Pixels
+    margin: Pixels
+    font_size: Pixels
+    plot_height: Pixels = 240  # the memory chart's column area
+    legend_item_width: Pixels | None = None  # a legend entry's least width (else its label's)
 
 
 class ReportMapping(_Strict):
