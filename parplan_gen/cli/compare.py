@@ -6,7 +6,6 @@ A thin shell over `api.compare` (render/compare.py builds the rows and the sente
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.common import (
@@ -19,6 +18,7 @@ from parplan_gen.cli.common import (
     zero_stage,
 )
 from parplan_gen.cli.plan import add_request_options
+from parplan_gen.inputs.safe_text import printable
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
 if TYPE_CHECKING:
@@ -109,6 +109,7 @@ def _zero(value: str) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from parplan_gen.api import compare
+    from parplan_gen.cli.textview import write_view
 
     found = compare(
         args.model, cluster_from_args(args), global_batch=args.global_batch,
@@ -119,7 +120,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         print_json(found.contract())
     else:
-        sys.stdout.write(compare_text(found))
+        write_view(compare_text(found))
     return 0
 
 
@@ -131,10 +132,12 @@ def compare_text(found: Comparison) -> str:
     rows = [[r.label, *r.shown] for r in found.rows]
     lines = [table(headers, rows, right=set(range(1, len(headers)))).rstrip("\n")]
     for column in found.columns:
-        if column.problem:
-            lines.append(f"{column.label}: {column.problem}")
+        if column.problem:  # may quote a rule's reason: one line, escaped
+            lines.append(f"{column.label}: {printable(column.problem, len(column.problem))}")
     first = found.columns[0].label
     for other, sentences in found.sentences:
         lines += ["", f"Why {first} over {other}:"]
-        lines += [f"  - {s}" for s in sentences] or ["  - the same figures in every term"]
+        lines += [f"  - {printable(s, len(s))}" for s in sentences] or [
+            "  - the same figures in every term"
+        ]
     return "\n".join(lines) + "\n"

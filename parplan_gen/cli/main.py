@@ -7,8 +7,10 @@ typed errors become messages and exit codes (0 ok, 1 bad input, 2 bad usage).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -30,6 +32,9 @@ MODEL_HELP = "graph .yaml/.yml/.json, Hugging Face config.json, .onnx, or a pres
 # The largest --max-input-mib: 64 GiB, more memory than parplan could load such a file into on
 # a workstation; the bound only keeps the number sane.
 MAX_INPUT_MIB = 1 << 16
+# The exit status of a run Ctrl-C stops: 128 + SIGINT, as the shell reports a process SIGINT
+# ends (and as `signal.SIGINT` numbers it on every POSIX system).
+INTERRUPTED = 128 + signal.SIGINT
 
 
 class _Parser(argparse.ArgumentParser):
@@ -154,7 +159,7 @@ def _opportunity_lines(found: list[Any]) -> list[str]:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from parplan_gen.cli.textview import opportunities_table
+    from parplan_gen.cli.textview import opportunities_table, write_view
     from parplan_gen.models.load import load_graph_for
     from parplan_gen.rules.engine import analyze
     from parplan_gen.rules.ruleset import load_rules
@@ -165,12 +170,12 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     if args.json:
         _print_json_list("opportunities", _opportunity_lines(found))
     else:
-        sys.stdout.write(opportunities_table(graph, found))
+        write_view(opportunities_table(graph, found))
     return 0
 
 
 def _cmd_propose(args: argparse.Namespace) -> int:
-    from parplan_gen.cli.textview import proposals_table
+    from parplan_gen.cli.textview import proposals_table, write_view
     from parplan_gen.models.load import load_graph_for
     from parplan_gen.rules.engine import propose
     from parplan_gen.rules.ruleset import load_rules
@@ -187,7 +192,7 @@ def _cmd_propose(args: argparse.Namespace) -> int:
             ],
         )
     else:
-        sys.stdout.write(proposals_table(graph, args.devices, made))
+        write_view(proposals_table(graph, args.devices, made))
     return 0
 
 
@@ -195,13 +200,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     # A run is short and allocates many small objects (graph nodes, formula trees): the cyclic
     # garbage collector would only rescan them. Its state is restored for in-process callers.
-    with gc_paused():
-        return _run(argv)
+    try:
+        with gc_paused():
+            return _run(argv)
+    except KeyboardInterrupt:  # Ctrl-C after _run's own handler: while leaving gc_paused
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    """Ctrl-C: one error line (a second Ctrl-C while it is written only cuts it short)."""
+    with contextlib.suppress(KeyboardInterrupt, OSError):
+        sys.stderr.write(f"{PROG}: error: interrupted\n")
+    return INTERRUPTED
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
     try:
+        parser = build_parser()  # imports every command's module: Ctrl-C may come here too
         args = parser.parse_args(argv)
         handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
         if handler is None:
@@ -214,8 +229,8 @@ def _run(argv: Sequence[str] | None) -> int:
         return exc.exit_code
     except BrokenPipeError:
         return 0
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt:  # anywhere in a command: reading, planning, writing, printing
+        return _interrupted()
 
 
 if __name__ == "__main__":

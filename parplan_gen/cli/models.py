@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from parplan_gen.cli.common import (
@@ -76,7 +75,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    from parplan_gen.cli.textview import table
+    from parplan_gen.cli.textview import table, write_view
 
     cells = [
         [
@@ -89,16 +88,18 @@ def _cmd_models(args: argparse.Namespace) -> int:
         for r in rows
     ]
     out = table(["preset", "model_type", "params", "active", "layers"], cells, right={2, 3, 4})
-    sys.stdout.write(out + "\nop graphs (per sample):\n")
+    lines = [out + "\nop graphs (per sample):"]
     for g in graphs:
         flops = f"{g.forward_flops / 1e9:,.2f} GFLOP forward"
-        sys.stdout.write(f"  {g.name}  {g.params / 1e6:,.2f}M params, {flops}\n")
+        lines.append(f"  {g.name}  {g.params / 1e6:,.2f}M params, {flops}")
+    write_view("\n".join(lines) + "\n")
     return 0
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
     from parplan_gen.api import estimate, load_model
     from parplan_gen.cli.estimate_view import estimate_text
+    from parplan_gen.cli.textview import write_view
     from parplan_gen.inputs.errors import InputError
     from parplan_gen.planning.sanity import sanity_warnings
     from parplan_gen.rules.ruleset import load_rules
@@ -119,5 +120,5 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         warnings = sanity_warnings(spec, cluster, found.estimate)
         print_json(found.estimate.contract() | ({"warnings": warnings} if warnings else {}))
     else:
-        sys.stdout.write(estimate_text(spec, cluster, found.estimate))
+        write_view(estimate_text(spec, cluster, found.estimate))
     return 0

@@ -30,6 +30,7 @@ from parplan_gen.cli.common import (
 )
 from parplan_gen.cli.render import add_render_options, out_folder, write_plan_files
 from parplan_gen.inputs.defaults import GIB
+from parplan_gen.inputs.safe_text import printable
 from parplan_gen.models.kind import ANY_BACKEND
 
 if TYPE_CHECKING:
@@ -162,6 +163,7 @@ def plan_request(args: argparse.Namespace) -> dict[str, Any]:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from parplan_gen.api import plan
+    from parplan_gen.cli.textview import write_view
 
     if args.all_backends:
         from parplan_gen.cli.plan_all import cmd_plan_all
@@ -175,7 +177,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.document.contract())
     else:
-        sys.stdout.write(plan_text(result))
+        write_view(plan_text(result))
     return 0
 
 
@@ -230,7 +232,8 @@ def plan_text(plan: Plan) -> str:
         *_rejected_lines(plan),
     ]
     if doc.advice:
-        lines += ["", "What would make it fit:", *(f"  - {note}" for note in doc.advice)]
+        advice = (f"  - {printable(note, len(note))}" for note in doc.advice)
+        lines += ["", "What would make it fit:", *advice]
     lines += warning_lines(doc.warnings)
     return "\n".join(lines) + "\n"
 
@@ -269,7 +272,7 @@ def _rejected_lines(plan: Plan) -> list[str]:
         f"Searched {plan.searched:,} candidates ({plan.evaluated:,} estimated by the cost "
         f"model); rejected {sum(rejected.values()):,}, by reason:",
     ]
-    lines += [f"  {n:>10,}  {reason}" for reason, n in rejected.items()]
+    lines += [f"  {n:>10,}  {printable(reason, len(reason))}" for reason, n in rejected.items()]
     return lines
 
 
@@ -278,6 +281,7 @@ def _rejected_lines(plan: Plan) -> list[str]:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from parplan_gen.api import check, load_model
+    from parplan_gen.cli.textview import write_view
     from parplan_gen.cost.layout import build_layout
 
     spec, cluster = load_model(args.model), cluster_from_args(args)
@@ -307,7 +311,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.contract())
     else:
-        sys.stdout.write(check_text(report))
+        write_view(check_text(report))
     problem = report.problem()
     if problem is not None:  # the report is on stdout; the reason is the one-line error (exit 1)
         from parplan_gen.inputs.errors import InputError
@@ -323,7 +327,8 @@ def check_text(report: CheckReport) -> str:
     lines = [estimate_text(report.model, report.cluster, report.estimate).rstrip("\n"), ""]
     if report.violations:
         lines.append("Constraints broken:")
-        lines += [f"  - {v.describe()}" for v in report.violations]
+        described = [v.describe() for v in report.violations]  # may quote a rule's reason
+        lines += [f"  - {printable(d, len(d))}" for d in described]
     else:
         lines.append("Constraints: all met")
     better = report.better

@@ -64,9 +64,12 @@ def contract(found: dict[str, Plan | str], best: str | None) -> dict[str, Any]:
 
 def summary_text(found: dict[str, Plan | str], best: str | None, out: str | None) -> str:
     """The text view: one row per backend's own best plan, the overall best, and why a backend
-    runs nothing."""
+    runs nothing. It is also DIR/README.md, so the model's title, the folders and the reasons
+    (a rule's reason, a model's name) pass `safe_text.markdown`: no raw HTML, link, image or
+    control character reaches the README or the terminal."""
     from parplan_gen.cli.estimate_view import layout_line
     from parplan_gen.cli.textview import table
+    from parplan_gen.inputs.safe_text import markdown
 
     rows = []
     for name, p in found.items():
@@ -75,17 +78,19 @@ def summary_text(found: dict[str, Plan | str], best: str | None, out: str | None
         c = p.chosen
         rows.append([
             name, f"{c.time.step_s:.3f}", f"{c.throughput.mfu:.1%}", f"{c.memory.total / GIB:.1f}",
-            layout_line(c), f"{Path(out) / name}/" if out else "-",
+            layout_line(c), markdown(f"{Path(out) / name}/") if out else "-",
         ])  # fmt: skip
     first = next(iter(found.values()))
-    title = "" if isinstance(first, str) else f"{first.document.model.title}: "
+    title = "" if isinstance(first, str) else f"{markdown(first.document.model.title)}: "
     lines = [f"{title}each backend's own best plan (the search restricted to it)", ""]
     if rows:
         heads = ["backend", "step s", "MFU", "GiB/GPU", "layout", "files"]
         lines += [table(heads, rows, right={1, 2, 3}).rstrip("\n"), "", f"Overall best: {best}"]
     else:
         lines.append("No backend runs a plan of this request.")
-    lines += [f"{n}: runs nothing: {why}" for n, why in found.items() if isinstance(why, str)]
+    lines += [
+        f"{n}: runs nothing: {markdown(why)}" for n, why in found.items() if isinstance(why, str)
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -9,7 +9,6 @@ them into messages and exit codes.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.common import (
@@ -113,20 +112,21 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from parplan_gen.cli.textview import write_view
     from parplan_gen.rules.check import check_rules
 
     report = check_rules(args.dirs)
     out = [problem.render() for problem in report.problems] + [report.summary()]
-    sys.stdout.write("\n".join(out) + "\n")
+    write_view("\n".join(out) + "\n")
     return 1 if report.errors else 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from parplan_gen.cli.textview import table
+    from parplan_gen.cli.textview import table, write_view
     from parplan_gen.rules.ruleset import load_rules
 
     rules = load_rules(args.rules)
-    sys.stdout.write(table(["ID", "KIND", "OP/GROUP", "WHERE", "LAYER"], _rows(rules), set()))
+    write_view(table(["ID", "KIND", "OP/GROUP", "WHERE", "LAYER"], _rows(rules), set()))
     overridden = [o for o in rules.overrides if not o.disabled]
     disabled = [o for o in rules.overrides if o.disabled]
     for title, found, by in (
@@ -134,9 +134,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         ("Disabled by a later layer", disabled, "DISABLED BY"),
     ):
         if found:
-            sys.stdout.write(f"\n{title}:\n")
+            write_view(f"\n{title}:\n")
             rows = [[o.id, _origin(o.replaced), _origin(o.by)] for o in found]
-            sys.stdout.write(table(["ID", "DEFINED AT", by], rows, set()))
+            write_view(table(["ID", "DEFINED AT", by], rows, set()))
     return 0
 
 
@@ -159,13 +159,14 @@ def _origin(origin: RuleOrigin) -> str:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
+    from parplan_gen.cli.textview import write_view
     from parplan_gen.models.load import load_graph_for
     from parplan_gen.rules.explain import explain_rules
     from parplan_gen.rules.ruleset import load_rules
 
     rules = load_rules(args.rules)
     graph = load_graph_for(args.graph, batch_size=args.micro_batch)
-    sys.stdout.write(explain_rules(graph, rules, args.node, args.devices))
+    write_view(explain_rules(graph, rules, args.node, args.devices))
     return 0
 
 

@@ -2,16 +2,25 @@
 
 Names and texts from input files (a graph's name, node ids, rule ids and descriptions) pass
 through safe_text.printable: an ESC or NUL in them reaches the terminal as a visible escape.
+Every view of the CLI is written by `write_view`, which shows whatever control character a
+view still holds (a rule's reason in `plan`, `check` or `compare`) as an escape as well.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from parplan_gen.inputs.defaults import MIB
-from parplan_gen.inputs.safe_text import MAX_SHOWN_CHARS, printable
+from parplan_gen.inputs.safe_text import MAX_SHOWN_CHARS, printable, printable_lines
 from parplan_gen.models.graph import ModelGraph
 from parplan_gen.rules.engine import Opportunity, Proposal
+
+
+def write_view(text: str) -> None:
+    """Print a text view (lines ending in a line feed) with nothing a terminal would act on:
+    every control, format or line-break character but the line feeds is shown as an escape."""
+    sys.stdout.write(printable_lines(text))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], right: set[int]) -> str:
@@ -87,8 +96,8 @@ def proposals_table(graph: ModelGraph, devices: int, made: Sequence[Proposal]) -
     lines = []
     for i, p in enumerate(made, 1):
         settings = ", ".join(f"{k}={_show(v)}" for k, v in p.settings.items()) or "-"
-        head = f"[{p.type}] {p.estimated_speedup:.2f}x  {p.description}"
-        lines.append(f"{i:>2}. {printable(head, limit=len(head))}")
+        line = f"[{p.type}] {p.estimated_speedup:.2f}x  {p.description}"
+        lines.append(f"{i:>2}. {printable(line, limit=len(line))}")
         lines.append(f"    settings: {printable(settings)}   (rule {printable(p.rule_id)})")
     return head + "\n".join(lines) + "\n"
 

@@ -5,7 +5,10 @@ sequences that repaint a terminal, NUL, carriage returns and the other line brea
 readers honour and others do not) and may be megabytes long. Everything that shows such text
 to a person goes through `printable`, which escapes what is not plain printable text and
 bounds the length; `safe_name` reduces a name to a character set that is inert in any file
-format we write (shell comments included).
+format we write (shell comments included). One escaping per place text is shown: a terminal
+view is written through `printable_lines`, each of its fields `printable`; Markdown (plan.md,
+DIR/README.md) takes input text through `markdown`, which also escapes HTML, links, images,
+code spans and table pipes.
 """
 
 from __future__ import annotations
@@ -77,3 +80,39 @@ def name_from_path(component: str) -> str:
     """A model name taken from a file or folder name: escaped where it is not plain text (a
     path component is at most a few hundred characters, so it is kept whole)."""
     return printable(component, limit=len(component))
+
+
+# Markdown (plan.md, DIR/README.md): what CommonMark and GitHub's tables give a meaning to in
+# running text, each escaped so that it shows as typed and means nothing. A backtick opens a
+# code span, `|` ends a table cell, and `\` would cancel the escape written before any of these.
+_MARKDOWN_ESCAPES = str.maketrans({"\\": "\\\\", "`": "\\`", "|": "\\|"})
+# The rest mean something only in some places, and only there are they escaped (so that a rule
+# reason such as "cp (2) > 1" or a source such as "[H100-DS] PCIe Gen5" stays as written):
+# `<` before a letter, `/`, `!` or `?` opens raw HTML (`<script>`, `<img>`, `<!--`) or an
+# autolink; `&` before `name;` or `#123;` is an entity; `](`, `][` and `]:` make a link, a
+# reference link or a link definition, `![` an image (fetched when the page is shown), and a `]`
+# that ends the text could make one with what follows it.
+_MARKDOWN_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;)|\](?=[(\[:]|$)|(?<=!)\[")
+_MARKDOWN_SHOWN = {"<": "&lt;", "&": "&amp;", "]": "\\]", "[": "\\["}
+# The characters of a view that a terminal shows as written: printable ASCII and the line feed
+# that ends each line; anything else sends the view through `printable`, line by line.
+_TERMINAL_UNSAFE = re.compile(r"[^\n\x20-\x7e]")
+
+
+def markdown(text: str) -> str:
+    """`text` as inert Markdown on one line: runs of white space (line breaks included) become
+    one space; raw HTML, entities, links, images, code spans, table pipes and backslashes are
+    escaped so that they show as typed; control and format characters are shown as escapes
+    (`printable`, uncut). The one escaping of input text for plan.md and README.md."""
+    escaped = " ".join(str(text).split()).translate(_MARKDOWN_ESCAPES)
+    escaped = _MARKDOWN_MARKUP.sub(lambda m: _MARKDOWN_SHOWN[m.group()], escaped)
+    return printable(escaped, limit=len(escaped))
+
+
+def printable_lines(text: str) -> str:
+    """A text view for the terminal with every line `printable` (uncut): line feeds are kept,
+    every other control, format or line-break character (ESC, CR, U+2028) is shown as an escape,
+    so nothing in the view can move the cursor, repaint or hide a line."""
+    if _TERMINAL_UNSAFE.search(text) is None:  # nearly always: plain ASCII lines
+        return text
+    return "\n".join(printable(line, limit=len(line)) for line in text.split("\n"))

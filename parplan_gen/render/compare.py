@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.defaults import GIB, MIB
+from parplan_gen.inputs.safe_text import markdown
 from parplan_gen.inputs.source import load_document
 from parplan_gen.inputs.validation import validate
 from parplan_gen.planning.document import PlanDocument
@@ -250,7 +251,8 @@ def runner_up(doc: PlanDocument) -> Estimate | None:
 
 def why_context(doc: PlanDocument) -> dict[str, Any] | None:
     """plan.md's "Why this plan": the chosen plan against the runner-up, as Markdown-ready
-    strings (the table's header and rows, the sentences); None without a runner-up."""
+    strings (the table's header and rows, the sentences, each `safe_text.markdown`: a problem
+    a sentence names may quote a rule's reason); None without a runner-up."""
     other = runner_up(doc)
     if other is None:
         return None
@@ -261,8 +263,8 @@ def why_context(doc: PlanDocument) -> dict[str, Any] | None:
     found = compare_estimates(doc.cluster, columns, doc.model.time_parts, doc.model.layout_dims)
     chosen, second = found.columns
     return {
-        "chosen": chosen.label,
-        "runner_up": second.label,
-        "rows": [[r.label, *r.shown] for r in found.rows],
-        "sentences": list(found.sentences[0][1]),
+        "chosen": markdown(chosen.label),
+        "runner_up": markdown(second.label),
+        "rows": [[markdown(text) for text in (r.label, *r.shown)] for r in found.rows],
+        "sentences": [markdown(s) for s in found.sentences[0][1]],
     }

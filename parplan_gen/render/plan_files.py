@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from parplan_gen.inputs.safe_text import printable, safe_name
+from parplan_gen.inputs.safe_text import markdown, printable, safe_name
 from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import backend_verdicts
@@ -226,7 +226,7 @@ def build_context(
             "best_on": BACKENDS[doc.best_on].title if doc.best_on else "",
             "not_written": [
                 f"{BACKEND_FILES[b]}: not written, {BACKENDS[b].title} does not run this "
-                f"layout ({why})"
+                f"layout ({markdown(why)})"  # plan.md only; `why`: a rule's reason
                 for b, why in backend_runs(doc).items()
                 if why is not None and b in BACKEND_FILES
             ],

@@ -2,6 +2,9 @@
 
 `report_context` gives the report template ready-made strings (tables, headline figures) and
 the charts' geometry (every x, y, width already computed), so the templates only place them.
+Every text that comes from an input (the model's title, rule reasons and descriptions, the
+proposals' settings, sources named in a cluster file) passes `safe_text.markdown` here, the one
+escaping of plan.md: no raw HTML, image, link, code span or control character reaches it.
 Chart style (sizes, colours) comes from templates/mapping.yaml `report:`.
 """
 
@@ -11,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
+from parplan_gen.inputs.safe_text import markdown
 from parplan_gen.planning.budget import GIGA, HOUR_S, Budget
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.charts import PART_LABELS, chart_rows, time_chart
@@ -38,14 +42,14 @@ def report_context(
     rows = chart_rows(doc, report.chart_rows)
     return {
         "kind": kind,
-        "model_title": doc.model.title,
+        "model_title": markdown(doc.model.title),
         "unit": unit,
         "headline": _headline(chosen),
         "layout": _layout_rows(chosen, unit),
         "proposals": [_proposal_row(p, applied_as) for p in doc.proposals],
         "why": why_context(doc),  # render/compare.py: the chosen plan against the runner-up
-        "advice": [md(a) for a in doc.advice],
-        "warnings": [md(w) for w in doc.warnings],
+        "advice": [markdown(a) for a in doc.advice],
+        "warnings": [markdown(w) for w in doc.warnings],
         "notes": [md(n) for n in notes],
         "script_notes": [md(n) for n in script_notes],
         "memory": _part_rows(chosen.memory.model_dump(), MEMORY_PARTS, gib),
@@ -55,7 +59,7 @@ def report_context(
         "step": seconds(chosen.time.step_s),
         "candidates": [_candidate_row(i, e, e == chosen) for i, e in enumerate(doc.candidates)],
         "rejected": [
-            {"reason": md(reason), "count": str(count)}
+            {"reason": markdown(reason), "count": str(count)}
             for reason, count in sorted(doc.rejected.items(), key=lambda kv: (-kv[1], kv[0]))
         ],
         "search": search_rows(doc),
@@ -70,11 +74,19 @@ def search_rows(doc: PlanDocument) -> list[tuple[str, str]]:
     found = doc.search
     if found is None:
         return []
-    shown = {True: "true", False: "false"}
-    pins = " ".join(f"{k}={shown.get(v, v)}" for k, v in found.pins.items())  # type: ignore[call-overload]
-    bounds = " ".join(f"{k}={v}" for k, v in found.bounds.items())
-    headroom = f"{gib(found.headroom_bytes)} per GPU ({md(found.headroom_source)})"
+    pins = " ".join(f"{k}={pin_text(v)}" for k, v in found.pins.items())
+    bounds = " ".join(f"{k}={pin_text(v)}" for k, v in found.bounds.items())
+    headroom = f"{gib(found.headroom_bytes)} per GPU ({markdown(found.headroom_source)})"
     return [("pinned", pins or "none"), ("bounds", bounds or "none"), ("headroom", headroom)]
+
+
+def pin_text(value: object) -> str:
+    """A pinned or bounded value as plan.md shows it: a switch as `true`/`false`, a size as its
+    number (`tp=1`, never `tp=true`: 1 == True, so a look-up keyed by True catches it), any text
+    escaped."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return markdown(str(value))
 
 
 def budget_rows(doc: PlanDocument) -> list[tuple[str, str]]:
@@ -94,10 +106,10 @@ def budget_rows(doc: PlanDocument) -> list[tuple[str, str]]:
         (
             "interruptions",
             f"{b.interruptions:,.1f} expected; job MTBF {b.job_mtbf_hours:,.1f} h "
-            f"({b.mtbf_gpu_hours:,.0f} GPU-hours per GPU, {md(b.mtbf_source)})",
+            f"({b.mtbf_gpu_hours:,.0f} GPU-hours per GPU, {markdown(b.mtbf_source)})",
         ),
         ("checkpoints", _checkpoint_text(b)),
-        *([("checkpointing", md(b.checkpoint_mode))] if b.checkpoint_mode else []),
+        *([("checkpointing", markdown(b.checkpoint_mode))] if b.checkpoint_mode else []),
         ("training stopped for checkpoints", f"{b.checkpoint_days:,.2f} days"),
         *([("restart", _restart_text(b))] if b.restart_s is not None else []),
         ("work lost to interruptions", f"{b.lost_days:,.2f} days"),
@@ -107,7 +119,7 @@ def budget_rows(doc: PlanDocument) -> list[tuple[str, str]]:
         rows.append(
             (
                 "cost",
-                f"{b.cost:,.0f} at {b.gpu_hour_price:g} per GPU-hour ({md(b.price_source or '')})",
+                f"{b.cost:,.0f} at {b.gpu_hour_price:g} per GPU-hour ({markdown(b.price_source or '')})",
             )
         )
     return rows
@@ -122,10 +134,10 @@ def _checkpoint_text(b: Budget) -> str:
     )
     every += " (Young 1974"
     written = f"{gib(b.checkpoint_bytes)} written in {b.checkpoint_write_s:,.0f} s"
-    storage = md(b.storage_source)
+    storage = markdown(b.storage_source)
     if not b.checkpoint_async or b.checkpoint_blocking_s is None or not b.host_bytes_per_s:
         return f"{every}), {written} ({storage})"
-    host = f"{b.host_bytes_per_s / GIGA:,.0f} GB/s per GPU, {md(b.host_source or '')}"
+    host = f"{b.host_bytes_per_s / GIGA:,.0f} GB/s per GPU, {markdown(b.host_source or '')}"
     return (
         f"{every} on the {seconds(b.checkpoint_blocking_s)} training waits for: the copy to "
         f"host at {host}), {written} in the background ({storage})"
@@ -140,7 +152,8 @@ def _restart_text(b: Budget) -> str:
 
 
 def md(text: str) -> str:
-    """Text that stays inside one Markdown table cell."""
+    """Markdown written by parplan or a template (a note with its `code spans`), on one line
+    and inside one table cell. Text from an input file goes through `markdown` instead."""
     return " ".join(text.split()).replace("|", "\\|")
 
 
@@ -187,10 +200,10 @@ def _proposal_row(p: Any, applied_as: Mapping[str, str]) -> dict[str, str]:
     settings = ", ".join(f"{k}={v}" for k, v in p.settings.items())
     where = "; ".join(applied_as.get(k, NOT_RENDERED) for k in p.settings)
     return {
-        "rule": md(p.rule_id),
-        "description": md(p.description),
+        "rule": markdown(p.rule_id),
+        "description": markdown(p.description),
         "speedup": f"{p.estimated_speedup:.1f}x",
-        "settings": md(settings),
+        "settings": markdown(settings),
         "applied": md(where),
     }
 
