@@ -1,6 +1,8 @@
 """Advice for a request that nothing fits: each piece is one change to the closest candidate
 on its backend (ZeRO-3, full recomputation, micro-batch 1, sequence parallelism), re-estimated,
-then the first multiple of the GPUs at which a plan fits."""
+then the first multiple of the GPUs at which a plan fits. The closest candidate meets every pin
+and bound of the request (the search never leaves them); a change that a pin or bound excludes
+says which flag it relaxes."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import MAX_GPUS, Layout
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.planning.evaluate import CAPABILITY_RULE
+from parplan_gen.planning.pins import flag
 from parplan_gen.planning.planner import BackendPlanner, PlanError, Planner, SearchResult
 from parplan_gen.planning.search_space import Request
 
@@ -45,10 +48,13 @@ def advise(planner: Planner, request: Request, result: SearchResult) -> list[Adv
     ]
     advice = []
     no_sp = closest.tp == 1 or not request.options.sequence_parallel
+    allows = request.options.limits.allows
     for label, change in changes:
         current = {k: getattr(closest, k) for k in change}
         if current != change and not (label == "sequence parallelism" and no_sp):
-            advice.append(_try_change(on_backend, request, closest, label, change))
+            relaxed = [flag(k) for k, v in change.items() if not allows(k, v)]
+            shown = f"{label} (relaxes {', '.join(relaxed)})" if relaxed else label
+            advice.append(_try_change(on_backend, request, closest, shown, change))
     return [*advice, _more_gpus(planner, request, result.chosen)]
 
 

@@ -219,14 +219,17 @@ class _Search:
             return
         self._cache.clear()
         self.env["plan.vpp"] = 1  # memory does not shrink with interleaving: a bound for all vpp
-        flat = self._memory_bound((*head, 1), mbss, mems)
+        # Its candidates are closest ones only where vpp 1 is in the space (not with --vpp 2).
+        flat_kept = 1 in vpps and self._first(VIRTUAL) is None
+        flat = self._memory_bound((*head, 1), mbss, mems, keep=flat_kept)
         for vpp in vpps:
             self.env["plan.vpp"] = vpp
             found = self._first(VIRTUAL)
             if found is not None:
                 self.rejected[found.reason] += len(mbss) * len(mems)
                 continue
-            bound = flat or (self._memory_bound((*head, vpp), mbss, mems) if vpp > 1 else None)
+            own = vpp > 1 and not (flat and flat_kept)  # the bound of this vpp's candidates
+            bound = self._memory_bound((*head, vpp), mbss, mems) if own else flat
             self._virtual((*head, vpp), mbss, mems, bound)
 
     def _micro(self, dp: int, mbs: int) -> tuple[int, Violation | None]:
@@ -343,10 +346,10 @@ class _Search:
         into.append(_Scored(key, len(into), plan, figures))
 
     def _memory_bound(
-        self, head: _Prefix, mbss: list[int], mems: list[MemoryOption]
+        self, head: _Prefix, mbss: list[int], mems: list[MemoryOption], keep: bool = True
     ) -> Violation | None:
-        """The memory violation every candidate under `head` shares, when even the most frugal
-        ones (smallest allowed mbs, full recomputation, most sharding) break a memory rule."""
+        """The memory violation all candidates under `head` share, when even the most frugal
+        (least mbs, full recompute, most sharding; `keep`: closest ones) break a memory rule."""
         for mbs in mbss:
             accum, found = self._micro(head[0], mbs)
             if found is None:
@@ -374,7 +377,7 @@ class _Search:
             if "time_step_s" in figures:  # it fits memory: no bound
                 return None
             broken.append((figures["memory_total"], found, plan))  # type: ignore[arg-type]
-        for _, _, plan in broken:
+        for _, _, plan in broken if keep else ():
             self._keep(self.unfit, plan, self._cache[plan][0])
         return min(broken, key=lambda b: b[0])[1] if broken else None
 

@@ -14,9 +14,10 @@ communication settings) is ignored.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from parplan_gen.cost.layout import Layout
+from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping import LoadedMapping
 from parplan_gen.render.mapping_schema import MegatronArg, Scalar
@@ -57,6 +58,25 @@ MEGATRON_SWITCH_ALIASES: dict[str, tuple[str, Any]] = {
     "--recompute-activations": ("recompute", "selective"),  # the older selective switch
 }
 MEGATRON_VALUE_ALIASES = {"--fp8-format": ("e4m3",)}  # the other FP8 recipe: FP8 all the same
+# Megatron-FSDP's --data-parallel-sharding-strategy (Megatron-LM arguments.py choices).
+FSDP_STRATEGY_CHOICES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+# The values each choice a reader takes may have: the Layout's own (ZeRO stage, recompute,
+# precision: its Literal fields) and Megatron-FSDP's strategy.
+CHOICES: dict[str, tuple[Any, ...]] = {
+    name: get_args(info.annotation)
+    for name, info in Layout.model_fields.items()
+    if get_args(info.annotation)
+} | {FSDP_STRATEGY: FSDP_STRATEGY_CHOICES}
+
+
+def read_choice(value: Any, choices: tuple[Any, ...], where: SourceRef) -> Any:
+    """`value` when it is one of `choices` (of the same type: `true` is no 1, `3.0` no 3), else
+    the one error every reader gives: `FILE:LINE: FLAG: 'bogus' is not one of (...)`, where
+    `where` holds the flag or key path as its `path`."""
+    if any(type(value) is type(choice) and value == choice for choice in choices):
+        return value
+    shown = ", ".join(repr(choice) for choice in choices)
+    raise InputError(f"{shown_value(value)} is not one of ({shown})", where)
 
 
 @dataclass(frozen=True)

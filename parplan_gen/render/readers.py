@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.layout import SIZE_LIMITS, size_problem
-from parplan_gen.inputs.defaults import ZERO_STAGES
-from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
+from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.inputs.source import Document, load_document
@@ -24,6 +23,7 @@ from parplan_gen.render.facts import FSDP_STRATEGIES
 from parplan_gen.render.mapping import MAPPING_FILE, LoadedMapping, load_mapping
 from parplan_gen.render.mapping_inverse import (
     ACCOUNTED_LAYERS,
+    CHOICES,
     FSDP_STRATEGY,
     LAYERS_PER_VIRTUAL_STAGE,
     MEGATRON_FSDP,
@@ -31,6 +31,7 @@ from parplan_gen.render.mapping_inverse import (
     MegatronFlag,
     deepspeed_keys,
     megatron_flags,
+    read_choice,
 )
 from parplan_gen.render.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
 from parplan_gen.render.template_env import Templates
@@ -106,12 +107,8 @@ def _at(data: dict[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
 
 
 def _deepspeed_value(doc: Document, key: DeepSpeedKey, value: Any) -> dict[str, Any]:
-    if key.field == "zero_stage":
-        if type(value) is not int or value not in ZERO_STAGES:  # not True, not 3.0
-            raise InputError(
-                f"expected a ZeRO stage 0 to 3, got {shown_value(value)}", doc.ref(key.path)
-            )
-        return {"zero_stage": value}
+    if key.field in CHOICES:  # the ZeRO stage: an int, not True, not 3.0
+        return {key.field: read_choice(value, CHOICES[key.field], doc.ref(key.path))}
     if key.field is not None:
         problem = size_problem(key.field, value)
         if problem:
@@ -134,8 +131,8 @@ def megatron_values(
     later argument overrides an earlier one, as Megatron-LM's argparse does)."""
     text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
 
-    def where(line: int) -> SourceRef:
-        return SourceRef(str(path), line)
+    def where(line: int, flag: str = "") -> SourceRef:
+        return SourceRef(str(path), line, path=flag)
 
     words = read_script_words(text, str(path))
     flags = megatron_flags(_mapping(templates_dir))
@@ -149,10 +146,10 @@ def megatron_values(
             out.update([reading.sets])
             continue
         raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
-        out.update(_megatron_value(flag, reading, raw, where(line)))
+        out.update(_megatron_value(flag, reading, raw, where(line), where(line, flag)))
     if out.get("tp", 1) == 1:  # Megatron-LM validate_args: "Disabling sequence parallelism
         out.pop("sequence_parallel", None)  # because tensor model parallelism is disabled"
-    _fsdp_sharding(out, SourceRef(str(path)))
+    _fsdp_sharding(out)
     per_chunk = out.pop(LAYERS_PER_VIRTUAL_STAGE, None)
     counted = num_layers + sum(bool(out.pop(name, False)) for name in ACCOUNTED_LAYERS)
     if per_chunk is not None:
@@ -167,17 +164,20 @@ def megatron_values(
     return out
 
 
-def _megatron_value(flag: str, reading: MegatronFlag, raw: str, where: SourceRef) -> dict[str, Any]:
+def _megatron_value(
+    flag: str, reading: MegatronFlag, raw: str, where: SourceRef, at_flag: SourceRef
+) -> dict[str, Any]:
+    """What one argument sets; `where` is its line, `at_flag` the line with the flag named."""
     if reading.sets is not None:  # an argument whose value names the setting (--fp8-format)
-        if raw not in reading.values:
-            choices = " or ".join(reading.values)
-            raise InputError(f"{flag}: expected {choices}, got {shown_value(raw)}", where)
+        read_choice(raw, reading.values, at_flag)
         return dict([reading.sets])
     field = reading.field
     if field is None:
         return {}
+    if field in CHOICES:  # --recompute-granularity, --data-parallel-sharding-strategy
+        return {field: read_choice(raw, CHOICES[field], at_flag)}
     if field not in SIZE_LIMITS and field != LAYERS_PER_VIRTUAL_STAGE:
-        return {field: raw}  # a choice (--recompute-granularity): checked by the layout
+        return {field: raw}
     try:  # layers per virtual stage: at most a model's layers
         return {field: whole_number(raw, SIZE_LIMITS.get(field, MAX_LAYERS))}
     except ValueError as exc:
@@ -189,20 +189,14 @@ def _megatron_value(flag: str, reading: MegatronFlag, raw: str, where: SourceRef
         raise InputError(f"{flag}: {exc}{hint}", where) from None
 
 
-def _fsdp_sharding(out: dict[str, Any], where: SourceRef) -> None:
+def _fsdp_sharding(out: dict[str, Any]) -> None:
     """Megatron-FSDP's strategy as the sharding a plan names (facts.FSDP_STRATEGIES): ZeRO-2/3,
     and `optim` as the distributed optimizer, which shards the same. Without --use-megatron-fsdp
     Megatron-LM does not use the strategy (training.py get_model wraps in DDP)."""
-    strategy = out.pop(FSDP_STRATEGY, "no_shard")
+    strategy = out.pop(FSDP_STRATEGY, "no_shard")  # one of CHOICES[FSDP_STRATEGY], as read
     if not out.pop(MEGATRON_FSDP, False):
         return
     stages = {"no_shard": 0, "optim": 1, **{v: k for k, v in FSDP_STRATEGIES.items()}}
-    if strategy not in stages:
-        choices = " or ".join(stages)
-        raise InputError(
-            f"--data-parallel-sharding-strategy: expected {choices}, got {shown_value(strategy)}",
-            where,
-        )
     if stages[strategy] >= 2:
         out["zero_stage"] = stages[strategy]
         out.pop("distributed_optimizer", None)

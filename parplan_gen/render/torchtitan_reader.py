@@ -6,16 +6,18 @@ tyro's argparse does; other arguments are ignored.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import ceil
 from pathlib import Path
 from typing import Any
 
 from parplan_gen.cost.layout import SIZE_LIMITS
-from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
+from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.models.transformer import MAX_LAYERS
 from parplan_gen.render.mapping import LoadedMapping
+from parplan_gen.render.mapping_inverse import CHOICES, read_choice
 from parplan_gen.render.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
 from parplan_gen.render.torchtitan_facts import ZERO_SHARDED
 from parplan_gen.rules.ruleset import builtin_formula
@@ -27,6 +29,16 @@ FIELD_OF_KEY = {
     "torchtitan.local_batch_size": "local_batch_size",
     "torchtitan.layers_per_stage": "layers_per_stage",
 }
+# The largest value of each torchtitan.* number, as the plan's sizes bound what it is written
+# from (torchtitan_facts): either data-parallel degree is the plan's dp; the local batch is
+# mbs x accumulation, at most the global batch; a stage holds at most every layer, the
+# embedding and the loss (tt_weighted_layers).
+LIMIT_OF_KEY = {
+    "torchtitan.dp_replicate": SIZE_LIMITS["dp"],
+    "torchtitan.dp_shard": SIZE_LIMITS["dp"],
+    "torchtitan.local_batch_size": SIZE_LIMITS["global_batch"],
+    "torchtitan.layers_per_stage": MAX_LAYERS + 2,
+}
 WEIGHTED_LAYERS = (
     "tt_weighted_layers"  # rules/constraints/torchtitan.yaml: layers + embedding + output
 )
@@ -34,19 +46,29 @@ SWITCHES = {
     "torchtitan.sequence_parallel": True,
     "torchtitan.no_sequence_parallel": False,
 }
+# Spellings parplan does not write but reads: torchtitan 0.1/0.2's activation checkpointing
+# flag (JobConfig.activation_checkpoint.mode), before 0.3 made it a tyro subcommand.
+ALIASES = {"--activation_checkpoint.mode": "plan.recompute"}
+
+
+@dataclass(frozen=True)
+class _Said:
+    """One override as the launch line gives it: its text, where it is, the flag it follows."""
+
+    text: Any  # the raw value (True/False for a switch)
+    where: SourceRef  # file, line and the flag (its `path`), for an error about the value
 
 
 def torchtitan_values(path: str | Path, num_layers: int, mapping: LoadedMapping) -> dict[str, Any]:
     """Layout fields (and precision, from the config) of a torchtitan launch line."""
     text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
     ref = SourceRef(str(path))
-    words = [w for w, _ in read_script_words(text, str(path))]
-    said = _said(words, mapping, ref)
+    said = _said(read_script_words(text, str(path)), mapping, ref)
     return _layout(said, num_layers, mapping, ref)
 
 
-def _said(words: list[str], mapping: LoadedMapping, ref: SourceRef) -> dict[str, Any]:
-    """{canonical key or field: raw text (or True/False for a switch)} of the words."""
+def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) -> dict[str, _Said]:
+    """{canonical key or field: what the words say of it}."""
     flags: dict[str, tuple[str, bool]] = {}  # flag -> (key, is a switch)
     subcommands: dict[str, str] = {}
     for version in mapping.data.torchtitan.values():
@@ -58,50 +80,59 @@ def _said(words: list[str], mapping: LoadedMapping, ref: SourceRef) -> dict[str,
         sub = version.activation_checkpoint
         subcommands[sub.subcommand + ":"] = sub.key
     flags |= {"--module": ("module", False), "--config": ("config", False)}
-    out: dict[str, Any] = {}
-    for i, word in enumerate(words):
+    flags |= {alias: (key, False) for alias, key in ALIASES.items()}
+    latest = mapping.data.torchtitan[max(mapping.data.torchtitan)]
+    # Every occurrence of a choice is checked, as tyro's argparse checks each.
+    choices = {"config": tuple(latest.configs), "plan.recompute": CHOICES["recompute"]}
+    out: dict[str, _Said] = {}
+    for i, (word, line) in enumerate(words):
         flag, eq, inline = word.partition("=")
         flag = flag.replace("-", "_").replace("__", "--", 1)  # tyro takes either spelling
         if flag in flags:
             key, switch = flags[flag]
+            where = SourceRef(ref.file, line, path=flag)
             if switch:
-                out["sequence_parallel"] = SWITCHES[key]
+                out["sequence_parallel"] = _Said(SWITCHES[key], where)
             else:
-                out[key] = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
+                value = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
+                out[key] = _Said(_checked(value, choices.get(key), where), where)
         for prefix, key in subcommands.items():
             if word.startswith(prefix):
-                out[key] = word.removeprefix(prefix)
+                where = SourceRef(ref.file, line, path=prefix.removesuffix(":"))
+                value = word.removeprefix(prefix)
+                out[key] = _Said(_checked(value, choices.get(key), where), where)
     if "config" not in out:
         raise InputError("no --config: torchtitan 0.3 starts a job from a config function", ref)
     return out
 
 
-def _number(said: dict[str, Any], key: str, ref: SourceRef, default: int = 1) -> int:
+def _checked(value: str, choices: tuple[Any, ...] | None, where: SourceRef) -> str:
+    return value if choices is None else read_choice(value, choices, where)
+
+
+def _number(said: dict[str, _Said], key: str, default: int = 1) -> int:
     if key not in said:
         return default
     field = key.removeprefix("plan.")
     try:
-        return whole_number(said[key], SIZE_LIMITS.get(field, MAX_LAYERS))
+        return whole_number(said[key].text, LIMIT_OF_KEY.get(key) or SIZE_LIMITS[field])
     except ValueError as exc:
-        raise InputError(f"{key}: {exc}", ref) from None
+        raise InputError(str(exc), said[key].where) from None
 
 
 def _layout(
-    said: dict[str, Any], num_layers: int, mapping: LoadedMapping, ref: SourceRef
+    said: dict[str, _Said], num_layers: int, mapping: LoadedMapping, ref: SourceRef
 ) -> dict[str, Any]:
     section = mapping.data.torchtitan[max(mapping.data.torchtitan)]
-    config = section.configs.get(said["config"])
-    if config is None:
-        known = ", ".join(section.configs)
-        raise InputError(f"--config {shown_value(said['config'])}: parplan maps {known}", ref)
-    replicate = _number(said, "torchtitan.dp_replicate", ref)
-    shard = _number(said, "torchtitan.dp_shard", ref)
+    config = section.configs[said["config"].text]  # a choice checked as it was read
+    replicate = _number(said, "torchtitan.dp_replicate")
+    shard = _number(said, "torchtitan.dp_shard")
     if replicate > 1 and shard > 1:
         raise InputError(
             f"HSDP (data_parallel_replicate_degree {replicate} x data_parallel_shard_degree "
             f"{shard}) has no parplan layout: a plan shards over all its dp ranks (ZeRO-3) or "
             "none (ZeRO-0); give one of them as 1",
-            ref,
+            said["torchtitan.dp_shard"].where,
         )
     out: dict[str, Any] = {"precision": config.precision}
     out["dp"] = replicate * shard
@@ -109,19 +140,22 @@ def _layout(
         out["zero_stage"] = ZERO_SHARDED if shard > 1 else 0
     for field in ("tp", "pp", "cp", "ep", "seq_len", "global_batch"):
         if f"plan.{field}" in said:
-            out[field] = _number(said, f"plan.{field}", ref)
+            out[field] = _number(said, f"plan.{field}")
     pp = out.get("pp", 1)
-    local = _number(said, "torchtitan.local_batch_size", ref)
-    out["mbs"] = _number(said, "plan.mbs", ref) if pp > 1 else local
+    local = _number(said, "torchtitan.local_batch_size")
+    out["mbs"] = _number(said, "plan.mbs") if pp > 1 else local
     if "plan.recompute" in said:
-        out["recompute"] = said["plan.recompute"]
+        out["recompute"] = said["plan.recompute"].text
     if "sequence_parallel" in said:
-        out["sequence_parallel"] = said["sequence_parallel"] and out.get("tp", 1) > 1
+        out["sequence_parallel"] = said["sequence_parallel"].text and out.get("tp", 1) > 1
     if "torchtitan.layers_per_stage" in said and pp > 1:
-        per_stage = _number(said, "torchtitan.layers_per_stage", ref)
+        per_stage = _number(said, "torchtitan.layers_per_stage")
         weighted = builtin_formula(WEIGHTED_LAYERS)({"model.layers": num_layers})
         stages = ceil(weighted / per_stage)  # distributed/pipeline_parallel.py
         if stages % pp:
-            raise InputError(f"{stages} pipeline stages do not divide by pp {pp}", ref)
+            raise InputError(
+                f"{stages} pipeline stages do not divide by pp {pp}",
+                said["torchtitan.layers_per_stage"].where,
+            )
         out["vpp"] = stages // pp
     return out

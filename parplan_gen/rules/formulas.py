@@ -51,7 +51,9 @@ Text templates (proposal descriptions) hold `{formula}` or `{formula:spec}` plac
 spec is a restricted format spec (`[+-]`, width up to 2 digits, `.` and up to 2 digits of
 precision, one of `d f g e E %`), e.g. `"{settings.dp} devices ({speedup:.1f}x)"`; `{{`/`}}`
 are literal braces. A placeholder cannot contain braces, and the text after its last `:` is the
-spec. Values are formatted with Python's `format` (a bool shows as `True`/`False`).
+spec. Values are formatted with Python's `format` (a bool shows as `True`/`False`). A text is at
+most MAX_TEXT_CHARS characters with at most MAX_PLACEHOLDERS placeholders (a load error), and
+what it renders is cut at MAX_RENDERED_CHARS, saying how much was left out.
 """
 
 from __future__ import annotations
@@ -83,6 +85,15 @@ from parplan_gen.rules.formula_translate import (
 from parplan_gen.rules.formula_tree import build, named_function
 
 _SPEC = re.compile(r"[+-]?\d{0,2}(\.\d{1,2})?[dfgeE%]?", re.ASCII)
+# A rule's reason or a proposal's description is one line shown in an error (whose message is
+# cut at errors.SHOWN_MESSAGE_CHARS = 2000), in plan.md and in the text view; the longest
+# built-in one has 185 characters and 3 placeholders. Each placeholder is a formula compiled at
+# load and run for every rejection, and one placeholder renders up to 256 characters (a string
+# value), so a text is bounded where it is read and again where it is rendered: a few hundred KB
+# of `{name}` would otherwise render to megabytes per rejected candidate.
+MAX_TEXT_CHARS = 2000
+MAX_PLACEHOLDERS = 50
+MAX_RENDERED_CHARS = 2000
 
 
 class TextTemplate:
@@ -107,16 +118,37 @@ class TextTemplate:
                 out.append(format(value, spec))
             except (ValueError, TypeError) as exc:
                 raise FormulaError(
-                    f"placeholder {{{formula.source}:{spec}}} cannot format {show_value(value)}: {exc}",
+                    f"placeholder {{{shorten(formula.source)}:{spec}}} cannot format "
+                    f"{shorten(show_value(value))}: {exc}",
                     self.where,
                 ) from None
-        return "".join(out)
+        return cut_text("".join(out))
+
+
+def cut_text(text: str, limit: int = MAX_RENDERED_CHARS) -> str:
+    """`text`, or its first `limit` characters and how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def _split_template(text: str, where: SourceRef) -> list[str | tuple[str, str]]:
     """Literal text and (formula, spec) pairs, with `{{`/`}}` unescaped."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise FormulaError(
+            f"text {shorten(text)!r} has {len(text):,} characters; at most {MAX_TEXT_CHARS:,} "
+            "(a reason or description is one line of a message)",
+            where,
+        )
     parts: list[str | tuple[str, str]] = []
     pieces = re.split(r"(\{\{|\}\}|\{[^{}]*\}|[{}])", text)
+    placeholders = sum(1 for piece in pieces[1::2] if piece not in ("{{", "}}", "{", "}"))
+    if placeholders > MAX_PLACEHOLDERS:
+        raise FormulaError(
+            f"text {shorten(text)!r} has {placeholders:,} placeholders; at most "
+            f"{MAX_PLACEHOLDERS} (each is a formula run for every rejection)",
+            where,
+        )
     for i, piece in enumerate(pieces):
         if i % 2 == 0 or piece in ("{{", "}}"):
             parts.append(piece[0] if i % 2 else piece)
