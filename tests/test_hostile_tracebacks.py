@@ -20,15 +20,17 @@ file and the field, and nothing written:
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from parplan_gen.cli import main as cli_main
+from parplan_gen.cli import entry
 from parplan_gen.cli.main import main
 
 from hostile_support import REPO, check_one_line, hang_guard, snapshot
@@ -365,4 +367,23 @@ def test_ctrl_c_anywhere_ends_in_one_line_and_130(
 
 
 def test_interrupted_is_the_shells_status_for_sigint() -> None:
-    assert cli_main.INTERRUPTED == 130
+    assert entry.INTERRUPTED == 130
+
+
+class _InterruptedImport(importlib.abc.MetaPathFinder):
+    """A finder that stops the import of the command line as Ctrl-C would."""
+
+    def find_spec(self, name: str, *_args: Any) -> None:
+        if name == "parplan_gen.cli.main":
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_while_the_command_line_is_imported_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The console script (pyproject.toml: cli/entry.py run) imports the command line itself:
+    Ctrl-C during those imports is the same one line and 130."""
+    monkeypatch.delitem(sys.modules, "parplan_gen.cli.main")
+    monkeypatch.setattr(sys, "meta_path", [_InterruptedImport(), *sys.meta_path])
+    assert entry.run() == 130
+    assert capsys.readouterr() == ("", "parplan: error: interrupted\n")

@@ -7,10 +7,8 @@ typed errors become messages and exit codes (0 ok, 1 bad input, 2 bad usage).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -21,20 +19,17 @@ from parplan_gen.cli.common import (
     add_rules_option,
     positive_int,
 )
+from parplan_gen.cli.entry import PROG, interrupted
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import ParplanError, UsageError
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import INPUT_LIMIT_ENV, input_limit
 from parplan_gen.inputs.source import gc_paused
 
-PROG = "parplan"
 MODEL_HELP = "graph .yaml/.yml/.json, Hugging Face config.json, .onnx, or a preset name"
 # The largest --max-input-mib: 64 GiB, more memory than parplan could load such a file into on
 # a workstation; the bound only keeps the number sane.
 MAX_INPUT_MIB = 1 << 16
-# The exit status of a run Ctrl-C stops: 128 + SIGINT, as the shell reports a process SIGINT
-# ends (and as `signal.SIGINT` numbers it on every POSIX system).
-INTERRUPTED = 128 + signal.SIGINT
 
 
 class _Parser(argparse.ArgumentParser):
@@ -204,14 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with gc_paused():
             return _run(argv)
     except KeyboardInterrupt:  # Ctrl-C after _run's own handler: while leaving gc_paused
-        return _interrupted()
-
-
-def _interrupted() -> int:
-    """Ctrl-C: one error line (a second Ctrl-C while it is written only cuts it short)."""
-    with contextlib.suppress(KeyboardInterrupt, OSError):
-        sys.stderr.write(f"{PROG}: error: interrupted\n")
-    return INTERRUPTED
+        return interrupted()
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -230,7 +218,7 @@ def _run(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:  # anywhere in a command: reading, planning, writing, printing
-        return _interrupted()
+        return interrupted()
 
 
 if __name__ == "__main__":

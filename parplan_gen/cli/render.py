@@ -135,7 +135,7 @@ def write_files(
 def _reported(out: str | Path, write: Callable[[], dict[str, str]], stream: TextIO | None) -> int:
     """Run `write`, telling on stderr what the writer repaired of an interrupted earlier write
     (even when the write is then refused), and list what it did on `stream` (default stdout)."""
-    from parplan_gen.cli.main import PROG
+    from parplan_gen.cli.entry import PROG
     from parplan_gen.render.writer import WriteWarning
 
     with warnings.catch_warnings(record=True) as repairs:
