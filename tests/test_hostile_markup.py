@@ -273,7 +273,7 @@ def test_no_view_sends_a_control_character(
     shown = out + err
     if command not in ("rules list", "estimate"):  # these show no payload text
         assert "\\x1b[2J\\x1b[Hall good" in shown and "\\x1b]0;pwned\\x07" in shown
-    if command in ("analyze", "propose", "plan", "check", "compare"):  # a field is one line
+    if command in ("analyze", "propose", "plan", "check", "compare", "rules explain"):  # one line
         assert "a\\x0a# heading" in shown and "\n# heading" not in shown
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from parplan_gen.inputs.errors import FormulaError, InputError, SourceRef
 from parplan_gen.inputs.resources import builtin_rules_dir
+from parplan_gen.inputs.safe_text import printable
 from parplan_gen.models.graph import ModelGraph
 from parplan_gen.rules.engine import Opportunity, Proposal, analyze, propose
 from parplan_gen.rules.formula_runtime import Formula
@@ -64,7 +65,8 @@ def explain_rules(
     if devices is not None:
         out += ["", f"proposals for {devices} devices"]
         out += _proposals(graph, rules, devices)
-    return "\n".join(out) + "\n"
+    # one line each, whatever a node id, an op or a description holds (a line break included)
+    return "".join(printable(line, limit=len(line)) + "\n" for line in out)
 
 
 def _verdict(best: str | None, traces: list[Any]) -> str:
