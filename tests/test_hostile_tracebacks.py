@@ -293,10 +293,13 @@ def mapping_with(key: str, value: str) -> tuple[str, str]:
     return text, f"{line}:5"  # the key, after its indent of four spaces
 
 
+TOO_LARGE = "10^400 is too large (a number is at most 1.8e+308)"  # number_text.number_problem
+BEYOND_CANVAS = "Input should be less than or equal to 32767"
 CHART_CASES = {
-    "width_of_400_digits": ("width", HUGE, "(got 10^400)"),
-    "font_size_of_400_digits": ("font_size", HUGE, "(got 10^400)"),
-    "plot_height_of_a_billion": ("plot_height", "1000000000", "(got 1000000000)"),
+    "width_of_400_digits": ("width", HUGE, TOO_LARGE),
+    "font_size_of_400_digits": ("font_size", HUGE, TOO_LARGE),
+    "plot_height_of_a_billion": ("plot_height", "1000000000", f"{BEYOND_CANVAS} (got 1000000000)"),
+    "width_of_33000": ("width", "33000", f"{BEYOND_CANVAS} (got 33000)"),
 }
 
 
@@ -308,20 +311,52 @@ def test_a_chart_size_beyond_any_canvas_is_refused(
     monkeypatch: pytest.MonkeyPatch,
     capsys: Any,
 ) -> None:
-    key, value, got = CHART_CASES[case]
+    key, value, problem = CHART_CASES[case]
     text, where = mapping_with(key, value)
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "mapping.yaml").write_text(text, encoding="utf-8")
     (tmp_path / "plan.json").write_text(json.dumps(priced_plan, indent=2), encoding="utf-8")
-    stderr = (
-        f"t/mapping.yaml:{where}: report.chart.{key}: Input should be less than or equal to "
-        f"32767 {got}"
-    )
+    stderr = f"t/mapping.yaml:{where}: report.chart.{key}: {problem}"
     for command in (
         ["render", "plan.json", "--out", "o", "--templates", "t"],
         ["plan", "llama-3-8b", *PLAN, "--out", "o", "--templates", "t"],
     ):
         refused(tmp_path, command, stderr, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("value", [HUGE, "1e400", "-.inf"])
+def test_a_mapping_constant_no_float_holds_is_refused_at_its_key(
+    value: str,
+    priced_plan: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+) -> None:
+    """A constant of templates/mapping.yaml goes into a backend's file: one no float holds is
+    an error at the mapping's key, not a 400-digit clipping value or a file that fails to
+    parse (before: the error named ds_config.json)."""
+    text = (REPO / "templates" / "mapping.yaml").read_text(encoding="utf-8")
+    old = "  train.gradient_clipping:\n    value: 1.0\n"
+    assert old in text
+    line = text.count("\n", 0, text.index(old)) + 2
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "mapping.yaml").write_text(
+        text.replace(old, f"  train.gradient_clipping:\n    value: {value}\n"), encoding="utf-8"
+    )
+    (tmp_path / "plan.json").write_text(json.dumps(priced_plan, indent=2), encoding="utf-8")
+    problem = (
+        TOO_LARGE
+        if value == HUGE
+        else f"{float(value.replace('.inf', 'inf'))!r} is not a finite number"
+    )
+    stderr = f"t/mapping.yaml:{line}:5: defaults.train.gradient_clipping.value: {problem}"
+    refused(
+        tmp_path,
+        ["render", "plan.json", "--out", "o", "--templates", "t"],
+        stderr,
+        monkeypatch,
+        capsys,
+    )
 
 
 # ---- Ctrl-C ----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from parplan_gen.inputs.errors import SourceRef
+from parplan_gen.inputs.number_text import unusable_numbers
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.source import Document, KeyPath, load_document
 from parplan_gen.inputs.validation import validate
@@ -79,6 +80,11 @@ def load_mapping(path: str | Path) -> LoadedMapping:
 @lru_cache(maxsize=8)
 def _load_mapping(path: str, mtime_ns: int, size: int) -> tuple[MappingFile, Document]:
     doc = load_document(path)
+    # A constant the mapping sends to a backend is written into its files: one no float holds
+    # (`1e400` reads as inf, a 400-digit integer) is refused here, at its key.
+    bad = next(unusable_numbers(doc.data), None)
+    if bad is not None:
+        raise RenderError(bad[1], doc.ref(bad[0]))
     return validate(MappingFile, doc.data, doc, error=RenderError), doc
 
 
