@@ -161,3 +161,21 @@ def check_one_line(case: dict[str, Any], code: int, out: str, err: str) -> str:
     assert (code, out, err.count("\n")) == (case["exit"], "", 1)
     assert printable(line, len(line)) == line, "a control character reached the terminal"
     return line
+
+
+def refused_in_one_line(
+    case: dict[str, Any], folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> str:
+    """Run a corpus case (`argv`, optional `files`) in `folder` under the hang guard: it ends as
+    `check_one_line` says and leaves the folder as it was. Returns the error line."""
+    from parplan_gen.cli.main import main
+
+    materialize(folder, case.get("files", {}))
+    monkeypatch.chdir(folder)
+    before = snapshot(folder)
+    with hang_guard():
+        code = main([text(a) for a in case["argv"]])
+    out, err = capsys.readouterr()
+    line = check_one_line(case, code, out, err)
+    assert snapshot(folder) == before
+    return line

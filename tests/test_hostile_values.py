@@ -26,7 +26,13 @@ from parplan_gen.cost.launch_site import LaunchSettings, repeated_names
 from parplan_gen.cost.layout import MAX_GPUS
 from parplan_gen.inputs.errors import InputError
 
-from hostile_support import HOSTILE, PREFIX, REPO, check_one_line, hang_guard, materialize, text
+from hostile_support import (
+    HOSTILE,
+    PREFIX,
+    REPO,
+    hang_guard,
+    refused_in_one_line,
+)
 
 CASES: list[dict[str, Any]] = YAML(typ="safe").load(
     (HOSTILE / "values.yaml").read_text(encoding="utf-8")
@@ -51,16 +57,7 @@ def test_the_corpus_is_well_formed() -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
 def test_a_value_is_refused_where_it_is_read(case, tmp_path, monkeypatch, capsys):
-    materialize(tmp_path, case.get("files", {}))
-    monkeypatch.chdir(tmp_path)
-    before = snapshot(tmp_path)
-
-    with hang_guard():
-        code = main([text(a) for a in case["argv"]])
-
-    out, err = capsys.readouterr()
-    check_one_line(case, code, out, err)
-    assert snapshot(tmp_path) == before
+    refused_in_one_line(case, tmp_path, monkeypatch, capsys)
 
 
 # ---- a. digits: the class ---------------------------------------------------------------------
