@@ -41,7 +41,7 @@ from parplan_gen.planning.budget import (
     smallest_count,
 )
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.planning.evaluate import Evaluation, backend_verdicts, evaluate
+from parplan_gen.planning.evaluate import Evaluation, evaluate
 from parplan_gen.planning.loading import load_cluster_spec, load_model
 from parplan_gen.planning.pins import (
     Bounds,
@@ -164,12 +164,10 @@ def plan(
         pins=pins, bounds=bounds, headroom=headroom,
     )  # fmt: skip
     advice = [] if result.feasible else advise(planner, request, result)
-    priced_on = result.chosen.backend.name if result.chosen.backend else None
-    runs_on = backend_verdicts(spec, machines, result.chosen.plan, ruleset, priced_on)
     document = PlanDocument.from_parts(
         model=spec, cluster=machines, chosen=result.chosen, candidates=result.candidates,
         rejected=result.rejected, advice=[a.note for a in advice], proposals=proposals,
-        backends=runs_on, warnings=sanity_warnings(spec, machines, result.chosen), search=record,
+        rules=ruleset, warnings=sanity_warnings(spec, machines, result.chosen), search=record,
         budget=None if tokens is None or not result.feasible else compute_budget(
             ruleset, spec, machines, result.chosen, tokens=request_tokens(tokens),
             price=gpu_hour_price, flash_attention=flash_attention,

@@ -23,6 +23,7 @@ from parplan_gen.models.pipeline_split import (
     pipeline_split_ok,
     stage_layers,
 )
+from parplan_gen.planning.decisions import TYPE_BYTES
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluation, Evaluator
 from parplan_gen.render import facts as render_facts
@@ -35,7 +36,9 @@ A100S = {"gpus": 8, "gpu": "a100-80gb"}
 
 
 def rendered(evaluation: Evaluation, model: object, cluster: object) -> dict[str, str]:
-    doc = PlanDocument.from_parts(model=model, cluster=cluster, chosen=evaluation.estimate)
+    doc = PlanDocument.from_parts(
+        rules=builtin_rules(), model=model, cluster=cluster, chosen=evaluation.estimate
+    )
     return render_files(doc, RenderOptions())
 
 
@@ -189,7 +192,7 @@ def test_ds_config_reduces_gradients_in_the_type_the_estimate_counts(
     config = json.loads(rendered(found, model, cluster)["ds_config.json"])
     written = config["communication_data_type"]
     assert written == ("fp32" if zero == 0 else precision)
-    assert render_facts.TYPE_BYTES[written] == pytest.approx(counted, rel=1e-6)
+    assert TYPE_BYTES[written] == pytest.approx(counted, rel=1e-6)
 
 
 # ---- optimizer sharding -------------------------------------------------------------------

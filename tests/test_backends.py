@@ -18,6 +18,7 @@ from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.plan_files import render_plan
 from parplan_gen.render.readers import deepspeed_values, megatron_values
+from parplan_gen.rules.ruleset import builtin_rules
 
 H100 = {"gpu": "h100"}
 OWN_FILE = {"deepspeed": "ds_config.json", "megatron": "megatron_args.sh"}
@@ -131,6 +132,7 @@ def test_a_deepspeed_tp_plan_writes_autotp_in_ds_config(tmp_path: Path) -> None:
     assert found.estimate.backend is not None and found.estimate.backend.name == "deepspeed"
     assert found.runnable
     doc = PlanDocument.from_parts(
+        rules=builtin_rules(),
         model=load_model("llama-3-8b"),
         cluster=load_cluster_spec({"gpus": 8, **H100}),
         chosen=found.estimate,

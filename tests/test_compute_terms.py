@@ -133,7 +133,9 @@ def test_megatron_renders_what_is_priced(
         sequence_parallel=sequence_parallel, distributed_optimizer=True,
     )  # fmt: skip
     found = evaluator.evaluate(model, cluster, plan)
-    doc = PlanDocument.from_parts(model=model, cluster=cluster, chosen=found.estimate)
+    doc = PlanDocument.from_parts(
+        rules=builtin_rules(), model=model, cluster=cluster, chosen=found.estimate
+    )
     script = render_files(doc, RenderOptions())["megatron_args.sh"]
     words = " ".join(script.split())
     assert all(flag in words for flag in flags), script

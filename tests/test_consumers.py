@@ -32,6 +32,7 @@ import parplan_gen
 from parplan_gen.api import load_cluster_spec, load_model
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.render_options import RenderOptions, write_plan
+from parplan_gen.rules.ruleset import builtin_rules
 
 import consumer_deepspeed
 import consumer_megatron
@@ -85,7 +86,7 @@ def _pinned(name: str, root: Path) -> Path:
     evaluation = parplan_gen.estimate(model, cluster, layout, backend="megatron")
     assert evaluation.runnable and evaluation.fits, evaluation.violations
     document = PlanDocument.from_parts(
-        model=load_model(model), cluster=cluster, chosen=evaluation.estimate
+        rules=builtin_rules(), model=load_model(model), cluster=cluster, chosen=evaluation.estimate
     )
     write_plan(document, root / name, RenderOptions())
     return root / name

@@ -15,6 +15,7 @@ from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.plan_files import render_plan
 from parplan_gen.render.readers import megatron_values
+from parplan_gen.rules.ruleset import builtin_rules
 
 GPUS = 16
 ZERO3 = {"tp": 2, "global_batch": 256, "seq_len": 8192, "sequence_parallel": True, "zero_stage": 3}
@@ -31,7 +32,10 @@ def _document(layout: dict, backend: str) -> PlanDocument:
     assert evaluation.runnable and evaluation.fits, evaluation.violations
     cluster = load_cluster_spec({"gpus": GPUS, "gpu": "h100"})
     return PlanDocument.from_parts(
-        model=load_model("llama-3-8b"), cluster=cluster, chosen=evaluation.estimate
+        rules=builtin_rules(),
+        model=load_model("llama-3-8b"),
+        cluster=cluster,
+        chosen=evaluation.estimate,
     )
 
 

@@ -70,8 +70,10 @@ def test_the_all_to_all_is_exposed_where_megatron_does_not_overlap_it(
 
 def test_an_overlapped_plan_names_the_release_that_has_the_flag() -> None:
     megatron = BACKENDS["megatron"]
-    assert megatron.version_for(build_layout(16, **QWEN3)) == "core_v0.16.1"
-    assert megatron.version_for(build_layout(16, **(QWEN3 | {"vpp": 1}))) == "core_r0.13"
+    for vpp, release in ((12, "core_v0.16.1"), (1, "core_r0.13")):
+        env = _env("megatron", vpp=vpp)
+        layout = build_layout(16, **(QWEN3 | {"vpp": vpp, "recompute": "selective"}))
+        assert megatron.version_for(layout, lambda name, env=env: _holds(name, env)) == release
 
 
 @pytest.mark.parametrize(("vpp", "overlapped"), [(12, True), (1, False)])
@@ -81,7 +83,9 @@ def test_megatron_core_takes_the_overlap_parplan_renders(
     model, cluster = load_model("qwen3-30b-a3b"), load_cluster_spec({"gpus": 16, "gpu": "h100"})
     plan = build_layout(16, **(QWEN3 | {"vpp": vpp, "recompute": "selective"}))
     found = Evaluator(builtin_rules(), backend="megatron").evaluate(model, cluster, plan)
-    doc = PlanDocument.from_parts(model=model, cluster=cluster, chosen=found.estimate)
+    doc = PlanDocument.from_parts(
+        rules=builtin_rules(), model=model, cluster=cluster, chosen=found.estimate
+    )
     path = tmp_path / "megatron_args.sh"
     path.write_text(render_files(doc, RenderOptions())["megatron_args.sh"], encoding="utf-8")
     words = path.read_text(encoding="utf-8").split()

@@ -20,6 +20,7 @@ from parplan_gen.render.mapping import MAPPING_FILE, load_mapping
 from parplan_gen.render.mapping_inverse import megatron_flags
 from parplan_gen.render.plan_files import render_plan
 from parplan_gen.render.readers import deepspeed_values, layout_from_files, megatron_values
+from parplan_gen.rules.ruleset import builtin_rules
 
 from conftest import PLANNED, REPO, Run
 
@@ -32,7 +33,12 @@ def with_layout(doc: PlanDocument, **changes: Any) -> PlanDocument:
     follows_tp = {"etp"} if layout.etp == layout.tp else set()  # etp defaults to tp
     fields = layout.model_dump(exclude={"dp", "grad_accum", *follows_tp}) | changes
     new = build_layout(doc.cluster.num_gpus, **fields)
-    return doc.model_copy(update={"chosen": doc.chosen.model_copy(update={"plan": new})})
+    return PlanDocument.from_parts(  # made again: which backends run `new`, what their files say
+        model=doc.model, cluster=doc.cluster, chosen=doc.chosen.model_copy(update={"plan": new}),
+        candidates=doc.candidates, rejected=doc.rejected, proposals=doc.proposals,
+        megatron_version=doc.render.megatron_version, deepspeed_version=doc.render.deepspeed_version,
+        rules=builtin_rules(),
+    )  # fmt: skip
 
 
 PLANS = {

@@ -56,6 +56,7 @@ from parplan_gen.render.plan_files import deepspeed_config, megatron_args, rende
 from parplan_gen.render.template_env import Templates
 from parplan_gen.render.writer import write_rendered
 from parplan_gen.rules.engine import Proposal
+from parplan_gen.rules.ruleset import builtin_rules
 
 from conftest import REPO
 
@@ -250,6 +251,7 @@ def dense_multinode() -> PlanDocument:
         dp=8,
     )
     return PlanDocument.from_parts(
+        rules=builtin_rules(),
         model=load_preset("llama-3-8b"),
         cluster=c,
         chosen=e1,
@@ -299,6 +301,7 @@ def moe() -> PlanDocument:
         backend="megatron",
     )
     return PlanDocument.from_parts(
+        rules=builtin_rules(),
         model=load_preset("mixtral-8x7b"),
         cluster=c,
         chosen=e,
@@ -333,7 +336,12 @@ def single_node() -> PlanDocument:
         backend="megatron",
     )
     return PlanDocument.from_parts(
-        model=load_preset("llama-2-7b"), cluster=c, chosen=e, candidates=[e], rejected={}
+        rules=builtin_rules(),
+        model=load_preset("llama-2-7b"),
+        cluster=c,
+        chosen=e,
+        candidates=[e],
+        rejected={},
     )
 
 
@@ -404,6 +412,7 @@ def graph_channel_parallel() -> PlanDocument:
         overlap_grad_reduce=True,
     )
     return PlanDocument.from_parts(
+        rules=builtin_rules(),
         model=RESNET_LIKE,
         cluster=c,
         chosen=e1,
@@ -1043,7 +1052,10 @@ def test_plan_json_errors_point_at_the_line(rendered, tmp_path):
 def test_plan_document_keeps_no_absolute_paths():
     model = load_preset("llama-2-7b").model_copy(update={"name": "/home/me/models/llama"})
     doc = PlanDocument.from_parts(
-        model=model, cluster=single_node().cluster, chosen=single_node().chosen
+        rules=builtin_rules(),
+        model=model,
+        cluster=single_node().cluster,
+        chosen=single_node().chosen,
     )
     assert doc.model.name == "llama"
     with pytest.raises(ValueError, match="absolute path"):

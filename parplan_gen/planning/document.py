@@ -33,10 +33,13 @@ from parplan_gen.inputs.validation import validate
 from parplan_gen.models.graph_model import AnyModelSpec, DocumentModel
 from parplan_gen.models.kind import BackendName
 from parplan_gen.planning.budget import Budget
+from parplan_gen.planning.decisions import BackendDecisions, decide
+from parplan_gen.planning.evaluate import backend_verdicts
 from parplan_gen.planning.pins import SearchRecord
 from parplan_gen.rules.engine import Proposal
+from parplan_gen.rules.ruleset import RuleSet
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 OPTIONAL = {"best_on", "search", "budget"}  # left out of plan.json and `plan --json` when unset
 JSON_INDENT = 2  # plan.json is meant to be read and diffed by people
 # The names a terminal shows and the launch files carry (in comments, reduced to a safe set):
@@ -71,7 +74,7 @@ class PlanDocument(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format_version: Literal[1] = Field(FORMAT_VERSION, description="Version of this layout.")
+    format_version: Literal[2] = Field(FORMAT_VERSION, description="Version of this layout.")
     model: DocumentModel = Field(
         description="The transformer's ModelSpec, or an op-graph model's GraphModelSpec "
         "(`kind: graph`)."
@@ -92,10 +95,14 @@ class PlanDocument(BaseModel):
     )
     proposals: list[Proposal] = Field(description="The rules' proposals, in rule order.")
     backends: dict[str, str | None] = Field(
-        default_factory=dict,
         description="For each backend that trains the model: null when it runs the chosen "
-        "layout exactly (its files are written), else why not (they are not). Empty in a "
-        "plan.json written before plans named their backend: only the chosen backend's files.",
+        "layout exactly (its files are written), else why not (they are not), by the rules "
+        "the plan was made with."
+    )
+    decisions: dict[BackendName, BackendDecisions] = Field(
+        description="For each backend that runs the chosen layout: what the plan's rules (the "
+        "built-in ones and any overlay) decided for its files, evaluated when the plan was made "
+        "(planning/decisions.py). The renderer reads these, never the rules."
     )
     render: RenderOptions = Field(default_factory=RenderOptions)
     best_on: BackendName | None = Field(
@@ -150,13 +157,15 @@ class PlanDocument(BaseModel):
         advice: Iterable[str] = (),
         warnings: Iterable[str] = (),
         proposals: Iterable[Proposal] = (),
-        backends: Mapping[str, str | None] | None = None,
         megatron_version: str | None = None,
         deepspeed_version: str | None = None,
         search: SearchRecord | None = None,
         budget: Budget | None = None,
+        rules: RuleSet,
     ) -> PlanDocument:
-        """Assemble a document from the planner's result and the engine's proposals.
+        """Assemble a document from the planner's result and the engine's proposals. `rules`,
+        the rules the plan was made with, judge which backends run the chosen layout and
+        decide what their files say (`decisions`).
 
         A model name that is a path (a config read by its absolute path) keeps only its last
         component, so that plan.json stays portable.
@@ -167,6 +176,8 @@ class PlanDocument(BaseModel):
         bad_name = next(_unprintable_names(parts), None)
         if bad_name is not None:
             raise PlanDocumentError(f"{format_path(bad_name[0])}: {bad_name[1]}")
+        priced_on = chosen.backend.name if chosen.backend else None
+        runs = backend_verdicts(model, cluster, chosen.plan, rules, priced_on)
         return cls(
             model=model,
             cluster=cluster,
@@ -176,7 +187,8 @@ class PlanDocument(BaseModel):
             advice=list(advice),
             warnings=list(warnings),
             proposals=list(proposals),
-            backends=dict(backends or {}),
+            backends=runs,
+            decisions=decide(model, cluster, chosen.plan, rules, runs),
             render=RenderOptions(
                 megatron_version=megatron_version, deepspeed_version=deepspeed_version
             ),

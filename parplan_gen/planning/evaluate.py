@@ -23,9 +23,11 @@ from parplan_gen.cost.estimate import CostModel, Estimate, estimate_from_figures
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout
 from parplan_gen.inputs.defaults import GIB
+from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
 from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.constraints import Constraints, Violation, estimate_env, figures_read
+from parplan_gen.rules.formula_runtime import Formula
 from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 MEMORY_FIGURE_PREFIX = "memory_"
@@ -82,6 +84,9 @@ class Evaluator:
     ) -> None:
         self.kind, self.backend = kind, backend
         self.cost = CostModel(rules, kind, backend)
+        # the named formulas that pick the backend's release (Capabilities.later_when)
+        later = BACKENDS[backend].later_when if backend is not None else ()
+        self._later = {name: named_formula(rules, name) for name, _ in later}
         self.constraints = Constraints(rules, kind, backend)
         self.memory_rules = tuple(c for c in self.constraints.estimate if is_memory_rule(c))
         self._memory_ids = frozenset(c.rule.id for c in self.memory_rules)
@@ -134,9 +139,20 @@ class Evaluator:
         refused = None if self.backend is None else BACKENDS[self.backend].refuses(layout)
         outside = () if refused is None else (Violation(CAPABILITY_RULE, "invalid", refused),)
         violations = (*outside, *self.constraints.check(env, memo=memo))
-        ref = None if self.backend is None else BACKENDS[self.backend].ref_for(layout)
+        ref = None
+        if self.backend is not None:
+
+            def holds(name: str) -> bool:  # computed by the figures already, or now
+                return bool(memo[name] if name in memo else self._later[name].evaluate(env, memo))
+
+            ref = BACKENDS[self.backend].ref_for(layout, holds)
         estimate = estimate_from_figures(layout, figures, fits=self.fits(violations), backend=ref)
         return Evaluation(estimate, violations)
+
+
+def named_formula(rules: RuleSet, name: str) -> Formula:
+    """The named formula `name` of `rules`, compiled to be evaluated on its own."""
+    return rules.library.compile(name, SourceRef(f"named formula {name}"), "estimate")
 
 
 def evaluate(

@@ -10,8 +10,9 @@ What the planner and the cost model decided is read from its one home, not compu
 pipeline split (models/pipeline_split.py, which the constraint pipeline.layers_split calls),
 the learned-position limit (ModelSpec.positions_cover, read by the constraint
 model.seq_len_within_learned_positions), SyncBatchNorm (the estimate's
-TimeBreakdown.sync_batchnorm), the gradients' type and the optimizer sharding (the built-in
-rules' grad_bytes and optimizer_sharded).
+TimeBreakdown.sync_batchnorm), and what the plan's rules decided for each backend that runs
+it: the gradients' type, the optimizer sharding, the TP and EP overlaps (plan.json's
+`decisions`, planning/decisions.py).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe
-from parplan_gen.cost.rule_values import TP_COMM_OVERLAPPED, rule_value
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.load import MODEL_FACT_NAMES
 from parplan_gen.models.pipeline_split import PipelineSplit, pipeline_split
+from parplan_gen.planning.decisions import BackendDecisions
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping_schema import MappingFile
@@ -40,11 +41,7 @@ if TYPE_CHECKING:
 MEGATRON_NORM = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 MEGATRON_POSITION = {"learned": "learned_absolute", "rope": "rope", "alibi": "none"}
 MEGATRON_ACTIVATION_FLAGS = {"swiglu": "swiglu", "squared_relu": "squared_relu", "gelu": None}
-TYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # element sizes of communication_data_type
-GRADIENT_BYTES = "grad_bytes"  # the cost model's gradient element size (rules/cost/memory.yaml)
-OPTIMIZER_SHARDED = "optimizer_sharded"  # the cost model's optimizer sharding (memory.yaml)
 ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
-EP_A2A_OVERLAPPED = "moe_a2a_overlapped"  # the cost model's EP overlap (rules/cost/moe.yaml)
 # Megatron-FSDP's strategy for a Megatron plan's ZeRO stage (planning/backends/megatron.py;
 # Megatron-LM core_v0.16.1 arguments.py --data-parallel-sharding-strategy choices).
 FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
@@ -62,9 +59,12 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= _comm_facts(doc.proposals)
     # Megatron-FSDP: ZeRO-2/3 of a plan priced on Megatron (its files are written for no other).
     fsdp = doc.chosen.backend is not None and doc.chosen.backend.name == "megatron"
-    out |= _megatron_facts(doc.model, layout, doc.cluster, mapping, out, fsdp=fsdp)
-    out |= _deepspeed_facts(layout)
-    out |= torchtitan_facts(doc.model, layout, doc.cluster, mapping)
+    decided = doc.decisions
+    out |= _megatron_facts(
+        doc.model, layout, doc.cluster, mapping, out, fsdp=fsdp, decided=decided.get("megatron")
+    )
+    out |= _deepspeed_facts(layout, decided.get("deepspeed"))
+    out |= torchtitan_facts(doc.model, layout, mapping, decided.get("torchtitan"))
     out |= training_facts(doc.model, layout, doc.budget.steps if doc.budget else None)
     out |= {
         "deepspeed.hf_trainer": hf_trainer,
@@ -215,12 +215,15 @@ def _megatron_facts(
     known: dict[str, Any],
     *,
     fsdp: bool,
+    decided: BackendDecisions | None,
 ) -> dict[str, Any]:
-    """megatron.*: for a transformer, its spelling; an op-graph model has none (all None)."""
+    """megatron.*: for a transformer, its spelling; an op-graph model has none (all None).
+    `decided`: what the plan's rules decided for Megatron-LM's files (None where it does not
+    run the layout: its files are not written, and nothing was decided)."""
     if "megatron" not in spec.backends:
         return MegatronSpelling.absent()
     shape = _megatron_shape(spec, layout, known)
-    parallel = _megatron_parallel(spec, layout, cluster, mapping, known, fsdp=fsdp)
+    parallel = _megatron_parallel(spec, layout, cluster, mapping, known, fsdp=fsdp, decided=decided)
     return MegatronSpelling(**shape, **parallel).facts()
 
 
@@ -257,6 +260,7 @@ def _megatron_parallel(
     known: dict[str, Any],
     *,
     fsdp: bool,
+    decided: BackendDecisions | None,
 ) -> dict[str, Any]:
     """How the layout is spelled in Megatron-LM arguments, by its validate_args rules."""
     split = _stage_split(spec, layout)
@@ -264,12 +268,12 @@ def _megatron_parallel(
     # Optimizer states sharded over dp, as the cost model counts them (written only for a
     # layout Megatron-LM runs, plan_files.backend_runs: ZeRO 0 with the distributed optimizer,
     # or Megatron-FSDP, which wants --use-distributed-optimizer as well: its user guide).
-    dist_opt = bool(rule_value(OPTIMIZER_SHARDED, layout))
+    dist_opt = decided is not None and decided.optimizer_sharded
     exempt = mapping.nccl.one_connection_exempt_architectures
     one_queue = (layout.tp > 1 or layout.cp > 1) and cluster.gpu.architecture not in exempt
     strategy = FSDP_STRATEGIES.get(layout.zero_stage) if fsdp else None
     fsdp = strategy is not None
-    tp_overlap = bool(rule_value(TP_COMM_OVERLAPPED, layout, "megatron", cluster))
+    tp_overlap = decided is not None and decided.tp_comm_overlap
     return {
         "first_stage_layers": split.first if uneven else None,
         "last_stage_layers": split.last if uneven else None,
@@ -306,11 +310,11 @@ def _megatron_parallel(
         "fp8_recipe": fp8_recipe(cluster.gpu.architecture, "megatron")
         if layout.precision == "fp8"
         else None,
-        "moe_a2a_overlap": bool(rule_value(EP_A2A_OVERLAPPED, layout, "megatron")),
+        "moe_a2a_overlap": decided is not None and decided.ep_a2a_overlap,
     }
 
 
-def _deepspeed_facts(layout: Layout) -> dict[str, Any]:
+def _deepspeed_facts(layout: Layout, decided: BackendDecisions | None) -> dict[str, Any]:
     # Written only for a layout DeepSpeed runs (plan_files.backend_runs): its ZeRO stage as is.
     stage = layout.zero_stage
     return {
@@ -318,24 +322,12 @@ def _deepspeed_facts(layout: Layout) -> dict[str, Any]:
         "deepspeed.zero": stage > 0,
         "deepspeed.zero_below_3": 0 < stage < ZERO_PARAMS_STAGE,
         "deepspeed.zero_3": stage == ZERO_PARAMS_STAGE,
-        "deepspeed.communication_data_type": gradient_type(layout, "deepspeed"),
+        # the type the plan's rules reduce gradients in (grad_bytes, planning/decisions.py)
+        "deepspeed.communication_data_type": decided.grad_reduce_dtype if decided else None,
         # PipelineModule activation_checkpoint_interval: 1 checkpoints every layer, 0 none.
         "deepspeed.pipeline_checkpoint_interval": int(layout.recompute == "full"),
         "deepspeed.fp8": layout.precision == "fp8",
     }
-
-
-def gradient_type(layout: Layout, backend: str) -> str:
-    """The type gradients are reduced in: the one the cost model counts them in for `layout`
-    on `backend`
-    (the built-in rules' grad_bytes, rules/cost/memory.yaml, read at render time: plan.json
-    keeps no rules overlay), fp32 or the plan's 16-bit type."""
-    size = rule_value(GRADIENT_BYTES, layout, backend)
-    sixteen = SIXTEEN_BIT[layout.precision]
-    for name in (sixteen, "fp32"):
-        if TYPE_BYTES[name] == size:
-            return name
-    raise RenderError(f"{GRADIENT_BYTES} is {size} bytes: neither {sixteen} nor fp32")
 
 
 def _stage_split(spec: ModelSpec, layout: Layout) -> PipelineSplit:

@@ -20,7 +20,6 @@ anywhere in a shell line), nccl.env's lines are built by `shell_quote.assignment
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ from typing import Any
 from parplan_gen.inputs.safe_text import markdown, printable, safe_name
 from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.planning.evaluate import backend_verdicts
 from parplan_gen.render import mapping as render_mapping
 from parplan_gen.render.checks import RenderError, check_ds_config, check_files
 from parplan_gen.render.facts import facts
@@ -46,7 +44,6 @@ from parplan_gen.render.report import report_context
 from parplan_gen.render.shell_quote import comment
 from parplan_gen.render.template_env import Templates, environment, render_template
 from parplan_gen.render.writer import NCCL_REFERENCE
-from parplan_gen.rules.ruleset import builtin_rules
 
 DS_CONFIG, DS_CONFIG_TEMPLATE = "ds_config.json", "deepspeed/{deepspeed}/ds_config.json.j2"
 OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the chosen versions
@@ -71,19 +68,9 @@ BACKEND_FILES = {
 
 def backend_runs(doc: PlanDocument) -> dict[str, str | None]:
     """For each backend the model has: None when its files are written (it runs the chosen
-    layout exactly), else why not. The document's verdicts (`PlanDocument.backends`, from the
-    rules it was planned with); for a plan.json without them (written before plans named
-    their backend, or built by hand), the built-in rules' verdicts."""
-    if doc.backends:
-        unjudged = "not judged when this plan was made"
-        return {b: doc.backends.get(b, unjudged) for b in doc.model.backends}
-    priced_on = doc.chosen.backend.name if doc.chosen.backend else None
-    return _builtin_verdicts(doc.model, doc.cluster, doc.chosen.plan, priced_on)
-
-
-@functools.lru_cache(maxsize=8)
-def _builtin_verdicts(model: Any, cluster: Any, layout: Any, on: Any) -> dict[str, str | None]:
-    return backend_verdicts(model, cluster, layout, builtin_rules(), on)
+    layout exactly), else why not: the document's verdicts, by the rules it was planned with."""
+    unjudged = "not judged when this plan was made"
+    return {b: doc.backends.get(b, unjudged) for b in doc.model.backends}
 
 
 def hf_trainer_runs(doc: PlanDocument) -> None:
@@ -135,7 +122,7 @@ def resolve_versions(
         shipped = [v for v in templates.versions(backend) if v in sections[backend]]
         if not shipped:
             raise RenderError(f"no {backend} templates with a section in {MAPPING_FILE}")
-        needed = BACKENDS[backend].version_for(doc.chosen.plan)
+        needed = doc.decisions[backend].version
         version = wanted or (needed if needed in shipped else shipped[-1])
         if version not in shipped:
             raise RenderError(

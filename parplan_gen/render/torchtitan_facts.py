@@ -12,7 +12,8 @@ What torchtitan computes from them is read in the torchtitan 0.3.0 wheel:
   batch, the pipeline's micro-batches being the accumulation);
 - pipeline stages: ceil((layers + 2) / pipeline_parallel_layers_per_stage)
   (distributed/pipeline_parallel.py), the formula `tt_layers_per_stage` of
-  rules/constraints/torchtitan.yaml, read here rather than computed again.
+  rules/constraints/torchtitan.yaml, evaluated when the plan was made (plan.json's
+  `decisions`, planning/decisions.py) and read here, as async TP is.
 """
 
 from __future__ import annotations
@@ -20,15 +21,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout
-from parplan_gen.cost.rule_values import TP_COMM_OVERLAPPED, rule_env
 from parplan_gen.models.kind import TrainedModel
+from parplan_gen.planning.decisions import BackendDecisions
 from parplan_gen.render.mapping_schema import MappingFile
 from parplan_gen.rules.ruleset import builtin_formula
 
 ZERO_SHARDED = 3  # FSDP2 shards parameters, gradients and optimizer states (ZeRO-3)
-LAYERS_PER_STAGE = "tt_layers_per_stage"  # rules/constraints/torchtitan.yaml
 # torch.distributed.pipelining schedule names (ParallelismConfig.pipeline_parallel_schedule).
 SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = "1F1B", "Interleaved1F1B"
 
@@ -46,12 +45,13 @@ FACT_NAMES = (
 
 
 def torchtitan_facts(
-    model: TrainedModel, layout: Layout, cluster: Cluster, mapping: MappingFile
+    model: TrainedModel, layout: Layout, mapping: MappingFile, decided: BackendDecisions | None
 ) -> dict[str, Any]:
-    """torchtitan.* for `layout` on `cluster` (every key; None where it does not apply)."""
+    """torchtitan.* for `layout` (every key; None where it does not apply). `decided`: what the
+    plan's rules decided for torchtitan's files (None where it does not run the layout: its
+    files are not written)."""
     if model.kind != "transformer":
         return dict.fromkeys(FACT_NAMES)
-    env = rule_env(layout, "torchtitan", cluster, model)
     sharded = layout.zero_stage == ZERO_SHARDED
     pipeline, interleaved = layout.pp > 1, layout.vpp > 1
     split = layout.sequence_parallel and layout.tp > 1
@@ -63,13 +63,11 @@ def torchtitan_facts(
         "torchtitan.pp_schedule": (SCHEDULE_INTERLEAVED if interleaved else SCHEDULE_1F1B)
         if pipeline
         else None,
-        "torchtitan.layers_per_stage": builtin_formula(LAYERS_PER_STAGE)(env)
-        if interleaved
-        else None,
+        "torchtitan.layers_per_stage": decided.layers_per_stage if decided else None,
         "torchtitan.sequence_parallel": split,
         "torchtitan.no_sequence_parallel": layout.tp > 1 and not split,
         # Async TP where the cost model priced the TP traffic overlapped (it needs SP).
-        "torchtitan.async_tp": bool(builtin_formula(TP_COMM_OVERLAPPED)(env)),
+        "torchtitan.async_tp": decided is not None and decided.tp_comm_overlap,
     }
 
 

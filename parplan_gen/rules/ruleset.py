@@ -327,8 +327,10 @@ def _in_group_order(proposals: list[CompiledProposal]) -> list[CompiledProposal]
 
 @cache
 def builtin_rules() -> RuleSet:
-    """The built-in rules alone, loaded once per process: what the renderer reads the cost
-    model's assumptions from (plan.json keeps no overlay)."""
+    """The built-in rules alone, loaded once per process: the formulas that tell which torchtitan
+    config a model is and how many stages its layers weigh (render/torchtitan_facts.py and
+    torchtitan_reader.py), read where no plan's rules are at hand. Nothing the cost model
+    priced is read from here: plan.json keeps the plan's own decisions."""
     return load_rules()
 
 

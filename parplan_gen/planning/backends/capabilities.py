@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from parplan_gen.cost.estimate import BackendRef
 from parplan_gen.cost.layout import Layout
-from parplan_gen.cost.rule_values import rule_value
 from parplan_gen.models.kind import BackendName
 
 # (zero_stage, distributed_optimizer) pairs: DeepSpeed ZeRO 0-3, Megatron's distributed optimizer
@@ -35,9 +35,9 @@ class Capabilities:
     # Optimizer sharding that only a later release runs, with that release: a plan with it
     # names that version, and its files are rendered from that version's templates only.
     later: tuple[tuple[Optimizer, str], ...] = ()
-    # A named formula of the built-in rules (reading what cost/rule_values.py rule_env gives
-    # without a cluster or model) and the later release that runs a layout for which it is
-    # true: a priced feature only that release has (Megatron's EP overlap, rules/cost/moe.yaml
+    # A named formula of the plan's rules (evaluated on the layout's own formula environment,
+    # planning/evaluate.py) and the later release that runs a layout for which it is true: a
+    # priced feature only that release has (Megatron's EP overlap, rules/cost/moe.yaml
     # moe_a2a_overlapped).
     later_when: tuple[tuple[str, str], ...] = ()
     # Optimizer sharding priced as this backend's own (Megatron-FSDP keeps fp32 main gradients,
@@ -49,20 +49,18 @@ class Capabilities:
         """The name and base version (what a layout without a `later` sharding needs)."""
         return BackendRef(name=self.name, version=self.version)
 
-    def version_for(self, layout: Layout) -> str:
+    def version_for(self, layout: Layout, holds: Callable[[str], bool]) -> str:
         """The release that runs `layout`: the base version unless its sharding is `later` or
-        a `later_when` formula holds for it."""
+        a `later_when` formula holds for it (`holds(name)`: the formula's value for the layout,
+        under the plan's rules)."""
         sharding = (layout.zero_stage, layout.distributed_optimizer)
         if sharding in dict(self.later):
             return dict(self.later)[sharding]
-        return next(
-            (v for name, v in self.later_when if rule_value(name, layout, self.name)),
-            self.version,
-        )
+        return next((v for name, v in self.later_when if holds(name)), self.version)
 
-    def ref_for(self, layout: Layout) -> BackendRef:
-        """The name and version a plan of `layout` carries."""
-        return BackendRef(name=self.name, version=self.version_for(layout))
+    def ref_for(self, layout: Layout, holds: Callable[[str], bool]) -> BackendRef:
+        """The name and version a plan of `layout` carries (see `version_for`)."""
+        return BackendRef(name=self.name, version=self.version_for(layout, holds))
 
     def priced_apart(self, layout: Layout) -> bool:
         """Whether this backend prices `layout`'s sharding differently from the others."""
