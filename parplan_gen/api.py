@@ -168,6 +168,7 @@ def plan(
         model=spec, cluster=machines, chosen=result.chosen, candidates=result.candidates,
         rejected=result.rejected, advice=[a.note for a in advice], proposals=proposals,
         rules=ruleset, warnings=sanity_warnings(spec, machines, result.chosen), search=record,
+        feasible=result.feasible,
         budget=None if tokens is None or not result.feasible else compute_budget(
             ruleset, spec, machines, result.chosen, tokens=request_tokens(tokens),
             price=gpu_hour_price, flash_attention=flash_attention,

@@ -66,6 +66,8 @@ def test_the_overall_best_is_the_unrestricted_searchs_choice(
             "chosen",
             "candidates",
             "rejected",
+            "feasible",
+            "advice",
             "best_on",
             "search",
         }

@@ -14,7 +14,8 @@ def test_plan_json_is_the_contract(cli: Callable[..., Run]) -> None:
     run = cli("plan", "llama-2-7b", *H100_8, "--global-batch", "64", "--seq-len", "4096", "--json")
     assert run.code == 0, run.err
     data = run.json()
-    assert set(data) == {"chosen", "candidates", "rejected", "search"}  # search: pins, headroom
+    # search: pins, headroom; feasible and advice: whether it fits, and what would when not
+    assert set(data) == {"chosen", "candidates", "rejected", "feasible", "advice", "search"}
     assert set(data["chosen"]) == {"backend", "plan", "memory", "time", "throughput"}
     assert data["chosen"]["backend"] in (
         {"name": "megatron", "version": "core_r0.13"},
@@ -43,11 +44,37 @@ def test_plan_human_view_explains_the_choice(cli: Callable[..., Run]) -> None:
 
 
 def test_an_infeasible_plan_shows_the_closest_candidate_and_advice(cli: Callable[..., Run]) -> None:
+    """Nothing fits: the view (closest candidate, advice), then one error line, exit 3 (not 0,
+    which a script would take for a plan; not 1, which is bad input)."""
     run = cli("plan", "llama-3-70b", *H100_8, "--global-batch", "16", "--seq-len", "8192")
-    assert run.code == 0, run.err
+    assert run.code == 3
     assert "NOTHING FITS. Closest candidate: " in run.out
     assert "What would make it fit:" in run.out
     assert " GPUs: dp=" in run.out
+    assert run.err.startswith("parplan: error: nothing fits on 8 x h100-sxm-80gb (the closest ")
+    assert run.err.count("\n") == 1
+
+
+def test_an_infeasible_plan_json_says_so_and_why(cli: Callable[..., Run], tmp_path: Path) -> None:
+    """`plan --json` is the document's contract with `feasible` and `advice`; `--out` writes
+    nothing. llama-3-405b's 405B parameters need 16 bytes each of model state (ZeRO paper,
+    sec. 3.1) on one 40 GB GPU: no layout of one GPU can fit."""
+    out = tmp_path / "out"
+    argv = ("plan", "llama-3-405b", "--gpus", "1", "--gpu", "a100-40gb", "--global-batch", "8")
+    run = cli(*argv, "--json", "--out", out)
+    assert run.code == 3
+    data = run.json()
+    assert data["feasible"] is False and data["chosen"]["memory"]["fits"] is False
+    assert data["advice"] and all(isinstance(a, str) for a in data["advice"])
+    assert data["chosen"]["memory"]["total"] > 405e9 * 16  # more than the model state alone
+    assert run.err == (
+        "parplan: error: --out " + str(out) + ": nothing fits on 1 x a100-40gb (the closest "
+        "layout needs 6853.8 GiB per GPU, the GPU has 40.0 GiB); 256 GPUs: dp=1 tp=8 pp=32 fits "
+        "with 33.3 GiB per GPU; no files written\n"
+    )
+    assert not out.exists()
+    fits = cli("plan", "llama-2-7b", *H100_8, "--global-batch", "64", "--json")
+    assert fits.code == 0 and fits.json()["feasible"] is True and fits.json()["advice"] == []
 
 
 def test_plan_out_writes_plan_json_and_refuses_to_overwrite(

@@ -131,10 +131,11 @@ def test_every_chosen_plan_is_whole_and_meets_every_rule(request: Request) -> No
     document = PlanDocument.from_parts(
         rules=builtin_rules(),
         model=request.spec, cluster=request.cluster, chosen=result.chosen,
-        candidates=result.candidates, rejected=result.rejected,
+        candidates=result.candidates, rejected=result.rejected, feasible=result.feasible,
     )  # fmt: skip
     contract = json.loads(json.dumps(document.contract()))
-    assert set(contract) == {"chosen", "candidates", "rejected"}
+    assert set(contract) == {"chosen", "candidates", "rejected", "feasible", "advice"}
+    assert contract["feasible"] is result.feasible
     assert set(contract["chosen"]) == {"backend", "plan", "memory", "time", "throughput"}
     assert set(contract["chosen"]["plan"]) >= CONTRACT_PLAN_KEYS
     env = _full_env(p, request, result.chosen)

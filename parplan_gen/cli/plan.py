@@ -170,29 +170,31 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         return cmd_plan_all(args)
     result = plan(args.model, cluster_from_args(args), **plan_request(args))
-    if args.out:
-        if not result.feasible:
-            raise _nothing_fits(result, args.out)
+    if args.out and result.feasible:
         write_plan_files(result.document, args.out, args, stream=sys.stderr)
     if args.json:
         print_json(result.document.contract())
     else:
         write_view(plan_text(result))
+    if not result.feasible:  # the view or JSON says what would fit; exit 3 says it did not
+        raise _nothing_fits(result, args.out)
     return 0
 
 
-def _nothing_fits(plan: Plan, out: str) -> Exception:
-    """The one-line refusal to write launch files for a layout that does not fit."""
-    from parplan_gen.inputs.errors import InputError
+def _nothing_fits(plan: Plan, out: str | None) -> Exception:
+    """The one line (exit 3) that ends a plan where nothing fits, after its view: no launch
+    files are written for a layout that does not fit."""
+    from parplan_gen.inputs.errors import NothingFitsError
 
     cluster, memory = plan.document.cluster, plan.chosen.memory
     fix = next((a.note for a in plan.advice if a.fits), None)
-    return InputError(
-        f"--out {out}: nothing fits on {cluster.num_gpus} x {cluster.gpu.name} (the closest "
+    return NothingFitsError(
+        (f"--out {out}: " if out else "")
+        + f"nothing fits on {cluster.num_gpus} x {cluster.gpu.name} (the closest "
         f"layout needs {memory.total / GIB:.1f} GiB per GPU, the GPU has "
         f"{memory.capacity / GIB:.1f} GiB)"
         + (f"; {fix}" if fix else "")
-        + "; no files written (run without --out for the candidates and advice)"
+        + ("; no files written" if out else "")
     )
 
 

@@ -143,6 +143,13 @@ class InputError(ParplanError):
     """A file or value the user gave is wrong; the user must fix the input (exit 1)."""
 
 
+class NothingFitsError(ParplanError):
+    """No layout of the request runs and fits (exit 3): the inputs are valid, the plan is the
+    closest candidate and the advice, printed before this one line; nothing is written."""
+
+    exit_code = 3
+
+
 class SourceError(InputError):
     """A file cannot be read or parsed (missing, not UTF-8, malformed YAML/JSON, forbidden tag)."""
 

@@ -19,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     field_serializer,
     model_validator,
@@ -93,6 +94,10 @@ class PlanDocument(BaseModel):
         "trained context, FP8 without calibration runs, MFU above the best published run of its "
         "class); never errors. Absent when there is none.",
     )
+    feasible: StrictBool = Field(
+        description="Whether the chosen layout runs and fits. False: nothing of the request "
+        "does; `chosen` is the closest candidate and `advice` says what change would fit."
+    )
     proposals: list[Proposal] = Field(description="The rules' proposals, in rule order.")
     backends: dict[str, str | None] = Field(
         description="For each backend that trains the model: null when it runs the chosen "
@@ -161,6 +166,7 @@ class PlanDocument(BaseModel):
         deepspeed_version: str | None = None,
         search: SearchRecord | None = None,
         budget: Budget | None = None,
+        feasible: bool = True,
         rules: RuleSet,
     ) -> PlanDocument:
         """Assemble a document from the planner's result and the engine's proposals. `rules`,
@@ -186,6 +192,7 @@ class PlanDocument(BaseModel):
             rejected=dict(rejected or {}),
             advice=list(advice),
             warnings=list(warnings),
+            feasible=feasible,
             proposals=list(proposals),
             backends=runs,
             decisions=decide(model, cluster, chosen.plan, rules, runs),
@@ -214,7 +221,7 @@ class PlanDocument(BaseModel):
 
     def contract(self) -> dict[str, Any]:
         """`plan --json` (DESIGN.md): `{"chosen": ..., "candidates": [...], "rejected": {...}}`,
-        the rejections most first."""
+        the rejections most first, with `feasible` and, when nothing fits, the `advice`."""
         optional = {
             k: v for k, v in self.model_dump(mode="json", include=OPTIONAL).items() if v is not None
         }
@@ -223,6 +230,8 @@ class PlanDocument(BaseModel):
                 "chosen": self.chosen.contract(),
                 "candidates": [c.contract() for c in self.candidates],
                 "rejected": dict(self.rejected),
+                "feasible": self.feasible,
+                "advice": list(self.advice),
             }
             | optional
             | ({"warnings": list(self.warnings)} if self.warnings else {})
