@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import MAX_GPUS, Layout, build_layout, check_sizes
+from parplan_gen.cost.layout import MAX_GPUS, Layout, build_layout, check_sizes, given_layout
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
@@ -332,7 +332,7 @@ class CheckReport(Evaluation):
 def check(
     model: TrainedModel | str | Path,
     cluster: Cluster | Mapping[str, Any] | str | Path,
-    layout: Layout,
+    layout: Layout | Mapping[str, Any],
     *,
     rules: Sequence[str | Path] | RuleSet = (),
     flash_attention: bool = True,
@@ -341,13 +341,15 @@ def check(
 ) -> CheckReport:
     """Check an existing layout on `backend` (None: the first of the model's backends that runs
     it): every rule it breaks, its estimate (also when it cannot run), and the planner's choice
-    for the same batch on the same backend (`any_backend`: on any) when that is faster."""
+    for the same batch on the same backend (`any_backend`: on any) when that is faster.
+    `layout`: a Layout or, as `estimate` takes it, a dict (a bad one: `layout.KEY: ...`)."""
     ruleset = rules if isinstance(rules, RuleSet) else load_rules(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
-    found = estimate(
-        spec, machines, layout, rules=ruleset, flash_attention=flash_attention, backend=backend
-    )
-    same = found.estimate.backend
+    with given_layout(layout) as given:  # a dict: estimate builds the Layout, as for its own
+        found = estimate(
+            spec, machines, given, rules=ruleset, flash_attention=flash_attention, backend=backend
+        )
+    layout, same = found.estimate.plan, found.estimate.backend
     try:  # plan()'s search for the same batch (its chosen layout is the plan's), nothing more
         best = _search(
             spec, machines, ruleset, global_batch=layout.global_batch, seq_len=layout.seq_len,

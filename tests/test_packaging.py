@@ -11,6 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,13 +26,19 @@ def run(*argv: object, **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel pyproject's build backend makes of the repository."""
+    dist = tmp_path_factory.mktemp("dist")
+    backend = "import sys, hatchling.build as b; print(b.build_wheel(sys.argv[1]))"
+    built = run(sys.executable, "-c", backend, dist, cwd=REPO)  # pyproject's backend
+    assert built.returncode == 0, built.stderr
+    return dist / built.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> Path:
     """A venv holding the built wheel; its dependencies come from this test's environment."""
     root = tmp_path_factory.mktemp("wheel")
-    backend = "import sys, hatchling.build as b; print(b.build_wheel(sys.argv[1]))"
-    built = run(sys.executable, "-c", backend, root / "dist", cwd=REPO)  # pyproject's backend
-    assert built.returncode == 0, built.stderr
-    wheel = root / "dist" / built.stdout.strip()
     env_dir = root / "venv"
     venv.create(env_dir, with_pip=False)
     py = env_dir / "bin" / "python"
@@ -45,6 +52,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if unpacked.returncode != 0:  # pip too old for --python: install with the target's pip
         pytest.fail(unpacked.stderr)
     return env_dir
+
+
+def test_the_wheel_marks_the_package_as_typed(wheel):
+    # PEP 561: type checkers read an installed package's hints only when it ships py.typed
+    # (an empty file beside its __init__.py).
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        assert {"parplan_gen/__init__.py", "parplan_gen/py.typed"} <= names
+        assert archive.getinfo("parplan_gen/py.typed").file_size == 0
 
 
 def test_installed_wheel_runs_analyze_on_a_shipped_example(installed, tmp_path):

@@ -388,9 +388,26 @@ def test_an_interrupt_at_any_call_leaves_one_plan_and_no_debris(
     assert k > len(PLANS["moe"])  # a call for each file at least, and each was interrupted
 
 
-def _signalled_write(out: Path, signum: int, step: str) -> None:
-    """In a child: write moe over dense_multinode, sending `signum` to itself at the 3rd call of
-    `step`; exits 130 on KeyboardInterrupt (SystemExit gives its own code)."""
+def _signals_as_at_a_terminal(ignored: int | None = None) -> None:
+    """The signal state `parplan` typed at a terminal starts with, whatever the test runner's:
+    SIGINT raising KeyboardInterrupt, SIGTERM and SIGHUP with their default action, none of them
+    blocked; `ignored` set to SIG_IGN. A forked child inherits the runner's state, and a runner
+    started in the background by a script ignores SIGINT (POSIX XCU 2.11: an asynchronous list
+    without job control inherits SIGINT and SIGQUIT ignored), one under nohup SIGHUP; the writer
+    rightly leaves an ignored signal ignored, so the real-signal tests set the state they test."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, folder_lock.HELD_DURING_RENAMES)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in folder_lock.TERMINATING:
+        signal.signal(signum, signal.SIG_DFL)
+    if ignored is not None:
+        signal.signal(ignored, signal.SIG_IGN)
+
+
+def _signalled_write(out: Path, signum: int, step: str, ignored: int | None = None) -> None:
+    """In a child, with the signals as at a terminal (`ignored` ignored): write moe over
+    dense_multinode, sending `signum` to itself at the 3rd call of `step`; exits 130 on
+    KeyboardInterrupt (SystemExit gives its own code)."""
+    _signals_as_at_a_terminal(ignored)
     with _patched(*STEPS[step], at_call(3, os.kill, os.getpid(), signum)):
         try:
             write_rendered(out, texts("moe"), force=True)
@@ -415,6 +432,21 @@ def test_a_real_signal_while_staging_cleans_up_and_while_renaming_waits(
     child.join()
     assert child.exitcode == code
     assert holds_plan(out) == plan
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("step", ["create a staged file", "rename"])
+def test_a_signal_the_run_was_started_ignoring_does_not_stop_the_write(
+    signum, step, tmp_path, fast_writer
+):
+    """`parplan ... &` in a script ignores SIGINT, `nohup parplan` SIGHUP: the write goes on."""
+    out = tmp_path / "out"
+    _place(out, PLANS["dense_multinode"])
+    child = FORK.Process(target=_signalled_write, args=(out, signum, step, signum))
+    child.start()
+    child.join()
+    assert child.exitcode == 0
+    assert holds_plan(out) == "moe"
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,8 @@ that no search, division or output is ever sized by an absurd number.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -261,3 +263,49 @@ def build_layout(
         where = ".".join(str(p) for p in first["loc"])
         message = first["msg"].removeprefix("Value error, ")
         raise LayoutError(f"{where + ': ' if where else ''}{message}") from None
+
+
+# The keys of a layout given as a dict (the Python API's `check` and `estimate`): every Layout
+# field but grad_accum, which build_layout derives from the batch.
+GIVEN_FIELDS: tuple[str, ...] = tuple(f for f in Layout.model_fields if f != "grad_accum")
+
+
+@contextlib.contextmanager
+def given_layout(
+    given: Layout | Mapping[str, Any], where: str = "layout"
+) -> Iterator[Layout | dict[str, Any]]:
+    """For a block that builds a layout from `given` (a Layout, as it is, or a dict of its
+    sizes, `{"tp": 2, "global_batch": 512}`): `given`, a dict with its keys checked (a
+    LayoutError for a key outside GIVEN_FIELDS or a missing global_batch), and a LayoutError
+    the block raises building the layout from it naming `where`: `where.KEY: ...`."""
+    if isinstance(given, Layout):
+        yield given
+        return
+    sizes = _given_sizes(given, where)
+    try:
+        yield sizes
+    except LayoutError as exc:  # from build_layout: its message starts with the field, if one
+        named = exc.message.split(":", 1)[0] in Layout.model_fields
+        raise LayoutError(f"{where}{'.' if named else ': '}{exc.message}") from None
+
+
+def _given_sizes(given: object, where: str) -> dict[str, Any]:
+    """`given` as a dict, its keys checked (build_layout checks the values)."""
+    if not isinstance(given, Mapping):
+        raise LayoutError(
+            f"{where}: expected a Layout or a dict of its sizes, got {type(given).__name__}"
+        )
+    for key in given:
+        if key == "grad_accum":
+            raise LayoutError(
+                f"{where}.grad_accum: not given but derived (global_batch / (mbs * dp)); "
+                "give global_batch and mbs"
+            )
+        if key not in GIVEN_FIELDS:
+            name = key if isinstance(key, str) else shown_value(key)
+            raise LayoutError(
+                f"{where}.{name}: not a layout field (fields: {', '.join(GIVEN_FIELDS)})"
+            )
+    if "global_batch" not in given:
+        raise LayoutError(f"{where}.global_batch: missing (sequences per optimizer step)")
+    return dict(given)
