@@ -27,6 +27,13 @@ HEADROOM = 1024 * 1024 * 1024  # address space a run may add before allocations 
 HANG_S = 30.0  # a watchdog, not a speed target: a refusal takes milliseconds, a defect forever
 
 
+def corpus(name: str) -> list[dict[str, Any]]:
+    """The cases of tests/hostile/NAME (a YAML list)."""
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe").load((HOSTILE / name).read_text(encoding="utf-8"))
+
+
 def text(spec: Any) -> str:
     """An argument or a file's text: as written, or {repeat: T, times: N, head, tail}."""
     if isinstance(spec, str):

@@ -18,17 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ruamel.yaml import YAML
 
 from parplan_gen.cli.main import main
 from parplan_gen.inputs.safe_text import markdown, printable, printable_lines
 from parplan_gen.render.report import pin_text
 
-from hostile_support import HOSTILE, REPO
+from hostile_support import REPO, corpus
 
-CASES: list[dict[str, Any]] = YAML(typ="safe").load(
-    (HOSTILE / "markup.yaml").read_text(encoding="utf-8")
-)
+CASES: list[dict[str, Any]] = corpus("markup.yaml")
 TEXTS = [case["text"] for case in CASES]
 BY_ID = {case["id"]: case["text"] for case in CASES}
 # The graph's name (a name may hold no control character, and a title shows 200 characters).

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ruamel.yaml import YAML
 
 import parplan_gen
 from parplan_gen.api import load_model
@@ -41,9 +40,9 @@ from parplan_gen.rules.formulas import FormulaLibrary
 from parplan_gen.rules.ruleset import load_rules
 
 from hostile_support import (
-    HOSTILE,
     PREFIX,
     check_one_line,
+    corpus,
     hang_guard,
     materialize,
     memory_ceiling,
@@ -51,9 +50,7 @@ from hostile_support import (
     text,
 )
 
-CASES: list[dict[str, Any]] = YAML(typ="safe").load(
-    (HOSTILE / "rules_readers.yaml").read_text(encoding="utf-8")
-)
+CASES: list[dict[str, Any]] = corpus("rules_readers.yaml")
 MAX_GROWTH = 128 * 1024 * 1024  # bytes the peak RSS may grow by in one case (a defect: GBs)
 LONGEST_LINE = len(PREFIX) + errors.SHOWN_PLACE_CHARS + errors.SHOWN_MESSAGE_CHARS + 200
 MAPPING = Path(parplan_gen.__file__).parent.parent / "templates" / "mapping.yaml"

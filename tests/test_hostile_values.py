@@ -27,16 +27,14 @@ from parplan_gen.cost.layout import MAX_GPUS
 from parplan_gen.inputs.errors import InputError
 
 from hostile_support import (
-    HOSTILE,
     PREFIX,
     REPO,
+    corpus,
     hang_guard,
     refused_in_one_line,
 )
 
-CASES: list[dict[str, Any]] = YAML(typ="safe").load(
-    (HOSTILE / "values.yaml").read_text(encoding="utf-8")
-)
+CASES: list[dict[str, Any]] = corpus("values.yaml")
 GOLDEN_PLAN = REPO / "tests" / "golden" / "dense_multinode" / "plan.json"
 NAMES_IN_A_LONG_LIST = 32_768  # the reproduction: ~30 s before (quadratic)
 
