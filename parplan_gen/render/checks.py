@@ -25,8 +25,9 @@ from pydantic import ValidationError
 
 from parplan_gen.inputs.defaults import ZERO_STAGES
 from parplan_gen.inputs.errors import InputError, SourceRef
+from parplan_gen.inputs.key_path import format_path
 from parplan_gen.inputs.safe_text import printable
-from parplan_gen.inputs.source import format_path, load_document
+from parplan_gen.inputs.source import load_document
 
 BASH_CHECK_TIMEOUT_S = 30  # `bash -n` parses a short script in milliseconds
 # The characters of an nccl.env value: inert when bash sources the file (no blank, quote, `$`,

@@ -94,8 +94,12 @@ class Comparison:
         """JSON: the columns (label, role, problem, estimate), the rows and the sentences."""
         return {
             "columns": [
-                {"label": c.label, "role": c.role, "problem": c.problem,
-                 "estimate": c.estimate.contract()}
+                {
+                    "label": c.label,
+                    "role": c.role,
+                    "problem": c.problem,
+                    "estimate": c.estimate.contract(),
+                }
                 for c in self.columns
             ],
             "rows": [
@@ -103,7 +107,7 @@ class Comparison:
                 for r in self.rows
             ],
             "why": [{"against": label, "sentences": list(s)} for label, s in self.sentences],
-        }  # fmt: skip
+        }
 
 
 def _shown(term: str, group: str, value: float) -> str:

@@ -1,10 +1,17 @@
-"""templates/mapping.yaml read and applied: canonical plan keys -> each backend's names.
+"""The mapping read and applied: canonical plan keys -> each backend's names.
 
-This module reads a mapping file against its schema (render/mapping_schema.py, with file:line
-errors) and applies it to the canonical facts of one plan (render/facts.py): the DeepSpeed
-config as nested JSON data, the Megatron-LM argument groups, the nccl.env entries and the notes
-(the launchers' notes are what an op-graph model's training script must do). Values are
-computed here or in render/facts.py; the templates only format them.
+The mapping is one document read from several files: templates/mapping.yaml (the sections every
+plan shares: defaults, launch, nccl, proposal_settings, report, slurm) and each backend's own
+section, `parplan_gen/backends/<name>/mapping.yaml`. A user's mapping.yaml (`--templates DIR`)
+takes the place of templates/mapping.yaml, and each backend section it holds replaces that
+backend's whole section (every release of it); the backends it does not name keep their own.
+Every error names the file and line its entry came from.
+
+This module reads the files against their schema (render/mapping_schema.py, with file:line
+errors) and applies the mapping to the canonical facts of one plan (render/facts.py): the
+DeepSpeed config as nested JSON data, the Megatron-LM argument groups, the nccl.env entries and
+the notes (the launchers' notes are what an op-graph model's training script must do). Values
+are computed here or in render/facts.py; the templates only format them.
 
 A mapping file is read in this release's format only (0.x formats may change between minor
 versions, CHANGELOG.md): one without the `launch:` section is refused, and so is one that
@@ -14,20 +21,23 @@ names `master_port` in a Megatron version's `data_env` (it is `launch.master_por
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from parplan_gen.inputs.errors import SourceRef
+from parplan_gen.inputs.key_path import KeyPath
 from parplan_gen.inputs.number_text import unusable_numbers
+from parplan_gen.inputs.resources import backend_files
 from parplan_gen.inputs.safe_text import printable
-from parplan_gen.inputs.source import Document, KeyPath, load_document
+from parplan_gen.inputs.source import Document, load_document
 from parplan_gen.inputs.validation import validate
 from parplan_gen.models.kind import ModelKind
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping_schema import (
+    BackendSections,
     KindTexts,
     MappingFile,
     NcclMapping,
@@ -46,46 +56,74 @@ HF_AUTO = (
     "auto"  # what the Hugging Face Trainer fills in itself (transformers.integrations.deepspeed)
 )
 _PLACEHOLDER = re.compile(r"\{([a-z_]+\.[a-z0-9_.]+)\}")
+S = TypeVar("S", bound=BackendSections)
 
 
 @dataclass(frozen=True)
 class LoadedMapping:
-    """The validated mapping and its document (for positioned errors)."""
+    """The validated mapping and the documents it was read from (for positioned errors)."""
 
     data: MappingFile
-    doc: Document
+    doc: Document  # templates/mapping.yaml, or the user's
+    sections: Mapping[str, Document] = field(default_factory=dict)  # a backend's own file
+
+    def doc_of(self, path: KeyPath) -> Document:
+        """The document the entry at `path` was read from."""
+        return self.sections.get(str(path[0]), self.doc) if path else self.doc
 
     def check_key(
         self, facts: Mapping[str, Any], key: str | None, path: KeyPath, doc: Document | None = None
     ) -> None:
         if key is not None and key not in facts:
             known = ", ".join(sorted(k for k in facts if k.split(".")[0] == key.split(".")[0]))
-            where = (self.doc if doc is None else doc).ref(path)
+            where = (self.doc_of(path) if doc is None else doc).ref(path)
             raise RenderError(f"unknown canonical key '{key}' (known: {known})", where)
 
 
-def load_mapping(path: str | Path) -> LoadedMapping:
-    """Read and validate a mapping file (parsed once while the file stays the same)."""
-    stat = Path(path).stat()
-    data, doc = _load_mapping(str(path), stat.st_mtime_ns, stat.st_size)
-    for version, meg in data.megatron.items():
+def load_mapping(path: str | Path, backends: Sequence[Path] | None = None) -> LoadedMapping:
+    """Read and validate the mapping: the file `path` (templates/mapping.yaml or a user's) and,
+    for each backend section it does not hold, that backend's mapping.yaml (`backends`: those
+    files; None: the built-in ones). Each file is parsed once while it stays the same."""
+    data, doc = _load_file(path, MappingFile)
+    own: dict[str, Any] = {}
+    sections: dict[str, Document] = {}
+    for file in backend_files(MAPPING_FILE) if backends is None else backends:
+        section, section_doc = _load_file(file, BackendSections)
+        name = file.parent.name
+        if set(section_doc.data or {}) != {name}:
+            raise RenderError(
+                f"a backend's {MAPPING_FILE} holds its own section only ({name}:)",
+                section_doc.ref(),
+            )
+        if name not in (doc.data or {}):  # else the user's file replaces it
+            own[name], sections[name] = getattr(section, name), section_doc
+    loaded = LoadedMapping(data.model_copy(update=own), doc, sections)
+    for version, meg in loaded.data.megatron.items():
         if MASTER_PORT in meg.data_env:
             raise RenderError(
                 "master_port is read from launch.master_port; remove it from data_env",
-                doc.ref(("megatron", version, "data_env", MASTER_PORT)),
+                loaded.doc_of(("megatron",)).ref(("megatron", version, "data_env", MASTER_PORT)),
             )
-    return LoadedMapping(data, doc)
+    return loaded
 
 
-@lru_cache(maxsize=8)
-def _load_mapping(path: str, mtime_ns: int, size: int) -> tuple[MappingFile, Document]:
+def _load_file(path: str | Path, schema: type[S]) -> tuple[S, Document]:
+    stat = Path(path).stat()
+    data, doc = _parsed(str(path), stat.st_mtime_ns, stat.st_size, schema)
+    return cast(S, data), doc
+
+
+@lru_cache(maxsize=16)
+def _parsed(
+    path: str, mtime_ns: int, size: int, schema: type[BackendSections]
+) -> tuple[BackendSections, Document]:
     doc = load_document(path)
     # A constant the mapping sends to a backend is written into its files: one no float holds
     # (`1e400` reads as inf, a 400-digit integer) is refused here, at its key.
     bad = next(unusable_numbers(doc.data), None)
     if bad is not None:
         raise RenderError(bad[1], doc.ref(bad[0]))
-    return validate(MappingFile, doc.data, doc, error=RenderError), doc
+    return validate(schema, doc.data, doc, error=RenderError), doc
 
 
 def _enabled(

@@ -1,7 +1,8 @@
-"""templates/mapping.yaml read backwards: what each backend entry says about the layout.
+"""The mapping read backwards: what each backend entry says about the layout.
 
 The renderer writes a canonical key's value under a backend's name (render/mapping.py); the
-readers of existing configs (render/readers.py) take the same entries the other way, so that
+readers of existing configs (each backend's reader.py, parplan_gen/backends/<name>/) take the
+same entries the other way, so that
 reading back what `parplan` wrote gives the layout it was written from, as far as the file says
 it (Megatron-LM has no ZeRO stage; ds_config.json names recompute for a pipeline only).
 

@@ -1,8 +1,9 @@
-"""The schema of templates/mapping.yaml (pydantic, `extra="forbid"`): canonical plan keys -> each
-backend's names, the launch scripts' variables, NCCL's variables and the renderer's defaults.
+"""The schema of the mapping (pydantic, `extra="forbid"`): canonical plan keys -> each backend's
+names (each backend's mapping.yaml, parplan_gen/backends/<name>/), the launch scripts'
+variables, NCCL's variables and the renderer's defaults (templates/mapping.yaml).
 
-render/mapping.py reads a file against it and applies it to one plan's facts; the readers of
-existing configs (render/readers.py) invert it.
+render/mapping.py reads the files against it and applies the mapping to one plan's facts; the
+readers of existing configs (each backend's reader.py) invert it.
 """
 
 from __future__ import annotations
@@ -222,11 +223,21 @@ class Default(_Strict):
     source: str
 
 
-class MappingFile(_Strict):
-    defaults: dict[str, Default]
-    deepspeed: dict[str, DeepSpeedMapping]
-    megatron: dict[str, MegatronMapping]
+class BackendSections(_Strict):
+    """The backends' sections of the mapping, by release: each backend's folder holds its own
+    (parplan_gen/backends/<name>/mapping.yaml); a user's mapping.yaml may hold any, each
+    replacing that backend's (render/mapping.py)."""
+
+    deepspeed: dict[str, DeepSpeedMapping] = {}
+    megatron: dict[str, MegatronMapping] = {}
     torchtitan: dict[str, TorchtitanMapping] = {}
+
+
+class MappingFile(BackendSections):
+    """templates/mapping.yaml, or a user's: the sections every plan shares (and any backend's
+    it replaces). With the backends' own sections merged in, the mapping the renderer applies."""
+
+    defaults: dict[str, Default]
     launch: LaunchMapping
     nccl: NcclMapping
     slurm: SlurmMapping

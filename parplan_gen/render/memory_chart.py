@@ -51,9 +51,13 @@ def memory_chart(
     legend.append({"label": "GPU capacity", "color": colors["limit"], "kind": "line"})
     if headroom:
         legend.append(
-            {"label": "capacity - headroom", "color": colors["limit"], "kind": "dash",
-             "dash": HEADROOM_DASH}
-        )  # fmt: skip
+            {
+                "label": "capacity - headroom",
+                "color": colors["limit"],
+                "kind": "dash",
+                "dash": HEADROOM_DASH,
+            }
+        )
     header = chart_header(style, chart_title(doc, "Memory per GPU"), legend)
     ticks = nice_ticks(max(capacity, *(e.memory.total for _, e in rows)) / GIB)
     step = ticks[1] - ticks[0]

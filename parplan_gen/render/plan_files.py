@@ -3,8 +3,10 @@
 A transformer's plan renders every file; an op-graph model's plan (ResNet-50, an ONNX model)
 renders all but megatron_args.sh, as Megatron-LM trains transformers only.
 
-Templates live in the shipped `templates/` folder (a user folder given with `--templates`
-overrides any of them, and mapping.yaml, by relative name: render/template_env.py). They run in
+Templates live in the shipped `templates/` folder and each backend's folder
+(parplan_gen/backends/<name>/templates/, named `<name>/<version>/...`); a user folder given with
+`--templates` overrides any of them, and mapping.yaml, by relative name
+(render/template_env.py, render/mapping.py). They run in
 Jinja's immutable sandbox with StrictUndefined: a template that names a missing value fails,
 and one that reaches for Python internals is refused (render/template_check.py checks each
 template when it is loaded, render/sandbox.py bounds what it may cost when it runs). Every
@@ -21,6 +23,7 @@ anywhere in a shell line), nccl.env's lines are built by `shell_quote.assignment
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,6 @@ from parplan_gen.render.mapping import (
     MAPPING_FILE,
     LoadedMapping,
     applied_as,
-    load_mapping,
     megatron_groups,
     nccl_entries,
     notes,
@@ -99,7 +101,7 @@ def resolve_versions(
         "deepspeed": doc.render.deepspeed_version,
         "torchtitan": None,  # the latest shipped (plan.json records no torchtitan version)
     }
-    sections = {
+    sections: dict[str, Mapping[str, object]] = {
         "megatron": mapping.data.megatron,
         "deepspeed": mapping.data.deepspeed,
         "torchtitan": mapping.data.torchtitan,
@@ -163,7 +165,7 @@ def build_context(
     """Everything the templates format, computed from the document and the mapping.
 
     `megatron` is None for a plan that Megatron-LM does not train (an op-graph model)."""
-    mapping = load_mapping(templates.find(MAPPING_FILE))
+    mapping = templates.mapping()
     versions = resolve_versions(doc, templates, mapping)
     values = facts(doc, mapping.data, hf_trainer=hf_trainer)
     # Whether ds_config.json is written with an optimizer (launch_torchrun.sh says how to use it).

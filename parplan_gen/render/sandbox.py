@@ -17,7 +17,9 @@ printing, joining or filtering a special name (`self`, `loop`): nothing non-dete
 such as an object's address, reaches a file. An attribute the sandbox finds unsafe is refused
 where it is reached, not turned into an undefined value. Templates are read from inside their
 folder only: a link that leads out of it (to /etc/passwd, say) is refused, and its content
-never shown.
+never shown. A template's name is looked up in each `TemplateRoot` in turn: a folder, and the
+first part of the names it serves (a backend's templates: `megatron/core_r0.13/x.j2` is
+`parplan_gen/backends/megatron/templates/core_r0.13/x.j2`), or every name.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import CodeType
@@ -70,6 +73,35 @@ class OutsideFolderError(SecurityError):
     """A template (or mapping.yaml) is a link to a file outside its template folder."""
 
 
+@dataclass(frozen=True)
+class TemplateRoot:
+    """A folder of templates and the first part of the names it serves ("": every name)."""
+
+    folder: Path
+    prefix: str = ""
+
+    def relative(self, name: str | Path) -> Path | None:
+        """Where the template `name` is in this folder; None when the folder does not serve it."""
+        parts = Path(name).parts
+        if not self.prefix:
+            return Path(name)
+        if len(parts) > 1 and parts[0] == self.prefix:
+            return Path(*parts[1:])
+        return None
+
+    def folder_of(self, first: str) -> Path | None:
+        """The folder of the names whose first part is `first` (None: this root serves none)."""
+        if not self.prefix:
+            return self.folder / first
+        return self.folder if first == self.prefix else None
+
+    def find(self, name: str | Path) -> Path | None:
+        """The template file `name` in this folder (None: not here); OutsideFolderError for a
+        link out of it (`file_inside`)."""
+        relative = self.relative(name)
+        return None if relative is None else file_inside(self.folder, relative)
+
+
 def file_inside(folder: Path, relative: str | Path) -> Path | None:
     """`folder/relative` when it is a file, None when there is none; OutsideFolderError when it is a
     link (or under a linked folder) that leads outside `folder`."""
@@ -101,19 +133,23 @@ def _unchanged(earlier: list[Path], path: Path, stamp: tuple[int, int, int, int]
 
 
 class _CheckedLoader(jinja2.BaseLoader):
-    """Loads from the template folders (first match wins), checking each template first."""
+    """Loads from the template roots (first match wins), checking each template first."""
 
-    def __init__(self, folders: list[Path]) -> None:
-        self.folders = folders
+    def __init__(self, roots: list[TemplateRoot]) -> None:
+        self.roots = roots
 
     def get_source(
         self, environment: jinja2.Environment, template: str
     ) -> tuple[str, str, Callable[[], bool]]:
-        relative = Path(*split_template_path(template))  # refuses '..'
-        for index, folder in enumerate(self.folders):
-            path = file_inside(folder, relative)
+        name = Path(*split_template_path(template))  # refuses '..'
+        for index, root in enumerate(self.roots):
+            path = root.find(name)
             if path is not None:
-                earlier = [f / relative for f in self.folders[:index]]
+                earlier = [
+                    r.folder / relative
+                    for r in self.roots[:index]
+                    if (relative := r.relative(name)) is not None
+                ]
                 uptodate = partial(_unchanged, earlier, path, _stamp(path))
                 return read_text(path), str(path), uptodate
         raise jinja2.TemplateNotFound(template)
@@ -153,13 +189,22 @@ def _compiled(environment: jinja2.Environment, name: str, filename: str, source:
 class BoundedEnvironment(ImmutableSandboxedEnvironment):
     """Jinja's immutable sandbox over checked templates, with a budget for each rendered file."""
 
-    def __init__(self, folders: list[Path], **options: Any) -> None:
-        super().__init__(loader=_CheckedLoader(folders), **options)
+    def __init__(self, roots: list[TemplateRoot], **options: Any) -> None:
+        super().__init__(loader=_CheckedLoader(roots), **options)
         self.globals.clear()  # range, cycler, joiner, lipsum, namespace, dict: not data
         for method in (self.loop_items, self.measured, self.plain, self.mapping_view):
             self.filters[INTERNAL + method.__name__] = method
         self.items_budget = self.items_left = MAX_LOOP_ITEMS
         self.value_limit = MAX_VALUE_CHARS
+
+    def template_file(self, name: str) -> str | None:
+        """The file the template `name` is read from (None: no root has it)."""
+        loader = self.loader
+        assert isinstance(loader, _CheckedLoader)
+        try:
+            return next((str(p) for r in loader.roots if (p := r.find(name)) is not None), None)
+        except (OutsideFolderError, ValueError):
+            return None
 
     def measured(self, value: Any) -> Any:
         """`value` as plain data (what an iterator yields, as a list paid from the loop

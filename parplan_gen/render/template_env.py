@@ -1,9 +1,13 @@
 """The template folders and the Jinja environment that renders them.
 
-`Templates` is the shipped `templates/` folder with an optional user folder (`--templates`) that
-overrides any template, and mapping.yaml, by relative name; `environment` is a fresh bounded
-sandbox over them (render/sandbox.py), and `render_template` renders one file with every
-template failure turned into a RenderError at `name.j2:LINE`.
+`Templates` is the shipped `templates/` folder (the launchers', nccl.env's and the report's
+templates, and mapping.yaml) and each backend's `templates/` folder, which holds the templates
+named `<backend>/<version>/...` (parplan_gen/backends/<backend>/templates/<version>/...), with
+an optional user folder (`--templates`) that overrides any template, and mapping.yaml, by
+that relative name (render/mapping.py says how a user's mapping.yaml combines with the
+backends' sections); `environment` is a fresh bounded sandbox over them (render/sandbox.py), and
+`render_template` renders one file with every template failure turned into a RenderError at
+`name.j2:LINE`.
 """
 
 from __future__ import annotations
@@ -18,58 +22,69 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import SecurityError
 
-from parplan_gen.inputs.resources import shipped_dir
+from parplan_gen.inputs.resources import backend_dirs, shipped_dir
 from parplan_gen.render.checks import RenderError
+from parplan_gen.render.mapping import MAPPING_FILE, LoadedMapping, load_mapping
 from parplan_gen.render.sandbox import (
     REFUSED,
     BoundedEnvironment,
     OutsideFolderError,
     TemplateBudgetError,
-    file_inside,
+    TemplateRoot,
 )
 from parplan_gen.render.shell_quote import argument
 from parplan_gen.render.template_check import TemplateRefused
 
 JSON_INDENT = 2
+TEMPLATES = "templates"  # the shipped folder's name, and each backend's folder of them
 
 
 @dataclass(frozen=True)
 class Templates:
-    """The built-in template folder and an optional user folder that overrides it by name."""
+    """The built-in template folders and an optional user folder that overrides them by name."""
 
-    builtin: Path
+    builtin: Path  # the shipped templates/ folder
     user: Path | None = None
+    backends: tuple[TemplateRoot, ...] = ()  # each backend's templates, named <backend>/...
 
     @classmethod
     def at(cls, user: str | Path | None = None) -> Templates:
         if user is not None and not Path(user).is_dir():
             raise RenderError(f"--templates: {user} is not a folder")
-        return cls(shipped_dir("templates"), None if user is None else Path(user))
+        backends = tuple(
+            TemplateRoot(d / TEMPLATES, d.name) for d in backend_dirs() if (d / TEMPLATES).is_dir()
+        )
+        return cls(shipped_dir(TEMPLATES), None if user is None else Path(user), backends)
 
     @property
-    def folders(self) -> list[Path]:
-        return [p for p in (self.user, self.builtin) if p is not None]
+    def roots(self) -> list[TemplateRoot]:
+        """Where a template is looked for, first match first: the user's folder, the shipped
+        one, each backend's."""
+        user = [] if self.user is None else [TemplateRoot(self.user)]
+        return [*user, TemplateRoot(self.builtin), *self.backends]
 
     def find(self, relative: str | Path) -> Path:
-        """The first folder's `relative` file; RenderError if none has it, or if it is a link
+        """The first root's `relative` file; RenderError if none has it, or if it is a link
         to a file outside its folder."""
-        for folder in self.folders:
+        for root in self.roots:
             try:
-                path = file_inside(folder, relative)
+                path = root.find(relative)
             except OutsideFolderError as exc:
                 raise RenderError(f"{REFUSED}: {exc}") from None
             if path is not None:
                 return path
-        raise RenderError(f"no template {relative} in {', '.join(map(str, self.folders))}")
+        folders = ", ".join(str(r.folder) for r in self.roots if r.relative(relative) is not None)
+        raise RenderError(f"no template {relative} in {folders}")
+
+    def mapping(self) -> LoadedMapping:
+        """The mapping these templates render with: the first folder's mapping.yaml, and each
+        backend's own section where that file holds none (render/mapping.py)."""
+        return load_mapping(self.find(MAPPING_FILE))
 
     def versions(self, backend: str) -> list[str]:
-        names = {
-            p.name
-            for f in self.folders
-            if (f / backend).is_dir()
-            for p in (f / backend).iterdir()
-            if p.is_dir()
-        }
+        """The version folders of `backend`'s templates, in any root."""
+        folders = [f for r in self.roots if (f := r.folder_of(backend)) is not None]
+        names = {p.name for f in folders if f.is_dir() for p in f.iterdir() if p.is_dir()}
         return sorted(names, key=_version_key)
 
 
@@ -81,7 +96,7 @@ def environment(templates: Templates) -> BoundedEnvironment:
     """A fresh sandbox over `templates` (its budgets are per render; the compiled templates
     are kept across renders by render/sandbox.py)."""
     env = BoundedEnvironment(
-        templates.folders,
+        templates.roots,
         undefined=jinja2.StrictUndefined,
         autoescape=jinja2.select_autoescape(enabled_extensions=("svg.j2",), default=False),
         keep_trailing_newline=True,
@@ -105,28 +120,31 @@ def render_template(env: BoundedEnvironment, name: str, context: dict[str, Any])
         where = f"{exc.filename or name}:{exc.lineno}"
         raise RenderError(f"{where}: template syntax: {exc.message}") from None
     except SecurityError as exc:
-        where = _template_line(exc.__traceback__, name)
+        where = _template_line(exc.__traceback__, name, env)
         raise RenderError(f"{where}: {REFUSED}: {exc}") from None
     except TemplateBudgetError as exc:
-        where = _template_line(exc.__traceback__, name)
+        where = _template_line(exc.__traceback__, name, env)
         raise RenderError(f"{where}: stopped by the template sandbox: {exc}") from None
     except RecursionError:
         raise RenderError(
             f"{name}: includes nested too deeply (does one include itself?)"
         ) from None
     except jinja2.UndefinedError as exc:
-        where = _template_line(exc.__traceback__, name)
+        where = _template_line(exc.__traceback__, name, env)
         raise RenderError(f"{where}: undefined value: {exc.message}") from None
     except (TypeError, ValueError, ArithmeticError, LookupError) as exc:
-        where = _template_line(exc.__traceback__, name)
+        where = _template_line(exc.__traceback__, name, env)
         raise RenderError(f"{where}: {type(exc).__name__}: {exc}") from None
 
 
-def _template_line(tb: TracebackType | None, name: str) -> str:
-    """`name:LINE` of the innermost traceback frame inside a template file."""
-    line = None
+def _template_line(tb: TracebackType | None, name: str, env: BoundedEnvironment) -> str:
+    """`name:LINE` of the innermost traceback frame inside the template file `name` is read
+    from (a backend's is not named as it is stored: megatron/core_r0.13/x.j2 is
+    backends/megatron/templates/core_r0.13/x.j2)."""
+    file, line = env.template_file(name), None
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename.endswith(name):
+        found = tb.tb_frame.f_code.co_filename
+        if found == file or found.endswith(name):
             line = tb.tb_lineno
         tb = tb.tb_next
     return name if line is None else f"{name}:{line}"

@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from parplan_gen.inputs.errors import FormulaError, InputError, ParplanError, RuleError, SourceRef
-from parplan_gen.inputs.resources import builtin_rules_dir
-from parplan_gen.inputs.source import Document, KeyPath, load_document
+from parplan_gen.inputs.key_path import KeyPath
+from parplan_gen.inputs.resources import builtin_rule_files
+from parplan_gen.inputs.source import Document, load_document
 from parplan_gen.inputs.validation import all_errors
 from parplan_gen.rules.formula_runtime import Expect, Formula
 from parplan_gen.rules.formula_translate import MAX_TEXT
@@ -82,10 +83,11 @@ def check_rules(dirs: Sequence[str | Path] = ()) -> RuleCheckReport:
     """Check `dirs` layered over the built-in rules (or the built-in rules alone)."""
     checker = Checker()
     rules = load_rules(dirs, collect=checker)
-    scope = [Path(d) for d in dirs] or [builtin_rules_dir()]
+    scope = [Path(d) for d in dirs]
+    builtin = {str(p) for p in builtin_rule_files()} if not dirs else set()
 
     def in_scope(file: str) -> bool:
-        return any(Path(file).is_relative_to(d) for d in scope)
+        return file in builtin or any(Path(file).is_relative_to(d) for d in scope)
 
     unused = [
         Problem(checker.named[n][1], f"named formula '{n}' is not used by any rule", True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from parplan_gen.inputs.errors import FormulaError, InputError, SourceRef
-from parplan_gen.inputs.resources import builtin_rules_dir
+from parplan_gen.inputs.resources import builtin_display_name
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.models.graph import ModelGraph
 from parplan_gen.rules.engine import Opportunity, Proposal, analyze, propose
@@ -29,12 +29,9 @@ _MISSING = object()
 
 
 def display_where(where: SourceRef) -> str:
-    """`file:line`, with the built-in rules shown as `<built-in>/seed/x.yaml:12`."""
-    path = Path(where.file)
-    builtin = builtin_rules_dir()
-    shown = (
-        f"<built-in>/{path.relative_to(builtin)}" if path.is_relative_to(builtin) else where.file
-    )
+    """`file:line`, with the built-in rules shown as `<built-in>/seed/x.yaml:12` (a backend's
+    as `<built-in>/backends/megatron/constraints.yaml:12`)."""
+    shown = builtin_display_name(Path(where.file)) or where.file
     return f"{shown}:{where.line}" if where.line is not None else shown
 
 

@@ -1,5 +1,6 @@
 """Read a bash launch script without running it: the words its commands get, with the variables
-the script itself sets expanded (render/readers.py reads Megatron-LM arguments from them).
+the script itself sets expanded (the Megatron-LM and torchtitan readers,
+parplan_gen/backends/<name>/reader.py, read their arguments from them).
 
 Understood, as bash does it, in the script's order (every branch of an `if` is taken):
 - assignments `NAME=value`, `NAME+=value`, arrays `NAME=(...)` and `NAME+=(...)`, also after
@@ -12,9 +13,10 @@ Understood, as bash does it, in the script's order (every branch of an `if` is t
 Nothing is executed and the environment is not read: a variable the script does not set (and
 that has no default), `$(...)`, `$((...))`, backquotes and other `${...}` forms stay as written.
 
-In linear time: the text is scanned once (render/shell_parse.py: regular-expression runs, one
-step per quote, escape or expansion), arrays and `+=` grow in place, and the characters that expanding variables produces
-are capped (MAX_EXPANDED_CHARS), so that variables which double themselves cannot blow up.
+In linear time: the text is scanned once (inputs/shell_parse.py: regular-expression runs, one
+step per quote, escape or expansion), arrays and `+=` grow in place, and the characters that
+expanding variables produces are capped (MAX_EXPANDED_CHARS), so that variables which double
+themselves cannot blow up.
 Errors are ValueError(message, offset in the text).
 """
 
@@ -24,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 
 from parplan_gen.inputs.errors import InputError, SourceRef
-from parplan_gen.render.shell_parse import Exp, Lit, Parser, Word
+from parplan_gen.inputs.shell_parse import Exp, Lit, Parser, Word
 
 # A launch script larger than this is refused before it is split (check --from-megatron,
 # --from-torchtitan): Megatron-LM's example launch scripts are a few KB
@@ -106,10 +108,12 @@ def read_script_words(text: str, path: str) -> list[Seg]:
         message, offset = exc.args
         line = text.count("\n", 0, offset) + 1
         hint = (
-            " (is a quote unbalanced?)" if message.startswith("No ")
-            else " (a variable that doubles itself?)" if message.startswith("expanding")
+            " (is a quote unbalanced?)"
+            if message.startswith("No ")
+            else " (a variable that doubles itself?)"
+            if message.startswith("expanding")
             else ""
-        )  # fmt: skip
+        )
         where = SourceRef(path, line)
         raise InputError(f"cannot split into shell words: {message}{hint}", where) from None
 
@@ -234,7 +238,7 @@ class _Statement:
         if not parts and isinstance(nxt, tuple) and nxt == ("(", word.end):  # NAME=( ... )
             elements: list[list[Seg]] = []
             i = after + 1
-            while i < len(tokens) and not (isinstance(tokens[i], tuple) and tokens[i][0] == ")"):
+            while i < len(tokens) and not _is_op(tokens[i], ")"):
                 token = tokens[i]
                 if isinstance(token, Word):
                     fields = _Fields(split=True)
@@ -249,3 +253,8 @@ class _Statement:
         value = _Fields(split=False)
         script.expand(parts, value)
         script.assign(m.group(1), bool(m.group(2)), value.done() or [[]], array=False)
+
+
+def _is_op(token: Word | tuple[str, int], op: str) -> bool:
+    """Whether `token` is the operator `op` (a Word is no operator)."""
+    return isinstance(token, tuple) and token[0] == op

@@ -1,10 +1,10 @@
-"""torchtitan 0.3 (templates/torchtitan/0.3; read in the torchtitan 0.3.0 wheel): FSDP2 over the
-data-parallel ranks (ZeRO-3-like: parameters, gradients and optimizer states sharded), or plain
-DDP when nothing else is parallel, x tensor parallelism (with its SequenceParallel, async TP
-under torch.compile) x pipeline parallelism (1F1B, Interleaved1F1B with several stages per
-rank) x context parallelism x expert parallelism, float8 linears and activation checkpointing
+"""torchtitan 0.3 (templates/0.3 beside this file; read in the torchtitan 0.3.0 wheel): FSDP2
+over the data-parallel ranks (ZeRO-3-like: parameters, gradients and optimizer states sharded),
+or plain DDP when nothing else is parallel, x tensor parallelism (with its SequenceParallel,
+async TP under torch.compile) x pipeline parallelism (1F1B, Interleaved1F1B with several stages
+per rank) x context parallelism x expert parallelism, float8 linears and activation checkpointing
 none / selective / full. Unlike DeepSpeed and Megatron-LM it runs full sharding together with
-pp and cp. `rules/constraints/torchtitan.yaml` holds its refusals with their sources.
+pp and cp. `constraints.yaml` beside this file holds its refusals with their sources.
 
 Not planned yet: HSDP (data_parallel_replicate_degree x data_parallel_shard_degree, both > 1),
 which a Layout cannot say (it has one dp and one ZeRO stage); ZeRO-1/2-style partial sharding,
@@ -13,7 +13,7 @@ which torchtitan does not have.
 
 from __future__ import annotations
 
-from parplan_gen.planning.backends.capabilities import Capabilities
+from parplan_gen.backends.capabilities import Capabilities
 
 TORCHTITAN = Capabilities(
     name="torchtitan",

@@ -5,7 +5,7 @@ none: a plan that needs it is another backend's."""
 
 from __future__ import annotations
 
-from parplan_gen.planning.backends.capabilities import Capabilities
+from parplan_gen.backends.capabilities import Capabilities
 
 DDP = Capabilities(
     name="ddp",

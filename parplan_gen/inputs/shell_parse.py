@@ -1,4 +1,4 @@
-"""Parse a bash script into words and operators, one scan (render/shell_script.py expands them).
+"""Parse a bash script into words and operators, one scan (inputs/shell_script.py expands them).
 
 A word is a list of parts: literal text (quoted, or not) and expansions (`$NAME`, `${NAME}`,
 `${NAME[@]}`, `${NAME:-word}` and its kin). `$(...)`, `$((...))`, backquotes and other `${...}`
@@ -70,7 +70,9 @@ class Parser:
 
     def tokens(self) -> list[Word | tuple[str, int]]:
         """Words, and operators as (character, offset)."""
-        text, out = self.text, []
+        text = self.text
+        out: list[Word | tuple[str, int]] = []
+        parts: list[Lit | Exp]
         pos = _GAP.match(text).end()  # type: ignore[union-attr]
         while pos < len(text):
             if text[pos] in _OPS:
@@ -185,9 +187,17 @@ class Parser:
         if quoted:
             word = [p if isinstance(p, Exp) else Lit(p.text, p.line, True) for p in word]
         parts.append(
-            Exp(name.group(), index and index[1], op, tuple(word), quoted, line, pos,
-                 text[pos : end + 1])
-        )  # fmt: skip
+            Exp(
+                name.group(),
+                index and index[1],
+                op,
+                tuple(word),
+                quoted,
+                line,
+                pos,
+                text[pos : end + 1],
+            )
+        )
         return end + 1
 
     def _opaque(self, start: int, end: int, parts: list[Lit | Exp], quoted: bool) -> int:

@@ -1,4 +1,4 @@
-"""Megatron-LM / Megatron-Core (templates/megatron/core_r0.13 and core_v0.16.1): TP with
+"""Megatron-LM / Megatron-Core (templates/core_r0.13 and core_v0.16.1 beside this file): TP with
 sequence parallelism, PP with 1F1B and interleaving, CP, EP folded over TP x CP x DP with its own
 expert-tensor parallelism (parallel_state.initialize_model_parallel), the distributed optimizer
 for optimizer-state sharding (ZeRO-1-like) and, from core 0.14 on (planned with core_v0.16.1),
@@ -10,7 +10,7 @@ files are written for Megatron plans only (`own_pricing`)."""
 
 from __future__ import annotations
 
-from parplan_gen.planning.backends.capabilities import Capabilities
+from parplan_gen.backends.capabilities import Capabilities
 
 FSDP_VERSION = "core_v0.16.1"  # Megatron-LM arguments.py: --use-megatron-fsdp since core 0.14
 # --overlap-moe-expert-parallel-comm (ModelParallelConfig.overlap_moe_expert_parallel_comm): in

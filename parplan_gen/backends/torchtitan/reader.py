@@ -1,7 +1,8 @@
 """Reads a torchtitan 0.3 launch line back (`parplan check --from-torchtitan FILE`): the
---module/--config and tyro overrides of templates/mapping.yaml's `torchtitan` section, read
-backwards (render/torchtitan_facts.py says how each is written). A later override wins, as
-tyro's argparse does; other arguments are ignored.
+--module/--config and tyro overrides of the `torchtitan` section of mapping.yaml beside this
+file, read backwards (facts.py beside it says how each is written). A later override wins, as
+tyro's argparse does; other arguments are ignored. How many stages the layers make is the
+named formula `tt_weighted_layers` of the check's own rules (built-in and overlays).
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ from math import ceil
 from pathlib import Path
 from typing import Any
 
+from parplan_gen.backends.torchtitan.facts import ZERO_SHARDED
 from parplan_gen.cost.layout import SIZE_LIMITS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
-from parplan_gen.models.transformer import MAX_LAYERS
+from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
+from parplan_gen.models.transformer_shape import MAX_LAYERS
+from parplan_gen.planning.evaluate import named_formula
 from parplan_gen.render.mapping import LoadedMapping
 from parplan_gen.render.mapping_inverse import CHOICES, read_choice
-from parplan_gen.render.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
-from parplan_gen.render.torchtitan_facts import ZERO_SHARDED
-from parplan_gen.rules.ruleset import builtin_formula
+from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 # The Layout field each override's canonical key is (plan.<field> otherwise).
 FIELD_OF_KEY = {
@@ -39,9 +41,7 @@ LIMIT_OF_KEY = {
     "torchtitan.local_batch_size": SIZE_LIMITS["global_batch"],
     "torchtitan.layers_per_stage": MAX_LAYERS + 2,
 }
-WEIGHTED_LAYERS = (
-    "tt_weighted_layers"  # rules/constraints/torchtitan.yaml: layers + embedding + output
-)
+WEIGHTED_LAYERS = "tt_weighted_layers"  # constraints.yaml: layers + embedding + output
 SWITCHES = {
     "torchtitan.sequence_parallel": True,
     "torchtitan.no_sequence_parallel": False,
@@ -59,12 +59,16 @@ class _Said:
     where: SourceRef  # file, line and the flag (its `path`), for an error about the value
 
 
-def torchtitan_values(path: str | Path, num_layers: int, mapping: LoadedMapping) -> dict[str, Any]:
-    """Layout fields (and precision, from the config) of a torchtitan launch line."""
+def torchtitan_values(
+    path: str | Path, num_layers: int, mapping: LoadedMapping, rules: RuleSet | None = None
+) -> dict[str, Any]:
+    """Layout fields (and precision, from the config) of a torchtitan launch line, for a model
+    of `num_layers` layers, under `rules` (the check's; None: the built-in rules, loaded only
+    if the line needs a named formula)."""
     text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
     ref = SourceRef(str(path))
     said = _said(read_script_words(text, str(path)), mapping, ref)
-    return _layout(said, num_layers, mapping, ref)
+    return _layout(said, num_layers, mapping, rules, ref)
 
 
 def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) -> dict[str, _Said]:
@@ -121,7 +125,11 @@ def _number(said: dict[str, _Said], key: str, default: int = 1) -> int:
 
 
 def _layout(
-    said: dict[str, _Said], num_layers: int, mapping: LoadedMapping, ref: SourceRef
+    said: dict[str, _Said],
+    num_layers: int,
+    mapping: LoadedMapping,
+    rules: RuleSet | None,
+    ref: SourceRef,
 ) -> dict[str, Any]:
     section = mapping.data.torchtitan[max(mapping.data.torchtitan)]
     config = section.configs[said["config"].text]  # a choice checked as it was read
@@ -150,8 +158,8 @@ def _layout(
         out["sequence_parallel"] = said["sequence_parallel"].text and out.get("tp", 1) > 1
     if "torchtitan.layers_per_stage" in said and pp > 1:
         per_stage = _number(said, "torchtitan.layers_per_stage")
-        weighted = builtin_formula(WEIGHTED_LAYERS)({"model.layers": num_layers})
-        stages = ceil(weighted / per_stage)  # distributed/pipeline_parallel.py
+        # torchtitan distributed/pipeline_parallel.py: the stages the weighted layers make
+        stages = ceil(_weighted_layers(rules, num_layers) / per_stage)
         if stages % pp:
             raise InputError(
                 f"{stages} pipeline stages do not divide by pp {pp}",
@@ -159,3 +167,12 @@ def _layout(
             )
         out["vpp"] = stages // pp
     return out
+
+
+def _weighted_layers(rules: RuleSet | None, num_layers: int) -> float:
+    """The layers torchtitan's pipeline split weighs (`tt_weighted_layers` of `rules`)."""
+    found = load_rules() if rules is None else rules
+    value = named_formula(found, WEIGHTED_LAYERS).evaluate({"model.layers": num_layers})
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InputError(f"{WEIGHTED_LAYERS} is {value!r}, not a number of layers")
+    return value

@@ -1,5 +1,5 @@
 """The torchtitan.* canonical facts of a plan (render/facts.py calls `torchtitan_facts`): how
-torchtitan 0.3 spells the layout in its overrides (templates/mapping.yaml, `torchtitan`).
+torchtitan 0.3 spells the layout in its overrides (mapping.yaml beside this file).
 
 What torchtitan computes from them is read in the torchtitan 0.3.0 wheel:
 - the data-parallel ranks are `data_parallel_shard_degree` (FSDP2, ZeRO-3) or
@@ -11,21 +11,34 @@ What torchtitan computes from them is read in the torchtitan 0.3.0 wheel:
   the micro-batch, and with pp it is micro-batch x accumulation (one optimizer step per local
   batch, the pipeline's micro-batches being the accumulation);
 - pipeline stages: ceil((layers + 2) / pipeline_parallel_layers_per_stage)
-  (distributed/pipeline_parallel.py), the formula `tt_layers_per_stage` of
-  rules/constraints/torchtitan.yaml, evaluated when the plan was made (plan.json's
-  `decisions`, planning/decisions.py) and read here, as async TP is.
+  (distributed/pipeline_parallel.py), the formula `tt_layers_per_stage` of constraints.yaml
+  beside this file, evaluated when the plan was made (plan.json's `decisions`,
+  planning/decisions.py) and read here, as async TP is.
+
+The config a job starts from (`--config llama3_8b`) is the first of the mapping's configs whose
+model formula holds for the model: the formulas `tt_llama3_*` of this backend's own
+constraints.yaml, compiled once per process on their own (not the whole rule set: plan.json
+keeps no config, and the files are rendered from it alone). A plan made with a `--rules`
+overlay that redefines them is judged by the overlay (`torchtitan.has_config`) and rendered
+by these.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from parplan_gen.cost.layout import Layout
+from parplan_gen.inputs.errors import SourceRef
+from parplan_gen.inputs.resources import BACKEND_CONSTRAINTS
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.planning.decisions import BackendDecisions
 from parplan_gen.render.mapping_schema import MappingFile
-from parplan_gen.rules.ruleset import builtin_formula
+from parplan_gen.rules.formulas import FormulaLibrary
+from parplan_gen.rules.ruleset import load_rule_file
+from parplan_gen.rules.schema import NamedFormula
 
 ZERO_SHARDED = 3  # FSDP2 shards parameters, gradients and optimizer states (ZeRO-3)
 # torch.distributed.pipelining schedule names (ParallelismConfig.pipeline_parallel_schedule).
@@ -56,7 +69,8 @@ def torchtitan_facts(
     pipeline, interleaved = layout.pp > 1, layout.vpp > 1
     split = layout.sequence_parallel and layout.tp > 1
     return {
-        "torchtitan.config": config_name(model, layout, mapping),
+        # torchtitan_run.sh's --config, written only where torchtitan runs the layout
+        "torchtitan.config": None if decided is None else config_name(model, layout, mapping),
         "torchtitan.dp_shard": layout.dp if sharded else 1,
         "torchtitan.dp_replicate": 1 if sharded else layout.dp,
         "torchtitan.local_batch_size": layout.mbs * (layout.grad_accum if pipeline else 1),
@@ -82,4 +96,21 @@ def config_name(model: TrainedModel, layout: Layout, mapping: MappingFile) -> st
 
 
 def _holds(name: str, env: Mapping[str, Any]) -> bool:
-    return bool(builtin_formula(name)(env))
+    where = SourceRef(f"{BACKEND_CONSTRAINTS} formula {name}")
+    return bool(own_formulas().compile(name, where, "estimate").evaluate(env))
+
+
+@cache
+def own_formulas() -> FormulaLibrary:
+    """The named formulas of torchtitan's constraints.yaml (beside this module), compiled once
+    per process; each is written as a formula or as {value, unit, source}."""
+    doc, parsed = load_rule_file(Path(__file__).with_name(BACKEND_CONSTRAINTS))
+    return FormulaLibrary(
+        {
+            name: (
+                value.value if isinstance(value, NamedFormula) else value,
+                doc.ref(("formulas", name)),
+            )
+            for name, value in parsed.formulas.items()
+        }
+    )

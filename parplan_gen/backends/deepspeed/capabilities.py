@@ -1,13 +1,13 @@
-"""DeepSpeed (templates/deepspeed/0.16; constraints read from v0.16.9): ZeRO 0-3, AutoTP
+"""DeepSpeed (templates/0.16 beside this file; constraints read from v0.16.9): ZeRO 0-3, AutoTP
 training (`tensor_parallel.autotp_size`, ZeRO <= 2), DeepSpeed-MoE (not with ZeRO-3) and the
 pipeline engine (ZeRO <= 1). No Megatron-style sequence parallelism, no ring context
-parallelism and no interleaved pipeline schedule; `rules/constraints/deepspeed.yaml` holds the
+parallelism and no interleaved pipeline schedule; `constraints.yaml` beside this file holds the
 refusals with their sources. Ulysses sequence parallelism (`sequence_parallel_size`, a ds_config
 key from v0.17.0) and ZeRO-Offload/Infinity are not planned: docs/backends.md says why."""
 
 from __future__ import annotations
 
-from parplan_gen.planning.backends.capabilities import Capabilities
+from parplan_gen.backends.capabilities import Capabilities
 
 DEEPSPEED = Capabilities(
     name="deepspeed",

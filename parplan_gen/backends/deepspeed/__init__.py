@@ -1,0 +1,1 @@
+"""DeepSpeed: its capabilities, constraints, mapping, templates, facts and reader."""

@@ -1,0 +1,1 @@
+"""Megatron-LM / Megatron-Core: capabilities, constraints, mapping, templates, facts, reader."""

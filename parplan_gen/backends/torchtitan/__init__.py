@@ -1,0 +1,1 @@
+"""torchtitan: its capabilities, constraints, mapping, templates, facts and reader."""
