@@ -3,6 +3,8 @@ vocabulary and the rule schema, and its tutorials run, command by command, throu
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 from pathlib import Path
@@ -12,7 +14,7 @@ from pydantic import BaseModel
 
 from parplan_gen.cli.main import build_parser
 from parplan_gen.rules import schema as rules_schema
-from parplan_gen.rules import vocabulary
+from parplan_gen.rules import units, vocabulary
 
 from conftest import REPO
 
@@ -70,6 +72,33 @@ def test_functions_table_is_the_vocabulary():
     assert documented == {f.signature: f.returns for f in vocabulary.FUNCTIONS}
 
 
+def test_units_table_is_the_vocabulary():
+    documented = {row[0]: row[1] for row in table("units")}
+    assert documented == {unit: meaning.replace("`", "") for unit, meaning in units.UNITS.items()}
+
+
+def test_constants_table_is_the_vocabulary():
+    documented = {row[0]: row[1] for row in table("constants")}
+    shown = {True: "true", False: "false"}
+    assert documented == {
+        name: shown[value] if isinstance(value, bool) else str(value)
+        for name, value in vocabulary.CONSTANTS.items()
+    }
+
+
+def test_the_explain_example_is_what_explain_prints():
+    section = TEXT.split("<!-- explain example -->\n", 1)[1]
+    (code, shown) = [body for _, body in BLOCK.findall(section)[:2]]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(code, {})  # the documented call, as written
+
+    def lines(text: str) -> str:  # the example's `file:line`s move as the rule files change
+        return re.sub(r"\.yaml:\d+", ".yaml:N", text)
+
+    assert lines(printed.getvalue()) == lines(shown + "\n")
+
+
 def test_contexts_table_is_the_vocabulary():
     documented = {
         row[0]: {name.removesuffix(".*") for name in row[2].split(", ")}
@@ -86,6 +115,7 @@ def test_contexts_table_is_the_vocabulary():
         rules_schema.ProposalRule,
         rules_schema.ConstraintRule,
         rules_schema.EstimateSection,
+        rules_schema.NamedFormula,
     ],
 )
 def test_every_schema_field_is_documented(model: type[BaseModel]):

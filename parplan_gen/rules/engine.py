@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.inputs.errors import FormulaError
-from parplan_gen.models.graph import ModelGraph, Node
+from parplan_gen.models.graph import ModelGraph
+from parplan_gen.models.graph_node import Node
 from parplan_gen.rules.formula_runtime import Formula
 from parplan_gen.rules.ruleset import CompiledOpportunity, CompiledProposal, RuleSet
 

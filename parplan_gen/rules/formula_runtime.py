@@ -111,6 +111,7 @@ class Formula:
     kind: Kind
     is_constant: bool  # reads no names: computed once, at load
     _fn: Callable[[Mapping[str, object], dict[str, object]], object] = field(repr=False)
+    refers: tuple[str, ...] = ()  # the named formulas it uses directly, in order of first use
 
     def evaluate(self, env: Mapping[str, object], memo: dict[str, object] | None = None) -> object:
         """The formula's value for `env`; a runtime failure is a FormulaError at `where`.

@@ -74,7 +74,8 @@ class Named:
     name (computed at load and used as a literal), else None, and it is computed by reference:
     `reach` the named formulas its evaluation may compute (itself
     included; a bit mask, one bit per named formula of the library), `depth` the longest chain
-    of uses from it (itself included), `uses` the named formulas it uses directly."""
+    of uses from it (itself included), `uses` the named formulas it uses directly, `refers`
+    those and the ones computed at load, in order of first use."""
 
     kind: Kind
     names: frozenset[str]
@@ -82,6 +83,7 @@ class Named:
     reach: int = 0
     depth: int = 0
     uses: tuple[str, ...] = ()
+    refers: tuple[str, ...] = ()
 
 
 def _namespace_text(namespace: str) -> str:
@@ -114,6 +116,7 @@ class Translator:
         self.lines: tuple[bytes, list[int]] | None = None  # for `quote`, made when first needed
         self.size = 0  # syntax nodes of the text
         self.uses: dict[str, None] = {}  # the named formulas referenced, in order of first use
+        self.refers: dict[str, None] = {}  # the same, with those computed at load (constants)
 
     def fail(self, reason: str) -> FormulaError:
         return FormulaError(f"formula {shorten(self.text)!r}: {reason}", self.where)
@@ -142,14 +145,18 @@ class Translator:
         self.size = count
         return tree
 
-    def translate(self, value: Value) -> tuple[ast.expr, Kind]:
-        """The evaluable tree and kind of a rule value (a number, a bool or formula text)."""
+    def translate(
+        self, value: Value, parsed: tuple[ast.expr | None, int] = (None, 0)
+    ) -> tuple[ast.expr, Kind]:
+        """The evaluable tree and kind of a rule value (a number, a bool or formula text);
+        `parsed`: its syntax tree and size when the text was parsed already."""
         if isinstance(value, bool | int | float):
             return self.constant(ast.Constant(value))
         if not isinstance(value, str):
             raise self.fail(f"a formula must be a number, true/false or text, not {value!r}")
-        tree, kind = self.visit(self.parse())
-        return locate(tree), kind
+        tree, self.size = parsed if parsed[0] is not None else (self.parse(), self.size)
+        checked, kind = self.visit(tree)  # type: ignore[arg-type]
+        return locate(checked), kind
 
     def visit(self, node: ast.AST) -> tuple[ast.expr, Kind]:
         """The evaluable tree and kind of `node`; a part that reads no name is computed now
@@ -215,7 +222,8 @@ class Translator:
         if ident.startswith("_"):
             raise self.fail(f"names starting with '_' are not allowed: {ident!r}")
         if ident in vocabulary.CONSTANTS:
-            return ast.Constant(vocabulary.CONSTANTS[ident]), "bool"
+            value = vocabulary.CONSTANTS[ident]
+            return ast.Constant(value), "bool" if isinstance(value, bool) else "number"
         if ident in self.named:
             return self.refer(ident)
         if ident in vocabulary.FUNCTION_BY_NAME:
@@ -266,6 +274,7 @@ class Translator:
 
     def refer(self, ident: str) -> tuple[ast.expr, Kind]:
         named = self.named[ident]
+        self.refers[ident] = None
         for dotted in sorted(named.names):
             self.check_available(dotted, f" (read by named formula {ident!r})")
         self.names |= named.names

@@ -6,7 +6,9 @@ a `Formula` (or a named formula's function) whose code is compiled when it is fi
 from __future__ import annotations
 
 import ast
+import operator
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.rules.formula_runtime import GLOBALS, MAX_MAGNITUDE, Formula, Kind
@@ -82,6 +84,36 @@ def bounded(tree: ast.expr, what: str) -> ast.expr:
     return Bounded(tree, what)
 
 
+_FOLDED: dict[type[ast.AST], Callable[..., Any]] = {ast.Add: operator.add, ast.Sub: operator.sub}
+_FOLDED |= {ast.Mult: operator.mul, ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv}
+_FOLDED |= {ast.Mod: operator.mod, ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+def folded(tree: ast.expr) -> ast.Constant | None:
+    """The value of `tree`, when it is one arithmetic step on numbers (`2 * 16384`, `-1`, the
+    steps of a part that reads no name, computed bottom-up) whose result is within
+    ±MAX_MAGNITUDE, as a Constant, with nothing compiled: what running it would give. None
+    otherwise: the caller compiles and runs it, and reports its failure as it always has."""
+    node = tree.value if isinstance(tree, Bounded) else tree
+    if isinstance(node, ast.BinOp):
+        operands = [node.left, node.right]
+    elif isinstance(node, ast.UnaryOp):
+        operands = [node.operand]
+    else:
+        return None
+    operation = _FOLDED.get(type(node.op))
+    numbers = [o.value for o in operands if isinstance(o, ast.Constant)]
+    if operation is None or len(numbers) < len(operands):
+        return None
+    if any(isinstance(n, bool) or not isinstance(n, int | float) for n in numbers):
+        return None
+    try:
+        value = operation(*numbers)
+    except ArithmeticError:
+        return None
+    return ast.Constant(value) if -MAX_MAGNITUDE <= value <= MAX_MAGNITUDE else None
+
+
 def _lambda(tree: ast.expr) -> ast.Expression:
     """`lambda _e, _m: tree`: `_e` the environment of dotted names, `_m` the values of the named
     formulas computed so far for it (see `reference`)."""
@@ -130,18 +162,24 @@ def build(
     kind: Kind,
     names: frozenset[str],
     namespace: dict[str, object] | None = None,
+    refers: tuple[str, ...] = (),
 ) -> Formula:
     """The Formula of a checked tree; `namespace`: the globals its code runs with (the
-    library's, which hold its named formulas' functions; GLOBALS for a tree without them)."""
+    library's, which hold its named formulas' functions; GLOBALS for a tree without them);
+    `refers`: the named formulas it uses directly."""
     if kind == "number":
         tree = bounded(tree, "the result")
+    constant = (tree if isinstance(tree, ast.Constant) else folded(tree)) if not names else None
+    if constant is not None:  # its value, with nothing to compile
+        known = constant.value
+        return Formula(source, where, names, kind, True, lambda _e, _m: known, refers)
     lam = _lambda(tree)
-    formula = Formula(source, where, names, kind, not names, lambda _e, _m: None)
+    formula = Formula(source, where, names, kind, not names, lambda _e, _m: None, refers)
     object.__setattr__(formula, "_fn", _compile_on_first_use(formula, lam, namespace or GLOBALS))
     if names:
         return formula
     value = formula.evaluate({})  # computed now, so that its errors are load errors
-    return Formula(source, where, names, kind, True, lambda _e, _m: value)
+    return Formula(source, where, names, kind, True, lambda _e, _m: value, refers)
 
 
 def _compile_on_first_use(

@@ -7,7 +7,7 @@ that runs with no builtins. Anything outside this language is a load error at th
 `file:line`:
 
 - Values: numbers (`2`, `0.5`, `1e9`), strings (`'zero'`, `"x"`, at most 256 characters),
-  `true`/`false` (also `True`/`False`).
+  `true`/`false` (also `True`/`False`), the size constants `KiB` ... `TiB` (`units`).
 - Names: the dotted names of `parplan_gen.rules.vocabulary` (`graph.depth`, `graph.op_count.MatMul`,
   `node.attr.flops`, ...), limited by where the formula appears (a node rule may read `graph.*`
   and `node.*`, ...), and the named formulas of the `formulas:` maps, used by reference.
@@ -33,7 +33,8 @@ that runs with no builtins. Anything outside this language is a load error at th
   Division by zero, math domain errors, overflow, a number out of range and a name without a
   value (e.g. `node.attr.x` on a node without `x`) are errors naming the formula (and the part
   at fault). A part of a formula that reads no name (`10 ** 300 * 2`, even in a branch not
-  taken) is computed at load, so such errors show up at load.
+  taken) is computed at load, so such errors show up at load (a constant, or one arithmetic
+  step on numbers that stays in range, without compiling anything: `formula_tree.folded`).
 
 Named formulas (`formulas: {dp_speedup: "2.0 * clamp(graph.node_count / 10, 1, 2)"}`) are
 plain identifiers usable by name in any formula. Each is checked and compiled once per library
@@ -62,6 +63,7 @@ import ast
 import keyword
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from parplan_gen.inputs.errors import FormulaError, SourceRef
 from parplan_gen.rules import vocabulary
@@ -83,6 +85,7 @@ from parplan_gen.rules.formula_translate import (
     Translator,
 )
 from parplan_gen.rules.formula_tree import build, named_function
+from parplan_gen.rules.units import SIZE_CONSTANTS
 
 _SPEC = re.compile(r"[+-]?\d{0,2}(\.\d{1,2})?[dfgeE%]?", re.ASCII)
 # A rule's reason or a proposal's description is one line shown in an error (whose message is
@@ -104,6 +107,11 @@ class TextTemplate:
     ) -> None:
         self.source, self.where, self._parts = source, where, tuple(parts)
         self.names = frozenset().union(*(p[0].names for p in parts if isinstance(p, tuple)))
+
+    @property
+    def formulas(self) -> tuple[Formula, ...]:
+        """The formulas of its placeholders, in order."""
+        return tuple(part[0] for part in self._parts if isinstance(part, tuple))
 
     def render(self, env: Mapping[str, object]) -> str:
         """The text with each placeholder's value formatted in place."""
@@ -176,12 +184,13 @@ class FormulaLibrary:
     """The named formulas of all rule files, and the compiler of every other formula."""
 
     def __init__(self, named: Mapping[str, tuple[Value, SourceRef]]) -> None:
-        for name, (_, where) in named.items():
-            _check_formula_name(name, where)
+        for name, (value, where) in named.items():
+            _check_formula_name(name, value, where)
         if len(named) > MAX_NAMED_FORMULAS:
             where = list(named.values())[MAX_NAMED_FORMULAS][1]
             raise FormulaError(f"more than {MAX_NAMED_FORMULAS} named formulas", where)
-        refs = {name: _references(value, where, named) for name, (value, where) in named.items()}
+        parsed = {name: _parse(value, where) for name, (value, where) in named.items()}
+        refs = {name: _references(tree, named) for name, (tree, _) in parsed.items()}
         self._named: dict[str, Named] = {}
         # The globals of this library's formulas: GLOBALS and `_n_<name>`, the function of each
         # named formula that reads names (formula_tree.named_function).
@@ -190,15 +199,17 @@ class FormulaLibrary:
         for name in _dependency_order(refs, {n: w for n, (_, w) in named.items()}):
             value, where = named[name]
             translator = Translator(str(value), where, None, self._named)
-            tree, kind = translator.translate(value)
+            tree, kind = translator.translate(value, parsed[name])
             names = frozenset(translator.names)
             if not names:  # computed at load (its failure is reported here), used as a value
                 constant = build(str(value), where, tree, kind, names, self._globals)
-                self._named[name] = Named(kind, names, constant.evaluate({}))  # type: ignore[arg-type]
+                known: Any = constant.evaluate({})  # a Value: the formula's kind was checked
+                refers = tuple(translator.refers)
+                self._named[name] = Named(kind, names, known, refers=refers)
                 continue
             reach, depth = self._graphs.measure(translator, name)
-            uses = tuple(translator.uses)
-            self._named[name] = Named(kind, names, None, reach, depth, uses)
+            uses, refers = tuple(translator.uses), tuple(translator.refers)
+            self._named[name] = Named(kind, names, None, reach, depth, uses, refers)
             self._globals[f"_n_{name}"] = named_function(name, tree, kind, self._globals)
         self._order = tuple(named)
 
@@ -206,6 +217,11 @@ class FormulaLibrary:
     def names(self) -> tuple[str, ...]:
         """The named formulas, in the order given."""
         return self._order
+
+    def refers(self, name: str) -> tuple[str, ...]:
+        """The named formulas that the named formula `name` uses directly, in order of first use
+        (those computed at load included)."""
+        return self._named[name].refers
 
     def compile(
         self,
@@ -229,7 +245,8 @@ class FormulaLibrary:
                     f"gives {KIND_TEXT[kind]}, but {KIND_TEXT[expect]} is needed here"
                 )
             tree, kind = translator.coerce(tree, kind, expect, "", source), expect
-        return build(source, where, tree, kind, frozenset(translator.names), self._globals)
+        names, refers = frozenset(translator.names), tuple(translator.refers)
+        return build(source, where, tree, kind, names, self._globals, refers)
 
     def compile_text(
         self, text: str, where: SourceRef, context: str, models: tuple[str, ...] | None = None
@@ -300,11 +317,20 @@ def _deepest_chain(named: Mapping[str, Named], uses: list[str]) -> list[str]:
     return chain
 
 
-def _check_formula_name(name: str, where: SourceRef) -> None:
+def _check_formula_name(name: str, value: Value, where: SourceRef) -> None:
     if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_"):
         raise FormulaError(
             f"named formula {name!r}: a name must be a plain identifier "
             "(letters, digits and '_', no dots, not starting with '_')",
+            where,
+        )
+    constant = vocabulary.CONSTANTS.get(name)
+    if name in SIZE_CONSTANTS and not isinstance(value, bool) and value == constant:
+        return  # the constant's own value, as rule files wrote it before it was a constant
+    if name in SIZE_CONSTANTS:
+        raise FormulaError(
+            f"named formula {name!r} clashes with the constant {name} ({constant}); a formula "
+            f"may use {name} without defining it",
             where,
         )
     if name in _CLASHES:
@@ -318,11 +344,19 @@ _CLASHES |= {constant: "a constant" for constant in vocabulary.CONSTANTS}
 _CLASHES |= {function: "a function" for function in vocabulary.FUNCTION_BY_NAME}
 
 
-def _references(value: Value, where: SourceRef, named: Mapping[str, object]) -> list[str]:
-    """The named formulas `value` mentions, in order of first mention (checks its syntax)."""
+def _parse(value: Value, where: SourceRef) -> tuple[ast.expr | None, int]:
+    """The syntax tree of a formula's text and its size (checks its syntax), parsed once for
+    both `_references` and the translation; (None, 0) for a number or bool."""
     if not isinstance(value, str):
+        return None, 0
+    translator = Translator(value, where, None, {})
+    return translator.parse(), translator.size
+
+
+def _references(tree: ast.expr | None, named: Mapping[str, object]) -> list[str]:
+    """The named formulas a parsed formula mentions, in order of first mention."""
+    if tree is None:
         return []
-    tree = Translator(value, where, None, {}).parse()
     found = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in named]
     return list(dict.fromkeys(found))
 

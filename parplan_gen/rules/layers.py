@@ -1,9 +1,10 @@
 """Rule layers: the built-in rules, then each `--rules DIR`, merged into one set of rules before
 they are compiled. Owns where a rule came from (`RuleOrigin`), the merge of one layer over the
 earlier ones (a rule replaced by id in its place, a named formula or an estimate figure
-redefined, rules switched off by `disable:`, duplicates within a layer refused) and the record
-of what was overridden (`Override`), and the `Collector` protocol through which `parplan rules
-check` receives every problem instead of the first.
+redefined with the unit it had, rules switched off by `disable:`, duplicates within a layer
+refused), the record of what was overridden (`Override`), each file's name and `uses:` list
+(`FileEntry`, the list checked against the layer's files), and the `Collector` protocol through
+which `parplan rules check` receives every problem instead of the first.
 """
 
 from __future__ import annotations
@@ -12,14 +13,22 @@ import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, TypeVar
 
 from parplan_gen.inputs.errors import MAX_HINT_CHARS, RuleError, SourceRef
+from parplan_gen.inputs.resources import builtin_display_name
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.source import Document
 from parplan_gen.rules.formulas import FormulaLibrary
-from parplan_gen.rules.schema import ConstraintRule, OpportunityRule, ProposalRule, RuleFile, Value
+from parplan_gen.rules.schema import (
+    ConstraintRule,
+    NamedFormula,
+    OpportunityRule,
+    ProposalRule,
+    RuleFile,
+    Value,
+)
 
 T = TypeVar("T")
 
@@ -75,18 +84,45 @@ class Entry:
     origin: RuleOrigin
 
 
+@dataclass(frozen=True)
+class FileEntry:
+    """One rule file of a layer: its name in `uses:` lists (`cost/memory`) and what it uses."""
+
+    layer: str
+    name: str
+    uses: tuple[str, ...]
+    doc: Document
+
+
 @dataclass
 class Merged:
-    """The layers merged so far: rules by id, named formulas, estimate figures, overrides."""
+    """The layers merged so far: rules by id, named formulas (with their unit and source, and
+    every layer's definition), estimate figures, overrides, and the files by their path."""
 
     rules: dict[str, Entry] = field(default_factory=dict)
     formulas: dict[str, tuple[Any, RuleOrigin]] = field(default_factory=dict)
     overrides: list[Override] = field(default_factory=list)
     estimate: dict[tuple[str, str, str], tuple[Any, RuleOrigin]] = field(default_factory=dict)
+    notes: dict[str, NamedFormula] = field(default_factory=dict)
+    definitions: dict[str, list[RuleOrigin]] = field(default_factory=dict)
+    files: dict[tuple[str, str], FileEntry] = field(default_factory=dict)  # by layer and path
+    layers: list[str] = field(default_factory=list)
 
 
 def attempt(collect: Collector | None, step: Callable[[], T]) -> T | None:
     return step() if collect is None else collect.attempt(step)
+
+
+def file_name(path: Path, layer: str) -> str:
+    """How `uses:` lists name a rule file: its path under its layer's directory (`--rules DIR`
+    is the layer `DIR`) without the suffix, a built-in one as it is shown without
+    `<built-in>/` (`cost/memory`, `backends/megatron/constraints`)."""
+    shown = builtin_display_name(path)
+    if shown is not None:
+        return PurePosixPath(shown.split("/", 1)[1]).with_suffix("").as_posix()
+    root = Path(layer)
+    inside = path.relative_to(root) if path.is_relative_to(root) else path
+    return inside.with_suffix("").as_posix()
 
 
 def merge_layer(
@@ -95,9 +131,16 @@ def merge_layer(
     files: list[tuple[Document, RuleFile]],
     collect: Collector | None = None,
 ) -> None:
+    """Merge the rule `files` of `layer` over the earlier layers'."""
     seen_rules: dict[str, RuleOrigin] = {}
     seen_formulas: dict[str, RuleOrigin] = {}
     disables: list[tuple[str, RuleOrigin]] = []
+    merged.layers.append(layer)
+    entries = [FileEntry(layer, file_name(Path(d.name), layer), tuple(f.uses), d) for d, f in files]
+    merged.files |= {(layer, file.doc.name): file for file in entries}
+    for file in entries:
+        for index, used in enumerate(file.uses):
+            attempt(collect, partial(_check_use, file, index, used, entries))
     for doc, parsed in files:
         for name, value in parsed.formulas.items():
             origin = RuleOrigin(doc.ref(("formulas", name)), layer)
@@ -121,13 +164,47 @@ def merge_layer(
         attempt(collect, partial(_disable, merged, rule_id, origin))
 
 
+def _check_use(entry: FileEntry, index: int, used: str, layer: list[FileEntry]) -> None:
+    """`uses[index]` of `entry` names another file of its layer, once."""
+    names = [other.name for other in layer]
+    where = entry.doc.ref(("uses", index))
+    if used == entry.name:
+        raise RuleError(f"'{printable(used)}' is this file; list only the others it reads", where)
+    if used not in names:
+        close = len(used) <= MAX_HINT_CHARS
+        hint = difflib.get_close_matches(used, names, n=1) if close else []
+        raise RuleError(
+            f"no rule file '{printable(used)}' in this layer"
+            + (f" (did you mean '{hint[0]}'?)" if hint else "")
+            + "; a file is named by its path under its rules directory, without .yaml",
+            where,
+        )
+    if used in entry.uses[:index]:
+        raise RuleError(f"'{printable(used)}' is listed twice", where)
+
+
 def _merge_formula(
     merged: Merged, seen: dict[str, RuleOrigin], name: str, value: Any, origin: RuleOrigin
 ) -> None:
+    """A named formula, as a formula or as {value, unit, source}: a redefinition replaces the
+    value and the source and keeps the unit, which it may not change."""
     _refuse_duplicate(seen, name, origin, "named formula")
+    note = value if isinstance(value, NamedFormula) else NamedFormula.model_construct(value=value)
+    old = merged.notes.get(name)
+    if old is not None and old.unit is not None:
+        if note.unit is not None and note.unit != old.unit:
+            raise RuleError(
+                f"named formula '{printable(name)}' is in {old.unit} (at "
+                f"{merged.formulas[name][1].where}), not {note.unit}: a redefinition keeps the "
+                "unit",
+                origin.where,
+            )
+        note = note.model_copy(update={"unit": old.unit})
     if name in merged.formulas:
         merged.overrides.append(Override(name, merged.formulas[name][1], origin))
-    merged.formulas[name] = (value, origin)
+    merged.formulas[name] = (note.value, origin)
+    merged.notes[name] = note
+    merged.definitions.setdefault(name, []).append(origin)
 
 
 def _merge_rule(merged: Merged, seen: dict[str, RuleOrigin], entry: Entry) -> None:

@@ -48,6 +48,11 @@ MEMORY_HEADROOM_DEFAULT = "memory_headroom_default"
 # used, though no rule reads them (`parplan rules check` counts them as used).
 READ_BY_CODE: tuple[str, ...] = (
     MEMORY_HEADROOM_DEFAULT,
+    # the defaults of plan's search options (rules/search/defaults.yaml,
+    # planning/search_choices.py DEFAULT_FORMULAS)
+    "search_interleave_default",
+    "search_sequence_parallel_default",
+    "search_overlap_grad_reduce_default",
     "budget_mtbf_gpu_hours_default",
     "budget_storage_bytes_per_s_per_gpu_default",
     "budget_tokens_per_step",

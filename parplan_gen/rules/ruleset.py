@@ -19,17 +19,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, partial
 from pathlib import Path
-from typing import Any
 
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import RuleError, SourceRef
-from parplan_gen.inputs.resources import builtin_rules_dir
+from parplan_gen.inputs.resources import builtin_rule_files
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.source import Document, load_document
 from parplan_gen.inputs.validation import validate
-from parplan_gen.models.graph import canonical_op
+from parplan_gen.models.graph_node import canonical_op
 from parplan_gen.models.kind import MODEL_KINDS, ModelKind
 from parplan_gen.rules import vocabulary
+from parplan_gen.rules.file_uses import check_uses
 from parplan_gen.rules.formula_runtime import Formula
 from parplan_gen.rules.formulas import FormulaLibrary, TextTemplate
 from parplan_gen.rules.layers import (
@@ -42,7 +42,13 @@ from parplan_gen.rules.layers import (
     figure_label,
     merge_layer,
 )
-from parplan_gen.rules.schema import ConstraintRule, OpportunityRule, ProposalRule, RuleFile
+from parplan_gen.rules.schema import (
+    ConstraintRule,
+    NamedFormula,
+    OpportunityRule,
+    ProposalRule,
+    RuleFile,
+)
 
 BUILTIN_LAYER = "built-in"
 # A rule file is written by hand: the built-in ones together are under 100 KB. Each rule is
@@ -121,6 +127,10 @@ class RuleSet:
     overrides: tuple[Override, ...] = field(default=())
     constraints: tuple[CompiledConstraint, ...] = field(default=())
     estimate: tuple[EstimateFormula, ...] = field(default=())
+    # Each named formula in force: its unit and source as written (NamedFormula), and where.
+    formula_notes: Mapping[str, tuple[NamedFormula, RuleOrigin]] = field(
+        default_factory=dict, compare=False
+    )
 
 
 def load_rules(
@@ -132,20 +142,22 @@ def load_rules(
     """Load the built-in rules (unless `builtin` is False) and layer `extra_dirs` over them.
 
     With `collect`, problems go to it and the result holds the rules that are valid."""
-    layers: list[tuple[str, Path]] = [(BUILTIN_LAYER, builtin_rules_dir())] if builtin else []
-    layers += [(str(d), Path(d)) for d in extra_dirs]
+    # Each layer's rule files: the built-in ones (rules/ and each backend's constraints.yaml,
+    # inputs/resources.py), then each directory's.
+    layers: list[tuple[str, Callable[[], list[Path]]]] = (
+        [(BUILTIN_LAYER, builtin_rule_files)] if builtin else []
+    )
+    layers += [(str(d), partial(rule_files, Path(d))) for d in extra_dirs]
     merged = Merged()
-    for layer, directory in layers:
-        merge_layer(merged, layer, _load_layer(directory, collect), collect)
+    for layer, files in layers:
+        merge_layer(merged, layer, _load_layer(files, collect), collect)
     return _compile(merged, tuple(name for name, _ in layers), collect)
 
 
-def _load_layer(directory: Path, collect: Collector | None) -> list[tuple[Document, RuleFile]]:
-    paths = (
-        rule_files(directory)
-        if collect is None
-        else collect.attempt(partial(rule_files, directory))
-    )
+def _load_layer(
+    files: Callable[[], list[Path]], collect: Collector | None
+) -> list[tuple[Document, RuleFile]]:
+    paths = files() if collect is None else collect.attempt(files)
     loaded = []
     for path in paths or []:
         loaded.append(load_rule_file(path) if collect is None else collect.load_file(path))
@@ -225,7 +237,7 @@ def _compile(merged: Merged, layers: tuple[str, ...], collect: Collector | None 
         )
         for (kind, section, key), (value, o) in merged.estimate.items()
     )
-    return RuleSet(
+    rules = RuleSet(
         library,
         tuple(opportunities),
         tuple(_in_group_order(proposals)),
@@ -233,7 +245,11 @@ def _compile(merged: Merged, layers: tuple[str, ...], collect: Collector | None 
         tuple(merged.overrides),
         tuple(constraints),
         estimate,
+        {n: (merged.notes[n], o) for n, (_, o) in merged.formulas.items()},
     )
+    # once per load: the files' `uses:` lists
+    check_uses(merged, library, (*opportunities, *proposals, *constraints, *estimate), collect)
+    return rules
 
 
 def _compile_constraint(library: FormulaLibrary, entry: Entry) -> CompiledConstraint:
@@ -327,15 +343,6 @@ def _in_group_order(proposals: list[CompiledProposal]) -> list[CompiledProposal]
 
 @cache
 def builtin_rules() -> RuleSet:
-    """The built-in rules alone, loaded once per process: the formulas that tell which torchtitan
-    config a model is and how many stages its layers weigh (render/torchtitan_facts.py and
-    torchtitan_reader.py), read where no plan's rules are at hand. Nothing the cost model
-    priced is read from here: plan.json keeps the plan's own decisions."""
+    """The built-in rules alone, loaded once per process (for tests and tools that share one
+    set; a command loads its own, with its `--rules` overlays)."""
     return load_rules()
-
-
-@cache
-def builtin_formula(name: str) -> Callable[[Mapping[str, Any]], object]:
-    """The built-in rules' named formula `name`, compiled once per process."""
-    where = SourceRef(f"built-in formula {name}")
-    return builtin_rules().library.compile(name, where, "estimate").evaluate

@@ -1,20 +1,23 @@
 """The schema of rule files (pydantic; unknown keys are refused).
 
-A rule file has these sections, all optional: `formulas` (named formulas), `opportunities`
-(node-level rules keyed by op, or graph-level rules), `proposals` (graph/cluster-level rules in
-groups), `constraints` (conditions every plan must meet), `estimate` (which formula gives each
-figure of the cost model) and `disable` (rule ids of earlier layers to switch off).
+A rule file has these sections, all optional: `uses` (the other files of its layer whose named
+formulas it reads), `formulas` (named formulas, each a formula or a mapping that adds its unit
+and source), `opportunities` (node-level rules keyed by op, or graph-level rules), `proposals`
+(graph/cluster-level rules in groups), `constraints` (conditions every plan must meet),
+`estimate` (which formula gives each figure of the cost model) and `disable` (rule ids of
+earlier layers to switch off).
 Every numeric field takes a number or a formula string; `when` takes a boolean or a formula.
 Field documentation here is what `parplan rules schema` exports for editors.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from parplan_gen.models.kind import BackendName
+from parplan_gen.rules.units import Unit
 
 Value = bool | int | float | str  # a constant, or a formula when it is a string
 NumberOrFormula = int | float | str
@@ -162,11 +165,47 @@ class EstimateSection(_Strict):
     )
 
 
+class NamedFormula(_Strict):
+    """A named formula with its unit and where its value comes from (the plain form, `name:
+    "formula"`, says neither)."""
+
+    value: Value = Field(description="The formula: a number, true/false or formula text.")
+    unit: Unit | None = Field(
+        None,
+        description="The unit of its value (`s`, `B`, `B/s`, `FLOP`, `count`, `fraction`, `1`, "
+        "...: the units of docs/rules.md). A redefinition that leaves it out keeps the earlier "
+        "one.",
+    )
+    source: str | None = Field(
+        None, description="Where the value or the formula comes from (a paper, a datasheet, code)."
+    )
+
+
+def _form(value: object) -> str:
+    """Which form a named formula is written in: `mapping` ({value, unit, source}) or `plain`."""
+    return "mapping" if isinstance(value, dict | NamedFormula) else "plain"
+
+
+# A mapping is read as a NamedFormula only, anything else as a plain value: an error names the
+# one form the entry is written in.
+NamedValue = Annotated[
+    Annotated[Value, Tag("plain")] | Annotated[NamedFormula, Tag("mapping")],
+    Discriminator(_form),
+]
+
+
 class RuleFile(_Strict):
     """One rule file."""
 
-    formulas: dict[str, Value] = Field(
-        default_factory=dict, description="Named formulas, usable by name in any formula."
+    uses: list[str] = Field(
+        default_factory=list,
+        description="The other files of this layer whose named formulas this file reads, by "
+        "name: the path under the rules directory without `.yaml` (`cost/memory`).",
+    )
+    formulas: dict[str, NamedValue] = Field(
+        default_factory=dict,
+        description="Named formulas, usable by name in any formula: a formula, or "
+        "`{value, unit, source}`.",
     )
     opportunities: list[OpportunityRule] = Field(default_factory=list)
     proposals: list[ProposalRule] = Field(default_factory=list)

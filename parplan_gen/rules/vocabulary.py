@@ -17,6 +17,7 @@ from parplan_gen.models import pipeline_split as split
 from parplan_gen.models.kind import MODEL_KINDS, ModelKind
 from parplan_gen.rules.cluster_names import CLUSTER_NAMES
 from parplan_gen.rules.request_names import PLAN_REQUEST_NAMES
+from parplan_gen.rules.units import SIZE_CONSTANTS
 from parplan_gen.rules.vocabulary_graph import GRAPH_MODEL_NAMES
 
 ValueKind = Literal["number", "bool", "str"]
@@ -285,7 +286,8 @@ NAMES: tuple[Name, ...] = (
     *(Name(*f) for f in PLAN_REQUEST_NAMES),  # type: ignore[arg-type]
 )
 
-CONSTANTS: dict[str, bool] = {"true": True, "false": False}
+# Names that stand for a value: `true`/`false`, and the binary sizes (`GiB`: rules/units.py).
+CONSTANTS: dict[str, bool | int] = {"true": True, "false": False, **SIZE_CONSTANTS}
 
 FUNCTIONS: tuple[Function, ...] = (
     Function("min", "min(a, b, ...)", 1, None, "number", "Smallest argument.", min),
