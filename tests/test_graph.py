@@ -14,15 +14,9 @@ from hypothesis import strategies as st
 
 from parplan_gen.inputs.errors import GraphError, SourceError
 from parplan_gen.inputs.source import parse_document
-from parplan_gen.models.graph import (
-    ModelGraph,
-    Node,
-    build_graph,
-    canonical_op,
-    graph_from_document,
-    load_graph,
-)
+from parplan_gen.models.graph import ModelGraph, build_graph, graph_from_document, load_graph
 from parplan_gen.models.graph_dag import GraphStats
+from parplan_gen.models.graph_node import Node, canonical_op
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

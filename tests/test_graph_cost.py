@@ -21,8 +21,9 @@ from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import cluster_from_flags
 from parplan_gen.cost.layout import build_layout
 from parplan_gen.inputs.errors import InputError, SourceRef
-from parplan_gen.models.graph import Node, build_graph
+from parplan_gen.models.graph import build_graph
 from parplan_gen.models.graph_model import SAVES_NO_INPUT, GraphModelSpec
+from parplan_gen.models.graph_node import Node
 from parplan_gen.models.presets import load_graph_preset
 from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.rules.ruleset import RuleSet, load_rules

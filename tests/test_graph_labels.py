@@ -1,6 +1,6 @@
 """Layout labels name only what the model's kind is laid out over (issue 14 items 3 and 6):
 an op-graph model (resnet-50, the graph examples) is laid out over dp and tp only
-(`GraphKind.layout_dims`), so `parplan compare`, plan.md's "Why this plan" and both charts say
+(`GraphModelSpec.layout_dims`), so `parplan compare`, plan.md's "Why this plan" and both charts say
 `deepspeed tp1 dp16`, never `pp1`; a transformer keeps `tp8 pp1 dp16`."""
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def test_catalog_loader_refuses_a_figure_without_source():
     )
     entry = catalog_module.CatalogLink.model_validate(doc.data)
     with pytest.raises(InputError) as info:
-        catalog_module._check_sources(doc, (), entry, LINK_FIGURE_KEYS)
+        data_checks.check_sources(doc, (), entry, LINK_FIGURE_KEYS)
     assert str(info.value) == "links.yaml:4:1: sources: figure 'latency_us' names no source"
 
 

@@ -16,8 +16,9 @@ import pytest
 from parplan_gen.inputs import reading
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.models.graph import Node, build_graph, load_graph
+from parplan_gen.models.graph import build_graph, load_graph
 from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.graph_node import Node
 from parplan_gen.models.hf_config import load_hf_config
 from parplan_gen.models.load import load_graph_for
 from parplan_gen.models.onnx_file import MAX_ONNX_BYTES, MISSING_EXTRA, _drop_weight_data

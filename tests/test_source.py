@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from parplan_gen.inputs import reading, source, yaml_events
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import GraphError, SourceError, SourceRef
-from parplan_gen.inputs.source import format_path, load_document, parse_document
+from parplan_gen.inputs.key_path import format_path
+from parplan_gen.inputs.source import load_document, parse_document
 
 
 def error_of(text: str, kind: str = "yaml") -> str:

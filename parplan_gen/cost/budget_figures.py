@@ -39,9 +39,12 @@ def budget_ranges() -> dict[str, Bounds]:
 def budget_figure_problem(key: str, value: object) -> str | None:
     """Why `value` cannot be the budget figure `key` (one of BUDGET_KEYS), or None."""
     bounds = budget_ranges()[key]
-    number = isinstance(value, int | float) and not isinstance(value, bool)
     # NaN and infinity compare False; an int of any size compares exactly (no float overflow)
-    if number and bounds.low <= value <= bounds.high:  # type: ignore[operator]
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and bounds.low <= value <= bounds.high
+    ):
         return None
     return f"expected {_wanted(key)}, got {shown_value(value)}"
 

@@ -24,10 +24,18 @@ from pydantic import (
     model_validator,
 )
 
-from parplan_gen.cost.data_checks import Bounds, FigureRange, RawData, check_ranges, read_ranges
+from parplan_gen.cost.data_checks import (
+    Bounds,
+    FigureRange,
+    RawData,
+    Sourced,
+    check_ranges,
+    check_sources,
+    read_ranges,
+)
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError, SourceRef, did_you_mean, shown_value
-from parplan_gen.inputs.source import Document, KeyPath, read_package_data
+from parplan_gen.inputs.source import Document, read_package_data
 from parplan_gen.inputs.validation import validate
 
 # Unit definitions (not figures: every figure lives in the YAML with its source).
@@ -74,11 +82,6 @@ class ReferenceNode(RawData):
     )
 
 
-class _Sourced(RawData):
-    sources: dict[str, str] = Field(description="Figure key -> where the figure comes from.")
-    unverified: list[str] = Field([], description="Figures not re-checked against a primary.")
-
-
 class MaxAchievable(RawData):
     """A vendor's measured maximum-achievable dense GEMM rates (AMD's MAF), 1e12 FLOP/s."""
 
@@ -87,7 +90,7 @@ class MaxAchievable(RawData):
     fp8: PositiveFloat | None = None
 
 
-class CatalogGPU(GPUFigures, _Sourced):
+class CatalogGPU(GPUFigures, Sourced):
     display_name: str
     vendor: Vendor
     architecture: Architecture
@@ -158,7 +161,7 @@ def nvlink_domain_problem(domain: int, gpus_per_node: int, link: str) -> str | N
     return None
 
 
-class CatalogNetwork(_Sourced):
+class CatalogNetwork(Sourced):
     display_name: str
     kind: NetworkKind
     aliases: list[str] = Field(default_factory=list)
@@ -166,7 +169,7 @@ class CatalogNetwork(_Sourced):
     latency_us: PositiveFloat
 
 
-class CatalogLink(_Sourced):
+class CatalogLink(Sourced):
     display_name: str
     latency_us: PositiveFloat
 
@@ -277,18 +280,6 @@ class Catalog:
         return self.networks[lookup("network", name, self.network_names)]
 
 
-def _check_sources(doc: Document, path: KeyPath, entry: _Sourced, keys: tuple[str, ...]) -> None:
-    """Every figure names a source; `sources` and `unverified` name only figures."""
-    for key in keys:
-        if not entry.sources.get(key, "").strip():
-            raise InputError(f"figure '{key}' names no source", doc.ref((*path, "sources")))
-    for group, named in (("sources", list(entry.sources)), ("unverified", entry.unverified)):
-        for key in named:
-            if key not in keys:
-                where = doc.ref((*path, group))
-                raise InputError(f"'{key}' is not a figure (figures: {', '.join(keys)})", where)
-
-
 def _alias_map(doc: Document, section: str, entries: dict[str, Any]) -> dict[str, str]:
     names: dict[str, str] = {}
     for name, entry in entries.items():
@@ -345,7 +336,7 @@ def load_catalog() -> Catalog:
     ranges |= read_ranges(ndoc, nfile.ranges, NETWORK_RANGED_KEYS)
     networks: dict[str, Network] = {}
     for name, net in nfile.networks.items():
-        _check_sources(ndoc, ("networks", name), net, NETWORK_FIGURE_KEYS)
+        check_sources(ndoc, ("networks", name), net, NETWORK_FIGURE_KEYS)
         figures = net.model_dump(include=set(NETWORK_FIGURE_KEYS))
         check_ranges(ranges, figures, ndoc, ("networks", name))
         networks[name] = Network(
@@ -358,12 +349,12 @@ def load_catalog() -> Catalog:
     link_latency: dict[str, float] = {}
     for kind in _Links.model_fields:
         link: CatalogLink = getattr(nfile.intra_node_links, kind)
-        _check_sources(ndoc, ("intra_node_links", kind), link, LINK_FIGURE_KEYS)
+        check_sources(ndoc, ("intra_node_links", kind), link, LINK_FIGURE_KEYS)
         check_ranges(ranges, {"latency_us": link.latency_us}, ndoc, ("intra_node_links", kind))
         link_latency[kind] = seconds(link.latency_us)
     gpus: dict[str, GPU] = {}
     for name, spec in gfile.gpus.items():
-        _check_sources(gdoc, ("gpus", name), spec, spec.figure_keys())
+        check_sources(gdoc, ("gpus", name), spec, spec.figure_keys())
         figures = spec.model_dump(include=set(GPU_RANGED_KEYS))
         check_ranges(ranges, figures, gdoc, ("gpus", name))
         if spec.reference_node.network not in networks:

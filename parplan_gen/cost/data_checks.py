@@ -1,6 +1,7 @@
-"""The strict base of the data files' models (`RawData`), and the physical range of each figure
-(`ranges:` in `parplan_gen/data/gpus.yaml` and `networks.yaml`): read, and checked against a
-figure, for the catalog (`catalog.load_catalog`) and for a cluster file's `overrides:`."""
+"""The strict base of the data files' models (`RawData`), the sources every catalog figure
+names (`Sourced`), and the physical range of each figure (`ranges:` in
+`parplan_gen/data/gpus.yaml` and `networks.yaml`): read, and checked against a figure, for the
+catalog (`catalog.load_catalog`) and for a cluster file's `overrides:`."""
 
 from __future__ import annotations
 
@@ -10,13 +11,21 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 
 from parplan_gen.inputs.errors import InputError, shown_value
-from parplan_gen.inputs.source import Document, KeyPath
+from parplan_gen.inputs.key_path import KeyPath
+from parplan_gen.inputs.source import Document
 
 
 class RawData(BaseModel):
     """Data as written in YAML: strict types, no unknown keys, no NaN/inf."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class Sourced(RawData):
+    """A catalog entry whose every figure names where it comes from."""
+
+    sources: dict[str, str] = Field(description="Figure key -> where the figure comes from.")
+    unverified: list[str] = Field([], description="Figures not re-checked against a primary.")
 
 
 class FigureRange(RawData):
@@ -73,3 +82,15 @@ def check_ranges(
         problem = None if value is None else ranges[key].problem(value)
         if problem:
             raise InputError(problem, doc.ref((*path, key)))
+
+
+def check_sources(doc: Document, path: KeyPath, entry: Sourced, keys: tuple[str, ...]) -> None:
+    """Every figure names a source; `sources` and `unverified` name only figures."""
+    for key in keys:
+        if not entry.sources.get(key, "").strip():
+            raise InputError(f"figure '{key}' names no source", doc.ref((*path, "sources")))
+    for group, named in (("sources", list(entry.sources)), ("unverified", entry.unverified)):
+        for key in named:
+            if key not in keys:
+                where = doc.ref((*path, group))
+                raise InputError(f"'{key}' is not a figure (figures: {', '.join(keys)})", where)

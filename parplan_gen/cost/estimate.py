@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
+from parplan_gen.cost.catalog import Precision
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe, plan_values
 from parplan_gen.inputs.errors import FormulaError, RuleError
@@ -137,7 +138,7 @@ class Estimate(BaseModel):
 FRAMEWORK_FEATURES: dict[str, Any] = {"train.tp_comm_overlap": True, "train.chunked_loss": True}
 
 
-def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
+def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
     """cluster.* values of `cluster` (the peak at `precision`)."""
     return {
         "cluster.gpus": cluster.num_gpus,
@@ -146,9 +147,9 @@ def cluster_env(cluster: Cluster, precision: str) -> dict[str, Any]:
         "cluster.nvlink_domain": cluster.nvlink_gpus,
         "cluster.nodes": cluster.num_nodes,
         "cluster.gpu_memory": cluster.gpu.memory_bytes,
-        "cluster.peak_flops": cluster.gpu.peak_flops(precision),  # type: ignore[arg-type]
+        "cluster.peak_flops": cluster.gpu.peak_flops(precision),
         "cluster.peak_flops_16bit": cluster.gpu.peak_flops(SIXTEEN_BIT[precision]),
-        "cluster.gemm_max_fraction": cluster.gpu.gemm_max_fraction(precision),  # type: ignore[arg-type]
+        "cluster.gemm_max_fraction": cluster.gpu.gemm_max_fraction(precision),
         "cluster.gemm_max_fraction_16bit": cluster.gpu.gemm_max_fraction(SIXTEEN_BIT[precision]),
         "cluster.hbm_bandwidth": cluster.gpu.memory_bandwidth_bytes_per_s,
         "cluster.intra_bandwidth": cluster.intra_node_bytes_per_s,
@@ -192,7 +193,7 @@ class CostModel:
         *,
         global_batch: int,
         seq_len: int,
-        precision: str = "bf16",
+        precision: Precision = "bf16",
         flash_attention: bool = True,
         memory_headroom: float = 0.0,
     ) -> dict[str, Any]:
@@ -264,9 +265,12 @@ class Figures:
         memo = {} if memo is None else memo
         for name, formula in self._items:
             try:
-                out[name] = formula.evaluate(env, memo)
+                value = formula.evaluate(env, memo)
             except FormulaError as exc:
                 raise figure_error(name, exc) from None
+            if not isinstance(value, int | float):  # never: a figure is compiled as a number
+                raise TypeError(f"figure {name} gave {value!r}, not a number")
+            out[name] = value
         if self._memory:
             out["memory_total"] = sum(out[f"memory_{p}"] for p in MEMORY_PARTS)
             out["memory_capacity"] = env["cluster.gpu_memory"]

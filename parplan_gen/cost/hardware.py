@@ -323,7 +323,7 @@ def load_cluster(path: str | Path) -> Cluster:
     catalog = load_catalog()
     gpu_name = lookup("GPU", spec.gpu, catalog.gpu_names, doc.ref(("gpu",)))
     base = catalog.gpu_specs[gpu_name]
-    figures = base
+    figures: GPUFigures = base
     if spec.overrides:
         merged = {**base.model_dump(include=set(GPUFigures.model_fields)), **spec.overrides}
         figures = validate(GPUFigures, merged, doc, ("overrides",))

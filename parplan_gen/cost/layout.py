@@ -21,12 +21,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from parplan_gen.cost.catalog import Precision
 from parplan_gen.inputs.errors import InputError, shown_value
-from parplan_gen.models.transformer import MAX_LAYERS, MAX_WIDTH
+from parplan_gen.models.transformer_shape import MAX_LAYERS, MAX_WIDTH
 from parplan_gen.rules.vocabulary import NAMES
 
 Recompute = Literal["none", "selective", "full"]
-Precision = Literal["bf16", "fp16", "fp8"]
 # The 16-bit precision of a run: an FP8 run keeps its other matmuls and its weights in BF16
 # (rules/cost/compute.yaml; Megatron --fp8-format with --bf16).
 SIXTEEN_BIT: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
@@ -223,9 +223,16 @@ def build_layout(
     or the batch do not work out.
     """
     check_sizes(
-        gpus=world_size, tp=tp, pp=pp, cp=cp, dp=dp, mbs=mbs, global_batch=global_batch,
-        seq_len=seq_len, **{k: v for k, v in options.items() if k in SIZE_LIMITS},  # ep, vpp
-    )  # fmt: skip
+        gpus=world_size,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        dp=dp,
+        mbs=mbs,
+        global_batch=global_batch,
+        seq_len=seq_len,
+        **{k: v for k, v in options.items() if k in SIZE_LIMITS},  # ep, vpp
+    )
     model_parallel = tp * pp * cp
     if dp is None:
         if world_size % model_parallel:
@@ -256,7 +263,7 @@ def build_layout(
             global_batch=global_batch,
             grad_accum=grad_accum,
             seq_len=seq_len,
-            **options,  # type: ignore[arg-type]
+            **options,
         )
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]

@@ -55,7 +55,7 @@ class RunShape(RawData):
 class BestRun(RawData):
     generation: Architecture
     size_class: str = Field(alias="class")
-    precision: str = Field(pattern="^(bf16|fp8)$")
+    precision: Literal["bf16", "fp8"]
     run: str = Field(min_length=1, description="The run's name in the calibration set.")
     attention: Literal["full", "causal", "tokens"] = Field(
         description=(
@@ -179,7 +179,7 @@ class Published:
     margin_reason: str
     classes: dict[str, SizeClass]
     best: dict[tuple[str, str, str], Best]  # (generation, class, precision) -> best run
-    fp8_generations: dict[str, str]
+    fp8_generations: dict[Architecture, str]
     fp8_families: dict[str, str]
     origin: str  # the data file, for the warnings' text
 
@@ -217,7 +217,7 @@ def _peak(doc: Document, index: int, entry: BestRun) -> float:
     where = doc.ref(("best", index, "gpu"))
     try:
         gpu = load_catalog().gpu(entry.gpu)
-        peak = gpu.peak_flops(entry.precision)  # type: ignore[arg-type]
+        peak = gpu.peak_flops(entry.precision)
     except InputError as exc:
         raise InputError(exc.message, where) from None
     if gpu.architecture != entry.generation:

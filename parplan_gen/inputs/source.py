@@ -24,6 +24,7 @@ from typing import Any
 
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import SourceError, SourceRef
+from parplan_gen.inputs.key_path import KeyPath, format_path
 from parplan_gen.inputs.number_text import number_problem
 from parplan_gen.inputs.reading import MAX_FILE_BYTES, read_text
 from parplan_gen.inputs.safe_text import printable
@@ -33,19 +34,6 @@ from parplan_gen.inputs.yaml_events import event_positions, load_yaml
 # a MiB of a graph file (as JSON: ~0.2 s). 2 MiB holds ~35,000 graph nodes, which load in ~8 s;
 # larger graphs belong in JSON.
 MAX_YAML_BYTES = 2 * MIB
-
-KeyPath = tuple[str | int, ...]
-
-
-def format_path(path: KeyPath) -> str:
-    """`('nodes', 3, 'op')` -> `nodes[3].op`."""
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
 
 
 class Document:
@@ -104,6 +92,13 @@ _ITEMS = re.compile(f"(?:{_ITEM}){{{_ITEM_RUN}}}")
 _JSON_VALUE = json.JSONDecoder().raw_decode  # one scalar or key from an offset
 
 
+def _past(pattern: re.Pattern[str], text: str, at: int) -> int:
+    """The offset just past what `pattern` matches at `at` (the patterns above that step over
+    text match the empty string too: `at` itself when nothing is stepped over)."""
+    match = pattern.match(text, at)
+    return at if match is None else match.end()
+
+
 class _JsonLocator:
     """Positions in a JSON text that parsed. The walk to a key path steps over what lies
     before it with the patterns above (runs of 256 flat list items per match), building no
@@ -119,7 +114,7 @@ class _JsonLocator:
         """1-based (line, column) of `path`'s key or item, or of its nearest ancestor found."""
         if not path:
             return 1, 1  # as in YAML: the document itself
-        at = value = _JSON_SPACE.match(self.text).end()
+        at = value = _past(_JSON_SPACE, self.text, 0)
         for part in path:
             if (value, part) not in self._found:
                 self._found[value, part] = self._child(value, part)
@@ -144,34 +139,34 @@ class _JsonLocator:
         return None
 
     def _member(self, container: int, key: str) -> tuple[int, int] | None:
-        text, space = self.text, _JSON_SPACE.match
-        at = space(text, container + 1).end()
+        text = self.text
+        at = _past(_JSON_SPACE, text, container + 1)
         while text[at : at + 1] == '"':
             name, end = _JSON_VALUE(text, at)
-            value = space(text, space(text, end).end() + 1).end()  # past the colon
+            value = _past(_JSON_SPACE, text, _past(_JSON_SPACE, text, end) + 1)  # past the colon
             if name == key:
                 return at, value
-            at = space(text, self._skip(value)).end()
+            at = _past(_JSON_SPACE, text, self._skip(value))
             if text[at : at + 1] != ",":
                 return None
-            at = space(text, at + 1).end()
+            at = _past(_JSON_SPACE, text, at + 1)
         return None
 
     def _item(self, container: int, index: int) -> tuple[int, int] | None:
-        text, space = self.text, _JSON_SPACE.match
-        seen, at = self._furthest.get(container, (0, space(text, container + 1).end()))
+        text = self.text
+        seen, at = self._furthest.get(container, (0, _past(_JSON_SPACE, text, container + 1)))
         if seen > index:
-            seen, at = 0, space(text, container + 1).end()
+            seen, at = 0, _past(_JSON_SPACE, text, container + 1)
         while seen < index:
             run = _ITEMS.match(text, at) if index - seen >= _ITEM_RUN else None
             one = run or _ONE_ITEM.match(text, at)
             if one is not None:
                 seen, at = seen + (_ITEM_RUN if run else 1), one.end()
                 continue
-            at = space(text, self._skip(at)).end()  # an item holding containers
+            at = _past(_JSON_SPACE, text, self._skip(at))  # an item holding containers
             if text[at : at + 1] != ",":
                 return None
-            seen, at = seen + 1, space(text, at + 1).end()
+            seen, at = seen + 1, _past(_JSON_SPACE, text, at + 1)
         if text[at : at + 1] in ("]", ""):
             return None
         self._furthest[container] = (index, at)
@@ -191,7 +186,7 @@ class _JsonLocator:
             at += 1
             if depth == 0:
                 return at
-            at = _LEVEL.match(text, at).end()
+            at = _past(_LEVEL, text, at)
 
 
 def load_document(path: str | Path, *, max_bytes: int | None = None) -> Document:

@@ -12,10 +12,12 @@ import json
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from parplan_gen.inputs.errors import InputError, shown_value
+from parplan_gen.inputs.key_path import KeyPath
 from parplan_gen.inputs.number_text import number_problem
-from parplan_gen.inputs.source import Document, KeyPath
+from parplan_gen.inputs.source import Document
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -49,7 +51,8 @@ def _first_error(
     path: KeyPath,
     error: type[InputError],
 ) -> InputError:
-    return all_errors(exc, model, data, doc, path, error=error)[0][1]
+    _where, first = all_errors(exc, model, data, doc, path, error=error)[0]  # the most telling
+    return first
 
 
 def all_errors(
@@ -68,7 +71,7 @@ def all_errors(
     # wrong value of a key that is there (deepest first), then a missing key.
     rank = {"extra_forbidden": 0, "missing": 2}
     details.sort(key=lambda d: (rank.get(d["type"], 1), -len(d["loc"])))
-    grouped: dict[KeyPath, list[dict[str, Any]]] = {}
+    grouped: dict[KeyPath, list[ErrorDetails]] = {}
     for detail in details:
         grouped.setdefault(_data_path(data, tuple(detail["loc"])), []).append(detail)
     for key_path in _misspelled(grouped):
@@ -80,7 +83,7 @@ def all_errors(
     return out
 
 
-def _misspelled(grouped: dict[KeyPath, list[dict[str, Any]]]) -> list[KeyPath]:
+def _misspelled(grouped: dict[KeyPath, list[ErrorDetails]]) -> list[KeyPath]:
     """Missing keys that an unknown key next to them is a misspelling of (reported once, as
     the unknown key with its "did you mean")."""
     unknown: dict[KeyPath, list[str]] = {}
@@ -102,11 +105,11 @@ def _misspelled(grouped: dict[KeyPath, list[dict[str, Any]]]) -> list[KeyPath]:
 _UNION_MEMBERS = {"bool": "true/false", "int": "a number", "float": "a number", "str": "a string"}
 
 
-def _union_message(group: list[dict[str, Any]]) -> str | None:
+def _union_message(group: list[ErrorDetails]) -> str | None:
     """`expected a number or a string (got list)` when every member of a union refused it."""
     if len(group) < 2 or not all(d["loc"] for d in group):
         return None  # one complaint, or a model validator's own (its `loc` is empty)
-    tags = [d["loc"][-1] for d in group]
+    tags = [str(d["loc"][-1]) for d in group]  # a member's tag is a name, never an index
     if not all(tag in _UNION_MEMBERS for tag in tags):
         return None
     wanted = list(dict.fromkeys(_UNION_MEMBERS[tag] for tag in tags))
@@ -132,7 +135,7 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> KeyPath:
     return tuple(out)
 
 
-def _message(detail: dict[str, Any], model: type[BaseModel], data: Any, key_path: KeyPath) -> str:
+def _message(detail: ErrorDetails, model: type[BaseModel], data: Any, key_path: KeyPath) -> str:
     kind = detail["type"]
     key = key_path[-1] if key_path else ""
     if kind == "extra_forbidden":

@@ -7,13 +7,11 @@ the bounded load itself (`load_yaml`), and the position of every key and item
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from parplan_gen.inputs.errors import SourceError, SourceRef
+from parplan_gen.inputs.key_path import KeyPath
 from parplan_gen.inputs.safe_text import printable
-
-if TYPE_CHECKING:
-    from parplan_gen.inputs.source import KeyPath
 
 # Values that aliases and merge keys (`*a`, `<<: *a`) may add to a YAML document once they are
 # expanded: copies of what the text already holds, so 2 million is far above any real use and
@@ -55,15 +53,16 @@ def event_positions(text: str, pure: bool) -> dict[KeyPath, tuple[int, int]]:
         path: KeyPath = ()
         if stack:
             frame = stack[-1]
-            if frame.is_map and frame.key is None:  # a key
+            key = frame.key
+            if frame.is_map and key is None:  # a key
                 frame.key = str(getattr(event, "value", ""))
                 positions.setdefault((*frame.path, frame.key), mark)
                 if isinstance(event, MappingStartEvent | SequenceStartEvent):  # a complex key
                     stack.append(_Frame((*frame.path, "?"), isinstance(event, MappingStartEvent)))
                 continue
-            if frame.is_map:  # the value of the current key
-                path, frame.key = (*frame.path, frame.key), None
-            else:
+            if key is not None:  # the value of a mapping's current key
+                path, frame.key = (*frame.path, key), None
+            else:  # a sequence's item
                 path = (*frame.path, frame.index)
                 frame.index += 1
                 positions.setdefault(path, mark)

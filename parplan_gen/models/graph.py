@@ -1,7 +1,7 @@
 """The model graph: nodes with canonical ops and attributes, edges, and exact statistics.
 
-Owns the node model, the immutable `ModelGraph` and the native graph file (YAML or JSON): every
-check on a node and an edge of a file, with errors at its file:line. `build_graph` is the one
+Owns the immutable `ModelGraph` and the native graph file (YAML or JSON): every check on a node
+(`graph_node.Node`) and an edge of a file, with errors at its file:line. `build_graph` is the one
 way to make a graph, whoever reads it (importers call it too); the checks on its structure
 (duplicates, dangling edges, cycles) and its levels and sums are in `graph_dag`. The networkx
 view is built only when someone asks for it.
@@ -13,60 +13,24 @@ import sys
 from collections.abc import Sequence
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
-
-from pydantic import ConfigDict, Field, FiniteFloat, field_validator
-from pydantic.dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import networkx as nx
 
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import GraphError, did_you_mean, shown_value
+from parplan_gen.inputs.key_path import KeyPath
 from parplan_gen.inputs.safe_text import NOT_PLAIN_NAME, is_plain, name_from_path, printable
-from parplan_gen.inputs.source import (
-    Document,
-    KeyPath,
-    gc_paused,
-    is_finite_number,
-    load_document,
-)
+from parplan_gen.inputs.source import Document, gc_paused, is_finite_number, load_document
 from parplan_gen.models.graph_dag import GraphLayout, GraphStats, Locator, check_and_index
+from parplan_gen.models.graph_node import MAX_ATTR_INT, Node, canonical_op
 
 # A native graph or model file: 16 MiB holds ~200,000 nodes with their sizes (~80 bytes each
 # as JSON), which load in ~2 s and ~300 MB. Loading is linear, ~6 us and ~850 bytes a node
 # (2 million bare nodes, 63 MB: ~11 s, 1.7 GB): raise the limit for such graphs.
 MAX_GRAPH_BYTES = 16 * MIB
-ALIAS_PREFIX = "Compute::"  # the seed's spelling: "Compute::MatMul" is "MatMul"
 TOP_LEVEL_KEYS = ("name", "nodes", "edges")
-_INT_MAX = int(sys.float_info.max)  # a larger int cannot be summed into the stats
-AttrValue = Annotated[int, Field(ge=-_INT_MAX, le=_INT_MAX)] | FiniteFloat | str | bool
-
-
-def canonical_op(op: str) -> str:
-    """The canonical op name: `Compute::MatMul` -> `MatMul`; other names are unchanged."""
-    return op.removeprefix(ALIAS_PREFIX)
-
-
-@dataclass(frozen=True, slots=True, config=ConfigDict(extra="forbid"))
-class Node:
-    """One operation of the model graph (validated when made; a file's nodes by the file's own
-    checks, see `_checked_node`). A slotted dataclass: a graph may hold millions, and a node
-    takes ~250 bytes with its attributes (a BaseModel: ~670)."""
-
-    id: str = Field(min_length=1, description="Unique node id.")
-    op: str = Field(description="Canonical op type; `Compute::X` is stored as `X`.")
-    attrs: dict[str, AttrValue] = Field(
-        default_factory=dict, description="Every other field of the node: numbers, strings, bools."
-    )
-
-    @field_validator("op")
-    @classmethod
-    def _canonical(cls, op: str) -> str:
-        canonical = canonical_op(op)
-        if not canonical:
-            raise ValueError(f"op {printable(repr(op))} names no op")
-        return sys.intern(canonical)  # a graph has few ops: one string each, not one a node
 
 
 # Nodes of a file are checked a chunk at a time: a node's structure first, then the attribute
@@ -96,6 +60,8 @@ class ModelGraph:
     nodes: tuple[Node, ...]
     edges: tuple[tuple[str, str], ...]
     stats: GraphStats
+    _layout: GraphLayout
+    _digraph: nx.DiGraph | None  # built on first use
 
     def __init__(
         self,
@@ -144,12 +110,14 @@ class ModelGraph:
         """A frozen networkx view (node attribute `node` holds the Node), built on first use."""
         import networkx as nx  # imported on use: it costs ~0.1 s, which `parplan` rarely needs
 
-        if self._digraph is None:
-            g = nx.DiGraph(name=self.name)
-            g.add_nodes_from((n.id, {"node": n}) for n in self.nodes)
-            g.add_edges_from(self.edges)
-            object.__setattr__(self, "_digraph", nx.freeze(g))
-        return self._digraph
+        digraph = self._digraph
+        if digraph is None:
+            digraph = nx.DiGraph(name=self.name)
+            digraph.add_nodes_from((n.id, {"node": n}) for n in self.nodes)
+            digraph.add_edges_from(self.edges)
+            nx.freeze(digraph)  # freezes it in place
+            object.__setattr__(self, "_digraph", digraph)
+        return digraph
 
 
 def build_graph(
@@ -160,10 +128,9 @@ def build_graph(
     doc: Document | None = None,
 ) -> ModelGraph:
     """Check and index a graph; errors point into `doc` when given (node i at `nodes[i]`)."""
-    nodes = tuple(nodes)
-    edges = tuple(map(tuple, edges))  # type: ignore[arg-type]
-    layout, stats = check_and_index(nodes, edges, Locator(doc))
-    return ModelGraph(name, nodes, edges, layout, stats)
+    node_tuple, edge_tuple = tuple(nodes), tuple(edges)
+    layout, stats = check_and_index(node_tuple, edge_tuple, Locator(doc))
+    return ModelGraph(name, node_tuple, edge_tuple, layout, stats)
 
 
 # --- the native file -------------------------------------------------------------------------
@@ -280,7 +247,7 @@ def _is_attr_value(value: Any) -> bool:
     if kind is str or kind is bool:
         return True
     if kind is int:
-        return abs(value) <= _INT_MAX
+        return abs(value) <= MAX_ATTR_INT
     return kind is float and is_finite_number(value)
 
 
@@ -307,13 +274,15 @@ def _edge(doc: Document, j: int, raw: Any) -> tuple[str, str]:
     else:
         shape = "a 2-item list [from, to] or a mapping {from: ..., to: ...}"
         raise GraphError(f"an edge must be {shape}, got {_describe(raw)}", doc.ref(("edges", j)))
-    ends = [_as_id(raw[key]) for key in keys]
-    for key, node_id in zip(keys, ends, strict=True):
+    ends: list[str] = []
+    for key in keys:
+        node_id = _as_id(raw[key])
         if node_id is None:
             got = _describe(raw[key])
             message = f"an edge end must be a node id (a non-empty string or an integer), got {got}"
             raise GraphError(message, doc.ref(("edges", j, key)))
-    return ends[0], ends[1]  # type: ignore[return-value]
+        ends.append(node_id)
+    return ends[0], ends[1]
 
 
 def _as_id(value: Any) -> str | None:
@@ -335,7 +304,7 @@ def _describe(value: Any) -> str:
         return f"a mapping (keys: {', '.join(value)})" if value else "an empty mapping"
     if isinstance(value, list):
         return f"a list of {len(value)} item{'' if len(value) == 1 else 's'}"
-    if isinstance(value, int) and abs(value) > _INT_MAX:
+    if isinstance(value, int) and abs(value) > MAX_ATTR_INT:
         return f"an integer of {len(str(abs(value)))} digits, too large for a float"
     if isinstance(value, str):
         return "an empty string" if not value else f"a string ({shown_value(value)})"

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
 from parplan_gen.inputs.errors import GraphError, SourceRef, shown_value
+from parplan_gen.inputs.key_path import KeyPath, format_path
 from parplan_gen.inputs.safe_text import printable
-from parplan_gen.inputs.source import Document, KeyPath, format_path
-
-if TYPE_CHECKING:
-    from parplan_gen.models.graph import Node
+from parplan_gen.inputs.source import Document
+from parplan_gen.models.graph_node import Node
 
 
 class GraphStats(BaseModel, frozen=True):
@@ -32,7 +31,8 @@ class GraphStats(BaseModel, frozen=True):
     attr_sums: dict[str, float] = Field(description="Numeric attribute -> sum over all nodes.")
 
 
-class GraphLayout(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class GraphLayout:
     """Positions, degrees and levels of a checked graph, indexed by file order."""
 
     index: dict[str, int]

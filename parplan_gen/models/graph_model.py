@@ -14,14 +14,15 @@ that follow (BatchNorm) and an Embedding's table split with them.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from parplan_gen.inputs.errors import InputError, SourceRef
-from parplan_gen.models.graph import ModelGraph, Node
-from parplan_gen.models.kind import GraphKind
-from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.inputs.safe_text import printable
+from parplan_gen.models.graph import ModelGraph
+from parplan_gen.models.graph_node import Node
+from parplan_gen.models.kind import BackendName, WorkUnit
 
 SPLIT_LAYERS = ("Conv2d", "MatMul")  # channel-parallel layers: their outputs are exchanged
 # What each op's backward keeps (PyTorch tools/autograd/derivatives.yaml): its inputs, except
@@ -38,13 +39,24 @@ SAVES_NO_INPUT = frozenset(
 KEEPS_RESULT = frozenset(("relu", "sigmoid", "tanh"))
 SPLIT_PARAMS = (*SPLIT_LAYERS, "BatchNorm", "Embedding")  # nodes whose weights are split
 WIDTH_ATTRS = {"Conv2d": "out_channels", "MatMul": "out_features"}
+GRAPH_PARAMS_IN_MILLIONS = 100_000  # from here a graph model's count is shown as `25.6M`
 
 
-class GraphModelSpec(GraphKind, BaseModel):
-    """What the graph cost model knows of an op-graph model (per sample); what it answers as a
-    `kind.TrainedModel` is in `kind.GraphKind`."""
+class GraphModelSpec(BaseModel):
+    """What the graph cost model knows of an op-graph model (per sample), as a
+    `kind.TrainedModel`: one sample is one input of the graph; it is laid out over data and
+    channel (tensor) parallelism only and runs under DeepSpeed / torchrun."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    unit: ClassVar[WorkUnit] = "samples"
+    memory_heading: ClassVar[str] = "Memory per GPU"
+    layout_dims: ClassVar[tuple[str, ...]] = ("dp", "tp")
+    recompute_choices: ClassVar[tuple[str, ...]] = ("none", "full")
+    time_parts: ClassVar[tuple[str, ...]] = (
+        "compute_s", "tp_comm_s", "dp_comm_s", "bn_comm_s", "optimizer_s",
+    )  # fmt: skip
+    backends: ClassVar[tuple[BackendName, ...]] = ("deepspeed",)
 
     kind: Literal["graph"] = Field("graph", description="Always `graph` (a transformer has none).")
     name: str = Field(min_length=1, description="The graph's name.")
@@ -80,6 +92,38 @@ class GraphModelSpec(GraphKind, BaseModel):
     def is_moe(self) -> bool:
         """An op graph has no routed experts (expert parallelism is for transformers)."""
         return False
+
+    @property
+    def title(self) -> str:
+        params = self.params
+        count = f"{params / 1e6:,.1f}M" if params >= GRAPH_PARAMS_IN_MILLIONS else f"{params:,}"
+        return f"{printable(self.name)} ({count} params, op graph)"
+
+    @property
+    def pipeline_layers(self) -> int:
+        return 1
+
+    def batch_text(self, global_batch: int, seq_len: int) -> str:
+        return f"global batch {global_batch} samples"
+
+    def sequence_length(self, asked: int | None) -> int:
+        if asked not in (None, 1):
+            raise InputError(
+                f"--seq-len {asked}: {self.name} is an op-graph model, which has no sequence "
+                "length (a sample is one input of the graph; its sizes are in the graph); "
+                "leave it out"
+            )
+        return 1
+
+    def formula_values(self, seq_len: int) -> dict[str, Any]:
+        return {f"model.{k}": v for k, v in self.model_dump(exclude={"kind", "name"}).items()}
+
+    def op_graph(self, seq_len: int) -> ModelGraph:
+        return self.graph
+
+    def facts(self) -> dict[str, Any]:
+        values = {f"model.{k}": v for k, v in self.model_dump().items()}
+        return {**values, "model.gqa": False, "model.moe": False, "model.mla": False}
 
     @classmethod
     def from_graph(cls, graph: ModelGraph, where: SourceRef | None = None) -> GraphModelSpec:
@@ -159,7 +203,8 @@ def _is_number(node: Node, attr: str) -> bool:
 
 
 def _number(node: Node, attr: str) -> float:
-    return node.attrs[attr] if _is_number(node, attr) else 0  # type: ignore[return-value]
+    value = node.attrs.get(attr)
+    return value if type(value) is int or type(value) is float else 0  # bools are not numbers
 
 
 def _total(nodes: list[Node] | tuple[Node, ...], attr: str) -> float:
@@ -171,22 +216,3 @@ def _width(node: Node) -> int:
     then no tensor-parallel size is known to divide every width)."""
     value = node.attrs.get(WIDTH_ATTRS[node.op])
     return value if type(value) is int and value > 0 else 0
-
-
-# Either kind of model as a type annotation (the API's results).
-AnyModelSpec = ModelSpec | GraphModelSpec
-
-
-def _model_kind(value: Any) -> str:
-    """Which model a document holds: `kind: graph` marks an op-graph model."""
-    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
-    return "graph" if kind == "graph" else "transformer"
-
-
-# Either kind of model as a pydantic field (plan.json reads it back), told apart by `kind`, not
-# tried in turn: a wrong value is reported against the model it belongs to, not as unknown
-# keys of the other.
-DocumentModel = Annotated[
-    Annotated[ModelSpec, Tag("transformer")] | Annotated[GraphModelSpec, Tag("graph")],
-    Discriminator(_model_kind),
-]

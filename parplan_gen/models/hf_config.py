@@ -19,9 +19,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from parplan_gen.inputs.errors import InputError, did_you_mean, shown_value
+from parplan_gen.inputs.key_path import KeyPath
 from parplan_gen.inputs.number_text import unusable_numbers
 from parplan_gen.inputs.safe_text import name_from_path
-from parplan_gen.inputs.source import Document, KeyPath, load_document
+from parplan_gen.inputs.source import Document, load_document
 from parplan_gen.models.hf_reader import ConfigReader
 from parplan_gen.models.hf_training import training_settings
 from parplan_gen.models.transformer import ModelSpec
@@ -97,8 +98,11 @@ def _gpt_neox(r: ConfigReader) -> Spec:
 
 
 def _bloom(r: ConfigReader) -> Spec:
-    names = (("hidden_size", "n_embed"), ("n_head", "num_attention_heads"))
-    names += (("n_layer", "num_hidden_layers"),)
+    names = (
+        ("hidden_size", "n_embed"),
+        ("n_head", "num_attention_heads"),
+        ("n_layer", "num_hidden_layers"),
+    )
     # ALiBi has no position table; BLOOM trained at 2048 tokens (model card, "Sequence length")
     s = _base(r, names, act=((), "gelu", False), tied=True, max_pos=("seq_length", 2048))
     s |= {"position_embedding": "alibi", "ffn_hidden_size": 4 * s["hidden_size"]}  # BloomMLP
@@ -121,8 +125,11 @@ def _opt(r: ConfigReader) -> Spec:
 
 
 def _falcon(r: ConfigReader) -> Spec:
-    names = (("hidden_size", "n_embed"), ("num_attention_heads", "n_head"))
-    names += (("num_hidden_layers", "n_layer"),)
+    names = (
+        ("hidden_size", "n_embed"),
+        ("num_attention_heads", "n_head"),
+        ("num_hidden_layers", "n_layer"),
+    )
     act = (("activation",), "gelu", False)
     s = _base(r, names, act=act, tied=True, max_pos=(_MAX_POS, 2048))
     new_arch = r.opt_bool("new_decoder_architecture", False)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
-from parplan_gen.inputs.source import Document, KeyPath, format_path
-from parplan_gen.models.transformer import MAX_LAYERS, MAX_WIDTH, MlpKind
+from parplan_gen.inputs.key_path import KeyPath, format_path
+from parplan_gen.inputs.source import Document
+from parplan_gen.models.transformer_shape import MAX_LAYERS, MAX_WIDTH, MlpKind
 
 _GELUS = frozenset(
     {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate"}

@@ -55,7 +55,9 @@ def training_settings(r: ConfigReader, *, rope: bool, moe: bool) -> TrainingSett
     family = table.families.get(r.model_type, {})
     # rope_theta is read below, with rope_parameters and the table's default
     keys_read = {name: _key(r, s) for name, s in family.items()}  # the config key of each
-    values = {name: _value(r, s) for name, s in family.items() if name != "rope_theta"}
+    values: dict[str, Scalar | RopeScaling] = {
+        name: _value(r, s) for name, s in family.items() if name != "rope_theta"
+    }
     if not rope:
         values.pop("rope_fraction", None)
     if not moe:

@@ -24,10 +24,11 @@ from parplan_gen.inputs.errors import MAX_HINT_CHARS, InputError, SourceRef
 from parplan_gen.inputs.reading import not_regular_file
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.source import gc_paused, load_document
+from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.graph import MAX_GRAPH_BYTES, ModelGraph, graph_from_document
 from parplan_gen.models.graph_model import GraphModelSpec
 from parplan_gen.models.hf_config import load_hf_config
-from parplan_gen.models.kind import PER_LAYER_FIELDS, TrainedModel
+from parplan_gen.models.kind import PER_LAYER_FIELDS
 from parplan_gen.models.presets import (
     graph_preset_names,
     load_graph_preset,
@@ -68,10 +69,11 @@ def load_graph_for(
     raise _unknown(path_or_name)
 
 
-def load_model(path_or_name: str) -> TrainedModel:
-    """The model to train: a transformer's ModelSpec (a preset name or a Hugging Face
-    config.json), else the GraphModelSpec of the op graph (a graph file, an ONNX model read at
-    batch 1, a graph preset such as `resnet-50`), which keeps its graph for the proposals."""
+def load_model(path_or_name: str) -> AnyModelSpec:
+    """The model to train (a `kind.TrainedModel`): a transformer's ModelSpec (a preset name or
+    a Hugging Face config.json), else the GraphModelSpec of the op graph (a graph file, an ONNX
+    model read at batch 1, a graph preset such as `resnet-50`), which keeps its graph for the
+    proposals."""
     path = Path(path_or_name)
     if _is_file(path) and path.suffix.lower() in DOCUMENT_SUFFIXES:
         found = _read_document(path)

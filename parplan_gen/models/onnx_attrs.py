@@ -24,8 +24,13 @@ MAX_ELEMENTS = 2**63 - 1
 MAX_RANK = 64
 BUFFER_INPUTS = {"BatchNormalization": (3, 4)}  # running mean and variance are not parameters
 _CONV_WEIGHT = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3}  # input index of the weight
-Shape = tuple[int | None, ...]
+Shape = tuple[int | None, ...]  # a None dimension: its size is unknown
+Dims = tuple[int, ...]  # a shape whose every dimension is known
 Attr = int | float | str | bool
+
+
+class _ShapeUnknownError(Exception):
+    """A shape that a count needs is not known."""
 
 
 @dataclass(frozen=True)
@@ -36,12 +41,20 @@ class _Tensor:
     elem_type: int
 
     @property
+    def dims(self) -> Dims | None:
+        """The shape when its rank and every dimension are known, else None."""
+        if self.shape is None:
+            return None
+        dims = tuple(d for d in self.shape if d is not None)
+        return dims if len(dims) == len(self.shape) else None
+
+    @property
     def known(self) -> bool:
-        return self.shape is not None and all(d is not None for d in self.shape)
+        return self.dims is not None
 
     @property
     def elements(self) -> int:
-        return math.prod(self.shape or ())  # type: ignore[arg-type]  # callers check `known`
+        return math.prod(self.dims or ())  # callers check `known`
 
 
 class Tensors:
@@ -53,8 +66,10 @@ class Tensors:
         self._sizes: dict[int, int] = {}
         self.table: dict[str, _Tensor] = {}
         # the weights first: the shapes inferred from an oversized one are oversized too
-        weights = {i.name: _checked(_Tensor(tuple(i.dims), i.data_type), i.name, where)
-                   for i in graph.initializer}  # fmt: skip
+        weights = {
+            i.name: _checked(_Tensor(tuple(i.dims), i.data_type), i.name, where)
+            for i in graph.initializer
+        }
         for info in (*graph.input, *graph.value_info, *graph.output):
             self.table[info.name] = _checked(_from_value_info(info), info.name, where)
         self.weights: dict[str, tuple[str, ...]] = {}  # data tensor -> the weights it derives from
@@ -78,10 +93,9 @@ class Tensors:
     def get(self, name: str) -> _Tensor:
         return self.table.get(name) or _Tensor(None, 0)
 
-    def shape(self, name: str) -> Shape | None:
+    def shape(self, name: str) -> Dims | None:
         """The full shape of `name`, or None when any dimension is unknown."""
-        t = self.get(name)
-        return t.shape if t.known else None
+        return self.get(name).dims
 
     def item_bytes(self, elem_type: int) -> int | None:
         if elem_type not in self._sizes:
@@ -193,42 +207,50 @@ def _flops(node: Any, tensors: Tensors) -> int | None:
     outputs = [tensors.shape(name) if name else None for name in node.output]
     try:
         macs = count(node, shapes, outputs)
-    except (TypeError, IndexError):  # a shape is unknown (None) or too short
+    except (_ShapeUnknownError, IndexError):  # a shape unknown or too short, or no such input
         return None
     return 2 * macs
 
 
-def _matmul(node: Any, inputs: list[Shape | None], outputs: list[Shape | None]) -> int:
+def _known(shapes: list[Dims | None], index: int) -> Dims:
+    """The shape of a node's input or output `index` (_ShapeUnknownError when it is not known)."""
+    shape = shapes[index]
+    if shape is None:
+        raise _ShapeUnknownError
+    return shape
+
+
+def _matmul(node: Any, inputs: list[Dims | None], outputs: list[Dims | None]) -> int:
     # out [..., M, N] = A [..., M, K] x B [..., K, N]: one multiply-add per output and K.
-    return math.prod(outputs[0]) * inputs[0][-1]  # type: ignore[arg-type, index]
+    return math.prod(_known(outputs, 0)) * _known(inputs, 0)[-1]
 
 
-def _gemm(node: Any, inputs: list[Shape | None], outputs: list[Shape | None]) -> int:
+def _gemm(node: Any, inputs: list[Dims | None], outputs: list[Dims | None]) -> int:
     # Y (M, N) = A' (M, K) x B' (K, N) (+ C, element-wise: not counted); A is (K, M) if transA.
     trans_a = _int_attr(node, "transA", 0)
-    return math.prod(outputs[0]) * inputs[0][0 if trans_a else 1]  # type: ignore[arg-type, index]
+    return math.prod(_known(outputs, 0)) * _known(inputs, 0)[0 if trans_a else 1]
 
 
-def _conv(node: Any, inputs: list[Shape | None], outputs: list[Shape | None]) -> int:
+def _conv(node: Any, inputs: list[Dims | None], outputs: list[Dims | None]) -> int:
     # W (C_out, C_in / groups, k...): each output element takes C_in / groups x prod(k) MACs.
-    weight = inputs[_CONV_WEIGHT[node.op_type]]
-    return math.prod(outputs[0]) * math.prod(weight[1:])  # type: ignore[arg-type, index]
+    weight = _known(inputs, _CONV_WEIGHT[node.op_type])
+    return math.prod(_known(outputs, 0)) * math.prod(weight[1:])
 
 
-def _conv_transpose(node: Any, inputs: list[Shape | None], outputs: list[Shape | None]) -> int:
+def _conv_transpose(node: Any, inputs: list[Dims | None], outputs: list[Dims | None]) -> int:
     # W (C_in, C_out / groups, k...): each input element scatters into C_out/groups x prod(k).
-    return math.prod(inputs[0]) * math.prod(inputs[1][1:])  # type: ignore[arg-type, index]
+    return math.prod(_known(inputs, 0)) * math.prod(_known(inputs, 1)[1:])
 
 
-def _attention(node: Any, inputs: list[Shape | None], outputs: list[Shape | None]) -> int:
+def _attention(node: Any, inputs: list[Dims | None], outputs: list[Dims | None]) -> int:
     # Q K^T: one MAC per element of Q and key; softmax(.) V: one per element of Y and key.
     # Keys: K is (B, S_kv, H_kv x D) or (B, H_kv, S_kv, D); `present_key` includes any past.
     present = outputs[1] if len(outputs) > 1 else None
-    keys = (present or inputs[1])[-2]  # type: ignore[index]
-    return keys * (math.prod(inputs[0]) + math.prod(outputs[0]))  # type: ignore[arg-type]
+    keys = (present or _known(inputs, 1))[-2]
+    return keys * (math.prod(_known(inputs, 0)) + math.prod(_known(outputs, 0)))
 
 
-_MacCount = Callable[[Any, list[Shape | None], list[Shape | None]], int]
+_MacCount = Callable[[Any, list[Dims | None], list[Dims | None]], int]
 _FLOPS: dict[str, _MacCount] = {
     **dict.fromkeys(("MatMul", "MatMulInteger", "QLinearMatMul"), _matmul),
     **dict.fromkeys(_CONV_WEIGHT, _conv),
@@ -255,16 +277,16 @@ def _shape_facts(node: Any, op: str, tensors: Tensors) -> dict[str, Attr]:
             return {}
         groups = _int_attr(node, "group", 1)
         return {
-            "in_channels": weight[1] * groups,  # type: ignore[operator]
-            "out_channels": weight[0],  # type: ignore[dict-item]
+            "in_channels": weight[1] * groups,
+            "out_channels": weight[0],
             "groups": groups,
             "spatial_dims": len(weight) - 2,
         }
     if op == "MatMul" and first and out and node.op_type in ("MatMul", "Gemm"):
         k = first[0] if _int_attr(node, "transA", 0) else first[-1]
-        return {"in_features": k, "out_features": out[-1]}  # type: ignore[dict-item]
+        return {"in_features": k, "out_features": out[-1]}
     if op == "BatchNorm" and len(node.input) > 1 and (scale := tensors.shape(node.input[1])):
-        return {"channels": math.prod(scale)}  # type: ignore[arg-type]
+        return {"channels": math.prod(scale)}
     if op == "Embedding" and first and len(first) == 2:
-        return {"vocab_size": first[0], "hidden_size": first[1]}  # type: ignore[dict-item]
+        return {"vocab_size": first[0], "hidden_size": first[1]}
     return {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import InputError, SourceRef
@@ -69,29 +69,40 @@ def _count_nodes(raw: bytes, stop: int) -> int:
     """The nodes of the main graph of a serialized ModelProto, counted from the wire format
     without parsing it (up to `stop`); a ValueError or IndexError when it is malformed."""
     count = 0
-    for number, start, end in _fields(raw, 0, len(raw)):
-        if number == _GRAPH_FIELD:
-            for inner, _, _ in _fields(raw, start, end):
-                count += inner == _NODE_FIELD
+    for field in _fields(raw, 0, len(raw)):
+        if field.number == _GRAPH_FIELD:
+            for inner in _fields(raw, field.start, field.end):
+                count += inner.number == _NODE_FIELD
                 if count >= stop:
                     return count
     return count
 
 
-def _fields(raw: bytes, at: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(field number, start, end) of each length-delimited field of the message in
-    raw[at:end] (protobuf's wire format); the other fields are stepped over."""
+class _Field(NamedTuple):
+    """A length-delimited field of a serialized message: its number and where its bytes are."""
+
+    number: int
+    start: int
+    end: int
+
+
+def _fields(raw: bytes, at: int, end: int) -> Iterator[_Field]:
+    """Each length-delimited field of the message in raw[at:end] (protobuf's wire format); the
+    other fields are stepped over."""
     sizes = {0: None, 1: 8, 5: 4}  # wire type -> bytes (None: a varint)
     while at < end:
         tag, at = _varint(raw, at)
         wire = tag & 7
         if wire == 2:
             length, at = _varint(raw, at)
-            yield tag >> 3, at, at + length
+            yield _Field(tag >> 3, at, at + length)
             at += length
         elif wire in sizes:
             size = sizes[wire]
-            at = _varint(raw, at)[1] if size is None else at + size
+            if size is None:
+                _value, at = _varint(raw, at)
+            else:
+                at += size
         else:
             raise ValueError(f"wire type {wire}")
     if at != end:

@@ -41,7 +41,8 @@ from typing import Any
 
 from parplan_gen.inputs.errors import SHOWN_MESSAGE_CHARS, GraphError, InputError, SourceRef
 from parplan_gen.inputs.safe_text import name_from_path, printable
-from parplan_gen.models.graph import ModelGraph, Node, build_graph
+from parplan_gen.models.graph import ModelGraph, build_graph
+from parplan_gen.models.graph_node import Node
 from parplan_gen.models.onnx_attrs import DEFAULT_DOMAINS, Tensors, node_attrs
 from parplan_gen.models.onnx_file import bind_dims, import_onnx, read_model
 

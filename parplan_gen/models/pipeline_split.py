@@ -87,8 +87,8 @@ def _uneven(layers: int, pp: int, vpp: int) -> PipelineSplit | None:
 def stage_layers(layers: int, pp: int, vpp: int = 1) -> tuple[int, int, int]:
     """Transformer layers on the (first, each middle, last) pipeline stage; ValueError when
     impossible."""
-    first, middle, last, _, _ = pipeline_split(layers, pp, vpp)
-    return first, middle, last
+    split = pipeline_split(layers, pp, vpp)
+    return split.first, split.middle, split.last
 
 
 def pipeline_split_ok(layers: float, pp: float, vpp: float) -> bool:
@@ -130,10 +130,12 @@ def slowest_stage(
     layer_s = (rank_s - head_s / pp) / (layers / pp)
     if pp == 1:
         return rank_s + embedding_s + loss_s
+    shares: tuple[float, float, float]
     if pipeline_split_ok(layers, pp, vpp):
-        first, middle, last = stage_layers(int(layers), int(pp), int(vpp))
+        shares = stage_layers(int(layers), int(pp), int(vpp))
     else:
-        first = middle = last = layers / pp
+        shares = (layers / pp,) * 3
+    first, middle, last = shares
     stages = [first * layer_s + embedding_s, last * layer_s + head_s + loss_s]
     if pp > 2:
         stages.append(middle * layer_s)

@@ -1,353 +1,102 @@
-"""The typed shape of a decoder-only transformer, and what follows from it.
+"""A decoder-only transformer as a model to train: `ModelSpec`.
 
-`ModelSpec` owns one model's architecture (dense, GQA, MoE, MLA) as plain numbers; importers
-(`hf_config`, `presets`) build it, the op-graph builder (`transformer_graph`) and the cost model
-read it. Everything derived (parameter counts, FLOPs per token, activation bytes) is a method
-with its source formula named in its docstring, so a number can be traced to a paper.
-
-Conventions (one place, used everywhere below):
-* parameters are counted as stored: weights and biases, norm scales/shifts, embedding tables;
-  a tied output layer adds nothing. Buffers (rotary tables, ALiBi slopes) are not parameters.
-* FLOPs are model FLOPs per token: 2 per multiply-add of every matmul a token passes through,
-  plus the attention score/value products; element-wise work (norms, activations, softmax,
-  residual adds, biases) counts zero, as in Megatron-LM's `num_floating_point_operations`.
-* activation bytes follow Korthikanti et al. 2022 Sec. 4.1 (16-bit tensors, 1-byte dropout
-  masks, attention scores materialised, no parallelism, no recomputation); those methods are
-  in `transformer_activations`, the FLOPs in `transformer_flops`.
+`ModelSpec` is the transformer's shape (`transformer_shape`) with its counts
+(`transformer_counts`: parameters, FLOPs, activation bytes) and what it answers as a
+`kind.TrainedModel`: its kind, unit of work, title, the model.* values the rules read, its op
+graph (`transformer_graph`), and the layout dimensions, recomputation choices, step-time parts
+and backends it has. Importers (`hf_config`, `presets`) build it; the cost model reads it.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from parplan_gen.models.kind import TransformerKind
-from parplan_gen.models.training_settings import TrainingSettings
-from parplan_gen.models.transformer_activations import ActivationBytes
-from parplan_gen.models.transformer_flops import FlopCounts
-
-MlpKind = Literal["gelu", "geglu", "swiglu", "squared_relu", "relu"]
-GATED_MLPS: frozenset[str] = frozenset({"geglu", "swiglu"})  # gate, up and down: 3 matrices
-# Size bounds: per-layer tables, op graphs (~12 nodes per layer) and searches are sized by them.
-MAX_LAYERS = 4096  # 30x the deepest LLMs published
-# Widths, head and expert counts, vocabularies, positions: above the largest published (the
-# longest context, Llama 4 Scout's 10,485,760 positions).
-MAX_WIDTH = 1 << 24
+from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN
+from parplan_gen.inputs.safe_text import printable
+from parplan_gen.models.graph import ModelGraph
+from parplan_gen.models.kind import PER_LAYER_FIELDS, BackendName, ModelKind, WorkUnit
+from parplan_gen.models.transformer_counts import TransformerCounts
+from parplan_gen.models.transformer_graph import model_graph
 
 
-def _linear(inputs: int, outputs: int, bias: bool) -> int:
-    """Parameters of a dense layer `inputs -> outputs`."""
-    return inputs * outputs + (outputs if bias else 0)
+class ModelSpec(TransformerCounts):
+    """One decoder-only transformer (its fields are `TransformerShape`'s), as a
+    `kind.TrainedModel`."""
 
-
-class ModelSpec(TransformerKind, FlopCounts, ActivationBytes, BaseModel):
-    """One decoder-only transformer. Sizes are counts (layers, heads) or widths (elements);
-    what it answers as a `kind.TrainedModel` is in `kind.TransformerKind`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1, description="Display name, e.g. `llama-3-8b`.")
-    model_type: str = Field(description="Hugging Face `model_type` it was read as, e.g. `llama`.")
-    num_layers: int = Field(gt=0, le=MAX_LAYERS, description="Transformer blocks (`L`).")
-    hidden_size: int = Field(gt=0, le=MAX_WIDTH, description="Residual stream width (`h`).")
-    num_attention_heads: int = Field(gt=0, le=MAX_WIDTH, description="Query heads (`a`).")
-    num_kv_heads: int = Field(
-        gt=0, le=MAX_WIDTH, description="Key/value heads = GQA query groups (`g`)."
-    )
-    head_dim: int = Field(
-        gt=0, le=MAX_WIDTH, description="Width of one query/key/value head (non-MLA)."
-    )
-    ffn_hidden_size: int = Field(
-        ge=0, le=MAX_WIDTH, description="Inner width of the dense MLP layers."
-    )
-    mlp_kind: MlpKind = Field(
-        description="MLP activation; `geglu`/`swiglu` are gated (gate, up, down matrices)."
-    )
-    vocab_size: int = Field(
-        gt=0, le=MAX_WIDTH, description="Rows of the token embedding (`V`), as stored."
-    )
-    tied_embeddings: bool = Field(description="The LM head reuses the token embedding matrix.")
-    max_position_embeddings: int = Field(
-        gt=0,
-        le=MAX_WIDTH,
-        description="Longest context; rows of the position table when it is learned.",
-    )
-    position_embedding: Literal["learned", "rope", "alibi"] = Field(
-        description="`learned` adds a trainable table of max_position_embeddings x h."
-    )
-    norm: Literal["layernorm", "rmsnorm"] = Field(
-        description="LayerNorm stores scale and shift (2 per element), RMSNorm a scale (1)."
-    )
-    norms_per_layer: Literal[1, 2] = Field(
-        default=2, description="Norms per block: 1 for GPT-J/Falcon-7B style parallel blocks."
-    )
-    parallel_attn_mlp: bool = Field(
-        default=False, description="Attention and MLP read the same block input (GPT-J, NeoX)."
-    )
-    embedding_norm: bool = Field(default=False, description="A norm after the embedding (BLOOM).")
-    final_norm: bool = Field(default=True, description="A norm before the LM head.")
-    qk_norm: bool = Field(default=False, description="Per-head norms on queries and keys (Qwen3).")
-    qkv_bias: bool = Field(default=False, description="Q, K and V projections have biases.")
-    out_proj_bias: bool = Field(default=False, description="Attention output projection bias.")
-    mlp_bias: bool = Field(default=False, description="Dense MLP and expert matrices have biases.")
-    lm_head_bias: bool = Field(default=False, description="The LM head has a bias (GPT-J).")
-    attention_sinks: bool = Field(
-        default=False, description="One learned sink logit per head and layer (gpt-oss)."
-    )
-    sliding_window: int | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_WIDTH,
-        description="Keys a windowed layer attends to (None: no window).",
-    )
-    sliding_window_layers: tuple[bool, ...] = Field(
-        default=(), description="Which layers use the window; empty = all, if a window is set."
-    )
-    num_experts: int = Field(
-        default=0, ge=0, le=MAX_WIDTH, description="Routed experts per MoE layer; 0=dense."
-    )
-    experts_per_token: int = Field(
-        default=0, ge=0, le=MAX_WIDTH, description="Routed experts a token uses (k)."
-    )
-    num_shared_experts: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_WIDTH,
-        description="Always-active experts per MoE layer (DeepSeek, Qwen2-MoE).",
-    )
-    moe_ffn_hidden_size: int = Field(
-        default=0, ge=0, le=MAX_WIDTH, description="Inner width of one expert."
-    )
-    shared_expert_ffn_hidden_size: int = Field(
-        default=0, ge=0, le=MAX_WIDTH, description="Inner width of one shared expert."
-    )
-    shared_expert_gate: bool = Field(
-        default=False, description="A sigmoid gate h -> 1 on the shared expert (Qwen2-MoE)."
-    )
-    router_bias: bool = Field(default=False, description="The router has a bias (gpt-oss).")
-    moe_layers: tuple[bool, ...] = Field(
-        default=(),
-        description="Per layer, True where the MLP is MoE; empty = every layer when num_experts>0.",
-    )
-    q_lora_rank: int | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_WIDTH,
-        description="MLA query compression rank (None: full q_proj).",
-    )
-    kv_lora_rank: int | None = Field(
-        default=None,
-        gt=0,
-        le=MAX_WIDTH,
-        description="MLA key/value compression rank; set = MLA attention.",
-    )
-    qk_nope_head_dim: int = Field(
-        default=0, ge=0, le=MAX_WIDTH, description="MLA per-head q/k width, no RoPE."
-    )
-    qk_rope_head_dim: int = Field(
-        default=0, ge=0, le=MAX_WIDTH, description="MLA per-head q/k RoPE width."
-    )
-    v_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH, description="MLA per-head value width.")
-    training: TrainingSettings = Field(
-        default_factory=TrainingSettings,
-        description="How the config says the model was trained (RoPE base, norm epsilon, "
-        "dropout, router): passed to the backends, not priced.",
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> ModelSpec:
-        a, g, n = self.num_attention_heads, self.num_kv_heads, self.num_layers
-        if a % g:
-            raise ValueError(f"num_attention_heads({a}) % num_kv_heads({g}) != 0")
-        if self.sliding_window_layers and len(self.sliding_window_layers) != n:
-            raise ValueError(
-                f"len(sliding_window_layers)({len(self.sliding_window_layers)}) != {n}"
-            )
-        if self.is_moe:
-            k, e = self.experts_per_token, self.num_experts
-            if not 1 <= k <= e:
-                raise ValueError(f"experts_per_token({k}) must be in 1..num_experts({e})")
-            if self.moe_ffn_hidden_size == 0:
-                raise ValueError("moe_ffn_hidden_size must be > 0 when num_experts > 0")
-            if self.moe_layers and len(self.moe_layers) != n:
-                raise ValueError(f"len(moe_layers)({len(self.moe_layers)}) != num_layers({n})")
-            if self.num_shared_experts and not self.shared_expert_ffn_hidden_size:
-                raise ValueError("shared_expert_ffn_hidden_size must be > 0 with shared experts")
-        elif self.experts_per_token or self.num_shared_experts or any(self.moe_layers):
-            raise ValueError("experts_per_token/num_shared_experts/moe_layers need num_experts > 0")
-        if self.norms_per_layer == 1 and not self.parallel_attn_mlp:
-            raise ValueError("norms_per_layer=1 needs parallel_attn_mlp (one norm feeds both)")
-        if self.num_dense_layers and self.ffn_hidden_size == 0:
-            raise ValueError("ffn_hidden_size must be > 0: the model has dense MLP layers")
-        if self.uses_mla and not (
-            self.qk_rope_head_dim and self.qk_nope_head_dim and self.v_head_dim
-        ):
-            raise ValueError("MLA needs qk_nope_head_dim, qk_rope_head_dim and v_head_dim > 0")
-        return self
-
-    # ---- structure -------------------------------------------------------------------------
+    kind: ClassVar[ModelKind] = "transformer"
+    unit: ClassVar[WorkUnit] = "tokens"
+    memory_heading: ClassVar[str] = "Memory per GPU (most loaded stage)"
+    layout_dims: ClassVar[tuple[str, ...]] = ("dp", "tp", "pp", "cp", "ep", "vpp", "sp")
+    recompute_choices: ClassVar[tuple[str, ...]] = ("none", "selective", "full")
+    time_parts: ClassVar[tuple[str, ...]] = (
+        "compute_s", "overlap_cost_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
+        "ep_comm_s", "bubble_s", "optimizer_s",
+    )  # fmt: skip
+    backends: ClassVar[tuple[BackendName, ...]] = ("megatron", "deepspeed", "ddp", "torchtitan")
 
     @property
-    def is_moe(self) -> bool:
-        """True when some layers route tokens to experts."""
-        return self.num_experts > 0
+    def title(self) -> str:
+        return f"{printable(self.name)} ({self.total_params() / 1e9:.2f}B params)"
 
     @property
-    def uses_mla(self) -> bool:
-        """Multi-head latent attention (DeepSeek-V2/V3): keys/values from a compressed latent."""
-        return self.kv_lora_rank is not None
+    def pipeline_layers(self) -> int:
+        return self.num_layers
 
-    @property
-    def gated_mlp(self) -> bool:
-        """Gated MLPs (SwiGLU, GeGLU) have three matrices instead of two."""
-        return self.mlp_kind in GATED_MLPS
+    def batch_text(self, global_batch: int, seq_len: int) -> str:
+        return f"global batch {global_batch} x {seq_len} tokens"
 
-    def positions_cover(self, seq_len: int) -> bool:
-        """Whether the positions serve sequences of `seq_len` tokens: computed ones (RoPE, ALiBi)
-        always do; a learned table has max_position_embeddings rows and cannot grow (Megatron-LM
-        validate_args: max_position_embeddings >= seq_length). The one home of the limit: the
-        constraint model.seq_len_within_learned_positions reads it as
-        model.positions_cover_seq_len, and the renderer asks it before it writes
-        --max-position-embeddings."""
-        return self.position_embedding != "learned" or seq_len <= self.max_position_embeddings
+    def sequence_length(self, asked: int | None) -> int:
+        return DEFAULT_SEQ_LEN if asked is None else asked
 
-    @property
-    def qk_head_dim(self) -> int:
-        """Width of one query/key head (MLA: no-RoPE part + RoPE part)."""
-        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.uses_mla else self.head_dim
+    def formula_values(self, seq_len: int) -> dict[str, Any]:
+        layers = self.num_layers
+        act = sum(self.layer_activation_bytes_per_token(i, seq_len) for i in range(layers))
+        scores = self.attention_core_activation_bytes(seq_len)
+        scores -= self.attention_core_activation_bytes(0)
+        inputs = [self.linear_input_elements_per_token(i) for i in range(layers)]
+        return {
+            "model.layers": layers,
+            "model.hidden": self.hidden_size,
+            "model.heads": self.num_attention_heads,
+            "model.kv_heads": self.num_kv_heads,
+            "model.head_dim": self.head_dim,
+            "model.ffn": self.ffn_hidden_size,
+            "model.vocab": self.vocab_size,
+            "model.experts": self.num_experts,
+            "model.experts_per_token": self.experts_per_token if self.is_moe else 0,
+            "model.moe_layers": self.num_moe_layers,
+            "model.moe": self.is_moe,
+            "model.max_positions": self.max_position_embeddings,
+            "model.learned_positions": self.position_embedding == "learned",
+            "model.positions_cover_seq_len": self.positions_cover(seq_len),
+            "model.gated_mlp": self.gated_mlp,
+            "model.params": self.total_params(),
+            "model.params_embedding": self.embedding_params(),
+            "model.params_output": self.output_params(),
+            "model.params_experts": self.num_moe_layers * self.num_experts * self.expert_params(),
+            "model.flops_per_token": self.flops_per_token(seq_len),
+            "model.attention_flops_per_token": self.attention_score_flops_per_token(seq_len),
+            "model.causal_attention_flops_per_token": self.attention_score_flops_per_token(
+                seq_len, causal=True
+            ),
+            "model.lm_head_flops_per_token": self.lm_head_flops_per_token(),
+            "model.expert_flops_per_token": self.expert_flops_per_token() if self.is_moe else 0,
+            "model.moe_ffn": self.moe_ffn_hidden_size if self.is_moe else 0,
+            "model.act_layer_bytes": act / layers,
+            "model.act_scores_bytes": scores,
+            "model.act_linear_inputs_replicated": sum(i.replicated for i in inputs) / layers,
+            "model.act_linear_inputs_split": sum(i.split for i in inputs) / layers,
+        }
 
-    @property
-    def value_head_dim(self) -> int:
-        """Width of one value head."""
-        return self.v_head_dim if self.uses_mla else self.head_dim
+    def op_graph(self, seq_len: int) -> ModelGraph:
+        return model_graph(self, seq_len=seq_len)
 
-    @property
-    def kv_heads_stored(self) -> int:
-        """Key/value heads the attention core sees (MLA expands its latent to every head)."""
-        return self.num_attention_heads if self.uses_mla else self.num_kv_heads
-
-    @property
-    def moe_layer_mask(self) -> tuple[bool, ...]:
-        """Per layer, True where the MLP is a mixture of experts."""
-        if not self.is_moe:
-            return (False,) * self.num_layers
-        return self.moe_layers or (True,) * self.num_layers
-
-    @property
-    def window_layer_mask(self) -> tuple[bool, ...]:
-        """Per layer, True where attention is limited to `sliding_window` keys."""
-        if self.sliding_window is None:
-            return (False,) * self.num_layers
-        return self.sliding_window_layers or (True,) * self.num_layers
-
-    @property
-    def num_moe_layers(self) -> int:
-        """Layers whose MLP is a mixture of experts."""
-        return sum(self.moe_layer_mask)
-
-    @property
-    def num_dense_layers(self) -> int:
-        """Layers with a dense MLP."""
-        return self.num_layers - self.num_moe_layers
-
-    # ---- parameters --------------------------------------------------------------------------
-
-    def norm_params(self, width: int) -> int:
-        """Parameters of one norm over `width` elements (LayerNorm: scale+shift, RMSNorm: scale)."""
-        return width * (2 if self.norm == "layernorm" else 1)
-
-    def attention_params(self) -> int:
-        """Parameters of one attention block: projections, MLA latents/norms, q/k norms, sinks."""
-        h, a = self.hidden_size, self.num_attention_heads
-        if self.uses_mla:  # DeepSeek-V2 Sec. 2.1.2 / HF DeepseekV3Attention
-            r_kv, d_qk = self.kv_lora_rank or 0, self.qk_head_dim
-            if self.q_lora_rank:
-                q = _linear(h, self.q_lora_rank, self.qkv_bias) + self.norm_params(self.q_lora_rank)
-                q += self.q_lora_rank * a * d_qk
-            else:
-                q = h * a * d_qk
-            kv = _linear(h, r_kv + self.qk_rope_head_dim, self.qkv_bias) + self.norm_params(r_kv)
-            kv += r_kv * a * (self.qk_nope_head_dim + self.v_head_dim)
-            return q + kv + self.attention_output_params()
-        d, g = self.head_dim, self.num_kv_heads
-        params = _linear(h, a * d, self.qkv_bias) + 2 * _linear(h, g * d, self.qkv_bias)
-        params += self.attention_output_params()
-        params += 2 * self.norm_params(d) if self.qk_norm else 0
-        return params + (a if self.attention_sinks else 0)
-
-    def attention_output_params(self) -> int:
-        """Parameters of the attention output projection (a * d_v -> h)."""
-        width = self.num_attention_heads * self.value_head_dim
-        return _linear(width, self.hidden_size, self.out_proj_bias)
-
-    def mlp_params(self, ffn: int) -> int:
-        """Parameters of one MLP (or expert) of inner width `ffn`: 2 matrices, 3 when gated."""
-        h, bias = self.hidden_size, self.mlp_bias
-        up = _linear(h, ffn, bias) * (2 if self.gated_mlp else 1)
-        return up + _linear(ffn, h, bias)
-
-    def expert_params(self) -> int:
-        """Parameters of one routed expert."""
-        return self.mlp_params(self.moe_ffn_hidden_size) if self.is_moe else 0
-
-    def router_params(self) -> int:
-        """Parameters of one MoE router (h -> num_experts)."""
-        return _linear(self.hidden_size, self.num_experts, self.router_bias) if self.is_moe else 0
-
-    def shared_expert_params(self) -> int:
-        """Parameters of a layer's shared experts and their gate."""
-        shared = self.num_shared_experts * self.mlp_params(self.shared_expert_ffn_hidden_size)
-        return shared + (self.hidden_size if self.shared_expert_gate else 0)
-
-    def layer_norm_params(self) -> int:
-        """Parameters of the norms inside one block."""
-        return self.norms_per_layer * self.norm_params(self.hidden_size)
-
-    def dense_layer_params(self) -> int:
-        """Parameters of one block with a dense MLP (Narayanan Eq. 2 per layer: 12h^2 + 13h)."""
-        mlp = self.mlp_params(self.ffn_hidden_size)
-        return self.attention_params() + self.layer_norm_params() + mlp
-
-    def moe_layer_params(self) -> int:
-        """Parameters of one MoE block: attention, norms, all experts, shared experts, router."""
-        experts = self.num_experts * self.expert_params() + self.shared_expert_params()
-        return self.attention_params() + self.layer_norm_params() + experts + self.router_params()
-
-    def embedding_params(self) -> int:
-        """Token embedding, learned position table and embedding norm (Narayanan Eq. 2: (V+s)h)."""
-        h = self.hidden_size
-        params = self.vocab_size * h
-        params += self.max_position_embeddings * h if self.position_embedding == "learned" else 0
-        return params + (self.norm_params(h) if self.embedding_norm else 0)
-
-    def output_params(self) -> int:
-        """Final norm and LM head (nothing for the head when it is tied to the embedding)."""
-        h, v = self.hidden_size, self.vocab_size
-        params = self.norm_params(h) if self.final_norm else 0
-        params += 0 if self.tied_embeddings else v * h
-        return params + (v if self.lm_head_bias else 0)
-
-    def total_params(self) -> int:
-        """All parameters (Narayanan 2021 Eq. 2 generalised; equals it + 2h for GPT-3 shapes,
-        the final LayerNorm that Eq. 2 leaves out)."""
-        layers = self.num_dense_layers * self.dense_layer_params()
-        layers += self.num_moe_layers * self.moe_layer_params()
-        return self.embedding_params() + layers + self.output_params()
-
-    def active_params(self, *, count_embedding: bool = True) -> int:
-        """Parameters one token uses: total less the routed experts it skips.
-
-        By default the embedding table counts in full, the convention of Mixtral's "12.9B active"
-        and Qwen3-30B-A3B's "3.3B activated"; `count_embedding=False` leaves out the input
-        embedding (and learned positions) of an untied model, the convention of DeepSeek-V3's
-        "37B" and gpt-oss-120b's "5.1B".
-        """
-        idle = (self.num_experts - self.experts_per_token) * self.expert_params()
-        active = self.total_params() - self.num_moe_layers * idle
-        if count_embedding or self.tied_embeddings:
-            return active
-        table = self.vocab_size * self.hidden_size
-        if self.position_embedding == "learned":
-            table += self.max_position_embeddings * self.hidden_size
-        return active - table
+    def facts(self) -> dict[str, Any]:
+        values = self.model_dump(exclude=set(PER_LAYER_FIELDS))
+        return {
+            **{f"model.{k}": v for k, v in values.items()},
+            "model.kind": self.kind,
+            "model.gqa": self.num_kv_heads < self.num_attention_heads,
+            "model.moe": self.is_moe,
+            "model.mla": self.uses_mla,
+        }

@@ -1,20 +1,33 @@
 """Activation memory of a transformer: the bytes one token stores for the backward pass.
 
-`ActivationBytes` is a part of `transformer.ModelSpec` (it reads the spec's fields): Korthikanti
-et al. 2022 Sec. 4.1 per layer and Sec. 4.3's extras, generalised to GQA, gated MLPs, MoE and
-MLA; 16-bit tensors, 1-byte dropout masks, attention scores materialised, no parallelism, no
+`ActivationBytes` derives from `transformer_shape.TransformerShape` (it reads the shape's
+fields) and is a base of `transformer_counts.TransformerCounts`: Korthikanti et al. 2022
+Sec. 4.1 per layer and Sec. 4.3's extras, generalised to GQA, gated MLPs, MoE and MLA; 16-bit
+tensors, 1-byte dropout masks, attention scores materialised, no parallelism, no
 recomputation.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
+
+from parplan_gen.models.transformer_shape import TransformerShape
 
 ACT_BYTES = 2  # 16-bit activations (Korthikanti 2022, Sec. 4.1)
 MASK_BYTES = 1  # 1-byte dropout masks (Korthikanti 2022, Sec. 4.1)
 LOGIT_BYTES = 4  # fp32 logits (Korthikanti 2022, Sec. 4.3: 4sbh/t * (1 + v/h))
 
 
-class ActivationBytes:
-    """Activation bytes per token of a `ModelSpec`."""
+class LinearInputs(NamedTuple):
+    """Values one token stores in a layer as inputs of linear layers, by how tensor
+    parallelism treats them."""
+
+    replicated: int  # the norm outputs', replicated unless the sequence is split
+    split: int  # the other linear inputs', split over the tensor-parallel ranks
+
+
+class ActivationBytes(TransformerShape):
+    """Activation bytes per token of a transformer."""
 
     def mlp_activation_bytes(self, ffn: int) -> int:
         """Bytes one token stores inside one MLP of width `ffn`, input excluded: activation
@@ -51,13 +64,13 @@ class ActivationBytes:
             mlp = mlp_in + self.mlp_activation_bytes(self.ffn_hidden_size)
         return norms + attn + mlp + MASK_BYTES * h
 
-    def linear_input_elements_per_token(self, layer: int) -> tuple[int, int]:
+    def linear_input_elements_per_token(self, layer: int) -> LinearInputs:
         """The values one token stores in `layer` as the input of a linear layer, for its
         weight-gradient GEMM (part of layer_activation_bytes_per_token at 2 bytes each):
-        (those of the norm outputs, which tensor parallelism replicates unless the sequence is
-        split: QKV's, MLA's down-projections' outputs, a dense FC1's; those it splits: the
-        output projection's, FC2's, and the routed and shared experts'). A router's input is
-        not one: it stays in full precision."""
+        `replicated`, those of the norm outputs, which tensor parallelism replicates unless the
+        sequence is split (QKV's, MLA's down-projections' outputs, a dense FC1's); `split`,
+        those it splits (the output projection's, FC2's, and the routed and shared experts').
+        A router's input is not one: it stays in full precision."""
         h = self.hidden_size
         replicated = h
         if self.uses_mla:
@@ -69,7 +82,7 @@ class ActivationBytes:
         else:
             replicated += h if self.norms_per_layer == 2 else 0
             split += self.ffn_hidden_size
-        return replicated, split
+        return LinearInputs(replicated, split)
 
     def activation_bytes_per_token(self, seq_len: int) -> int:
         """All layers plus Korthikanti 2022 Sec. 4.3's extras at p = 1: embedding dropout mask h,

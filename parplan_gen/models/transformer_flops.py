@@ -2,17 +2,20 @@
 the attention score/value products (element-wise work counts zero), as Megatron-LM's
 `num_floating_point_operations` counts them.
 
-`FlopCounts` is a part of `transformer.ModelSpec` (it reads the spec's fields); each method
-names its source formula (Narayanan et al. 2021, Korthikanti et al. 2022).
+`FlopCounts` derives from `transformer_shape.TransformerShape` (it reads the shape's fields) and
+is a base of `transformer_counts.TransformerCounts`; each method names its source formula
+(Narayanan et al. 2021, Korthikanti et al. 2022).
 """
 
 from __future__ import annotations
 
+from parplan_gen.models.transformer_shape import TransformerShape
+
 TRAIN_FLOPS_PER_FORWARD = 3  # backward = 2x forward (Narayanan 2021, Appendix)
 
 
-class FlopCounts:
-    """FLOPs per token of a `ModelSpec`."""
+class FlopCounts(TransformerShape):
+    """FLOPs per token of a transformer."""
 
     def attention_matmul_weights(self) -> int:
         """Multiply-adds per token in one block's attention projections (Q, K, V, output)."""

@@ -1,4 +1,5 @@
-"""Expand a `ModelSpec` into its per-layer op graph (a `ModelGraph` the rules engine can read).
+"""Expand a transformer (a `ModelSpec`, read as its `TransformerCounts`) into its per-layer op
+graph (a `ModelGraph` the rules engine can read).
 
 One node per operation a token passes through, in execution order:
 
@@ -27,9 +28,10 @@ from __future__ import annotations
 
 from parplan_gen.inputs.defaults import DEFAULT_SEQ_LEN
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.models.graph import ModelGraph, Node, build_graph
-from parplan_gen.models.transformer import ModelSpec
+from parplan_gen.models.graph import ModelGraph, build_graph
+from parplan_gen.models.graph_node import Node
 from parplan_gen.models.transformer_activations import ACT_BYTES, LOGIT_BYTES, MASK_BYTES
+from parplan_gen.models.transformer_counts import TransformerCounts
 
 Attr = int | float | str | bool
 
@@ -58,7 +60,7 @@ class _Builder:
         return node_id
 
 
-def model_graph(spec: ModelSpec, *, seq_len: int = DEFAULT_SEQ_LEN) -> ModelGraph:
+def model_graph(spec: TransformerCounts, *, seq_len: int = DEFAULT_SEQ_LEN) -> ModelGraph:
     """The op graph of `spec` at sequence length `seq_len` (tokens)."""
     if seq_len <= 0:
         raise InputError(f"seq_len must be a positive number of tokens, not {seq_len}")
@@ -98,11 +100,11 @@ def model_graph(spec: ModelSpec, *, seq_len: int = DEFAULT_SEQ_LEN) -> ModelGrap
     return build_graph(spec.name, b.nodes, b.edges)
 
 
-def _norm_op(spec: ModelSpec) -> str:
+def _norm_op(spec: TransformerCounts) -> str:
     return "LayerNorm" if spec.norm == "layernorm" else "RMSNorm"
 
 
-def _layer(b: _Builder, spec: ModelSpec, i: int, x: str, seq_len: int) -> str:
+def _layer(b: _Builder, spec: TransformerCounts, i: int, x: str, seq_len: int) -> str:
     """Add layer `i` reading the residual stream `x`; return the node holding its output."""
     p, h = f"layers.{i}", spec.hidden_size
     norm_op, norm_params = _norm_op(spec), spec.norm_params(h)
@@ -123,7 +125,7 @@ def _layer(b: _Builder, spec: ModelSpec, i: int, x: str, seq_len: int) -> str:
     return b.add(f"{p}.mlp.residual", "Add", [*mlp_out, res], act=MASK_BYTES * h, layer=i)
 
 
-def _attention(b: _Builder, spec: ModelSpec, i: int, x: str, seq_len: int) -> str:
+def _attention(b: _Builder, spec: TransformerCounts, i: int, x: str, seq_len: int) -> str:
     p, h, a = f"layers.{i}.attention", spec.hidden_size, spec.num_attention_heads
     out_width = a * spec.value_head_dim
     sinks = a if spec.attention_sinks else 0
@@ -157,7 +159,7 @@ def _attention(b: _Builder, spec: ModelSpec, i: int, x: str, seq_len: int) -> st
         v_head_dim=spec.value_head_dim,
         seq_len=seq_len,
         keys_per_query=keys,
-        sliding_window=spec.sliding_window if spec.window_layer_mask[i] else 0,
+        sliding_window=(spec.sliding_window or 0) if spec.window_layer_mask[i] else 0,
     )
     return b.add(
         f"{p}.out",
@@ -173,7 +175,9 @@ def _attention(b: _Builder, spec: ModelSpec, i: int, x: str, seq_len: int) -> st
     )
 
 
-def _mlp(b: _Builder, spec: ModelSpec, i: int, x: str, *, first_input_counted: bool) -> list[str]:
+def _mlp(
+    b: _Builder, spec: TransformerCounts, i: int, x: str, *, first_input_counted: bool
+) -> list[str]:
     """Dense MLP or MoE block of layer `i`; returns the nodes that feed the residual add.
     `first_input_counted`: the block input is already stored by attention (one shared norm)."""
     h = spec.hidden_size
@@ -216,7 +220,15 @@ def _mlp(b: _Builder, spec: ModelSpec, i: int, x: str, *, first_input_counted: b
 
 
 def _ffn(
-    b: _Builder, spec: ModelSpec, p: str, i: int, x: str, f: int, n: int, in_act: int, gate: int = 0
+    b: _Builder,
+    spec: TransformerCounts,
+    p: str,
+    i: int,
+    x: str,
+    f: int,
+    n: int,
+    in_act: int,
+    gate: int = 0,
 ) -> str:
     """`n` parallel MLPs of width `f` (n > 1 only for shared experts) as fc1 -> act -> fc2;
     `gate`: weights of a shared-expert gate (h -> 1), counted with fc1."""
