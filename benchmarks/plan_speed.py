@@ -48,13 +48,15 @@ def stages(repeat: int) -> None:
     from parplan_gen.api import load_model, proposals_for
     from parplan_gen.cost.hardware import cluster_from_flags
     from parplan_gen.planning.planner import Planner
+    from parplan_gen.planning.search_choices import SearchChoices, choose
     from parplan_gen.planning.search_space import Request, SearchOptions
     from parplan_gen.rules.ruleset import load_rules
 
     rules = load_rules()
     spec = load_model("llama-3-405b")
     cluster = cluster_from_flags(16384, "h100")
-    options = SearchOptions.from_proposals(proposals_for(spec, cluster, rules, 8192))
+    chosen = choose(SearchChoices(), rules, spec, cluster, global_batch=2048, seq_len=8192)
+    options = SearchOptions.for_model(spec, chosen)
     request = Request(spec, cluster, 2048, 8192, options=options)
     planner = Planner(rules)
     rows = [

@@ -135,7 +135,7 @@ def compare(case: Case, rules: RuleSet, repeat: int = 1) -> Comparison:
     except PlanError as exc:
         return Comparison(case.name, published, violations, None, None, False, 0.0, str(exc))
     # The search over the backend the published layout was judged on (the first that runs it).
-    options = SearchOptions.for_model(case.spec, result.document.proposals)
+    options = SearchOptions.for_model(case.spec, result.document.search.options())  # type: ignore[union-attr,arg-type]
     backend = published.backend.name if published.backend else options.backends[0]
     request = Request(
         case.spec, case.cluster, layout.global_batch, layout.seq_len, layout.precision,

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from test_shell_script import LARGE_SCRIPTS
 
-from parplan_gen.render.shell_script import script_words
+from parplan_gen.inputs.shell_script import script_words
 
 
 def main() -> None:

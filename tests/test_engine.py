@@ -3,7 +3,8 @@ evaluating every rule at every node gives, and ties keep file order."""
 
 from __future__ import annotations
 
-from parplan_gen.models.graph import Node, build_graph
+from parplan_gen.models.graph import build_graph
+from parplan_gen.models.graph_node import Node
 from parplan_gen.rules.engine import analyze, best_per_node
 from parplan_gen.rules.ruleset import load_rules
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from parplan_gen.api import estimate, load_cluster_spec, load_model, proposals_for
+from parplan_gen.api import estimate, load_cluster_spec, load_model
 from parplan_gen.cost.layout import LayoutError, build_layout
 from parplan_gen.planning.backends import BACKENDS
+from parplan_gen.planning.search_choices import SearchChoices, choose
 from parplan_gen.planning.search_space import (
     Request,
     SearchOptions,
@@ -40,8 +41,11 @@ LLAMA_405B_LAYOUT = {
 
 def _request(model: str, gpus: int, layout: dict, backend: str = "megatron") -> Request:
     spec, cluster = load_model(model), load_cluster_spec({"gpus": gpus, "gpu": "h100"})
-    proposals = proposals_for(spec, cluster, load_rules(), layout["seq_len"])
-    options = SearchOptions.for_model(spec, proposals, backend).on(backend)  # type: ignore[arg-type]
+    chosen = choose(
+        SearchChoices(), load_rules(), spec, cluster, global_batch=layout["global_batch"],
+        seq_len=layout["seq_len"],
+    )  # fmt: skip
+    options = SearchOptions.for_model(spec, chosen, backend).on(backend)  # type: ignore[arg-type]
     return Request(spec, cluster, layout["global_batch"], layout["seq_len"], options=options)
 
 

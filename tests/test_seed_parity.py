@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parplan_gen.models.graph import Node, build_graph
+from parplan_gen.models.graph import build_graph
+from parplan_gen.models.graph_node import Node
 from parplan_gen.rules.engine import analyze, propose
 from parplan_gen.rules.ruleset import load_rules
 

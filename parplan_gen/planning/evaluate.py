@@ -123,9 +123,12 @@ class Evaluator:
         """The estimate of `layout` and the rules it breaks (`memory_headroom`: bytes per GPU
         the memory rules keep free)."""
         env = self.env(
-            model, cluster, layout, flash_attention=flash_attention,
+            model,
+            cluster,
+            layout,
+            flash_attention=flash_attention,
             memory_headroom=memory_headroom,
-        )  # fmt: skip
+        )
         return self.evaluate_env(layout, env)
 
     def evaluate_env(self, layout: Layout, env: dict[str, Any]) -> Evaluation:

@@ -11,9 +11,19 @@ layout may run is still for the constraint rules to say.
 from __future__ import annotations
 
 import re
-from typing import get_args
+from collections.abc import Mapping
+from typing import Any, cast, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictBool,
+    StrictInt,
+    model_serializer,
+    model_validator,
+)
 
 from parplan_gen.cost.estimate import cluster_env
 from parplan_gen.cost.hardware import Cluster
@@ -21,6 +31,11 @@ from parplan_gen.cost.layout import SIZE_LIMITS, Precision, Recompute
 from parplan_gen.inputs.defaults import BOUNDED_SIZES, GIB, ZERO_STAGES
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.validation import check_choice
+from parplan_gen.planning.search_choices import (
+    ChosenOptions,
+    InterleaveChoice,
+    SequenceParallelChoice,
+)
 from parplan_gen.rules.request_names import MEMORY_HEADROOM_DEFAULT
 from parplan_gen.rules.ruleset import RuleSet
 
@@ -132,7 +147,7 @@ class SearchLimits(BaseModel):
         if field not in BOUNDED_SIZES:
             return True
         low, high = getattr(self.bounds, f"min_{field}"), getattr(self.bounds, f"max_{field}")
-        return (low is None or value >= low) and (high is None or value <= high)  # type: ignore[operator]
+        return (low is None or value >= low) and (high is None or value <= high)
 
     def describe(self) -> str:
         """`--tp 8 --max-pp 4`: the pins and bounds as flags, for messages."""
@@ -170,7 +185,7 @@ def _shown(value: object) -> str:
 
 
 def search_limits(
-    pins: Pins | dict | None = None, bounds: Bounds | dict | None = None
+    pins: Pins | Mapping[str, Any] | None = None, bounds: Bounds | Mapping[str, Any] | None = None
 ) -> SearchLimits:
     """SearchLimits from mappings or models; an InputError naming the flag when they conflict."""
     try:
@@ -229,7 +244,10 @@ def parse_headroom(value: object) -> Headroom:
 
 
 class SearchRecord(BaseModel):
-    """plan.json `search`: the pins, bounds and memory headroom the plan was searched under."""
+    """plan.json `search`: the pins, bounds, memory headroom and search options (interleaving,
+    sequence parallelism, the gradient-reduction overlap: planning/search_choices.py) the plan
+    was searched under. A plan.json written before the options were recorded has none (None,
+    left out when written again)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -242,6 +260,39 @@ class SearchRecord(BaseModel):
     headroom: str = Field(description="As asked: `default`, `4 GiB` or `10%`.")
     headroom_bytes: int = Field(ge=0, description="Memory per GPU kept free, bytes.")
     headroom_source: str = Field(description="Where the headroom came from.")
+    interleave: InterleaveChoice | None = Field(
+        None, description="`search`: layouts with vpp > 1 searched; `off`: not."
+    )
+    interleave_source: str | None = Field(None, description="Where `interleave` came from.")
+    sequence_parallel: SequenceParallelChoice | None = Field(
+        None, description="Sequence parallelism with tp > 1: `search`, `on` or `off`."
+    )
+    sequence_parallel_source: str | None = Field(
+        None, description="Where `sequence_parallel` came from."
+    )
+    overlap_grad_reduce: StrictBool | None = Field(
+        None, description="Gradient reduction overlapped with the backward in the files."
+    )
+    overlap_grad_reduce_source: str | None = Field(
+        None, description="Where `overlap_grad_reduce` came from."
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unrecorded(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Options not recorded are left out (plan.json as older versions wrote it)."""
+        data = handler(self)
+        return {
+            k: v for k, v in data.items() if v is not None or k not in ChosenOptions.model_fields
+        }
+
+    def with_options(self, chosen: ChosenOptions) -> SearchRecord:
+        """This record with the request's search options."""
+        return SearchRecord(**{**self.model_dump(), **chosen.model_dump()})
+
+    def options(self) -> ChosenOptions | None:
+        """The search options recorded (None: a plan.json written before they were)."""
+        recorded = {k: getattr(self, k) for k in ChosenOptions.model_fields}
+        return None if None in recorded.values() else ChosenOptions(**recorded)
 
 
 def headroom_record(
@@ -257,7 +308,7 @@ def headroom_record(
     elif headroom.fraction is not None:
         amount, source = headroom.fraction * memory, "--headroom (share of the GPU's memory)"
     else:
-        env = cluster_env(cluster, precision)
+        env = cluster_env(cluster, cast(Precision, precision))
         where = SourceRef("memory_headroom_default")
         amount = float(rules.library.compile(DEFAULT_HEADROOM, where, "estimate").evaluate(env))  # type: ignore[arg-type]
         source = f"default: rule {DEFAULT_HEADROOM} (rules/constraints/headroom.yaml)"
@@ -274,9 +325,12 @@ def headroom_record(
             f"{memory / GIB:.1f} GiB"
         )
     return SearchRecord(
-        pins=limits.pins.given(), bounds=limits.bounds.given(), headroom=headroom.text(),  # type: ignore[arg-type]
-        headroom_bytes=round(amount), headroom_source=source,
-    )  # fmt: skip
+        pins=limits.pins.given(),
+        bounds=limits.bounds.given(),
+        headroom=headroom.text(),
+        headroom_bytes=round(amount),
+        headroom_source=source,
+    )
 
 
 def _overlay_where(rules: RuleSet) -> SourceRef | None:

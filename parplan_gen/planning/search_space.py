@@ -5,15 +5,17 @@ dp * tp * pp * cp = world size (for a mixture of experts, the expert groups etp 
 backend forms: `expert_groups`), vpp = 1 or a divisor (> 1) of a stage's layers (with the
 embedding and the loss counted or not), micro-batch sizes that divide the per-replica batch, and the
 memory options: DeepSpeed ZeRO 0-3 or Megatron's distributed optimizer, recomputation none /
-selective / full, sequence parallelism when tp > 1.
+selective / full, sequence parallelism when tp > 1. Whether vpp > 1 is searched and whether
+sequence parallelism is tried both ways, fixed on or off are the request's search options
+(planning/search_choices.py, defaults in rules/search/defaults.yaml).
 Which of these may run is for the constraint rules to say, not for this module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Literal, NamedTuple, Protocol, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import PLAN_FIELDS, Layout, Precision, check_sizes
@@ -22,17 +24,11 @@ from parplan_gen.inputs.validation import check_choice
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES, BackendName, TrainedModel
 from parplan_gen.planning.backends import BACKENDS, Capabilities
 from parplan_gen.planning.pins import SearchLimits
+from parplan_gen.planning.search_choices import ChosenOptions
 
 Objective = Literal["time", "memory"]
 NO_LIMITS = SearchLimits()  # a request with no pin and no bound
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")  # least to most recomputation
-
-
-class Proposing(Protocol):
-    """Anything with proposal settings (`engine.Proposal`)."""
-
-    @property
-    def settings(self) -> Mapping[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -74,52 +70,30 @@ class SearchOptions:
         )
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, object]) -> SearchOptions:
-        """Options seeded by the rules engine's proposals (their merged `settings`).
-
-        `sequence_parallel: true` (the seed's tensor proposal) fixes sequence parallelism on
-        whenever tp > 1 instead of trying both; `pipeline_schedule: 'interleaved_1f1b'` (the
-        seed's pipeline proposal) lets interleaving in, which is otherwise not searched. The
-        seed's dp, pp and micro_batches settings are a graph heuristic's small guesses; every
-        factorisation is searched instead.
-        """
-        return cls(
-            interleave=settings.get("pipeline_schedule") == "interleaved_1f1b",
-            sequence_parallel_fixed=settings.get("sequence_parallel") is True,
-        )
-
-    @classmethod
-    def from_proposals(cls, proposals: Iterable[Proposing]) -> SearchOptions:
-        """`from_settings` of the proposals' settings merged in order (a later one wins)."""
-        settings: dict[str, object] = {}
-        for proposal in proposals:
-            settings.update(proposal.settings)
-        return cls.from_settings(settings)
-
-    @classmethod
     def for_model(
         cls,
         model: TrainedModel,
-        proposals: Iterable[Proposing],
+        chosen: ChosenOptions,
         backends: str | Iterable[str] = ANY_BACKEND,
         limits: SearchLimits = NO_LIMITS,
     ) -> SearchOptions:
-        """What the planner searches for `model`: the proposals' options (`from_proposals`)
-        within the layout dimensions and recomputation the model has, on the backends asked
-        for (`any`: every backend that trains the model), within the request's pins and bounds
-        (`limits`; a pinned vpp > 1 turns interleaving on). An InputError for a backend that
-        does not train it."""
-        options = cls.from_proposals(proposals)
+        """What the planner searches for `model`: the layout dimensions and recomputation it
+        has, on the backends asked for (`any`: every backend that trains the model), with the
+        request's search options (`chosen`: interleaving, sequence parallelism with tp > 1;
+        planning/search_choices.py), within its pins and bounds (`limits`; a pin wins over an
+        option: a pinned vpp > 1 turns interleaving on, a pinned sequence_parallel fixes it).
+        An InputError for a backend that does not train it."""
         dims = model.layout_dims
-        interleave = options.interleave or (limits.pins.vpp or 1) > 1
-        return replace(
-            options,
+        interleave = chosen.interleave == "search" or (limits.pins.vpp or 1) > 1
+        sp_pin = limits.pins.sequence_parallel
+        sequence_parallel = chosen.sequence_parallel != "off" or sp_pin is True
+        return cls(
             limits=limits,
             interleave=interleave and "vpp" in dims,
-            sequence_parallel_fixed=options.sequence_parallel_fixed and "sp" in dims,
+            sequence_parallel_fixed=chosen.sequence_parallel == "on" and "sp" in dims,
             backends=backends_for(model, backends),
             pipeline="pp" in dims,
-            sequence_parallel="sp" in dims,
+            sequence_parallel=sequence_parallel and "sp" in dims,
             recompute=model.recompute_choices,
         )
 
@@ -274,7 +248,7 @@ def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
     pinned_sp = options.limits.pins.sequence_parallel
     if tp == 1 or not options.sequence_parallel:
         sp_choices = [False]
-    elif pinned_sp is not None:  # a pin overrides the tensor proposal's fixed choice
+    elif pinned_sp is not None:  # a pin overrides the sequence-parallelism option
         sp_choices = [pinned_sp]
     else:
         sp_choices = [True] if options.sequence_parallel_fixed else [False, True]
@@ -299,7 +273,7 @@ def outside_search(layout: Layout, request: Request) -> str | None:
         return f"planned for (GPUs, batch, sequence, precision) {asked}, the layout has {given}"
     options, spec = request.options, request.spec
     head = (layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.etp)
-    if head not in structures(layout.world_size, spec.is_moe, options):
+    if not any(s == head for s in structures(layout.world_size, spec.is_moe, options)):
         if not options.pipeline:
             return (
                 f"(dp, tp, pp, cp, ep, etp) {head} is not searched (graph models: dp and tp only)"
@@ -314,12 +288,18 @@ def outside_search(layout: Layout, request: Request) -> str | None:
     if layout.mbs not in mbs_options(layout.global_batch, layout.dp, options.limits):
         return f"micro-batch {layout.mbs} is not searched"
     mem = MemoryOption(
-        layout.zero_stage, layout.distributed_optimizer, layout.sequence_parallel,
+        layout.zero_stage,
+        layout.distributed_optimizer,
+        layout.sequence_parallel,
         layout.recompute,
-    )  # fmt: skip
+    )
     if mem not in memory_options(layout.tp, options):
-        if options.sequence_parallel_fixed and layout.tp > 1 and not layout.sequence_parallel:
-            return "sequence parallelism is always on with tp > 1 (the tensor proposal)"
+        with_tp = layout.tp > 1 and options.limits.pins.sequence_parallel is None
+        if with_tp and options.sequence_parallel_fixed and not layout.sequence_parallel:
+            return "sequence parallelism is always on with tp > 1 (search option: on)"
+        sp_off = not options.sequence_parallel and "sp" in spec.layout_dims
+        if with_tp and sp_off and layout.sequence_parallel and options.runs.sequence_parallel:
+            return "sequence parallelism is off for this request (search option: off)"
         return f"{mem} is not searched with backend {options.backend}"
     return None
 
@@ -328,6 +308,8 @@ def layout_of(plan: Iterable[Any], request: Request) -> Layout:
     """The Layout whose plan fields (cost.layout.PLAN_FIELDS, in order) are `plan`."""
     values = dict(zip(PLAN_FIELDS, plan, strict=True))
     return Layout(
-        **values, global_batch=request.global_batch, seq_len=request.seq_len,
+        **values,
+        global_batch=request.global_batch,
+        seq_len=request.seq_len,
         precision=request.precision,
-    )  # fmt: skip
+    )

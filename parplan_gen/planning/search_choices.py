@@ -1,0 +1,213 @@
+"""What a planning request asks of the search's optional parts, and the rules' defaults for
+what it leaves out.
+
+Three choices, each a field of `SearchChoices` (None: the rule's default):
+
+* `interleave` (`plan --interleave search|off`): whether layouts with vpp > 1 are searched;
+* `sequence_parallel` (`--sequence-parallel-with-tp search|on|off`): sequence parallelism on
+  layouts with tp > 1 tried both ways, always on or always off;
+* `overlap_grad_reduce` (`--overlap-grad-reduce on|off`): whether the files overlap the
+  data-parallel gradient reduction with the backward (Megatron-LM --overlap-grad-reduce,
+  DeepSpeed overlap_comm).
+
+`choose` resolves them once per request: a value the request gives, else the named formula of
+`rules/search/defaults.yaml` (`DEFAULT_FORMULAS`) evaluated with the request's rules (built-in
+and overlays) on its model.*, cluster.* and train.* values. The result (`ChosenOptions`, each
+value with where it came from) is what `search_space.SearchOptions.for_model` searches and what
+plan.json records under `search`. Nothing here reads the seed's proposals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, cast, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+
+from parplan_gen.cost.estimate import CostModel
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.layout import Precision
+from parplan_gen.inputs.errors import FormulaError, InputError, SourceRef
+from parplan_gen.inputs.validation import check_choice
+from parplan_gen.models.kind import TrainedModel
+from parplan_gen.planning.evaluate import named_formula
+from parplan_gen.rules.ruleset import RuleSet
+
+InterleaveChoice = Literal["search", "off"]
+SequenceParallelChoice = Literal["search", "on", "off"]
+CHOICES: dict[str, tuple[object, ...]] = {
+    "interleave": get_args(InterleaveChoice),
+    "sequence_parallel": get_args(SequenceParallelChoice),
+    "overlap_grad_reduce": (True, False),
+}
+# The named formula that gives each default, and the file that defines it.
+DEFAULT_FORMULAS: dict[str, str] = {
+    "interleave": "search_interleave_default",
+    "sequence_parallel": "search_sequence_parallel_default",
+    "overlap_grad_reduce": "search_overlap_grad_reduce_default",
+}
+DEFAULTS_FILE = "rules/search/defaults.yaml"
+# The flag of each choice, for messages (`plan --interleave off`).
+FLAGS: dict[str, str] = {
+    "interleave": "--interleave",
+    "sequence_parallel": "--sequence-parallel-with-tp",
+    "overlap_grad_reduce": "--overlap-grad-reduce",
+}
+# The layout dimension (models.kind.TrainedModel.layout_dims) a choice is about, if any.
+DIMENSION: dict[str, tuple[str, str]] = {
+    "interleave": ("vpp", "virtual pipeline stages"),
+    "sequence_parallel": ("sp", "sequence parallelism"),
+}
+
+
+class SearchChoices(BaseModel):
+    """What a request asks of the search's optional parts (None: the rule's default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interleave: InterleaveChoice | None = Field(
+        None, description="`search`: layouts with vpp > 1 are searched; `off`: vpp = 1 only."
+    )
+    sequence_parallel: SequenceParallelChoice | None = Field(
+        None,
+        description="Sequence parallelism on layouts with tp > 1: `search` (both ways), `on` "
+        "or `off`. A pin (`--sequence-parallel`) fixes the layout field instead.",
+    )
+    overlap_grad_reduce: StrictBool | None = Field(
+        None,
+        description="The data-parallel gradient reduction overlapped with the backward in "
+        "the files (Megatron-LM --overlap-grad-reduce, DeepSpeed overlap_comm).",
+    )
+
+    def given(self) -> dict[str, object]:
+        """The choices the request makes, in field order."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class ChosenOptions(BaseModel):
+    """Each choice of a request as resolved, and where it came from (plan.json `search`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interleave: InterleaveChoice
+    interleave_source: str
+    sequence_parallel: SequenceParallelChoice
+    sequence_parallel_source: str
+    overlap_grad_reduce: StrictBool
+    overlap_grad_reduce_source: str
+
+
+def search_choices(value: SearchChoices | Mapping[str, Any] | None) -> SearchChoices:
+    """`plan(search=...)`: a SearchChoices, a mapping of its fields, or None (every default);
+    an InputError naming the field otherwise."""
+    if isinstance(value, SearchChoices):
+        return value
+    try:
+        return SearchChoices(**dict(value or {}))
+    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        if isinstance(exc, ValidationError):
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InputError(f"search.{where}: {first['msg']}") from None
+        raise InputError(f"search: expected a mapping of choices, got {value!r}") from None
+
+
+def choose(
+    choices: SearchChoices,
+    rules: RuleSet,
+    model: TrainedModel,
+    cluster: Cluster,
+    *,
+    global_batch: int,
+    seq_len: int,
+    precision: str = "bf16",
+    pins: Mapping[str, object] | None = None,
+    bounds: Mapping[str, int] | None = None,
+    flash_attention: bool = True,
+    memory_headroom: float = 0.0,
+) -> ChosenOptions:
+    """Every choice of the request: the value given, else its rule's default (evaluated on the
+    request's model.*, cluster.* and train.* values with `rules`). A choice about a dimension
+    the model lacks (a graph model's vpp or sp) is `off`. An InputError when a given choice
+    and a pin or bound (`pins`, `bounds`: SearchLimits' given ones) exclude each other."""
+    _check_against_pins(choices, pins or {}, bounds or {})
+    check_choice("precision", precision, get_args(Precision))
+    env = CostModel(rules, model.kind).base_env(
+        model,
+        cluster,
+        global_batch=global_batch,
+        seq_len=seq_len,
+        precision=cast(Precision, precision),
+        flash_attention=flash_attention,
+        memory_headroom=memory_headroom,
+    )
+    given = choices.given()
+    resolved: dict[str, object] = {}
+    for field, formula in DEFAULT_FORMULAS.items():
+        dimension = DIMENSION.get(field)
+        value: object
+        if dimension is not None and dimension[0] not in model.layout_dims:
+            value, source = "off", f"a {model.kind} model has no {dimension[1]}"
+        elif field in given:
+            value, source = given[field], f"{FLAGS[field]} (requested)"
+        else:
+            value, source = _default(rules, formula, field, env), _default_source(rules, formula)
+        resolved |= {field: value, f"{field}_source": source}
+    return ChosenOptions.model_validate(resolved)
+
+
+def _default(rules: RuleSet, formula: str, field: str, env: Mapping[str, Any]) -> object:
+    """The value of `formula` for the request, checked to be one of the choice's values."""
+    allowed = CHOICES[field]
+    try:
+        value = named_formula(rules, formula).evaluate(env)
+    except FormulaError as exc:
+        raise InputError(
+            f"{exc.message} (a search default is evaluated once per request, on its model.*, "
+            "cluster.* and train.* values: no plan.*)",
+            _overlay_where(rules, formula) or exc.where,
+        ) from None
+    if not any(value == a and type(value) is type(a) for a in allowed):
+        shown = ", ".join(repr(a) if isinstance(a, str) else str(a).lower() for a in allowed)
+        raise InputError(
+            f"{formula} gives {value!r}; a default of {FLAGS[field]} is one of {shown}",
+            _overlay_where(rules, formula),
+        )
+    return value
+
+
+def _default_source(rules: RuleSet, formula: str) -> str:
+    """`default: rule NAME (rules/search/defaults.yaml)`, or the overlay that redefined it (no
+    path: plan.json keeps none)."""
+    where = DEFAULTS_FILE if _overlay_where(rules, formula) is None else "a --rules overlay"
+    return f"default: rule {formula} ({where})"
+
+
+def _overlay_where(rules: RuleSet, formula: str) -> SourceRef | None:
+    """Where the last `--rules` overlay redefined `formula` (None: the built-in rule's own)."""
+    redefined = [o for o in rules.overrides if o.id == formula and not o.disabled]
+    return redefined[-1].by.where if redefined else None
+
+
+def _check_against_pins(
+    choices: SearchChoices, pins: Mapping[str, object], bounds: Mapping[str, int]
+) -> None:
+    """A given choice that excludes every layout its pins or bounds allow: an InputError."""
+    vpp = max(_size(pins.get("vpp")), _size(bounds.get("min_vpp")))
+    if choices.interleave == "off" and vpp > 1:
+        limit = "pin --vpp" if _size(pins.get("vpp")) > 1 else "bound --min-vpp"
+        raise InputError(
+            f"search option {FLAGS['interleave']} off excludes the {limit} {vpp} "
+            "(vpp > 1 interleaves)"
+        )
+    pinned = pins.get("sequence_parallel")
+    if (choices.sequence_parallel, pinned) in (("off", True), ("on", False)):
+        raise InputError(
+            f"search option {FLAGS['sequence_parallel']} {choices.sequence_parallel} excludes "
+            f"the pin --sequence-parallel {str(pinned).lower()} (give one: the pin fixes the "
+            "layout field, the option applies to layouts with tp > 1)"
+        )
+
+
+def _size(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
