@@ -1,7 +1,8 @@
 """benchmarks/calibration*.py reads every kind of row of the two calibration files. The entries
-below are copied from ../shared/calibration/published_runs_modern.yaml (CI may not have it);
-the expected values are read off their text, never off the cost model's figures (other terms
-of the model change)."""
+below are copied from ../shared/calibration/published_runs_modern.yaml; the whole files are
+read from their copies in tests/data/calibration/ (CI has no ../shared). The expected values
+are read off their text, never off the cost model's figures (other terms of the model
+change)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import NO_RUN_FILES, RUN_FILES, load_benchmark, run_entries
+from conftest import REPO, RUN_FILES, load_benchmark, run_entries
+
+VENDORED_RUNS = tuple(REPO / "tests" / "data" / "calibration" / f.name for f in RUN_FILES)
 
 GIB = 1 << 30
 
@@ -473,10 +476,9 @@ def test_assumption_defaults(calibration: ModuleType) -> None:
         assert case.assumptions, case.name
 
 
-@pytest.mark.skipif(NO_RUN_FILES, reason="no ../shared/calibration")
 def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleType) -> None:
     table = calibration.row_table()
-    names = [e["name"] for e in run_entries(*RUN_FILES)]
+    names = [e["name"] for e in run_entries(*VENDORED_RUNS)]
     assert len(names) == len(set(names)) == 60
     validation = {e["name"] for e in _validation_rows(load_benchmark("calibration_validate"))}
     assert set(names) | validation == set(table["rows"]) and not validation & set(names)
@@ -488,9 +490,8 @@ def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleTy
         assert facts.backend is not None or facts.backend_reason, name  # None says why
 
 
-@pytest.mark.skipif(NO_RUN_FILES, reason="no ../shared/calibration")
 def test_every_row_is_read_or_skipped_with_its_reason(calibration: ModuleType) -> None:
-    cases, skipped = calibration.load_cases(*RUN_FILES)
+    cases, skipped = calibration.load_cases(*VENDORED_RUNS)
     assert len(cases) + len(skipped) == 60
     assert [s.name for s in skipped] == ["nemo2407_h100_fp8_nemotron-8b_64gpus"]
     assert "leaves the vocabulary to the tokenizer" in skipped[0].reason
@@ -518,9 +519,8 @@ def test_leave_one_source_out_never_fits_on_the_rows_it_predicts() -> None:
         assert not set(fold.held_out) & set(training)
 
 
-@pytest.mark.skipif(NO_RUN_FILES, reason="no ../shared/calibration")
 def test_the_fast_fit_predicts_what_the_evaluator_does(calibration: ModuleType) -> None:
-    cases, _ = calibration.load_cases(*RUN_FILES)
+    cases, _ = calibration.load_cases(*VENDORED_RUNS)
     rules = calibration.builtin_cost_rules()
     fast = load_benchmark("calibration_fit").FastThroughput(rules, cases)
     constants = calibration.current_constants(rules)
@@ -556,7 +556,6 @@ def test_validation_rows_are_read_and_listed(
         assert case.families and case.measured and case.basis.startswith("tokens/s")
 
 
-@pytest.mark.skipif(NO_RUN_FILES, reason="no ../shared/calibration")
 def test_validation_rows_are_not_calibration_rows(validation: ModuleType) -> None:
     def run(e: dict[str, Any]) -> tuple[object, ...]:
         batch = (e["total_gpus"], e["global_batch_size"])
@@ -565,10 +564,10 @@ def test_validation_rows_are_not_calibration_rows(validation: ModuleType) -> Non
         figure = measured.get("tokens_per_sec_per_gpu") or measured.get("tflops_per_gpu")
         return (e["model"]["name"], e["hardware"]["gpu"], *batch, fp8, figure)
 
-    fitted = {run(e) for e in run_entries(*RUN_FILES)}
+    fitted = {run(e) for e in run_entries(*VENDORED_RUNS)}
     for row in _validation_rows(validation):
         assert run(row) not in fitted, row["name"]
-    assert not any(validation.is_validation_file(f) for f in RUN_FILES)
+    assert not any(validation.is_validation_file(f) for f in VENDORED_RUNS)
 
 
 def test_fitting_refuses_validation_rows(
