@@ -15,6 +15,8 @@ The public API is small; everything else is private to the package:
     parplan_gen.estimate("llama-3-8b", {"gpus": 8, "gpu": "h100"}, {"tp": 2, "global_batch": 512})
     parplan_gen.check("llama-3-8b", {"gpus": 8, "gpu": "h100"}, layout)  # rules broken, better
     parplan_gen.compare("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512)  # why
+    parplan_gen.explain("llama-3-8b", {"gpus": 8, "gpu": "h100"}, {"tp": 2, "global_batch": 512},
+                        "time.step_s").render()  # the formulas behind a figure, as a tree
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "__version__", "analyze", "check", "compare", "estimate", "load_graph", "load_rules", "plan",
-    "plan_all_backends", "propose",
+    "__version__", "analyze", "check", "compare", "estimate", "explain", "load_graph", "load_rules",
+    "plan", "plan_all_backends", "propose",
 ]  # fmt: skip
 
 if TYPE_CHECKING:
     from parplan_gen.api import check, compare, estimate, plan, plan_all_backends
     from parplan_gen.models.graph import load_graph
+    from parplan_gen.planning.explain_estimate import explain
     from parplan_gen.rules.engine import analyze, propose
     from parplan_gen.rules.ruleset import load_rules
 
@@ -44,6 +47,7 @@ _LAZY = {
     "estimate": "parplan_gen.api",
     "check": "parplan_gen.api",
     "compare": "parplan_gen.api",
+    "explain": "parplan_gen.planning.explain_estimate",
 }
 
 

@@ -1,6 +1,6 @@
 """Feed a rendered megatron_args.sh to Megatron-Core, as Megatron-LM's training loop does.
 
-The script's words are the ones bash gives its commands (render/shell_script.py expands the
+The script's words are the ones bash gives its commands (inputs/shell_script.py expands the
 variables the script sets, `${VAR:-default}` and arrays as bash does), and each `--foo-bar` argument becomes the config field `foo_bar`, the way
 Megatron-LM's `core_transformer_config_from_args` (megatron/training/arguments.py) builds
 Megatron-Core's configs: every dataclass field taken from the argument of the same name, plus
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from parplan_gen.render.shell_script import script_words as bash_words
+from parplan_gen.inputs.shell_script import script_words as bash_words
 
 from consumer_support import consumer
 

@@ -13,8 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
+from formula_env import formula_value
 
 from parplan_gen.api import estimate, load_cluster_spec, load_model
+from parplan_gen.backends.megatron import facts as megatron_facts
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.models import pipeline_split as split_module
 from parplan_gen.models.pipeline_split import (
@@ -26,11 +28,10 @@ from parplan_gen.models.pipeline_split import (
 from parplan_gen.planning.decisions import TYPE_BYTES
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluation, Evaluator
-from parplan_gen.render import facts as render_facts
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.render_options import RenderOptions, render_files
 from parplan_gen.rules import vocabulary
-from parplan_gen.rules.ruleset import RuleSet, builtin_formula, builtin_rules, load_rules
+from parplan_gen.rules.ruleset import RuleSet, builtin_rules, load_rules
 
 A100S = {"gpus": 8, "gpu": "a100-80gb"}
 
@@ -92,7 +93,7 @@ def test_pipeline_split(layers: int, pp: int, vpp: int, split: PipelineSplit) ->
 
 def test_the_rule_and_the_renderer_call_the_one_split() -> None:
     assert vocabulary.FUNCTION_BY_NAME["pipeline_split_ok"].impl is split_module.pipeline_split_ok
-    assert render_facts.pipeline_split is split_module.pipeline_split
+    assert megatron_facts.pipeline_split is split_module.pipeline_split
 
 
 def test_an_uneven_split_is_allowed_and_rendered_as_checked() -> None:
@@ -186,8 +187,8 @@ def test_ds_config_reduces_gradients_in_the_type_the_estimate_counts(
         env = Evaluator(rules, backend=backend).env(  # type: ignore[arg-type]
             model, cluster, found.estimate.plan, flash_attention=True
         )
-        live_params = float(builtin_formula("zero3_live_params")(env))  # type: ignore[arg-type]
-        live_grads = float(builtin_formula("zero3_live_grad_bytes")(env))  # type: ignore[arg-type]
+        live_params = formula_value("zero3_live_params", env)
+        live_grads = formula_value("zero3_live_grad_bytes", env)
     counted = 2 * (memory.grads - live_grads) / (memory.params - 2 * live_params)
     config = json.loads(rendered(found, model, cluster)["ds_config.json"])
     written = config["communication_data_type"]

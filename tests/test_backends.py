@@ -1,7 +1,7 @@
 """Backends are real (issue 13): every plan names the backend that runs it, passes that
 backend's constraints, and its files run exactly that plan. The reproductions of the issue's
 "Why" are here, each showing the fixed behaviour; the constraints' sources are in
-rules/constraints/deepspeed.yaml and docs/backends.md."""
+parplan_gen/backends/deepspeed/constraints.yaml and docs/backends.md."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from parplan_gen.api import Plan, check, estimate, load_cluster_spec, load_model, plan
+from parplan_gen.backends.deepspeed.reader import deepspeed_values
+from parplan_gen.backends.megatron.reader import megatron_values
 from parplan_gen.cost.layout import build_layout
 from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.plan_files import render_plan
-from parplan_gen.render.readers import deepspeed_values, megatron_values
 from parplan_gen.rules.ruleset import builtin_rules
 
 H100 = {"gpu": "h100"}

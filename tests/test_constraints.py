@@ -1,4 +1,5 @@
-"""Constraint rules (rules/constraints/megatron.yaml) and their evaluation (constraints.py)."""
+"""Constraint rules (rules/constraints/layout.yaml, memory.yaml and each backend's
+constraints.yaml) and their evaluation (constraints.py)."""
 
 from __future__ import annotations
 
@@ -146,7 +147,7 @@ CASES = [
         {"model": "mixtral-8x7b", "precision": "fp16"},
         "expert parallelism does not support fp16",
     ),
-    # DeepSpeed's own (rules/constraints/deepspeed.yaml, `backend: deepspeed`)
+    # DeepSpeed's own (backends/deepspeed/constraints.yaml, `backend: deepspeed`)
     (
         "deepspeed.pipeline_zero_at_most_1",
         {"zero_stage": 3, "pp": 2},

@@ -366,6 +366,66 @@ def test_a_layout_that_cannot_run_is_an_error_naming_the_rule(cli: Callable[...,
     assert run.out == ""
 
 
+# A site's own policy, as an overlay's `reject` rule: a layout that breaks it could run, but the
+# planner must not choose it (rules/schema.py ConstraintRule.severity).
+NO_TENSOR_PARALLEL = """
+    constraints:
+      - id: site.no_tensor_parallel
+        require: "plan.tp == 1"
+        reason: "this site runs no tensor parallelism (tp {plan.tp})"
+        severity: reject
+"""
+LLAMA_TP2 = ("llama-3-8b", "--gpus", "8", "--gpu", "h100", "--tp", "2", "--global-batch", "64")
+
+
+def test_a_rule_an_overlay_adds_is_listed_and_ends_the_run_as_check_does(
+    cli: Callable[..., Run], write: Callable[..., Path]
+) -> None:
+    """The estimate is printed with the rule it breaks (text and JSON), then one error line and
+    exit 1, as `check` ends for a layout that does not run as given."""
+    rules = write("site/policy.yaml", NO_TENSOR_PARALLEL).parent
+    text = cli("estimate", *LLAMA_TP2, "--rules", rules)
+    data = cli("estimate", *LLAMA_TP2, "--rules", rules, "--json")
+    broken = "this site runs no tensor parallelism (tp 2) [site.no_tensor_parallel, reject]"
+    assert (text.code, data.code) == (1, 1)
+    assert (
+        text.err
+        == data.err
+        == f"parplan: error: the planner would not choose this layout: {broken}\n"
+    )
+    assert f"\nConstraints broken:\n  - {broken}\n" in text.out and "Time per step" in text.out
+    out = data.json()
+    assert out["violations"] == [
+        {
+            "rule_id": "site.no_tensor_parallel",
+            "severity": "reject",
+            "reason": broken.split(" [")[0],
+        }
+    ]
+    assert out["memory"]["fits"] is True  # 8B on tp 2 x dp 4 fits: only the overlay refuses it
+    plain = cli("estimate", *LLAMA_TP2, "--json")  # without the overlay: nothing broken
+    assert (plain.code, plain.err) == (0, "") and "violations" not in plain.json()
+    assert {k: v for k, v in out.items() if k != "violations"} == plain.json()
+
+
+def test_a_layout_that_does_not_fit_is_estimated_then_exits_1(cli: Callable[..., Run]) -> None:
+    # 70B on one node with tp 8: its optimizer states alone are ~8.8 bytes x 70.6B / 8 > 80 GiB.
+    argv = ("estimate", "llama-3-70b", "--gpus", "8", "--gpu", "h100", "--tp", "8",
+            "--global-batch", "64")  # fmt: skip
+    text, data = cli(*argv), cli(*argv, "--json")
+    memory = data.json()["memory"]
+    gib, over = 2**30, memory["total"] - memory["capacity"]
+    assert memory["fits"] is False and over > 0
+    assert [v["rule_id"] for v in data.json()["violations"]] == ["memory.fits"]
+    problem = (
+        f"the layout does not fit: {memory['total'] / gib:.1f} GiB per GPU, the GPU has "
+        f"{memory['capacity'] / gib:.1f} GiB ({over / gib:.1f} GiB over)"
+    )
+    assert (text.code, data.code) == (1, 1)
+    assert text.err == data.err == f"parplan: error: {problem}\n"
+    assert "DOES NOT FIT by" in text.out and "[memory.fits, reject]" in text.out
+
+
 # ---- the calibration benchmark reads its file and lists what it cannot evaluate -------------------
 
 RUNS = """\

@@ -30,11 +30,11 @@ import pytest
 
 import parplan_gen
 from parplan_gen.api import load_model
+from parplan_gen.backends.torchtitan.reader import torchtitan_values
 from parplan_gen.cli.main import main
 from parplan_gen.inputs import errors
 from parplan_gen.inputs.errors import FormulaError, RuleError, SourceRef
 from parplan_gen.render.mapping import load_mapping
-from parplan_gen.render.torchtitan_reader import torchtitan_values
 from parplan_gen.rules import formulas, ruleset
 from parplan_gen.rules.formulas import FormulaLibrary
 from parplan_gen.rules.ruleset import load_rules

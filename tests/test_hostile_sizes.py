@@ -145,7 +145,7 @@ def test_the_api_cluster_dict_is_checked_like_the_flags():
             "llama-3-8b", {"gpus": 16, "gpu": "h100", "inter_node_gbps": 1e308}, global_batch=16
         )
     assert info.value.render() == (
-        "--inter-node-gbps: 1e+308 is outside the physical range 0.1 to 16000 "
+        "inter_node_gbps: 1e+308 is outside the physical range 0.1 to 16000 "
         "(parplan_gen/data/networks.yaml ranges.gbps_per_gpu)"
     )
 

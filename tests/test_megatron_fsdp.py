@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from parplan_gen.api import estimate, load_cluster_spec, load_model
+from parplan_gen.backends.megatron.reader import megatron_values
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.plan_files import render_plan
-from parplan_gen.render.readers import megatron_values
 from parplan_gen.rules.ruleset import builtin_rules
 
 GPUS = 16

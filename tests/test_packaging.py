@@ -63,6 +63,36 @@ def test_the_wheel_marks_the_package_as_typed(wheel):
         assert archive.getinfo("parplan_gen/py.typed").file_size == 0
 
 
+def test_the_wheel_ships_each_backends_folder(wheel):
+    # capabilities, constraints.yaml, mapping.yaml, templates, facts and reader: package data
+    # of parplan_gen/backends/<name>/, found inside the installed package
+    folder = REPO / "parplan_gen" / "backends"
+    shipped = {
+        p.relative_to(REPO).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert "parplan_gen/backends/megatron/constraints.yaml" in shipped
+    with zipfile.ZipFile(wheel) as archive:
+        assert shipped - set(archive.namelist()) == set()
+
+
+def test_installed_wheel_finds_each_backends_rules(installed, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    found = run(
+        installed / "bin" / "python",
+        "-c",
+        "import parplan_gen.inputs.resources as r\nfor p in r.builtin_rule_files(): print(p)",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert found.returncode == 0, found.stderr
+    files = [Path(line) for line in found.stdout.splitlines()]
+    assert all(str(p).startswith(str(installed)) for p in files), files
+    own = [p for p in files if p.parent.parent.name == "backends"]
+    assert {p.parent.name for p in own} == {"deepspeed", "megatron", "torchtitan"}
+
+
 def test_installed_wheel_runs_analyze_on_a_shipped_example(installed, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     where = run(

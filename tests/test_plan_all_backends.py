@@ -8,6 +8,7 @@ the backend that runs nothing is ddp, whose replicated model states alone (mixed
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import pytest
 
 import parplan_gen
 from parplan_gen.inputs.defaults import GIB
+from parplan_gen.inputs.errors import NothingFitsError, ParplanError
 from parplan_gen.planning.document import load_plan_document
+from parplan_gen.planning.planner import PlanError
 
 from conftest import Run
 
@@ -26,14 +29,14 @@ MODEL_STATE_BYTES = 2 + 2 + 12  # bf16 weights + bf16 grads + fp32 Adam (ZeRO pa
 
 
 @pytest.fixture(scope="module")
-def found() -> dict[str, parplan_gen.api.Plan | str]:
+def found() -> dict[str, parplan_gen.api.BackendOutcome]:
     return parplan_gen.plan_all_backends("llama-3-70b", CLUSTER, **KWARGS)
 
 
 def test_each_backend_gets_the_best_plan_of_its_own_search(found: dict) -> None:
     assert list(found) == list(parplan_gen.api.load_model("llama-3-70b").backends)
     for name, one in found.items():
-        if isinstance(one, str):
+        if isinstance(one, ParplanError):
             continue
         alone = parplan_gen.plan("llama-3-70b", CLUSTER, backend=name, **KWARGS)
         assert one.chosen == alone.chosen
@@ -44,8 +47,9 @@ def test_each_backend_gets_the_best_plan_of_its_own_search(found: dict) -> None:
 
 def test_a_backend_that_runs_nothing_says_why(found: dict) -> None:
     why = found["ddp"]
-    assert isinstance(why, str) and why.startswith("nothing fits")
-    need = float(why.split("needs ")[1].split(" GiB")[0])
+    assert isinstance(why, NothingFitsError) and why.message.startswith("nothing fits")
+    assert why.exit_code == 3  # as `parplan plan --backend ddp` ends
+    need = float(why.message.split("needs ")[1].split(" GiB")[0])
     spec = parplan_gen.api.load_model("llama-3-70b")
     assert need * GIB >= spec.total_params() * MODEL_STATE_BYTES > 80e9  # ddp replicates it all
 
@@ -59,20 +63,29 @@ def test_the_overall_best_is_the_unrestricted_searchs_choice(
     data = run.json()
     assert data["best"] == unrestricted.backend.name
     assert list(data["backends"]) == ["megatron", "deepspeed", "torchtitan"]
-    assert data["runs_nothing"] == {"ddp": found["ddp"]}
+    assert data["runs_nothing"] == {"ddp": found["ddp"].message}
     for name, contract in data["backends"].items():
-        # "warnings" only when a sanity check fires on that backend's plan (planning/sanity.py)
-        assert set(contract) - {"warnings"} == {
-            "chosen",
-            "candidates",
-            "rejected",
-            "feasible",
-            "advice",
-            "best_on",
-            "search",
-        }
+        # each backend's plan as plan.json holds it (`plan --json`'s shape)
+        assert contract == json.loads(found[name].document.to_json())
         assert contract["best_on"] == name and contract["chosen"]["backend"]["name"] == name
     assert data["backends"][data["best"]]["chosen"]["plan"] == unrestricted.contract()["plan"]
+
+
+def test_a_backend_that_no_layout_runs_on_is_a_plan_error() -> None:
+    """Llama 3 8B has 32 attention heads: pinned to tp 3, no layout of it exists on any backend;
+    each one's reason is the PlanError `plan(..., backend=name)` raises, its words the API's."""
+    found = parplan_gen.plan_all_backends(
+        "llama-3-8b", {"gpus": 6, "gpu": "h100"}, global_batch=60, pins={"tp": 3},
+        backend=["megatron", "deepspeed"],
+    )  # fmt: skip
+    assert list(found) == ["megatron", "deepspeed"]
+    for name, why in found.items():
+        assert isinstance(why, PlanError)
+        with pytest.raises(PlanError) as alone:
+            parplan_gen.plan("llama-3-8b", {"gpus": 6, "gpu": "h100"}, global_batch=60,
+                             pins={"tp": 3}, backend=name)  # fmt: skip
+        assert why.message == alone.value.message
+        assert why.message.startswith("tp 3: no layout of 6 GPUs with these can run llama-3-8b: ")
 
 
 def test_out_writes_one_labelled_folder_per_backend_that_runs(

@@ -14,8 +14,12 @@ def test_plan_json_is_the_contract(cli: Callable[..., Run]) -> None:
     run = cli("plan", "llama-2-7b", *H100_8, "--global-batch", "64", "--seq-len", "4096", "--json")
     assert run.code == 0, run.err
     data = run.json()
-    # search: pins, headroom; feasible and advice: whether it fits, and what would when not
-    assert set(data) == {"chosen", "candidates", "rejected", "feasible", "advice", "search"}
+    # plan.json's keys: feasible and advice say whether it fits, and what would when not;
+    # search: pins, headroom and the search options
+    assert list(data) == [
+        "format_version", "model", "cluster", "chosen", "candidates", "rejected", "advice",
+        "feasible", "proposals", "backends", "decisions", "render", "search",
+    ]  # fmt: skip
     assert set(data["chosen"]) == {"backend", "plan", "memory", "time", "throughput"}
     assert data["chosen"]["backend"] in (
         {"name": "megatron", "version": "core_r0.13"},

@@ -1,7 +1,7 @@
 """Reading back what `parplan` wrote: ds_config.json and megatron_args.sh give the layout they
-were rendered from, as far as each file says it (render/readers.py reads templates/mapping.yaml
-backwards). The plans are test_render's hand-built scenarios with their layouts varied, and at
-the command line, the issue's scenarios through `plan --out` and `check --from-*`."""
+were rendered from, as far as each file says it (each backend's reader.py reads its mapping
+section backwards). The plans are test_render's hand-built scenarios with their layouts varied,
+and at the command line, the issue's scenarios through `plan --out` and `check --from-*`."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ from typing import Any
 import pytest
 from test_render import dense_multinode, graph_channel_parallel, moe, single_node
 
+from parplan_gen.backends.deepspeed.reader import deepspeed_values
+from parplan_gen.backends.megatron.reader import megatron_values
 from parplan_gen.cost.layout import Layout, build_layout
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.mapping import MAPPING_FILE, load_mapping
 from parplan_gen.render.mapping_inverse import megatron_flags
 from parplan_gen.render.plan_files import render_plan
-from parplan_gen.render.readers import deepspeed_values, layout_from_files, megatron_values
+from parplan_gen.render.readers import layout_from_files
 from parplan_gen.rules.ruleset import builtin_rules
 
 from conftest import PLANNED, REPO, Run

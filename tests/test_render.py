@@ -32,7 +32,7 @@ import jinja2
 import pytest
 from jinja2 import nodes
 
-from parplan_gen.cli.render import add_render_commands
+from parplan_gen.cli.out_options import add_render_commands
 from parplan_gen.cost.catalog import GPU, ReferenceNode
 from parplan_gen.cost.estimate import Estimate, MemoryBreakdown, Throughput, TimeBreakdown
 from parplan_gen.cost.hardware import Cluster
@@ -62,6 +62,7 @@ from conftest import REPO
 
 GOLDEN = Path(__file__).parent / "golden"
 TEMPLATES = REPO / "templates"
+BACKENDS_DIR = REPO / "parplan_gen" / "backends"  # each backend's mapping.yaml and templates
 NCCL_REFERENCE = TEMPLATES / "nccl" / "nccl_env.yaml"
 SHARED_REFERENCE = REPO.parent / "shared" / "reference" / "nccl_env.yaml"
 HAS_BASH = shutil.which("bash") is not None
@@ -977,18 +978,22 @@ def test_built_in_templates_only_format():
     """No arithmetic in any shipped template: numbers are computed in Python."""
     env = jinja2.Environment()
     arithmetic = (nodes.Add, nodes.Sub, nodes.Mul, nodes.Div, nodes.FloorDiv, nodes.Mod, nodes.Pow)
-    for path in sorted(TEMPLATES.rglob("*.j2")):
+    for path in sorted([*TEMPLATES.rglob("*.j2"), *BACKENDS_DIR.rglob("*.j2")]):
         tree = env.parse(path.read_text(encoding="utf-8"))
         found = [type(n).__name__ for n in tree.find_all((*arithmetic, nodes.Neg))]
         assert not found, f"{path.relative_to(REPO)} computes: {found}"
 
 
+def user_mapping(backend: str, old: str, new: str) -> str:
+    """A user's mapping.yaml: the shared sections, and `backend`'s section with `old` made
+    `new` (it replaces that backend's own)."""
+    section = (BACKENDS_DIR / backend / "mapping.yaml").read_text(encoding="utf-8")
+    assert section.count(old) == 1
+    return (TEMPLATES / "mapping.yaml").read_text(encoding="utf-8") + section.replace(old, new)
+
+
 def test_unknown_canonical_key_in_a_user_mapping_points_at_its_line(tmp_path):
-    mapping = (
-        (TEMPLATES / "mapping.yaml")
-        .read_text()
-        .replace("key: plan.global_batch", "key: plan.global_bach")
-    )
+    mapping = user_mapping("deepspeed", "key: plan.global_batch", "key: plan.global_bach")
     folder = user_templates(tmp_path, {"mapping.yaml": mapping})
     with pytest.raises(
         RenderError, match=r"mapping.yaml:\d+:\d+: .*unknown canonical key 'plan.global_bach'"
@@ -1013,8 +1018,7 @@ def test_a_mapping_of_an_older_format_is_refused_in_one_line(tmp_path):
         RenderError, match=r"mapping.yaml:1:1: launch: missing required key 'launch'$"
     ):
         render_plan(single_node(), templates_dir=folder)
-    assert text.count(MEGATRON_NOTES) == 1
-    port = text.replace(MEGATRON_NOTES, OLD_PORT + MEGATRON_NOTES)
+    port = user_mapping("megatron", MEGATRON_NOTES, OLD_PORT + MEGATRON_NOTES)
     folder = user_templates(tmp_path / "b", {"mapping.yaml": port})
     with pytest.raises(
         RenderError,

@@ -70,7 +70,7 @@ def test_the_api_and_the_cli_write_identical_files(
     assert files(tmp_path / "api") == files(tmp_path / "cli")
     assert (tmp_path / "api" / "hostfile").read_text() == "# ours\nnode-0 slots=8\n"
     (tmp_path / "api" / "hostfile").write_text("mine\n")
-    with pytest.raises(RenderError, match="--force"):
+    with pytest.raises(RenderError, match="pass force to replace"):
         plan.write(tmp_path / "api", **options)
     plan.write(tmp_path / "api", **options, force=True)
     assert files(tmp_path / "api") == files(tmp_path / "cli")

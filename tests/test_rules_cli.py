@@ -10,7 +10,7 @@ from parplan_gen.inputs.resources import builtin_rules_dir
 from parplan_gen.rules.ruleset import load_rules
 from parplan_gen.rules.schema import RuleFile
 
-from conftest import chain_graph
+from conftest import REPO, chain_graph
 
 
 def opportunity(rule_id: str = "x.rule", **fields: object) -> str:
@@ -239,7 +239,9 @@ def test_warnings_alone_exit_0(cli, write):
 
 
 def test_check_without_dir_checks_the_builtin_rules(cli):
-    count = len([p for p in builtin_rules_dir().rglob("*") if p.suffix in (".yaml", ".yml")])
+    shared = [p for p in builtin_rules_dir().rglob("*") if p.suffix in (".yaml", ".yml")]
+    own = list((REPO / "parplan_gen" / "backends").glob("*/constraints.yaml"))  # each backend's
+    count = len(shared) + len(own)
     result = cli("rules", "check")
     assert (result.code, result.out) == (
         0,
@@ -341,7 +343,7 @@ def test_list_shows_layers_overrides_and_disables(cli, write):
         ["dp_speedup", "<built-in>/seed/opportunities.yaml:11", "[built-in]", *by_o],
         ["Disabled", "by", "a", "later", "layer:"],
         ["ID", "DEFINED", "AT", "DISABLED", "BY"],
-        ["seed.data.parallel", "<built-in>/seed/proposals.yaml:8", "[built-in]", *by_p],
+        ["seed.data.parallel", "<built-in>/seed/proposals.yaml:12", "[built-in]", *by_p],
     ]
 
 
@@ -433,7 +435,7 @@ def test_explain_proposals_show_why_each_fired_or_not(cli, write):
     assert proposals[:6] == [
         "proposals for 4 devices",
         "  group data",
-        "    fired: seed.data.parallel (DataParallel)  <built-in>/seed/proposals.yaml:8",
+        "    fired: seed.data.parallel (DataParallel)  <built-in>/seed/proposals.yaml:12",
         "      when: true  (graph.node_count > 5; graph.node_count = 6)",
         "      speedup: 2.0  (dp_speedup; graph.node_count = 6)",
         "      settings.dp: 2  (clamp(graph.node_count // 5, 2, 8); graph.node_count = 6)",
@@ -442,7 +444,7 @@ def test_explain_proposals_show_why_each_fired_or_not(cli, write):
     at = next(i for i, line in enumerate(proposals) if "hierarchical_allreduce" in line)
     assert proposals[at : at + 4] == [
         "    not fired: seed.communication.hierarchical_allreduce (CommunicationOptimization)  "
-        "<built-in>/seed/proposals.yaml:105",
+        "<built-in>/seed/proposals.yaml:109",
         "      when: false  (cluster.devices > 2 and cluster.devices >= 8; cluster.devices = 4)",
         "        cluster.devices > 2: true  (cluster.devices = 4)",
         "        cluster.devices >= 8: false  (cluster.devices = 4)",

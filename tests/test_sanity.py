@@ -301,7 +301,7 @@ def test_estimate_and_check_show_them(capsys) -> None:
     from parplan_gen.cli.main import main
 
     args = ["llama-3-8b", "--gpus", "8", "--gpu", "h100", "--global-batch", "64",
-            "--seq-len", "16384", "--tp", "2"]  # fmt: skip
+            "--seq-len", "16384", "--tp", "4", "--sequence-parallel"]  # fmt: skip
     assert main(["estimate", *args]) == 0
     assert (
         "! sequence length 16384 is beyond llama-3-8b's trained context" in capsys.readouterr().out

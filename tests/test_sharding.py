@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import pytest
+from formula_env import formula_value
 
 from parplan_gen.cost.hardware import cluster_from_flags
 from parplan_gen.cost.layout import build_layout
 from parplan_gen.models.presets import load_preset
 from parplan_gen.planning.evaluate import Evaluator
-from parplan_gen.rules.ruleset import builtin_formula, builtin_rules
+from parplan_gen.rules.ruleset import builtin_rules
 
 SIZES = (384, 768, 1536)
 
@@ -34,7 +35,7 @@ def _evaluate(gpus: int, zero3: bool):
 def test_zero3_gather_pays_nccls_ring_latency_at_large_dp() -> None:
     # NCCL tuning.cc ring/Simple: 8.4 us + (1536 - 192) x 3.4 us (NVLink) + 191 x 14 us (NET)
     _, env = _evaluate(1536, zero3=True)
-    latency = builtin_formula("dp_gather_latency_s")(env)
+    latency = formula_value("dp_gather_latency_s", env)
     assert latency == pytest.approx((8.4 + 1344 * 3.4 + 191 * 14.0) * 1e-6, rel=1e-9)
 
 
@@ -55,6 +56,6 @@ def test_zero3_reserve_counts_the_sharded_weights() -> None:
     # 5 % of the 16-bit weights a GPU holds: the 1/384 shard of 175B, not all of it (53 GiB
     # for 530B before): the reserve is 2 GiB + 5 % of (shard + activations).
     estimate, env = _evaluate(384, zero3=True)
-    shard = builtin_formula("sharded_params")(env)
+    shard = formula_value("sharded_params", env)
     expected = 2 * 2**30 + 0.05 * (2 * shard + estimate.memory.activations)
     assert estimate.memory.other == pytest.approx(expected, rel=1e-6)

@@ -228,7 +228,13 @@ def with_cluster_value(cluster: Cluster, at: str, value: Any) -> Cluster:
 
 
 def user_mapping(folder: Path, find: str, replace: str) -> Path:
+    """A user's mapping.yaml: templates/mapping.yaml and, where `find` is in a backend's own
+    section (parplan_gen/backends/<name>/mapping.yaml), that section after it, which then
+    replaces the backend's; `find` made `replace`."""
     text = (REPO / "templates" / "mapping.yaml").read_text(encoding="utf-8")
+    if find not in text:
+        own = (REPO / "parplan_gen" / "backends").glob("*/mapping.yaml")
+        text += next(t for t in (p.read_text(encoding="utf-8") for p in own) if find in t)
     assert text.count(find) == 1, find
     folder.mkdir()
     (folder / "mapping.yaml").write_text(text.replace(find, replace), encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Megatron-LM launch scripts as people write them (render/shell_script.py): arguments kept in
+"""Megatron-LM launch scripts as people write them (inputs/shell_script.py): arguments kept in
 quoted variables and arrays, `${VAR:-default}` sizes, line continuations, read as bash would
 expand them, without running anything or reading the environment. The scripts are shaped like
 Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh and examples/llama/*.sh."""
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from parplan_gen.backends.megatron.reader import megatron_values
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.render.readers import megatron_values
-from parplan_gen.render.shell_parse import MAX_NESTING
-from parplan_gen.render.shell_script import MAX_EXPANDED_CHARS, script_words
+from parplan_gen.inputs.shell_parse import MAX_NESTING
+from parplan_gen.inputs.shell_script import MAX_EXPANDED_CHARS, script_words
 
 from hostile_support import hang_guard
 

@@ -1,5 +1,5 @@
-"""The torchtitan backend's capabilities and constraints (planning/backends/torchtitan.py,
-rules/constraints/torchtitan.yaml): full sharding with pp and cp runs there and nowhere else;
+"""The torchtitan backend's capabilities and constraints (parplan_gen/backends/torchtitan/:
+capabilities.py, constraints.yaml): full sharding with pp and cp runs there and nowhere else;
 a model is torchtitan's only through one of its 0.3 configs, in that config's precision. The
 expected verdicts are worked from torchtitan 0.3.0's sources named in the YAML."""
 

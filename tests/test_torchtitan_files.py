@@ -15,9 +15,9 @@ import pytest
 
 import parplan_gen
 from parplan_gen.api import load_model
+from parplan_gen.backends.torchtitan.reader import torchtitan_values
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.render.mapping import load_mapping
-from parplan_gen.render.torchtitan_reader import torchtitan_values
 
 from consumer_support import mismatches
 

@@ -246,6 +246,38 @@ def add_bound_options(parser: argparse.ArgumentParser) -> None:
             )
 
 
+SEARCH_FLAGS = (  # `plan`'s search options: flag, choices, help
+    ("--interleave", ("search", "off"), "search layouts with vpp > 1 or not (default: search)"),
+    (
+        "--sequence-parallel-with-tp",
+        ("search", "on", "off"),
+        "sequence parallelism on layouts with tp > 1: tried both ways, always on or off "
+        "(default: on); --sequence-parallel / --no-sequence-parallel pin the layout field",
+    ),
+    (
+        "--overlap-grad-reduce",
+        ("on", "off"),
+        "overlap the data-parallel gradient reduction with the backward in the files "
+        "(Megatron-LM --overlap-grad-reduce, DeepSpeed overlap_comm; default: on with > 1 GPU)",
+    ),
+)
+
+
+def add_search_options(parser: argparse.ArgumentParser) -> None:
+    """`plan`'s search options, defaults from rules/search/defaults.yaml."""
+    group = parser.add_argument_group("search options (defaults: rules/search/defaults.yaml)")
+    for flag, choices, text in SEARCH_FLAGS:
+        group.add_argument(flag, choices=choices, help=text)
+
+
+def search_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The search options given (`plan(search=...)`)."""
+    overlap = None if args.overlap_grad_reduce is None else args.overlap_grad_reduce == "on"
+    given = (args.interleave, args.sequence_parallel_with_tp, overlap)
+    names = ("interleave", "sequence_parallel", "overlap_grad_reduce")
+    return {k: v for k, v in zip(names, given, strict=True) if v is not None}
+
+
 def add_budget_options(parser: argparse.ArgumentParser) -> None:
     """`plan`'s --headroom, --tokens, --days and --gpu-hour-price."""
     group = parser.add_argument_group("memory headroom and training budget")

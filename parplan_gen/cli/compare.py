@@ -17,7 +17,7 @@ from parplan_gen.cli.common import (
     size_type,
     zero_stage,
 )
-from parplan_gen.cli.plan import add_request_options
+from parplan_gen.cli.plan_request import add_request_options
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
@@ -112,11 +112,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from parplan_gen.cli.textview import write_view
 
     found = compare(
-        args.model, cluster_from_args(args), global_batch=args.global_batch,
-        seq_len=args.seq_len, layouts=args.layout, runner_up=not args.no_runner_up,
-        precision=args.precision, flash_attention=not args.no_flash_attention,
-        backend=args.backend or ANY_BACKEND, rules=args.rules,
-    )  # fmt: skip
+        args.model,
+        cluster_from_args(args),
+        global_batch=args.global_batch,
+        seq_len=args.seq_len,
+        layouts=args.layout,
+        runner_up=not args.no_runner_up,
+        precision=args.precision,
+        flash_attention=not args.no_flash_attention,
+        backend=args.backend or ANY_BACKEND,
+        rules=args.rules,
+    )
     if args.json:
         print_json(found.contract())
     else:

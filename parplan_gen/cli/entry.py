@@ -4,21 +4,9 @@ in a run does: one error line and exit 130, no traceback."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import sys
+from parplan_gen.cli.exits import INTERRUPTED, interrupted
 
-PROG = "parplan"
-# The exit status of a run Ctrl-C stops: 128 + SIGINT, as the shell reports a process SIGINT
-# ends (and as `signal.SIGINT` numbers it on every POSIX system).
-INTERRUPTED = 128 + signal.SIGINT
-
-
-def interrupted() -> int:
-    """Ctrl-C: one error line (a second Ctrl-C while it is written only cuts it short)."""
-    with contextlib.suppress(KeyboardInterrupt, OSError):
-        sys.stderr.write(f"{PROG}: error: interrupted\n")
-    return INTERRUPTED
+__all__ = ["INTERRUPTED", "run"]
 
 
 def run() -> int:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.models.kind import TrainedModel
+from parplan_gen.planning.constraints import Violation
 from parplan_gen.planning.sanity import sanity_warnings
 
 BAR = 40  # characters for the whole capacity
@@ -85,8 +88,14 @@ def time_lines(estimate: Estimate, spec: TrainedModel) -> list[str]:
     return lines
 
 
-def estimate_text(spec: TrainedModel, cluster: Cluster, estimate: Estimate) -> str:
-    """The whole human view of `parplan estimate`."""
+def estimate_text(
+    spec: TrainedModel,
+    cluster: Cluster,
+    estimate: Estimate,
+    violations: Sequence[Violation] = (),
+) -> str:
+    """The whole human view of `parplan estimate`: the estimate, the rules it breaks (none:
+    no lines) and the sanity warnings."""
     th = estimate.throughput
     head = (
         f"{spec.title} on {cluster.num_gpus} x "
@@ -109,6 +118,7 @@ def estimate_text(spec: TrainedModel, cluster: Cluster, estimate: Estimate) -> s
         "",
         "Throughput",
         rates,
+        *(["", *violation_lines(violations)] if violations else []),
         *warning_lines(sanity_warnings(spec, cluster, estimate)),
     ]
     return head + "\n".join(body) + "\n"
@@ -123,3 +133,12 @@ def warning_lines(warnings: list[str]) -> list[str]:
         "Sanity warnings (not errors):",
         *(f"  ! {printable(w, limit=len(w))}" for w in warnings),
     ]
+
+
+def violation_lines(violations: Sequence[Violation]) -> list[str]:
+    """`Constraints broken:` and each rule a layout breaks, `reason [rule id, severity]` (a
+    rule's reason may quote user text: one line, escaped); none: `Constraints: all met`."""
+    if not violations:
+        return ["Constraints: all met"]
+    described = [v.describe() for v in violations]
+    return ["Constraints broken:", *(f"  - {printable(d, len(d))}" for d in described)]

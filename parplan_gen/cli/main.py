@@ -14,12 +14,20 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from parplan_gen import __version__
+from parplan_gen.api.wording import flag_wording
+from parplan_gen.cli.check import add_check_command
 from parplan_gen.cli.common import (
     add_micro_batch_option,
     add_rules_option,
     positive_int,
 )
-from parplan_gen.cli.entry import PROG, interrupted
+from parplan_gen.cli.compare import add_compare_command
+from parplan_gen.cli.estimate import add_estimate_command
+from parplan_gen.cli.exits import PROG, interrupted
+from parplan_gen.cli.models import add_models_command
+from parplan_gen.cli.out_options import add_render_commands
+from parplan_gen.cli.plan import add_plan_command
+from parplan_gen.cli.rules import add_rules_commands
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import ParplanError, UsageError
 from parplan_gen.inputs.number_text import whole_number
@@ -88,24 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     propose.add_argument("--json", action="store_true", help="print JSON (the seed contract)")
     propose.set_defaults(handler=_cmd_propose)
 
-    from parplan_gen.cli.rules import add_rules_commands
-
     add_rules_commands(sub)
-
-    from parplan_gen.cli.models import add_model_commands
-
-    add_model_commands(sub)
-
-    from parplan_gen.cli.plan import add_plan_commands
-
-    add_plan_commands(sub)
-
-    from parplan_gen.cli.compare import add_compare_command
-
+    add_models_command(sub)
+    add_estimate_command(sub)
+    add_plan_command(sub)
+    add_check_command(sub)
     add_compare_command(sub)
-
-    from parplan_gen.cli.render import add_render_commands
-
     add_render_commands(sub)
     return parser
 
@@ -204,13 +200,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     try:
-        parser = build_parser()  # imports every command's module: Ctrl-C may come here too
+        parser = build_parser()  # Ctrl-C may come here too
         args = parser.parse_args(argv)
         handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
         if handler is None:
             parser.print_help()
             return 2
-        with input_limit(_max_input_bytes(args)):
+        with input_limit(_max_input_bytes(args)), flag_wording():  # errors name the flags
             return handler(args)
     except ParplanError as exc:
         sys.stderr.write(f"{PROG}: error: {exc.render()}\n")

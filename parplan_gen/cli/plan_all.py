@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.common import cluster_from_args, print_json
+from parplan_gen.cli.plan_request import plan_request
 from parplan_gen.inputs.defaults import GIB
+from parplan_gen.inputs.errors import ParplanError
 
 if TYPE_CHECKING:
-    from parplan_gen.api import Plan
+    from parplan_gen.api import BackendOutcome, Plan
 
 README = "README.md"  # DIR/README.md: the summary of the text view, written with the folders
 
@@ -25,10 +27,9 @@ README = "README.md"  # DIR/README.md: the summary of the text view, written wit
 def cmd_plan_all(args: argparse.Namespace) -> int:
     """`parplan plan --all-backends`: search each backend alone, show (and write) each best."""
     from parplan_gen.api import plan_all_backends
-    from parplan_gen.cli.plan import plan_request
 
     found = plan_all_backends(args.model, cluster_from_args(args), **plan_request(args))
-    plans = {name: p for name, p in found.items() if not isinstance(p, str)}
+    plans = _plans(found)
     best = overall_best(plans)
     summary = summary_text(found, best, args.out)
     if args.out:
@@ -46,23 +47,32 @@ def overall_best(plans: dict[str, Plan]) -> str | None:
     from parplan_gen.planning.planner import candidate_rank
 
     order = list(plans)
-    ranked = sorted(
-        order, key=lambda n: (candidate_rank(plans[n].chosen, plans[n].objective, True), order.index(n))
-    )  # fmt: skip
-    return ranked[0] if ranked else None
+
+    def rank(name: str) -> tuple[tuple[float, ...], int]:
+        return candidate_rank(plans[name].chosen, plans[name].objective, True), order.index(name)
+
+    return min(order, key=rank, default=None)
 
 
-def contract(found: dict[str, Plan | str], best: str | None) -> dict[str, Any]:
-    """`plan --all-backends --json`: `{"backends": {name: <the plan contract>}, "best": name,
-    "runs_nothing": {name: why}}`, backends in the model's order."""
+def contract(found: dict[str, BackendOutcome], best: str | None) -> dict[str, Any]:
+    """`plan --all-backends --json`: `{"backends": {name: <the plan, as plan.json holds it>},
+    "best": name, "runs_nothing": {name: why}}`, backends in the model's order."""
     return {
-        "backends": {n: p.document.contract() for n, p in found.items() if not isinstance(p, str)},
+        "backends": {n: p.document.contract() for n, p in _plans(found).items()},
         "best": best,
-        "runs_nothing": {n: p for n, p in found.items() if isinstance(p, str)},
+        "runs_nothing": {n: why.message for n, why in _failures(found).items()},
     }
 
 
-def summary_text(found: dict[str, Plan | str], best: str | None, out: str | None) -> str:
+def _plans(found: dict[str, BackendOutcome]) -> dict[str, Plan]:
+    return {name: p for name, p in found.items() if not isinstance(p, ParplanError)}
+
+
+def _failures(found: dict[str, BackendOutcome]) -> dict[str, ParplanError]:
+    return {name: p for name, p in found.items() if isinstance(p, ParplanError)}
+
+
+def summary_text(found: dict[str, BackendOutcome], best: str | None, out: str | None) -> str:
     """The text view: one row per backend's own best plan, the overall best, and why a backend
     runs nothing. It is also DIR/README.md, so the model's title, the folders and the reasons
     (a rule's reason, a model's name) pass `safe_text.markdown`: no raw HTML, link, image or
@@ -71,26 +81,26 @@ def summary_text(found: dict[str, Plan | str], best: str | None, out: str | None
     from parplan_gen.cli.textview import table
     from parplan_gen.inputs.safe_text import markdown
 
-    rows = []
-    for name, p in found.items():
-        if isinstance(p, str):
-            continue
-        c = p.chosen
-        rows.append([
-            name, f"{c.time.step_s:.3f}", f"{c.throughput.mfu:.1%}", f"{c.memory.total / GIB:.1f}",
-            layout_line(c), markdown(f"{Path(out) / name}/") if out else "-",
-        ])  # fmt: skip
+    rows = [
+        [
+            name,
+            f"{p.chosen.time.step_s:.3f}",
+            f"{p.chosen.throughput.mfu:.1%}",
+            f"{p.chosen.memory.total / GIB:.1f}",
+            layout_line(p.chosen),
+            markdown(f"{Path(out) / name}/") if out else "-",
+        ]
+        for name, p in _plans(found).items()
+    ]
     first = next(iter(found.values()))
-    title = "" if isinstance(first, str) else f"{markdown(first.document.model.title)}: "
+    title = "" if isinstance(first, ParplanError) else f"{markdown(first.document.model.title)}: "
     lines = [f"{title}each backend's own best plan (the search restricted to it)", ""]
     if rows:
         heads = ["backend", "step s", "MFU", "GiB/GPU", "layout", "files"]
         lines += [table(heads, rows, right={1, 2, 3}).rstrip("\n"), "", f"Overall best: {best}"]
     else:
         lines.append("No backend runs a plan of this request.")
-    lines += [
-        f"{n}: runs nothing: {markdown(why)}" for n, why in found.items() if isinstance(why, str)
-    ]
+    lines += [f"{n}: runs nothing: {markdown(why.message)}" for n, why in _failures(found).items()]
     return "\n".join(lines) + "\n"
 
 
@@ -99,7 +109,7 @@ def _write(plans: dict[str, Plan], summary: str, args: argparse.Namespace) -> No
     as one change: a refusal (a different file without --force) writes nothing at all. Files a
     plan of any backend (or a single plan) left there that this run has not are removed with
     the rest, and, like a different file, only with --force."""
-    from parplan_gen.cli.render import render_options, write_files
+    from parplan_gen.cli.write_files import render_options, write_files
     from parplan_gen.inputs.errors import InputError
     from parplan_gen.planning.backends import BACKENDS
     from parplan_gen.render.plan_files import output_names

@@ -67,9 +67,12 @@ def _try_change(
         reason = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
         return Advice(change=label, fits=False, memory_total=None, note=f"{label}: {reason}")
     found = planner.evaluator.evaluate(
-        request.spec, request.cluster, layout, flash_attention=request.flash_attention,
+        request.spec,
+        request.cluster,
+        layout,
+        flash_attention=request.flash_attention,
         memory_headroom=request.memory_headroom,
-    )  # fmt: skip
+    )
     # A change the planner would not choose (an `invalid` or a `reject` rule) is no advice.
     layout_rules = {c.rule.id for c in planner.constraints.layout} | {CAPABILITY_RULE}
     broken = [v for v in found.violations if v.rule_id in layout_rules]
@@ -111,9 +114,11 @@ def _more_gpus(planner: Planner, request: Request, closest: Estimate) -> Advice:
                 f"{found.chosen.memory.total / GIB:.1f} GiB per GPU"
             )
             return Advice(
-                change=f"{world * factor} GPUs", fits=True,
-                memory_total=found.chosen.memory.total, note=note,
-            )  # fmt: skip
+                change=f"{world * factor} GPUs",
+                fits=True,
+                memory_total=found.chosen.memory.total,
+                note=note,
+            )
         factor *= 2
     note = f"more GPUs: nothing fits even on {world * factor // 2} GPUs at this batch size"
     return Advice(change="more GPUs", fits=False, memory_total=None, note=note)

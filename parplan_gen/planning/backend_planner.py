@@ -2,12 +2,12 @@
 
 This module owns the search of one backend's part of the space (`planner.Planner` runs one
 per backend and merges them) and its pruning, the ranking and the count of rejected candidates
-by reason. The candidate space is `search_space`, constraints are rules (`constraints`),
-figures come from the cost model (`estimate`); the planner adds no threshold of its own.
-Advice for a request that nothing fits is `planning.advice.advise`.
+by rule (`planning.rejections`). The candidate space is `search_space`, constraints are rules
+(`constraints`), figures come from the cost model (`estimate`); the planner adds no threshold
+of its own. Advice for a request that nothing fits is `planning.advice.advise`.
 
-The search goes structure (dp, tp, pp, cp, ep, etp) -> vpp -> mbs -> memory option. Each layout rule
-is checked at the first level where every plan name it reads is known, so a broken rule rejects
+The search goes structure (dp, tp, pp, cp, ep, etp) -> vpp -> mbs -> memory option. Each layout
+rule is checked at the first level where every plan name it reads is known, so a broken rule rejects
 a whole subtree at once (counted leaf by leaf). The cost model runs only for candidates that
 pass, memory figures first and the step time only for those that fit. Three prunings rest on
 stated properties of the cost model:
@@ -19,24 +19,28 @@ stated properties of the cost model:
 * recomputation never makes a fixed layout faster: with objective `time`, a recomputing variant
   of a layout that fits with less recomputation is counted as dominated.
 
-Every candidate that is not ranked is counted under the first reason that removed it.
+Every candidate that is not ranked is counted under the first rule that removed it, with the
+values of the plan fields that rule reads (a pruned candidate counts under the verdict of the
+candidate that pruned it: the most frugal one of its (structure, vpp), or the same option at a
+smaller micro-batch).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import Counter, namedtuple
-from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from parplan_gen.cost.estimate import Estimate, Figures
-from parplan_gen.cost.layout import PLAN_FIELDS, plan_values
+from parplan_gen.cost.layout import plan_values
 from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind
 from parplan_gen.planning.constraints import Violation, figures_read, first_violation, names_read
 from parplan_gen.planning.evaluate import Evaluator
+from parplan_gen.planning.rejections import Refusal, Rejection, tally
 from parplan_gen.planning.search_space import (
     RECOMPUTE,
     MemoryOption,
@@ -52,6 +56,7 @@ from parplan_gen.planning.search_space import (
 from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 DOMINATED = "dominated: fits with less recomputation, which is never slower"
+_DOMINATED = Refusal(None, DOMINATED)  # the search's own pruning: no rule, no plan field
 STRUCTURE, VIRTUAL, MICRO, MEMORY = range(4)  # search levels
 # The plan.* names each level sets: a Structure, vpp, the micro-batch split, a MemoryOption.
 STRUCTURE_NAMES, MEMORY_NAMES = (
@@ -63,21 +68,56 @@ LEVEL_OF: dict[str, int] = {
     **dict.fromkeys(("plan.mbs", "plan.grad_accum"), MICRO),
     **dict.fromkeys(MEMORY_NAMES, MEMORY),
 }
-# One candidate of the search: the Layout's plan fields, in order (the rest is the request's).
-_Candidate = namedtuple("_Candidate", PLAN_FIELDS)
-# A candidate's leading fields, as the search fixes them: dp, tp, pp, cp, ep, etp, vpp[, mbs,
-# accum].
-_Prefix = tuple[int, ...]
+
+
+class Candidate(NamedTuple):
+    """One candidate of the search: the Layout's plan fields (cost.layout.PLAN_FIELDS), in
+    order; the rest of its Layout is the request's."""
+
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    etp: int
+    vpp: int
+    mbs: int
+    grad_accum: int
+    zero_stage: int
+    distributed_optimizer: bool
+    sequence_parallel: bool
+    recompute: str
+
+
+# A candidate's fields before its memory option: its structure, vpp, mbs and grad_accum.
+_Prefix = tuple[int, int, int, int, int, int, int, int, int]
 _UNSEEN = object()
+
+
+class Sizes(Protocol):
+    """The parallel sizes of a layout (a Layout, or a candidate of the search)."""
+
+    @property
+    def dp(self) -> int: ...
+    @property
+    def tp(self) -> int: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def cp(self) -> int: ...
+    @property
+    def ep(self) -> int: ...
+    @property
+    def vpp(self) -> int: ...
 
 
 class SearchResult(BaseModel):
     """What one search found, before `api.plan` makes it a plan document: the best K estimates
-    (the closest when nothing fits), the rejections by reason and how much was searched."""
+    (the closest when nothing fits), the rejections by rule and how much was searched."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     candidates: list[Estimate]  # best first; empty only for one backend's part of a search
-    rejected: dict[str, int]  # by reason, most first
+    rejections: list[Rejection]  # by rule, most first
     feasible: bool  # False: nothing fits; the candidates are the closest, least memory first
     objective: Objective
     searched: int  # candidates in the search space: ranked ones plus every rejected one
@@ -88,20 +128,26 @@ class SearchResult(BaseModel):
         """The best candidate."""
         return self.candidates[0]
 
+    @property
+    def rejected(self) -> dict[str, int]:
+        """Each rule's rejections as plan.json counts them: label -> candidates, most first."""
+        return {r.label: r.layouts for r in self.rejections}
+
 
 class _Scored(NamedTuple):
     key: tuple[float, ...]
     order: int
-    plan: _Candidate
+    plan: Candidate
     figures: dict[str, float]
 
 
 def ranking_key(
-    figures: Mapping[str, float], plan: Sequence[Any], objective: Objective
+    figures: Mapping[str, float], plan: Sizes, objective: Objective
 ) -> tuple[float, ...]:
     """Objective first, then the other figure, then fewer parallel dimensions."""
-    dp, tp, pp, cp, ep, _etp, vpp = plan[:7]
-    dims = sum(size > 1 for size in (dp, tp, pp, cp, ep, vpp))  # etp is tensor parallelism
+    # etp is tensor parallelism
+    dims = (plan.dp > 1) + (plan.tp > 1) + (plan.pp > 1) + (plan.cp > 1) + (plan.ep > 1)
+    dims += plan.vpp > 1
     time, memory = figures["time_step_s"], figures["memory_total"]
     return (time, memory, dims) if objective == "time" else (memory, time, dims)
 
@@ -111,6 +157,16 @@ def ranking_key(
 
 def _plan_names(constraint: CompiledConstraint) -> tuple[str, ...]:
     return tuple(sorted(n for n in names_read(constraint) if n.startswith("plan.")))
+
+
+class _Case(NamedTuple):
+    """What a rule's rejection cases are told apart by (their values are read from the
+    environment when it rejects): the plan names it reads, and with them the names its reason
+    reads."""
+
+    plan_names: tuple[str, ...]
+    names: tuple[str, ...]  # the reason's names, then the plan names
+    fields: tuple[str, ...]  # the plan names without their `plan.` prefix
 
 
 def _level(constraint: CompiledConstraint) -> int:
@@ -123,6 +179,12 @@ def _level(constraint: CompiledConstraint) -> int:
             constraint.origin.where,
         )
     return max((LEVEL_OF[n] for n in plan_names), default=STRUCTURE)
+
+
+def _case(constraint: CompiledConstraint) -> _Case:
+    plan_names = _plan_names(constraint)
+    fields = tuple(n.removeprefix("plan.") for n in plan_names)
+    return _Case(plan_names, (*sorted(constraint.reason.names), *plan_names), fields)
 
 
 class BackendPlanner:
@@ -158,10 +220,12 @@ class BackendPlanner:
         memory_needs = {n for c in self.memory_rules for n in figures_read(c)}
         self.memory_figures = Figures(self.cost, memory_needs, memory=True)
         self.time_figures = Figures(self.cost, needed - memory_needs, memory=False)
+        self.cases = {c.rule.id: _case(c) for c in self.constraints.all}
 
     def plan(self, request: Request) -> SearchResult:
         """Search the request's candidates on this backend and rank those that pass (module
-        docstring); no candidate at all is an empty result. No advice: `planning.advice.advise` adds it."""
+        docstring); no candidate at all is an empty result. No advice: `planning.advice.advise`
+        adds it."""
         if request.spec.kind != self.kind:
             raise ValueError(f"a planner for {self.kind} models got {request.spec.name}")
         if request.options.backend != self.backend:
@@ -180,31 +244,42 @@ class _Search:
     def __init__(self, planner: BackendPlanner, request: Request) -> None:
         self.p, self.r = planner, request
         self.env: dict[str, object] = planner.cost.base_env(
-            request.spec, request.cluster, global_batch=request.global_batch,
-            seq_len=request.seq_len, precision=request.precision,
-            flash_attention=request.flash_attention, memory_headroom=request.memory_headroom,
-        )  # fmt: skip
-        self.rejected: Counter[str] = Counter()
+            request.spec,
+            request.cluster,
+            global_batch=request.global_batch,
+            seq_len=request.seq_len,
+            precision=request.precision,
+            flash_attention=request.flash_attention,
+            memory_headroom=request.memory_headroom,
+        )
+        self.rejected: Counter[Refusal] = Counter()
         self.fitting: list[_Scored] = []
         self.unfit: list[_Scored] = []  # broke a memory rule only: the closest candidates
         self.evaluated = self.searched = 0
-        self._cache: dict[_Candidate, tuple[dict[str, float], Violation | None]] = {}
-        self._memo: list[dict[tuple[Any, ...], object]] = [{} for _ in planner.levels]
-        self._reasons: dict[tuple[Any, ...], str] = {}
+        self._cache: dict[Candidate, tuple[dict[str, float], Refusal | None]] = {}
+        self._memo: list[dict[tuple[Any, ...], Refusal | None]] = [{} for _ in planner.levels]
+        self._cases: dict[tuple[Any, ...], Refusal] = {}
 
     def run(self) -> None:
         """Visit every structure of the cluster's world size."""
         for head in structures(self.r.cluster.num_gpus, self.r.spec.is_moe, self.r.options):
             self._structure(head)
 
-    def _first(self, level: int) -> Violation | None:
+    def _refusal(self, found: Violation) -> Refusal:
+        """The case of a layout rule's violation: its reason and the plan values it reads."""
+        case = self.p.cases[found.rule_id]
+        values: Any = tuple([self.env[n] for n in case.plan_names])
+        return Refusal(found.rule_id, found.reason, case.fields, values)
+
+    def _first(self, level: int) -> Refusal | None:
         """The first layout rule of `level` the candidate breaks, memoised on the plan names
         the level reads (within one search nothing else varies)."""
         env, memo = self.env, self._memo[level]
         key = tuple([env[n] for n in self.p.level_names[level]])
         found = memo.get(key, _UNSEEN)
         if found is _UNSEEN:
-            found = memo[key] = first_violation(self.p.levels[level], env)
+            broken = first_violation(self.p.levels[level], env)
+            found = memo[key] = None if broken is None else self._refusal(broken)
         return found  # type: ignore[return-value]
 
     def _structure(self, head: Structure) -> None:
@@ -215,24 +290,24 @@ class _Search:
         self.searched += len(vpps) * len(mbss) * len(mems)
         found = self._first(STRUCTURE)
         if found is not None:
-            self.rejected[found.reason] += len(vpps) * len(mbss) * len(mems)
+            self.rejected[found] += len(vpps) * len(mbss) * len(mems)
             return
         self._cache.clear()
         self.env["plan.vpp"] = 1  # memory does not shrink with interleaving: a bound for all vpp
         # Its candidates are closest ones only where vpp 1 is in the space (not with --vpp 2).
         flat_kept = 1 in vpps and self._first(VIRTUAL) is None
-        flat = self._memory_bound((*head, 1), mbss, mems, keep=flat_kept)
+        flat = self._memory_bound(head, 1, mbss, mems, keep=flat_kept)
         for vpp in vpps:
             self.env["plan.vpp"] = vpp
             found = self._first(VIRTUAL)
             if found is not None:
-                self.rejected[found.reason] += len(mbss) * len(mems)
+                self.rejected[found] += len(mbss) * len(mems)
                 continue
             own = vpp > 1 and not (flat and flat_kept)  # the bound of this vpp's candidates
-            bound = self._memory_bound((*head, vpp), mbss, mems) if own else flat
-            self._virtual((*head, vpp), mbss, mems, bound)
+            bound = self._memory_bound(head, vpp, mbss, mems) if own else flat
+            self._virtual(head, vpp, mbss, mems, bound)
 
-    def _micro(self, dp: int, mbs: int) -> tuple[int, Violation | None]:
+    def _micro(self, dp: int, mbs: int) -> tuple[int, Refusal | None]:
         accum = self.r.global_batch // (mbs * dp)
         self.env["plan.mbs"], self.env["plan.grad_accum"] = mbs, accum
         return accum, self._first(MICRO)
@@ -240,67 +315,77 @@ class _Search:
     def _set_memory(self, mem: MemoryOption) -> None:
         self.env.update(zip(MEMORY_NAMES, mem, strict=True))
 
+    def _memory_allowed(self, mem: MemoryOption) -> bool:
+        """Whether the layout rules of the memory level allow `mem` (set in the environment)."""
+        self._set_memory(mem)
+        return self._first(MEMORY) is None
+
     def _options(
-        self, mems: list[MemoryOption], bound: Violation | None
-    ) -> tuple[list[MemoryOption], Counter[str]]:
-        """The options still open at this node, and the reasons that close the others."""
-        live, dead = [], Counter[str]()
+        self, mems: list[MemoryOption], bound: Refusal | None
+    ) -> tuple[list[MemoryOption], Counter[Refusal]]:
+        """The options still open at this node, and the cases that close the others."""
+        live, dead = [], Counter[Refusal]()
         for mem in mems:
             self._set_memory(mem)
             found = self._first(MEMORY) or bound
             if found is None:
                 live.append(mem)
             else:
-                dead[found.reason] += 1
+                dead[found] += 1
         return live, dead
 
     def _virtual(
         self,
-        head: _Prefix,
+        head: Structure,
+        vpp: int,
         mbss: list[int],
         mems: list[MemoryOption],
-        bound: Violation | None,
+        bound: Refusal | None,
     ) -> None:
         fixed = self._options(mems, bound) if self.p.memory_level_fixed else None
-        failed: dict[MemoryOption, Violation] = {}  # options that did not fit at a smaller mbs
+        failed: dict[MemoryOption, Refusal] = {}  # options that did not fit at a smaller mbs
         for mbs in mbss:
-            accum, found = self._micro(head[0], mbs)
+            accum, found = self._micro(head.dp, mbs)
             if found is not None:
-                self.rejected[found.reason] += len(mems)
+                self.rejected[found] += len(mems)
                 continue
             live, dead = fixed or self._options(mems, bound)
             self.rejected.update(dead)
-            fitted: set[tuple[Any, ...]] = set()  # (zero, dist, sp) that fit at this mbs
+            # the sharding (memory option less its recomputation) of each option that fits here
+            fitted: set[tuple[int, bool, bool]] = set()
+            prefix = (*head, vpp, mbs, accum)
             for mem in live:
-                self._leaf((*head, mbs, accum), mem, failed, fitted)
+                self._leaf(prefix, mem, failed, fitted)
 
     def _leaf(
         self,
-        head: _Prefix,
+        prefix: _Prefix,
         mem: MemoryOption,
-        failed: dict[MemoryOption, Violation],
-        fitted: set[tuple[Any, ...]],
+        failed: dict[MemoryOption, Refusal],
+        fitted: set[tuple[int, bool, bool]],
     ) -> None:
-        """Estimate one candidate that passes every layout rule, unless it is pruned."""
+        """Estimate one candidate (its fields `prefix`, then the memory option `mem`) that
+        passes every layout rule, unless it is pruned."""
         if mem in failed:
-            self.rejected[failed[mem].reason] += 1
+            self.rejected[failed[mem]] += 1
             return
-        if self.r.objective == "time" and mem[:3] in fitted:
-            self.rejected[DOMINATED] += 1
+        sharding = (mem.zero_stage, mem.distributed_optimizer, mem.sequence_parallel)
+        if self.r.objective == "time" and sharding in fitted:
+            self.rejected[_DOMINATED] += 1
             return
         self._set_memory(mem)
-        plan = _Candidate(*head, *mem)
+        plan = Candidate(*prefix, *mem)
         figures, found = self._assess(plan)
         if found is None:
             self._keep(self.fitting, plan, figures)
-            fitted.add(mem[:3])
+            fitted.add(sharding)
             return
-        self.rejected[found.reason] += 1
+        self.rejected[found] += 1
         if "time_step_s" not in figures:  # broke a memory rule
             failed[mem] = found
             self._keep(self.unfit, plan, figures)
 
-    def _assess(self, plan: _Candidate) -> tuple[dict[str, float], Violation | None]:
+    def _assess(self, plan: Candidate) -> tuple[dict[str, float], Refusal | None]:
         """The candidate's figures and the first estimate rule it breaks; the time figures are
         computed only when the memory rules hold."""
         cached = self._cache.get(plan)
@@ -321,7 +406,7 @@ class _Search:
         rules: tuple[CompiledConstraint, ...],
         figures: Mapping[str, float],
         memo: dict[str, object],
-    ) -> Violation | None:
+    ) -> Refusal | None:
         env = self.env
         for name, value in figures.items():
             env["estimate." + name] = value
@@ -331,13 +416,15 @@ class _Search:
                     continue
             except FormulaError as exc:
                 raise FormulaError(f"constraint '{c.rule.id}': {exc.message}", exc.where) from None
-            key = (c.rule.id, *[env[n] for n in sorted(c.reason.names)])
-            if key not in self._reasons:
-                self._reasons[key] = c.reason.render(env)
-            return Violation(c.rule.id, c.rule.severity, self._reasons[key])
+            case = self.p.cases[c.rule.id]
+            key = (c.rule.id, *[env[n] for n in case.names])
+            if key not in self._cases:
+                values: Any = tuple([env[n] for n in case.plan_names])
+                self._cases[key] = Refusal(c.rule.id, c.reason.render(env), case.fields, values)
+            return self._cases[key]
         return None
 
-    def _keep(self, into: list[_Scored], plan: _Candidate, figures: dict[str, float]) -> None:
+    def _keep(self, into: list[_Scored], plan: Candidate, figures: dict[str, float]) -> None:
         key = (
             ranking_key(figures, plan, self.r.objective)
             if into is self.fitting
@@ -346,12 +433,17 @@ class _Search:
         into.append(_Scored(key, len(into), plan, figures))
 
     def _memory_bound(
-        self, head: _Prefix, mbss: list[int], mems: list[MemoryOption], keep: bool = True
-    ) -> Violation | None:
-        """The memory violation all candidates under `head` share, when even the most frugal
-        (least mbs, full recompute, most sharding; `keep`: closest ones) break a memory rule."""
+        self,
+        head: Structure,
+        vpp: int,
+        mbss: list[int],
+        mems: list[MemoryOption],
+        keep: bool = True,
+    ) -> Refusal | None:
+        """The memory rule all candidates of (`head`, `vpp`) break, when even the most frugal
+        (least mbs, full recompute, most sharding; `keep`: closest ones) break one."""
         for mbs in mbss:
-            accum, found = self._micro(head[0], mbs)
+            accum, found = self._micro(head.dp, mbs)
             if found is None:
                 break
         else:
@@ -365,14 +457,14 @@ class _Search:
             for m in mems
             if RECOMPUTE.index(m.recompute) == most and m.sequence_parallel == most_sp
         ]
-        allowed = [m for m in frugal if not (self._set_memory(m) or self._first(MEMORY))]
+        allowed = [m for m in frugal if self._memory_allowed(m)]
         zeros = [m for m in allowed if not m.distributed_optimizer]
         reps = [max(zeros, key=lambda m: m.zero_stage)] if zeros else []
         reps += [m for m in allowed if m.distributed_optimizer]
-        broken: list[tuple[float, Violation, _Candidate]] = []
+        broken: list[tuple[float, Refusal, Candidate]] = []
         for mem in reps:
             self._set_memory(mem)
-            plan = _Candidate(*head, mbs, accum, *mem)
+            plan = Candidate(*head, vpp, mbs, accum, *mem)
             figures, found = self._assess(plan)
             if "time_step_s" in figures:  # it fits memory: no bound
                 return None
@@ -389,11 +481,14 @@ class _Search:
             top = heapq.nsmallest(self.r.top, self.unfit, key=lambda s: (s.key, s.order))
         return SearchResult(
             candidates=[self.estimate(s.plan) for s in top],
-            rejected=dict(self.rejected.most_common()), feasible=feasible,
-            objective=self.r.objective, searched=self.searched, evaluated=self.evaluated,
-        )  # fmt: skip
+            rejections=tally(self.rejected),
+            feasible=feasible,
+            objective=self.r.objective,
+            searched=self.searched,
+            evaluated=self.evaluated,
+        )
 
-    def estimate(self, plan: _Candidate) -> Estimate:
+    def estimate(self, plan: Candidate) -> Estimate:
         """The full, typed estimate of one candidate, evaluated as every layout is."""
         layout = layout_of(plan, self.r)
         self.env.update(plan_values(layout))

@@ -128,8 +128,12 @@ def budget_inputs(
         "budget.host_bytes_per_s": 0.0 if link is None else link.bytes_per_s,
     }
     host_from = None if link is None else link.source
-    return values, {"mtbf": mtbf_from, "storage": storage_from, "price": price_from,
-                    "host": host_from}  # fmt: skip
+    return values, {
+        "mtbf": mtbf_from,
+        "storage": storage_from,
+        "price": price_from,
+        "host": host_from,
+    }
 
 
 def request_tokens(tokens: object) -> float:
@@ -146,9 +150,9 @@ def check_budget_request(tokens: object, gpu_hour_price: object) -> None:
     InputError names the argument that is wrong."""
     if tokens is not None:
         request_tokens(tokens)
-    problem = None if gpu_hour_price is None else budget_figure_problem(
-        "gpu_hour_price", gpu_hour_price
-    )  # fmt: skip
+    problem = (
+        None if gpu_hour_price is None else budget_figure_problem("gpu_hour_price", gpu_hour_price)
+    )
     if problem:
         raise InputError(f"gpu_hour_price: {problem}")
 
@@ -193,27 +197,38 @@ def compute_budget(
     is_async = bool(_formula(rules, "budget_checkpoint_async")(env))
     backend_async = bool(_formula(rules, "budget_checkpoint_async_backend")(env))
     return Budget(
-        tokens=tokens, tokens_per_step=get("budget_tokens_per_step"),
-        steps=round(get("budget_steps")), step_s=chosen.time.step_s,
+        tokens=tokens,
+        tokens_per_step=get("budget_tokens_per_step"),
+        steps=round(get("budget_steps")),
+        step_s=chosen.time.step_s,
         compute_days=get("budget_compute_s") / DAY_S,
         checkpoint_bytes=get("budget_checkpoint_bytes"),
         storage_bytes_per_s=values["budget.storage_bytes_per_s"],
-        storage_source=sources["storage"] or "", checkpoint_write_s=get("budget_checkpoint_write_s"),
+        storage_source=sources["storage"] or "",
+        checkpoint_write_s=get("budget_checkpoint_write_s"),
         checkpoint_interval_s=get("budget_checkpoint_interval_s"),
-        checkpoints=get("budget_checkpoints"), mtbf_gpu_hours=values["budget.mtbf_gpu_hours"],
-        mtbf_source=sources["mtbf"] or "", job_mtbf_hours=get("budget_job_mtbf_s") / HOUR_S,
+        checkpoints=get("budget_checkpoints"),
+        mtbf_gpu_hours=values["budget.mtbf_gpu_hours"],
+        mtbf_source=sources["mtbf"] or "",
+        job_mtbf_hours=get("budget_job_mtbf_s") / HOUR_S,
         interruptions=get("budget_interruptions"),
-        checkpoint_days=get("budget_checkpoint_s") / DAY_S, lost_days=get("budget_lost_s") / DAY_S,
-        wall_days=get("budget_wall_s") / DAY_S, compute_gpu_hours=get("budget_compute_gpu_hours"),
+        checkpoint_days=get("budget_checkpoint_s") / DAY_S,
+        lost_days=get("budget_lost_s") / DAY_S,
+        wall_days=get("budget_wall_s") / DAY_S,
+        compute_gpu_hours=get("budget_compute_gpu_hours"),
         gpu_hours=get("budget_gpu_hours"),
         gpu_hour_price=values["budget.gpu_hour_price"] if priced else None,
-        price_source=sources["price"], cost=get("budget_cost") if priced else None,
-        checkpoint_async=is_async, checkpoint_blocking_s=get("budget_checkpoint_blocking_s"),
+        price_source=sources["price"],
+        cost=get("budget_cost") if priced else None,
+        checkpoint_async=is_async,
+        checkpoint_blocking_s=get("budget_checkpoint_blocking_s"),
         host_bytes_per_s=values["budget.host_bytes_per_s"] if linked else None,
-        host_source=sources["host"], restart_s=get("budget_restart_s"),
-        checkpoint_mode=checkpoint_mode(backend, cluster, sources["host"],
-                                        asynchronous=is_async, backend_async=backend_async),
-    )  # fmt: skip
+        host_source=sources["host"],
+        restart_s=get("budget_restart_s"),
+        checkpoint_mode=checkpoint_mode(
+            backend, cluster, sources["host"], asynchronous=is_async, backend_async=backend_async
+        ),
+    )
 
 
 # How each backend writes a checkpoint in the background (rules/budget/budget.yaml
@@ -225,9 +240,13 @@ ASYNC_FLAGS = {
 
 
 def checkpoint_mode(
-    backend: str | None, cluster: Cluster, host_source: str | None, *,
-    asynchronous: bool, backend_async: bool,
-) -> str:  # fmt: skip
+    backend: str | None,
+    cluster: Cluster,
+    host_source: str | None,
+    *,
+    asynchronous: bool,
+    backend_async: bool,
+) -> str:
     """One sentence: which checkpointing the budget priced (`asynchronous`: the rule
     budget_checkpoint_async), and why (`backend_async`: budget_checkpoint_async_backend, the
     backend and layout can write in the background; `host_source`: where the GPU's host-link

@@ -28,10 +28,11 @@ from pydantic import (
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.errors import InputError
+from parplan_gen.inputs.key_path import KeyPath, format_path
 from parplan_gen.inputs.safe_text import NOT_PLAIN_NAME, is_plain, printable
-from parplan_gen.inputs.source import KeyPath, format_path, load_document
+from parplan_gen.inputs.source import load_document
 from parplan_gen.inputs.validation import validate
-from parplan_gen.models.graph_model import AnyModelSpec, DocumentModel
+from parplan_gen.models.any_model import AnyModelSpec, DocumentModel
 from parplan_gen.models.kind import BackendName
 from parplan_gen.planning.budget import Budget
 from parplan_gen.planning.decisions import BackendDecisions, decide
@@ -84,8 +85,11 @@ class PlanDocument(BaseModel):
     chosen: Estimate = Field(description="The chosen layout and its estimate.")
     candidates: list[Estimate] = Field(description="The top candidates, best first.")
     rejected: dict[str, StrictInt] = Field(
-        description="Rejected candidates, counted by reason: most first as the search counted "
-        "them (the order `plan --json` and the text view show), by reason in plan.json."
+        description="Rejected candidates, counted by the rule that rejected them: `reason [rule "
+        "id: field low..high]` (the rule's reason for the first candidate it rejected, and the "
+        "range of each plan field it reads that took more than one value; "
+        "planning/rejections.py) -> candidates. Most first as the search counted them (the "
+        "order of the text view), sorted in plan.json and `plan --json`."
     )
     advice: list[str] = Field(description="The planner's advice, in its order.")
     warnings: list[str] = Field(
@@ -220,25 +224,8 @@ class PlanDocument(BaseModel):
         return self.model_copy(update={"render": options})
 
     def contract(self) -> dict[str, Any]:
-        """`plan --json` (DESIGN.md): `{"chosen": ..., "candidates": [...], "rejected": {...}}`,
-        the rejections most first, with `feasible` and, when nothing fits, the `advice`."""
-        optional = {
-            k: v for k, v in self.model_dump(mode="json", include=OPTIONAL).items() if v is not None
-        }
-        return (
-            {
-                "chosen": self.chosen.contract(),
-                "candidates": [c.contract() for c in self.candidates],
-                "rejected": dict(self.rejected),
-                "feasible": self.feasible,
-                "advice": list(self.advice),
-            }
-            | optional
-            | ({"warnings": list(self.warnings)} if self.warnings else {})
-        )
-
-    def to_json(self) -> str:
-        """plan.json's text: the same document always gives the same bytes."""
+        """plan.json's content, which `plan --json` prints: the optional sections only when
+        set, `feasible` (whether the chosen layout fits) and, when nothing does, the `advice`."""
         unset = {k for k in OPTIONAL if getattr(self, k) is None}
         unset |= set() if self.warnings else {"warnings"}  # absent when none: plan.json as before
         data = self.model_dump(mode="json", exclude=unset)
@@ -248,6 +235,11 @@ class PlanDocument(BaseModel):
                 f"plan.json: {format_path(bad[0])} is {bad[1]}; a cost-model formula gave a "
                 "value that is not a finite number (check the --rules that change the cost model)"
             )
+        return data
+
+    def to_json(self) -> str:
+        """plan.json's text: the same document always gives the same bytes."""
+        data = self.contract()
         return json.dumps(data, indent=JSON_INDENT, ensure_ascii=False, allow_nan=False) + "\n"
 
 

@@ -1,16 +1,19 @@
-"""Load what the API is given: a model (a loaded spec, a preset name, a config or graph file)
-and a cluster (a Cluster, a cluster file, or the CLI's flags as a dict). `api` re-exports both.
+"""Load what the API is given: a model (a loaded spec, a preset name, a config or graph file),
+a cluster (a Cluster, a cluster file, or the CLI's flags as a dict) and the rules (a loaded
+RuleSet, or rule directories to layer over the built-in ones). `api` re-exports the first two.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.kind import TrainedModel
+from parplan_gen.rules import ruleset
+from parplan_gen.rules.ruleset import RuleSet
 
 CLUSTER_KEYS = (
     "gpus", "gpu", "gpus_per_node", "inter_node_gbps", "nvlink_domain",
@@ -44,3 +47,11 @@ def load_cluster_spec(cluster: Cluster | Mapping[str, Any] | str | Path) -> Clus
             f"cluster dict: unknown keys {unknown}, missing {missing} (keys: {', '.join(CLUSTER_KEYS)})"
         )
     return cluster_from_flags(**cluster)
+
+
+def load_ruleset(rules: Sequence[str | Path] | RuleSet) -> RuleSet:
+    """A loaded RuleSet as given, else the built-in rules with the directories of `rules`
+    layered over them (`ruleset.load_rules`, looked up when called)."""
+    if isinstance(rules, RuleSet):
+        return rules
+    return ruleset.load_rules(rules)

@@ -10,13 +10,14 @@ of the model (`TrainedModel.backends`), so the result is deterministic.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from dataclasses import replace
+from typing import NamedTuple
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.kind import BackendName, ModelKind
 from parplan_gen.planning.backend_planner import BackendPlanner, SearchResult, ranking_key
+from parplan_gen.planning.rejections import merge
 from parplan_gen.planning.search_space import Objective, Request
 from parplan_gen.rules.ruleset import RuleSet
 
@@ -48,28 +49,46 @@ class Planner:
         if problem:
             raise PlanError(f"no layout meets the pins: {problem}")
         found = [self.on(b).plan(replace(request, options=request.options.on(b))) for b in order]
-        rejected: Counter[str] = Counter()
-        for part in found:
-            rejected.update(part.rejected)
+        rejections = merge(part.rejections for part in found)
         feasible = any(part.feasible and part.candidates for part in found)
         pool = [
-            (candidate_rank(c, request.objective, feasible), order.index(c.backend.name), c)  # type: ignore[union-attr]
+            _Ranked(candidate_rank(c, request.objective, feasible), _backend_order(c, order), c)
             for part in found
             if part.feasible == feasible
             for c in part.candidates
         ]
         if not pool:
-            reasons = "; ".join(f"{r} ({n})" for r, n in rejected.most_common())
+            reasons = "; ".join(f"{r.label} ({r.layouts})" for r in rejections)
             world, name = request.cluster.num_gpus, request.spec.name
             if limits.active:
                 raise PlanError(pinned_out(limits.describe(), world, name, reasons, order))
             raise PlanError(f"no layout of {world} GPUs can run {name}: {reasons}")
-        top = heapq.nsmallest(request.top, pool, key=lambda t: t[:2])
+        top = heapq.nsmallest(request.top, pool, key=lambda r: (r.rank, r.backend))
         return SearchResult(
-            candidates=[c for _, _, c in top], rejected=dict(rejected.most_common()),
-            feasible=feasible, objective=request.objective,
-            searched=sum(p.searched for p in found), evaluated=sum(p.evaluated for p in found),
-        )  # fmt: skip
+            candidates=[r.estimate for r in top],
+            rejections=rejections,
+            feasible=feasible,
+            objective=request.objective,
+            searched=sum(p.searched for p in found),
+            evaluated=sum(p.evaluated for p in found),
+        )
+
+
+class _Ranked(NamedTuple):
+    """A candidate of one backend's search among every backend's."""
+
+    rank: tuple[float, ...]  # candidate_rank
+    backend: int  # its backend's place in the model's order
+    estimate: Estimate
+
+
+def _backend_order(estimate: Estimate, order: tuple[str, ...]) -> int:
+    """The place of the candidate's backend in the request's order (every candidate of a
+    search names its backend)."""
+    ref = estimate.backend
+    if ref is None:
+        raise ValueError(f"a candidate without a backend: {estimate.plan}")
+    return order.index(ref.name)
 
 
 def candidate_rank(estimate: Estimate, objective: Objective, feasible: bool) -> tuple[float, ...]:
@@ -78,9 +97,7 @@ def candidate_rank(estimate: Estimate, objective: Objective, feasible: bool) -> 
     if not feasible:
         return (estimate.memory.total,)
     figures = {"time_step_s": estimate.time.step_s, "memory_total": estimate.memory.total}
-    plan = estimate.plan
-    sizes = (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep, plan.etp, plan.vpp)
-    return ranking_key(figures, sizes, objective)
+    return ranking_key(figures, estimate.plan, objective)
 
 
 def pinned_out(pins: str, world: int, name: str, reasons: str, backends: tuple[str, ...]) -> str:

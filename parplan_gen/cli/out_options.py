@@ -1,19 +1,13 @@
-"""`parplan render`: re-render a plan.json into launch files; shared options for `plan --out`."""
+"""`parplan render` and the options of `plan --out`: the flags only. What writes the files is
+`cli/write_files.py`, imported when a command writes, so that a command that writes nothing
+never loads the render layer."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-import warnings
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any
 
 from parplan_gen.cli.common import add_slurm_options, site_from_args
-
-if TYPE_CHECKING:
-    from parplan_gen.planning.document import PlanDocument
-    from parplan_gen.render.render_options import RenderOptions
 
 
 def add_render_commands(sub: Any) -> None:
@@ -90,68 +84,8 @@ def out_folder(text: str) -> str:
     return text
 
 
-def render_options(args: argparse.Namespace) -> RenderOptions:
-    """The rendering options that `add_render_options` defined, from parsed arguments."""
-    from parplan_gen.render.render_options import RenderOptions
-
-    return RenderOptions(
-        templates=args.templates,
-        force=args.force,
-        hf_trainer=args.hf_trainer,
-        force_nccl_algo=args.force_nccl_algo,
-        megatron_version=args.megatron_version,
-        deepspeed_version=args.deepspeed_version,
-    )
-
-
-def write_plan_files(
-    doc: PlanDocument, out: str | Path, args: argparse.Namespace, *, stream: TextIO | None = None
-) -> int:
-    """Render `doc` with the rendering options in `args`, write it into `out`, and list the
-    files on `stream` (default stdout; `parplan plan --json --out` passes stderr); what the
-    writer repaired of an interrupted earlier write is told on stderr."""
-    from parplan_gen.render.render_options import write_plan
-
-    return _reported(out, lambda: write_plan(doc, out, render_options(args)), stream)
-
-
-def write_files(
-    out: str | Path,
-    files: dict[str, str],
-    retire: list[str],
-    args: argparse.Namespace,
-    *,
-    stream: TextIO | None = None,
-) -> int:
-    """Write rendered `files` into `out` as one change (`retire`: names an earlier plan may
-    have left), reported as `write_plan_files` reports."""
-    from parplan_gen.render.writer import write_rendered
-
-    return _reported(
-        out, lambda: write_rendered(out, files, force=args.force, retire=retire), stream
-    )
-
-
-def _reported(out: str | Path, write: Callable[[], dict[str, str]], stream: TextIO | None) -> int:
-    """Run `write`, telling on stderr what the writer repaired of an interrupted earlier write
-    (even when the write is then refused), and list what it did on `stream` (default stdout)."""
-    from parplan_gen.cli.entry import PROG
-    from parplan_gen.render.writer import WriteWarning
-
-    with warnings.catch_warnings(record=True) as repairs:
-        warnings.simplefilter("always", WriteWarning)
-        try:
-            status = write()
-        finally:
-            for repair in repairs:
-                sys.stderr.write(f"{PROG}: warning: {repair.message}\n")
-    stream = stream or sys.stdout
-    for name, state in status.items():
-        stream.write(f"{state:9}  {Path(out) / name}\n")
-    return 0
-
-
 def _cmd_render(args: argparse.Namespace) -> int:
+    from parplan_gen.cli.write_files import write_plan_files
     from parplan_gen.planning.document import load_plan_document
 
     doc = load_plan_document(args.plan)

@@ -1,0 +1,49 @@
+"""`estimate`: one layout's memory, time and throughput, and every constraint rule it breaks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from parplan_gen.api.wording import parameter_wording
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.layout import Layout, build_layout
+from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
+from parplan_gen.planning.evaluate import Evaluation, evaluate
+from parplan_gen.planning.loading import load_cluster_spec, load_model, load_ruleset
+from parplan_gen.planning.search_space import backends_for
+from parplan_gen.rules.ruleset import RuleSet
+
+
+@parameter_wording
+def estimate(
+    model: TrainedModel | str | Path,
+    cluster: Cluster | Mapping[str, Any] | str | Path,
+    layout: Layout | Mapping[str, Any],
+    *,
+    rules: Sequence[str | Path] | RuleSet = (),
+    flash_attention: bool = True,
+    backend: str | None = None,
+) -> Evaluation:
+    """Estimate one layout: its memory, time and throughput, and every constraint rule it
+    breaks; `fits` is the memory rules' verdict. `layout` is a Layout or its sizes as a dict
+    (`{"tp": 2, "global_batch": 512, "seq_len": 8192}`; dp defaults to what the other sizes
+    leave, `seq_len` to 2048 tokens for a transformer); `rules` layers rule directories over
+    the built-in ones (or is a loaded RuleSet). `backend`: the backend whose rules judge it
+    (None: the first of the model's backends that runs it)."""
+    ruleset = load_ruleset(rules)
+    spec, machines = load_model(model), load_cluster_spec(cluster)
+    names = None if backend in (None, ANY_BACKEND) else backends_for(spec, backend)
+    if not isinstance(layout, Layout):
+        sizes = dict(layout)
+        sizes["seq_len"] = spec.sequence_length(sizes.get("seq_len"))
+        layout = build_layout(machines.num_gpus, **sizes)
+    return evaluate(
+        spec,
+        machines,
+        layout,
+        ruleset,
+        flash_attention=flash_attention,
+        backend=None if names is None else names[0],
+    )

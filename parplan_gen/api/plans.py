@@ -1,0 +1,306 @@
+"""`plan`: search the layouts of a model on a cluster and make the plan document, and `Plan`,
+what it returns (the document plus what the search found)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+from parplan_gen.api.wording import parameter_wording
+from parplan_gen.cost.estimate import Estimate
+from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.layout import MAX_GPUS, check_sizes
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
+from parplan_gen.planning.advice import Advice, advise
+from parplan_gen.planning.budget import (
+    check_budget_request,
+    compute_budget,
+    request_tokens,
+    scaled,
+    smallest_count,
+)
+from parplan_gen.planning.document import PlanDocument
+from parplan_gen.planning.loading import load_cluster_spec, load_model, load_ruleset
+from parplan_gen.planning.pins import (
+    Bounds,
+    Headroom,
+    Pins,
+    SearchRecord,
+    headroom_record,
+    parse_headroom,
+    search_limits,
+)
+from parplan_gen.planning.planner import PlanError, Planner, SearchResult
+from parplan_gen.planning.sanity import sanity_warnings
+from parplan_gen.planning.search_choices import SearchChoices, choose, search_choices
+from parplan_gen.planning.search_space import Objective, Request, SearchOptions
+from parplan_gen.rules.engine import Proposal
+from parplan_gen.rules.ruleset import RuleSet
+
+
+def proposals_for(
+    spec: TrainedModel, cluster: Cluster, rules: RuleSet, seq_len: int
+) -> list[Proposal]:
+    """The rules engine's proposals for the model's op graph on the cluster's GPUs."""
+    from parplan_gen.rules.engine import propose
+
+    return propose(spec.op_graph(seq_len), rules, cluster.num_gpus)
+
+
+class Plan(BaseModel):
+    """A plan: its document (what plan.json holds and what the text view, `plan --json` and the
+    renderer read: the model, the cluster, the chosen estimate and the runners-up, the
+    rejections, the advice, the rules' proposals) and what the search adds to it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    document: PlanDocument
+    feasible: bool  # False: nothing fits; the chosen layout is the closest candidate
+    objective: Objective
+    searched: int  # candidates in the search space
+    evaluated: int  # candidates the cost model estimated
+    advice: list[Advice]  # when nothing fits, each change measured; document.advice: their notes
+
+    @property
+    def chosen(self) -> Estimate:
+        """The chosen layout's estimate (the closest candidate when nothing fits)."""
+        return self.document.chosen
+
+    @parameter_wording
+    def deepspeed_config(self) -> dict[str, Any]:
+        """The dict for `deepspeed.initialize(config=...)`: ds_config.json as rendered."""
+        from parplan_gen.render.plan_files import deepspeed_config
+
+        return deepspeed_config(self.document)
+
+    @parameter_wording
+    def megatron_args(self) -> list[str]:
+        """The `pretrain_gpt.py` argument list of megatron_args.sh as rendered (transformers
+        only: for an op-graph model, launched with DeepSpeed / torchrun, a RenderError)."""
+        from parplan_gen.render.plan_files import megatron_args
+
+        return megatron_args(self.document)
+
+    @parameter_wording
+    def write(self, out_dir: str | Path, **options: Any) -> list[Path]:
+        """Render every file (plan.json, ds_config.json, megatron_args.sh for a transformer,
+        nccl.env, launchers, plan.md) into `out_dir`. `options` are those of `parplan render`
+        (render.render_options.RenderOptions: templates, force, hf_trainer, force_nccl_algo,
+        megatron_version, deepspeed_version); an existing different file is refused unless
+        `force=True`."""
+        from parplan_gen.render.render_options import RenderOptions, write_plan
+
+        status = write_plan(self.document, out_dir, RenderOptions(**options))
+        return [Path(out_dir) / name for name in sorted(status)]
+
+
+class Search(NamedTuple):
+    """`plan`'s search alone: the planner, the request, the ranked result, plan.json's `search`
+    record and the seed's proposals."""
+
+    planner: Planner
+    request: Request
+    result: SearchResult
+    record: SearchRecord
+    proposals: list[Proposal]
+
+
+@parameter_wording
+def plan(
+    model: TrainedModel | str | Path,
+    cluster: Cluster | Mapping[str, Any] | str | Path,
+    *,
+    global_batch: int,
+    seq_len: int | None = None,
+    precision: str = "bf16",
+    objective: Objective = "time",
+    top: int = 5,
+    flash_attention: bool = True,
+    backend: str | Sequence[str] = ANY_BACKEND,
+    rules: Sequence[str | Path] | RuleSet = (),
+    pins: Pins | Mapping[str, Any] | None = None,
+    bounds: Bounds | Mapping[str, Any] | None = None,
+    headroom: float | str | Headroom | None = None,
+    search: SearchChoices | Mapping[str, Any] | None = None,
+    tokens: float | str | None = None,
+    days: float | None = None,
+    gpu_hour_price: float | None = None,
+) -> Plan:
+    """Plan `model` on `cluster`: the fastest layout that fits (objective `time`) or the
+    smallest (`memory`), the best `top`, the rejections by rule and, when nothing fits, the
+    closest candidate with advice. `backend` (a name or several: `megatron`, `deepspeed`,
+    `ddp`, `torchtitan`; `any`: every backend that trains the model) limits the search to what
+    those backends run; `rules` layers rule directories over the built-in ones (or is a loaded
+    RuleSet). `seq_len` defaults to 2048 tokens for a transformer; a graph model has none (1).
+
+    `pins` fixes layout fields (`{"tp": 8, "recompute": "selective"}`), `bounds` limits sizes
+    (`{"max_pp": 4, "min_dp": 8}`), `headroom` keeps memory free per GPU (GiB, `"10%"` of the
+    GPU's, or None: the rule `memory_headroom_default`); planning/pins.py. `search` sets the
+    search options (`{"interleave": "off", "sequence_parallel": "search", "overlap_grad_reduce":
+    False}`; each left out: its rule in rules/search/defaults.yaml; planning/search_choices.py).
+    `tokens` (`"15T"`, `2e12`) adds the training budget (plan.document.budget, None when nothing
+    fits; `gpu_hour_price` prices it); with `days` too, the cluster's GPU count is searched: the
+    smallest whole number of nodes whose best plan trains `tokens` within `days`
+    (planning/budget.py)."""
+    check_budget_request(tokens, gpu_hour_price)  # before any search, as the flags are
+    asked: dict[str, Any] = {
+        "global_batch": global_batch,
+        "seq_len": seq_len,
+        "precision": precision,
+        "objective": objective,
+        "top": top,
+        "flash_attention": flash_attention,
+        "backend": backend,
+        "pins": pins,
+        "bounds": bounds,
+        "headroom": headroom,
+        "search": search,
+    }
+    if days is None:
+        check_sizes(global_batch=global_batch, seq_len=seq_len)
+    else:  # each GPU count tried checks the sizes
+        _check_deadline(days, tokens)
+    ruleset = load_ruleset(rules)
+    spec, machines = load_model(model), load_cluster_spec(cluster)
+    if days is not None:
+        return _plan_by_deadline(
+            spec, machines, ruleset, days=days, tokens=tokens, price=gpu_hour_price, asked=asked
+        )
+    found = search_plan(spec, machines, ruleset, **asked)
+    result = found.result
+    advice = [] if result.feasible else advise(found.planner, found.request, result)
+    budget = None
+    if tokens is not None and result.feasible:
+        budget = compute_budget(
+            ruleset,
+            spec,
+            machines,
+            result.chosen,
+            tokens=request_tokens(tokens),
+            price=gpu_hour_price,
+            flash_attention=flash_attention,
+        )
+    document = PlanDocument.from_parts(
+        model=spec,
+        cluster=machines,
+        chosen=result.chosen,
+        candidates=result.candidates,
+        rejected=result.rejected,
+        advice=[a.note for a in advice],
+        proposals=found.proposals,
+        rules=ruleset,
+        warnings=sanity_warnings(spec, machines, result.chosen),
+        search=found.record,
+        feasible=result.feasible,
+        budget=budget,
+    )
+    return Plan(
+        document=document,
+        feasible=result.feasible,
+        objective=result.objective,
+        searched=result.searched,
+        evaluated=result.evaluated,
+        advice=advice,
+    )
+
+
+def search_plan(
+    spec: TrainedModel,
+    machines: Cluster,
+    rules: RuleSet,
+    *,
+    global_batch: int,
+    seq_len: int | None,
+    precision: str,
+    objective: Objective,
+    top: int,
+    flash_attention: bool,
+    backend: str | Sequence[str],
+    pins: Pins | Mapping[str, Any] | None = None,
+    bounds: Bounds | Mapping[str, Any] | None = None,
+    headroom: float | str | Headroom | None = None,
+    search: SearchChoices | Mapping[str, Any] | None = None,
+) -> Search:
+    """`plan`'s search alone, for its arguments (the seed's proposals are shown, never searched:
+    the search options come from `search` and rules/search/defaults.yaml). `check` needs only
+    the result."""
+    seq_len = spec.sequence_length(seq_len)
+    limits = search_limits(pins, bounds)
+    record = headroom_record(parse_headroom(headroom), limits, machines, rules, precision)
+    chosen = choose(
+        search_choices(search),
+        rules,
+        spec,
+        machines,
+        pins=limits.pins.given(),
+        bounds=limits.bounds.given(),
+        global_batch=global_batch,
+        seq_len=seq_len,
+        precision=precision,
+        flash_attention=flash_attention,
+        memory_headroom=record.headroom_bytes,
+    )
+    request = Request(
+        spec,
+        machines,
+        global_batch,
+        seq_len,
+        precision,  # type: ignore[arg-type]
+        objective,
+        top,
+        flash_attention,
+        SearchOptions.for_model(spec, chosen, backend, limits),
+        record.headroom_bytes,
+    )
+    planner = Planner(rules, spec.kind)
+    proposals = proposals_for(spec, machines, rules, seq_len)
+    return Search(planner, request, planner.plan(request), record.with_options(chosen), proposals)
+
+
+def _check_deadline(days: float, tokens: float | str | None) -> None:
+    """`days` is a number of days above 0, given with `tokens`."""
+    if tokens is None:
+        raise InputError("days: give tokens too (the deadline is for training that many tokens)")
+    if not (isinstance(days, int | float) and not isinstance(days, bool) and 0 < days < math.inf):
+        raise InputError(f"days: expected a number of days above 0, got {days!r}")
+
+
+def _plan_by_deadline(
+    spec: TrainedModel,
+    base: Cluster,
+    rules: RuleSet,
+    *,
+    days: float,
+    tokens: float | str | None,
+    price: float | None,
+    asked: dict[str, Any],
+) -> Plan:
+    """`plan(tokens=N, days=D)`: the plan on the smallest GPU count that meets the deadline
+    (planning/budget.smallest_count), its budget recording every count tried."""
+    plans: dict[int, Plan] = {}
+
+    def wall_days(gpus: int) -> float | None:
+        try:
+            found = plan(
+                spec, scaled(base, gpus), rules=rules, tokens=tokens, gpu_hour_price=price, **asked
+            )
+        except PlanError:
+            return None
+        plans[gpus] = found
+        budget = found.document.budget
+        return budget.wall_days if found.feasible and budget is not None else None
+
+    deadline = smallest_count(wall_days, base.gpus_per_node, float(days))
+    if deadline.gpus is None:
+        raise InputError(
+            f"--days {days:g}: no count of up to {MAX_GPUS} GPUs ({base.gpus_per_node} per node) "
+            f"trains {request_tokens(tokens):.3g} tokens in time (tried {', '.join(deadline.tried)})"
+        )
+    chosen = plans[deadline.gpus]
+    budget = chosen.document.budget.model_copy(update={"deadline": deadline})  # type: ignore[union-attr]
+    document = chosen.document.model_copy(update={"budget": budget})
+    return chosen.model_copy(update={"document": document})

@@ -1,0 +1,172 @@
+"""`parplan check`: a pre-flight check of a layout a user already has, given as flags or read
+from a DeepSpeed ds_config.json, Megatron-LM arguments or a torchtitan launch line (the
+`--from-*` readers, `layout_values`). A thin shell over `api.check`; exit 1 after the report
+when the layout does not run as given."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from parplan_gen.cli.common import (
+    LAYOUT_SIZES,
+    TRAINED_MODEL_HELP,
+    add_backend_option,
+    add_cluster_options,
+    add_layout_options,
+    add_rules_option,
+    cluster_from_args,
+    print_json,
+)
+
+if TYPE_CHECKING:
+    from parplan_gen.api import CheckReport
+    from parplan_gen.models.kind import TrainedModel
+
+CHECK_EXAMPLE = (
+    "example:\n"
+    "  parplan check llama-3-70b --gpus 64 --gpu h100 --tp 8 --pp 2 --mbs 1 --global-batch 256\n"
+    "  parplan check llama-3-8b --gpus 8 --gpu h100 --from-deepspeed ds_config.json\n"
+    "  parplan check llama-3-70b --gpus 64 --gpu h100 --from-megatron train_args.sh"
+)
+
+
+def add_check_command(sub: Any) -> None:
+    """Register `check` on the CLI's subparsers."""
+    check = sub.add_parser(
+        "check",
+        help="pre-flight check of a layout you already have",
+        description="Check a layout against the constraint rules, predict its memory against "
+        "the GPU's and its throughput, and show a better plan if the planner finds one. "
+        "Exit code 0 only when the layout runs as given; 1 when it breaks an `invalid` rule "
+        "or does not fit (the report is printed all the same, the reason goes to stderr).",
+        epilog=CHECK_EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    check.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
+    add_cluster_options(check)
+    layout = add_layout_options(
+        check, title="layout (flags override --from-* files)", defaults=False
+    )
+    layout.add_argument("--from-deepspeed", metavar="FILE", help="read a DeepSpeed ds_config.json")
+    layout.add_argument("--from-megatron", metavar="FILE", help="read Megatron-LM arguments")
+    layout.add_argument(
+        "--from-torchtitan", metavar="FILE", help="read torchtitan 0.3 --config and overrides"
+    )
+    add_backend_option(check, search=False)
+    check.add_argument(
+        "--any-backend",
+        action="store_true",
+        help="offer a better plan on any backend (default: on the layout's backend only)",
+    )
+    add_rules_option(check)
+    check.add_argument("--json", action="store_true", help="print JSON")
+    check.set_defaults(handler=_cmd_check)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from parplan_gen.api import check, load_model
+    from parplan_gen.cli.textview import write_view
+    from parplan_gen.cost.layout import build_layout
+
+    spec, cluster = load_model(args.model), cluster_from_args(args)
+    values = layout_values(args, spec)
+    accum = values.pop("grad_accum", None)
+    layout = build_layout(cluster.num_gpus, **values)
+    if accum is not None and accum != layout.grad_accum:
+        from parplan_gen.inputs.errors import InputError
+
+        raise InputError(
+            f"{args.from_deepspeed}: gradient_accumulation_steps({accum}) != global batch("
+            f"{layout.global_batch}) / (mbs({layout.mbs}) * dp({layout.dp})) = {layout.grad_accum}"
+        )
+    read_from = (
+        "deepspeed"
+        if args.from_deepspeed
+        else "megatron"
+        if args.from_megatron
+        else "torchtitan"
+        if args.from_torchtitan
+        else None
+    )
+    report = check(
+        spec,
+        cluster,
+        layout,
+        rules=args.rules,
+        flash_attention=not args.no_flash_attention,
+        backend=args.backend or read_from,
+        any_backend=args.any_backend,
+    )
+    if args.json:
+        print_json(report.contract())
+    else:
+        write_view(check_text(report))
+    problem = report.problem()
+    if problem is not None:  # the report is on stdout; the reason is the one-line error (exit 1)
+        from parplan_gen.inputs.errors import InputError
+
+        raise InputError(problem)
+    return 0
+
+
+def check_text(report: CheckReport) -> str:
+    """The human view of `parplan check`."""
+    from parplan_gen.cli.estimate_view import (
+        backend_text,
+        estimate_text,
+        layout_line,
+        violation_lines,
+    )
+
+    lines = [estimate_text(report.model, report.cluster, report.estimate).rstrip("\n"), ""]
+    lines += violation_lines(report.violations)
+    better = report.better
+    if better is None and not report.planner_found:
+        lines.append("Better plan: none (no layout of this request fits and meets every rule)")
+    elif better is None:
+        lines.append("Better plan: none (the planner's best is not faster than this layout)")
+    else:
+        mine, theirs = report.estimate.time.step_s, better.time.step_s
+        if report.violations:  # offered because this layout breaks a rule, not for speed
+            label, gain = "Plan that meets every rule", ""
+        else:
+            label, gain = "Better plan", f", {mine / theirs:.2f}x faster"
+        lines.append(
+            f"{label}: {backend_text(better)}: {layout_line(better)} "
+            f"({theirs:.3f} s per step{gain})"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# ---- reading existing layouts ------------------------------------------------------------------
+
+LAYOUT_FLAGS = (*(dest for dest, _, _ in LAYOUT_SIZES), "global_batch", "seq_len")
+
+
+def layout_values(args: argparse.Namespace, spec: TrainedModel) -> dict[str, Any]:
+    """Layout fields: the defaults, then the --from-* files, then the explicit flags."""
+    from parplan_gen.inputs.errors import UsageError
+    from parplan_gen.render.readers import layout_from_files
+
+    values: dict[str, Any] = {"tp": 1, "pp": 1}
+    values.update(
+        layout_from_files(
+            spec,
+            deepspeed=args.from_deepspeed,
+            megatron=args.from_megatron,
+            torchtitan=args.from_torchtitan,
+        )
+    )
+    flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}
+    options = ("recompute", "precision", "sequence_parallel")
+    flags.update({k: getattr(args, k) for k in options if getattr(args, k) is not None})
+    if args.zero is not None:
+        flags.update(zero_stage=args.zero, distributed_optimizer=False)
+    if args.distributed_optimizer:
+        flags.update(distributed_optimizer=True, zero_stage=0)
+    values.update(flags)
+    if "global_batch" not in values:
+        raise UsageError("give --global-batch (or a file that sets it)")
+    values["seq_len"] = spec.sequence_length(values.get("seq_len"))
+    return values
