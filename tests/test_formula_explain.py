@@ -3,6 +3,8 @@ a named formula has its value, down to the inputs."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import parplan_gen
@@ -184,3 +186,18 @@ def test_the_api_explains_an_estimate_as_the_cost_model_computed_it():
     assert "ZeRO" in str(part["weight_bytes"].source)
     assert str(part["weight_bytes"].where).startswith("<built-in>/cost/memory.yaml:")
     assert params.value == pytest.approx(2 * part["params_per_gpu"].value)
+
+
+def test_estimate_explain_prints_the_tree_of_the_figure(capsys) -> None:
+    from parplan_gen.cli.main import main
+
+    args = ["llama-3-8b", "--gpus", "8", "--gpu", "h100", "--global-batch", "64", "--tp", "2"]
+    assert main(["estimate", *args, "--json"]) == 0
+    step_s = json.loads(capsys.readouterr().out)["time"]["step_s"]
+    assert main(["estimate", *args, "--explain", "time.step_s", "--json"]) == 0
+    tree = json.loads(capsys.readouterr().out)
+    assert tree["name"] == "time.step_s" and tree["unit"] == "s"
+    assert tree["value"] == pytest.approx(step_s)
+    assert main(["estimate", *args, "--explain", "time.step_s"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("time.step_s = ") and "cost/time.yaml:" in first

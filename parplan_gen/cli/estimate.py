@@ -50,6 +50,14 @@ def add_estimate_command(sub: Any) -> argparse.ArgumentParser:
     add_backend_option(estimate, search=False)
     add_rules_option(estimate)
     estimate.add_argument("--json", action="store_true", help="print JSON (the plan contract)")
+    estimate.add_argument(
+        "--explain",
+        metavar="NAME",
+        help="print why NAME has its value instead of the estimate: a figure (time.step_s, "
+        "memory.total) or a named formula (dp_comm_s), as the tree of the formulas it reads, "
+        "each with its value, unit, source and file:line, down to the plan, model and cluster "
+        "inputs (docs/rules.md)",
+    )
     estimate.set_defaults(handler=_cmd_estimate)
     return estimate
 
@@ -78,7 +86,22 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     invalid = [v for v in found.violations if v.severity == "invalid"]
     if invalid:
         raise InputError("; ".join(v.describe() for v in invalid) + f" ({spec.name})")
-    if args.json:
+    if args.explain is not None:
+        from parplan_gen.planning.explain_estimate import explain_estimate
+
+        tree = explain_estimate(
+            spec,
+            cluster,
+            found.estimate,
+            args.explain,
+            rules,
+            flash_attention=not args.no_flash_attention,
+        )
+        if args.json:
+            print_json(tree.contract())
+        else:
+            write_view(tree.render())
+    elif args.json:
         print_json(_contract(found, sanity_warnings(spec, cluster, found.estimate)))
     else:
         write_view(estimate_text(spec, cluster, found.estimate, found.violations))
