@@ -1,6 +1,6 @@
 """How a transformer's layers are placed on its pipeline stages: the one home of the split.
 
-The constraint `pipeline.layers_split` (rules/constraints/megatron.yaml) checks it through the
+The constraint `pipeline.layers_split` (rules/constraints/layout.yaml) checks it through the
 formula function `pipeline_split_ok`, and megatron_args.sh spells it
 (--decoder-first/last-pipeline-num-layers, --account-for-embedding/loss-in-pipeline-split,
 --num-layers-per-virtual-pipeline-stage), both by calling `pipeline_split`, so that a plan the

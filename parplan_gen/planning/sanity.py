@@ -1,4 +1,4 @@
-"""Sanity warnings on a plan or an estimate: visible lines, never errors (issue 14 item 7).
+"""Sanity warnings on a plan or an estimate: visible lines, never errors.
 
 Three checks, each against data with its sources (`cost.published`, the shipped
 `parplan_gen/data/published_best.yaml`):
