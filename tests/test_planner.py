@@ -216,7 +216,12 @@ def test_rejections_are_counted_by_rule() -> None:
     result = planner().plan(
         Request(load_preset("llama-3-8b"), cluster_from_flags(16, "h100"), 64, 4096)
     )
-    assert result.rejected["key/value heads (8) do not divide by tp (16) [parallel.kv_heads_divisible_by_tp]"] > 0
+    assert (
+        result.rejected[
+            "key/value heads (8) do not divide by tp (16) [parallel.kv_heads_divisible_by_tp]"
+        ]
+        > 0
+    )
     assert result.searched > sum(result.rejected.values()) >= 1
 
 
@@ -324,7 +329,11 @@ def test_check_compares_with_the_plans_choice_by_its_search_alone(monkeypatch) -
     cluster = cluster_from_flags(8, "h100")
     layout = build_layout(8, tp=8, global_batch=64, seq_len=4096)
     same = plan("llama-2-7b", cluster, global_batch=64, seq_len=4096, backend="megatron", top=1)
-    for name in ("api.plans.advise", "planning.document.backend_verdicts", "api.plans.sanity_warnings"):
+    for name in (
+        "api.plans.advise",
+        "planning.document.backend_verdicts",
+        "api.plans.sanity_warnings",
+    ):
         monkeypatch.setattr(f"parplan_gen.{name}", lambda *_, n=name: pytest.fail(f"{n} ran"))
     report = check("llama-2-7b", cluster, layout)  # Megatron-LM runs it: planned on Megatron-LM
     assert report.estimate.backend.name == "megatron"
