@@ -16,6 +16,7 @@ from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, given_layout
 from parplan_gen.inputs.errors import InputError
+from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
 from parplan_gen.planning.evaluate import Evaluation
 from parplan_gen.planning.loading import load_cluster_spec, load_model, load_ruleset
@@ -62,7 +63,7 @@ class CheckReport(Evaluation):
 
 @parameter_wording
 def check(
-    model: TrainedModel | str | Path,
+    model: AnyModelSpec | str | Path,
     cluster: Cluster | Mapping[str, Any] | str | Path,
     layout: Layout | Mapping[str, Any] | None = None,
     *,

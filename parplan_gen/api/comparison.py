@@ -11,7 +11,7 @@ from parplan_gen.api.plans import plan
 from parplan_gen.api.wording import parameter_wording
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout
-from parplan_gen.models.kind import TrainedModel
+from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.planning.loading import load_cluster_spec, load_model, load_ruleset
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @parameter_wording
 def compare(
-    model: TrainedModel | str | Path,
+    model: AnyModelSpec | str | Path,
     cluster: Cluster | Mapping[str, Any] | str | Path,
     *,
     global_batch: int,

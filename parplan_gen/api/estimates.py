@@ -9,7 +9,8 @@ from typing import Any
 from parplan_gen.api.wording import parameter_wording
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, build_layout
-from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
+from parplan_gen.models.any_model import AnyModelSpec
+from parplan_gen.models.kind import ANY_BACKEND
 from parplan_gen.planning.evaluate import Evaluation, evaluate
 from parplan_gen.planning.loading import load_cluster_spec, load_model, load_ruleset
 from parplan_gen.planning.search_space import backends_for
@@ -18,7 +19,7 @@ from parplan_gen.rules.ruleset import RuleSet
 
 @parameter_wording
 def estimate(
-    model: TrainedModel | str | Path,
+    model: AnyModelSpec | str | Path,
     cluster: Cluster | Mapping[str, Any] | str | Path,
     layout: Layout | Mapping[str, Any],
     *,

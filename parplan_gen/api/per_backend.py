@@ -12,7 +12,8 @@ from parplan_gen.api.wording import parameter_wording, reword
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import NothingFitsError
-from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
+from parplan_gen.models.any_model import AnyModelSpec
+from parplan_gen.models.kind import ANY_BACKEND
 from parplan_gen.planning.loading import load_cluster_spec, load_model, load_ruleset
 from parplan_gen.planning.planner import PlanError
 from parplan_gen.planning.search_space import backends_for
@@ -24,7 +25,7 @@ BackendOutcome: TypeAlias = Plan | PlanError | NothingFitsError
 
 @parameter_wording
 def plan_all_backends(
-    model: TrainedModel | str | Path,
+    model: AnyModelSpec | str | Path,
     cluster: Cluster | Mapping[str, Any] | str | Path,
     **request: Any,
 ) -> dict[str, BackendOutcome]:

@@ -15,6 +15,7 @@ from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import MAX_GPUS, check_sizes
 from parplan_gen.inputs.errors import InputError
+from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
 from parplan_gen.planning.advice import Advice, advise
 from parplan_gen.planning.budget import (
@@ -111,7 +112,7 @@ class Search(NamedTuple):
 
 @parameter_wording
 def plan(
-    model: TrainedModel | str | Path,
+    model: AnyModelSpec | str | Path,
     cluster: Cluster | Mapping[str, Any] | str | Path,
     *,
     global_batch: int,
@@ -270,7 +271,7 @@ def _check_deadline(days: float, tokens: float | str | None) -> None:
 
 
 def _plan_by_deadline(
-    spec: TrainedModel,
+    spec: AnyModelSpec,
     base: Cluster,
     rules: RuleSet,
     *,

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, TypedDict
 
 from parplan_gen.cli.common import print_json
+
+
+class _PresetRow(TypedDict):
+    name: str
+    model_type: str
+    params: int
+    active_params: int
+    layers: int
 
 
 def add_models_command(sub: Any) -> None:
@@ -24,7 +32,7 @@ def add_models_command(sub: Any) -> None:
 def _cmd_models(args: argparse.Namespace) -> int:
     from parplan_gen.models.presets import graph_preset_names, load_preset, preset_names
 
-    rows = []
+    rows: list[_PresetRow] = []
     for name in preset_names():
         spec = load_preset(name)
         rows.append(
@@ -36,9 +44,11 @@ def _cmd_models(args: argparse.Namespace) -> int:
                 "layers": spec.num_layers,
             }
         )
+    from parplan_gen.models.any_model import graph_of
     from parplan_gen.models.load import load_model
 
-    graphs = [load_model(n) for n in graph_preset_names()]
+    # a graph preset always loads as a GraphModelSpec
+    graphs = [g for n in graph_preset_names() if (g := graph_of(load_model(n))) is not None]
     if args.json:
         print_json(
             {

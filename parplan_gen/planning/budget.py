@@ -176,7 +176,7 @@ def compute_budget(
     if spec.kind != "transformer":
         raise InputError(f"--tokens: {spec.name} is not a transformer; it trains no tokens")
     backend = chosen.backend.name if chosen.backend else None
-    evaluator = Evaluator(rules, spec.kind, backend)  # type: ignore[arg-type]
+    evaluator = Evaluator(rules, spec.kind, backend)
     env = evaluator.env(spec, cluster, chosen.plan, flash_attention=flash_attention)
     env.update(estimate_env(evaluator.cost.figures(env)))  # the budget rules read estimate.*
     values, sources = budget_inputs(rules, cluster, tokens, price)

@@ -84,9 +84,9 @@ def decide(
 ) -> dict[BackendName, BackendDecisions]:
     """The decisions for each backend of `runs` that runs `layout` (its verdict None)."""
     return {
-        name: _decide(model, cluster, layout, rules, name)
+        backend.name: _decide(model, cluster, layout, rules, backend.name)
         for name, why in runs.items()
-        if why is None and name in BACKENDS
+        if why is None and (backend := BACKENDS.get(name)) is not None
     }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Literal
 
@@ -41,7 +41,7 @@ from parplan_gen.planning.pins import SearchRecord
 from parplan_gen.rules.engine import Proposal
 from parplan_gen.rules.ruleset import RuleSet
 
-FORMAT_VERSION = 2
+FORMAT_VERSION: Literal[2] = 2
 OPTIONAL = {"best_on", "search", "budget"}  # left out of plan.json and `plan --json` when unset
 JSON_INDENT = 2  # plan.json is meant to be read and diffed by people
 # The names a terminal shows and the launch files carry (in comments, reduced to a safe set):
@@ -276,7 +276,7 @@ def load_plan_document(path: str | Path) -> PlanDocument:
     return plan
 
 
-def _unprintable_names(data: Any) -> Iterable[tuple[KeyPath, str]]:
+def _unprintable_names(data: Any) -> Iterator[tuple[KeyPath, str]]:
     """(path, problem) of each name in NAMES that holds a character safe_text.printable would
     escape (NUL, ESC, a line break, a bidi override...)."""
     for path in NAMES:
@@ -291,7 +291,7 @@ def _numbered(estimates: list[Estimate]) -> list[tuple[str, Estimate]]:
     return [(f"candidates[{i}]", e) for i, e in enumerate(estimates)]
 
 
-def _non_finite(data: Any, path: KeyPath = ()) -> Iterable[tuple[KeyPath, float]]:
+def _non_finite(data: Any, path: KeyPath = ()) -> Iterator[tuple[KeyPath, float]]:
     """Every float in `data` that is NaN or infinite (JSON's 1e400 reads as inf), with its path."""
     if isinstance(data, float) and not math.isfinite(data):
         yield path, data

@@ -14,6 +14,7 @@ from typing import Any
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, build_layout, given_layout
+from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
 from parplan_gen.planning.constraints import estimate_env
 from parplan_gen.planning.evaluate import Evaluator, evaluate
@@ -54,7 +55,7 @@ def explain_estimate(
 
 
 def explain(
-    model: TrainedModel | str | Path,
+    model: AnyModelSpec | str | Path,
     cluster: Cluster | Mapping[str, Any] | str | Path,
     layout: Estimate | Layout | Mapping[str, Any],
     name: str,

@@ -11,7 +11,7 @@ from typing import Any
 
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.models.kind import TrainedModel
+from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.rules import ruleset
 from parplan_gen.rules.ruleset import RuleSet
 
@@ -21,7 +21,7 @@ CLUSTER_KEYS = (
 )  # fmt: skip
 
 
-def load_model(model: TrainedModel | str | Path) -> TrainedModel:
+def load_model(model: AnyModelSpec | str | Path) -> AnyModelSpec:
     """A loaded model (ModelSpec, GraphModelSpec) as given, else what a preset name (`parplan
     models`), a Hugging Face config.json, a graph file or an ONNX model describes."""
     if not isinstance(model, str | Path):

@@ -120,9 +120,10 @@ def check_ds_config(config: Any, dp: int | None) -> None:
     accum = config.get("gradient_accumulation_steps")
     values = [*batch, accum]
     if AUTO not in values:
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        sizes = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        if len(sizes) != len(values):
             raise RenderError(f"batch sizes must be positive integers (got {values})")
-        total, micro = batch
+        total, micro, accum = sizes
         ranks = dp if dp is not None else total // (micro * accum)
         if total != micro * accum * ranks:
             raise RenderError(

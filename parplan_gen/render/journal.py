@@ -239,7 +239,9 @@ def read_journal(raw: bytes, out: Path, key: bytes | None) -> Journal | None:
     """The journal `raw` holds if it is this user's, of this folder, and well formed; else None
     (nothing in it is to be trusted)."""
     try:
-        doc = json.loads(raw) if len(raw) <= MAX_JOURNAL_BYTES else None
+        if len(raw) > MAX_JOURNAL_BYTES:
+            return None
+        doc = json.loads(raw)
         body, mac = doc["body"], doc["mac"]
         if key is None or not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(key, body)):
             return None

@@ -31,7 +31,7 @@ def layout_labels(estimates: Sequence[Estimate], dims: Collection[str]) -> list[
     for e in estimates:
         p = e.plan
         sizes = (("tp", p.tp), ("pp", p.pp), ("dp", p.dp))
-        words = [e.backend.name if e.backend else "layout"]
+        words: list[str] = [e.backend.name if e.backend else "layout"]
         words += [f"{k}{v}" for k, v in sizes if k in dims]
         extra = (("cp", p.cp), ("ep", p.ep), ("vpp", p.vpp))
         words += [f"{k}{v}" for k, v in extra if v > 1 and k in dims]

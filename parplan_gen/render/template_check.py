@@ -180,19 +180,21 @@ class _Metered(NodeTransformer):
         return node if isinstance(node, nodes.Const) else self._through("plain", node)
 
     def visit_For(self, node: nodes.For) -> nodes.For:  # noqa: N802 - jinja2 visitor name
-        node = self.generic_visit(node)
+        self.generic_visit(node)  # rewrites `node`'s children in place and returns it
+        assert isinstance(node.iter, nodes.Expr)  # typed Node by jinja2; the parser makes an Expr
         node.iter = self._through("loop_items", node.iter)
         return node
 
     def visit_Output(self, node: nodes.Output) -> nodes.Output:  # noqa: N802
-        node = self.generic_visit(node)
+        self.generic_visit(node)
         node.nodes = [
             n if isinstance(n, nodes.TemplateData) else self._plain(n) for n in node.nodes
         ]
         return node
 
     def visit_Filter(self, node: nodes.Filter) -> nodes.Filter:  # noqa: N802
-        node = self.generic_visit(node)
+        self.generic_visit(node)
+        assert node.node is not None  # None only in a filter block, which _check refuses
         node.node = self._plain(node.node)
         node.args = [self._plain(arg) for arg in node.args]
         for keyword in node.kwargs:
@@ -200,12 +202,14 @@ class _Metered(NodeTransformer):
         return self._through("measured", node)
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Filter:  # noqa: N802
-        node = self.generic_visit(node)
+        self.generic_visit(node)
         node.nodes = [self._plain(n) for n in node.nodes]
         return self._through("measured", node)
 
     def visit_Call(self, node: nodes.Call) -> nodes.Filter:  # noqa: N802
-        called = self.generic_visit(node).node  # `x.items` (the only calls _check lets through)
+        self.generic_visit(node)
+        called = node.node  # `x.items` (the only calls _check lets through)
+        assert isinstance(called, nodes.Getattr)
         return self._through("mapping_view", called.node, nodes.Const(called.attr))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -298,7 +298,8 @@ def _make(rule: CompiledProposal, env: dict[str, Any]) -> Proposal | None:
     try:
         if not rule.when.evaluate(env):
             return None
-        speedup = float(rule.speedup.evaluate(env))
+        # compiled as a number formula: its value is an int or a float
+        speedup = float(cast(float, rule.speedup.evaluate(env)))
         settings = {key: f.evaluate(env) for key, f in rule.settings.items()}
         text_env = {**env, "speedup": speedup}
         text_env.update({f"settings.{k}": v for k, v in settings.items()})

@@ -9,8 +9,9 @@ from __future__ import annotations
 import ast
 import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from parplan_gen.inputs.errors import FormulaError, SourceRef
 from parplan_gen.rules import vocabulary
@@ -168,7 +169,10 @@ class Translator:
         tree, kind = handler(self, node)
         if self.reads == reads and not isinstance(tree, ast.Constant):
             checked = bounded(tree, self.quote(node)) if kind == "number" else tree
-            value = build(self.text, self.where, checked, kind, frozenset()).evaluate({})
+            # A formula of literals evaluates to a literal's type (no name read: no "any").
+            value = cast(
+                Value, build(self.text, self.where, checked, kind, frozenset()).evaluate({})
+            )
             tree = locate(ast.Constant(value))
         return tree, kind
 
@@ -299,7 +303,7 @@ class Translator:
             for side, tree in sides.items()
             if side in _COVERS[symbol] and isinstance(tree, Bounded) and not tree.covering
         }
-        tree = ast.BinOp(**{**sides, **covered}, op=node.op)
+        tree = ast.BinOp(covered.get("left", left), node.op, covered.get("right", right))
         return Bounded(tree, self.quote(node), covering=bool(covered)), "number"
 
     def unaryop(self, node: ast.UnaryOp) -> tuple[ast.expr, Kind]:
@@ -315,12 +319,12 @@ class Translator:
 
     def compare(self, node: ast.Compare) -> tuple[ast.expr, Kind]:
         nodes = [node.left, *node.comparators]
-        sides = [list(self.visit(n)) for n in nodes]
+        sides = [self.visit(n) for n in nodes]
         for i, op in enumerate(node.ops):
             if type(op) in _ORDERING:
                 for j in (i, i + 1):
                     what = f"'{_ORDERING[type(op)]}'"
-                    sides[j] = [self.coerce(*sides[j], "number", what, nodes[j]), "number"]
+                    sides[j] = (self.coerce(*sides[j], "number", what, nodes[j]), "number")
             elif type(op) in _EQUALITY:
                 kinds = {sides[i][1], sides[i + 1][1]}
                 if len(kinds) > 1 and "any" not in kinds:
@@ -368,7 +372,10 @@ class Translator:
 
 
 _HANDLED = (ast.Constant, ast.Name, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare)
-_HANDLERS = {n: getattr(Translator, n.__name__.lower()) for n in (*_HANDLED, ast.IfExp, ast.Call)}
+# Each handler takes the node type it is keyed by.
+_HANDLERS: dict[type[ast.AST], Callable[..., tuple[ast.expr, Kind]]] = {
+    n: getattr(Translator, n.__name__.lower()) for n in (*_HANDLED, ast.IfExp, ast.Call)
+}
 
 
 def _did_you_mean(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.rules.formula_runtime import GLOBALS, MAX_MAGNITUDE, Formula, Kind
@@ -27,11 +27,14 @@ def _children(node: ast.AST) -> list[ast.AST]:
     return found
 
 
-def locate(tree: ast.AST) -> ast.AST:
+_Tree = TypeVar("_Tree", bound=ast.AST)
+
+
+def locate(tree: _Tree) -> _Tree:
     """`ast.fix_missing_locations` that does not enter located nodes: the compiler only ever
     locates whole subtrees, so below a located node (a part translated before) everything is
     located already."""
-    stack = [tree]
+    stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
         if "lineno" in node._attributes:
@@ -61,7 +64,9 @@ class Bounded(ast.IfExp):
     def __init__(self, value: ast.expr, what: str, covering: bool = False) -> None:
         self.value, self.covering = locate(value), covering
         limits = [_at(ast.Constant(-MAX_MAGNITUDE)), _at(ast.Constant(MAX_MAGNITUDE))]
-        walrus = _at(ast.NamedExpr(_at(ast.Name("_t", ast.Store())), value))
+        target = ast.Name("_t", ast.Store())
+        _at(target)
+        walrus = _at(ast.NamedExpr(target, value))
         test = _at(ast.Compare(limits[0], [ast.LtE(), ast.LtE()], [walrus, limits[1]]))
         args = [_at(ast.Name("_t", ast.Load())), _at(ast.Constant(what))]
         refuse = _at(ast.Call(_at(ast.Name("_out_of_range", ast.Load())), args, []))
@@ -119,7 +124,7 @@ def _lambda(tree: ast.expr) -> ast.Expression:
     formulas computed so far for it (see `reference`)."""
     params = [ast.arg("_e"), ast.arg("_m")]
     args = ast.arguments(posonlyargs=[], args=params, kwonlyargs=[], kw_defaults=[], defaults=[])
-    return locate(ast.Expression(ast.Lambda(args, tree)))  # type: ignore[return-value]
+    return locate(ast.Expression(ast.Lambda(args, tree)))
 
 
 def reference(name: str) -> ast.expr:

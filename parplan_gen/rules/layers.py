@@ -10,7 +10,7 @@ which `parplan rules check` receives every problem instead of the first.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path, PurePosixPath
@@ -20,6 +20,7 @@ from parplan_gen.inputs.errors import MAX_HINT_CHARS, RuleError, SourceRef
 from parplan_gen.inputs.resources import builtin_display_name
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.source import Document
+from parplan_gen.models.kind import ModelKind
 from parplan_gen.rules.formulas import FormulaLibrary
 from parplan_gen.rules.schema import (
     ConstraintRule,
@@ -31,6 +32,9 @@ from parplan_gen.rules.schema import (
 )
 
 T = TypeVar("T")
+AnyRule = OpportunityRule | ProposalRule | ConstraintRule
+# An estimate figure: (model kind, section, key).
+Figure = tuple[ModelKind, str, str]
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ class Entry:
 
     kind: str  # "opportunity" | "proposal" | "constraint"
     section: str  # "opportunities" | "proposals" | "constraints"
-    rule: OpportunityRule | ProposalRule | ConstraintRule
+    rule: AnyRule
     doc: Document
     path: tuple[str | int, ...]
     origin: RuleOrigin
@@ -102,7 +106,7 @@ class Merged:
     rules: dict[str, Entry] = field(default_factory=dict)
     formulas: dict[str, tuple[Any, RuleOrigin]] = field(default_factory=dict)
     overrides: list[Override] = field(default_factory=list)
-    estimate: dict[tuple[str, str, str], tuple[Any, RuleOrigin]] = field(default_factory=dict)
+    estimate: dict[Figure, tuple[Any, RuleOrigin]] = field(default_factory=dict)
     notes: dict[str, NamedFormula] = field(default_factory=dict)
     definitions: dict[str, list[RuleOrigin]] = field(default_factory=dict)
     files: dict[tuple[str, str], FileEntry] = field(default_factory=dict)  # by layer and path
@@ -145,7 +149,7 @@ def merge_layer(
         for name, value in parsed.formulas.items():
             origin = RuleOrigin(doc.ref(("formulas", name)), layer)
             attempt(collect, partial(_merge_formula, merged, seen_formulas, name, value, origin))
-        sections = (
+        sections: tuple[tuple[str, str, Sequence[AnyRule]], ...] = (
             ("opportunity", "opportunities", parsed.opportunities),
             ("proposal", "proposals", parsed.proposals),
             ("constraint", "constraints", parsed.constraints),
@@ -271,7 +275,7 @@ def _merge_estimate(
 def _merge_figure(
     merged: Merged,
     seen: dict[str, RuleOrigin],
-    figure: tuple[str, str, str],
+    figure: Figure,
     value: Any,
     origin: RuleOrigin,
 ) -> None:

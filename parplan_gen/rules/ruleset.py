@@ -30,7 +30,7 @@ from parplan_gen.models.graph_node import canonical_op
 from parplan_gen.models.kind import MODEL_KINDS, ModelKind
 from parplan_gen.rules import vocabulary
 from parplan_gen.rules.file_uses import check_uses
-from parplan_gen.rules.formula_runtime import Formula
+from parplan_gen.rules.formula_runtime import Expect, Formula
 from parplan_gen.rules.formulas import FormulaLibrary, TextTemplate
 from parplan_gen.rules.layers import (
     Collector,
@@ -259,14 +259,20 @@ def _compile_constraint(library: FormulaLibrary, entry: Entry) -> CompiledConstr
     def ref(key: str) -> SourceRef:
         return entry.doc.ref((*entry.path, key))
 
-    given = {None: None, "any": MODEL_KINDS}.get(rule.model_kind, (rule.model_kind,))
+    given: tuple[ModelKind, ...] | None
+    if rule.model_kind is None:
+        given = None
+    elif rule.model_kind == "any":
+        given = MODEL_KINDS
+    else:
+        given = (rule.model_kind,)
     when = library.compile(rule.when, ref("when"), "constraint", "bool", given)
     require = library.compile(rule.require, ref("require"), "constraint", "bool", given)
     reason = library.compile_text(rule.reason, ref("reason"), "constraint", given)
     kinds = given or _kinds_with_values(
         rule.id, when.names | require.names | reason.names, ref("require")
     )
-    return CompiledConstraint(rule, entry.origin, when, require, reason, kinds)  # type: ignore[arg-type]
+    return CompiledConstraint(rule, entry.origin, when, require, reason, kinds)
 
 
 def _kinds_with_values(
@@ -291,7 +297,7 @@ def _compile_opportunity(library: FormulaLibrary, entry: Entry) -> CompiledOppor
     assert isinstance(rule, OpportunityRule)
     context = rule.scope
 
-    def field_formula(name: str, expect: str) -> Formula:
+    def field_formula(name: str, expect: Expect) -> Formula:
         where = entry.doc.ref((*entry.path, name))
         return library.compile(getattr(rule, name), where, context, expect)
 
