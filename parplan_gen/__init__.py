@@ -31,9 +31,8 @@ __all__ = [
 ]  # fmt: skip
 
 if TYPE_CHECKING:
-    from parplan_gen.api import check, compare, estimate, plan, plan_all_backends
+    from parplan_gen.api import check, compare, estimate, explain, plan, plan_all_backends
     from parplan_gen.models.graph import load_graph
-    from parplan_gen.planning.explain_estimate import explain
     from parplan_gen.rules.engine import analyze, propose
     from parplan_gen.rules.ruleset import load_rules
 
@@ -47,7 +46,7 @@ _LAZY = {
     "estimate": "parplan_gen.api",
     "check": "parplan_gen.api",
     "compare": "parplan_gen.api",
-    "explain": "parplan_gen.planning.explain_estimate",
+    "explain": "parplan_gen.api",
 }
 
 

@@ -15,7 +15,7 @@ Megatron-LM arguments, or write plan.json.
     parplan_gen.compare("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512)  # why
 
 One module per job: `plans` (`plan`, `Plan`), `per_backend` (`plan_all_backends`),
-`estimates` (`estimate`), `checks` (`check`, `CheckReport`), `comparison` (`compare`) and
+`estimates` (`estimate`, `explain`), `checks` (`check`, `CheckReport`), `comparison` (`compare`) and
 `wording` (errors name the API's parameters, the CLI's flags under `flag_wording`). Each is
 imported when one of its names is first asked for, so that `parplan --help` stays fast.
 """
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from parplan_gen.api.checks import CheckReport, check
     from parplan_gen.api.comparison import compare
-    from parplan_gen.api.estimates import estimate
+    from parplan_gen.api.estimates import estimate, explain
     from parplan_gen.api.per_backend import BackendOutcome, plan_all_backends
     from parplan_gen.api.plans import Plan, plan, proposals_for
     from parplan_gen.planning.loading import load_cluster_spec, load_model
@@ -42,6 +42,7 @@ _MODULE_OF = {
     "BackendOutcome": "parplan_gen.api.per_backend",
     "plan_all_backends": "parplan_gen.api.per_backend",
     "estimate": "parplan_gen.api.estimates",
+    "explain": "parplan_gen.api.estimates",
     "CheckReport": "parplan_gen.api.checks",
     "check": "parplan_gen.api.checks",
     "compare": "parplan_gen.api.comparison",
@@ -58,6 +59,7 @@ __all__ = [
     "check",
     "compare",
     "estimate",
+    "explain",
     "load_cluster_spec",
     "load_model",
     "load_rules",

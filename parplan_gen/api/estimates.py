@@ -1,4 +1,5 @@
-"""`estimate`: one layout's memory, time and throughput, and every constraint rule it breaks."""
+"""`estimate`: one layout's memory, time and throughput, and every constraint rule it breaks;
+`explain`: why one of its figures has its value."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from parplan_gen.api.wording import parameter_wording
+from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, build_layout
 from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.kind import ANY_BACKEND
 from parplan_gen.planning.evaluate import Evaluation, evaluate
+from parplan_gen.planning.explain_estimate import explain_estimate
 from parplan_gen.planning.loading import load_cluster_spec, load_model, load_ruleset
 from parplan_gen.planning.search_space import backends_for
+from parplan_gen.rules.formula_explain import MAX_EXPLAIN_NODES, FormulaNode
 from parplan_gen.rules.ruleset import RuleSet
 
 
@@ -47,4 +51,44 @@ def estimate(
         ruleset,
         flash_attention=flash_attention,
         backend=None if names is None else names[0],
+    )
+
+
+@parameter_wording
+def explain(
+    model: AnyModelSpec | str | Path,
+    cluster: Cluster | Mapping[str, Any] | str | Path,
+    layout: Estimate | Layout | Mapping[str, Any],
+    name: str,
+    *,
+    rules: Sequence[str | Path] | RuleSet = (),
+    flash_attention: bool = True,
+    backend: str | None = None,
+    max_depth: int | None = None,
+    max_nodes: int = MAX_EXPLAIN_NODES,
+) -> FormulaNode:
+    """Why `name` of one layout's estimate has its value, as a tree (`.render()` for text,
+    `.contract()` for JSON): `parplan_gen.explain("llama-3-8b", {"gpus": 8, "gpu": "h100"},
+    {"tp": 2, "global_batch": 512}, "time.step_s")`. The arguments are `estimate`'s; `layout`
+    may also be the Estimate it returned (its layout, on its backend)."""
+    ruleset = load_ruleset(rules)
+    spec, machines = load_model(model), load_cluster_spec(cluster)
+    if not isinstance(layout, Estimate):
+        layout = estimate(
+            spec,
+            machines,
+            layout,
+            rules=ruleset,
+            flash_attention=flash_attention,
+            backend=backend,
+        ).estimate
+    return explain_estimate(
+        spec,
+        machines,
+        layout,
+        name,
+        ruleset,
+        flash_attention=flash_attention,
+        max_depth=max_depth,
+        max_nodes=max_nodes,
     )
