@@ -22,6 +22,7 @@ from parplan_gen.cli.common import (
 if TYPE_CHECKING:
     from parplan_gen.api import CheckReport
     from parplan_gen.models.kind import TrainedModel
+    from parplan_gen.rules.ruleset import RuleSet
 
 CHECK_EXAMPLE = (
     "example:\n"
@@ -68,18 +69,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from parplan_gen.api import check, load_model
     from parplan_gen.cli.textview import write_view
     from parplan_gen.cost.layout import build_layout
+    from parplan_gen.render.readers import check_accumulation
+    from parplan_gen.rules.ruleset import load_rules
 
+    rules = load_rules(args.rules)
     spec, cluster = load_model(args.model), cluster_from_args(args)
-    values = layout_values(args, spec)
+    values = layout_values(args, spec, rules)
     accum = values.pop("grad_accum", None)
     layout = build_layout(cluster.num_gpus, **values)
-    if accum is not None and accum != layout.grad_accum:
-        from parplan_gen.inputs.errors import InputError
-
-        raise InputError(
-            f"{args.from_deepspeed}: gradient_accumulation_steps({accum}) != global batch("
-            f"{layout.global_batch}) / (mbs({layout.mbs}) * dp({layout.dp})) = {layout.grad_accum}"
-        )
+    check_accumulation(args.from_deepspeed, accum, layout)
     read_from = (
         "deepspeed"
         if args.from_deepspeed
@@ -93,7 +91,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         spec,
         cluster,
         layout,
-        rules=args.rules,
+        rules=rules,
         flash_attention=not args.no_flash_attention,
         backend=args.backend or read_from,
         any_backend=args.any_backend,
@@ -144,8 +142,9 @@ def check_text(report: CheckReport) -> str:
 LAYOUT_FLAGS = (*(dest for dest, _, _ in LAYOUT_SIZES), "global_batch", "seq_len")
 
 
-def layout_values(args: argparse.Namespace, spec: TrainedModel) -> dict[str, Any]:
-    """Layout fields: the defaults, then the --from-* files, then the explicit flags."""
+def layout_values(args: argparse.Namespace, spec: TrainedModel, rules: RuleSet) -> dict[str, Any]:
+    """Layout fields: the defaults, then the --from-* files (read under the check's `rules`),
+    then the explicit flags."""
     from parplan_gen.inputs.errors import UsageError
     from parplan_gen.render.readers import layout_from_files
 
@@ -156,6 +155,7 @@ def layout_values(args: argparse.Namespace, spec: TrainedModel) -> dict[str, Any
             deepspeed=args.from_deepspeed,
             megatron=args.from_megatron,
             torchtitan=args.from_torchtitan,
+            rules=rules,
         )
     )
     flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}

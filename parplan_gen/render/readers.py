@@ -83,9 +83,15 @@ def layout_read(
         raise InputError("give --global-batch (or a file that sets it)")
     values["seq_len"] = model.sequence_length(values.get("seq_len"))
     layout = build_layout(num_gpus, **values)
+    check_accumulation(deepspeed, accum, layout)
+    return layout
+
+
+def check_accumulation(deepspeed: str | Path | None, accum: int | None, layout: Layout) -> None:
+    """A ds_config.json's gradient_accumulation_steps (None: it gives none) must be what the
+    layout's batch, micro-batch and dp make it: an InputError naming the file otherwise."""
     if accum is not None and accum != layout.grad_accum:
         raise InputError(
             f"{deepspeed}: gradient_accumulation_steps({accum}) != global batch("
             f"{layout.global_batch}) / (mbs({layout.mbs}) * dp({layout.dp})) = {layout.grad_accum}"
         )
-    return layout
