@@ -11,13 +11,16 @@ import sys
 import tempfile
 import textwrap
 from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 from ruamel.yaml import YAML
 
+import parplan_gen
 from parplan_gen.cli.main import main
+from parplan_gen.rules.ruleset import RuleSet
 
 REPO = Path(__file__).resolve().parent.parent
 # The calibration files next to the repository (not shipped: tests that read them skip without).
@@ -27,9 +30,21 @@ RUN_FILES = (
     SHARED_CALIBRATION / "published_runs_modern.yaml",
 )
 NO_RUN_FILES = not all(f.is_file() for f in RUN_FILES)
+# Their copies, vendored with the tests (CI has no ../shared): what the tests read.
+VENDORED_RUNS = tuple(REPO / "tests" / "data" / "calibration" / f.name for f in RUN_FILES)
+# Every row the constants of rules/cost/ are fitted on: those two files and the repository's
+# own sourced rows (benchmarks/data/fitting_runs.yaml).
+FIT_RUNS = (*VENDORED_RUNS, REPO / "benchmarks" / "data" / "fitting_runs.yaml")
 # The writer's journal key (render/journal.py) lives in $XDG_STATE_HOME/parplan: the tests use a
 # folder of their own (per worker), never the user's, and every run they start inherits it.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="parplan-state-")
+
+
+@cache
+def builtin_rules() -> RuleSet:
+    """The built-in rules alone, loaded once per test process and shared by the tests that
+    evaluate, explain or render with them directly (they never change the set)."""
+    return parplan_gen.load_rules()
 
 
 def run_entries(*paths: Path) -> list[dict]:

@@ -11,7 +11,8 @@ from parplan_gen.api import load_cluster_spec, load_model
 from parplan_gen.cost.layout import build_layout
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.planning.evaluate import Evaluator
-from parplan_gen.rules.ruleset import builtin_rules
+
+from conftest import builtin_rules
 
 LAYOUT_DEFAULTS = {"mbs": 1, "global_batch": 64, "seq_len": 8192}
 

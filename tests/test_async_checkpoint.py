@@ -19,8 +19,8 @@ from parplan_gen.cli.main import main
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.planning.budget import Budget
 from parplan_gen.render.plan_files import render_plan
-from parplan_gen.rules.ruleset import builtin_rules
 
+from conftest import builtin_rules
 from consumer_support import consumer
 
 H100_HOST = 128e9 / 2  # [H100-DS] PCIe Gen5 x16: 128 GB/s bidirectional, one direction

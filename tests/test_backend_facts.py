@@ -31,7 +31,9 @@ from parplan_gen.planning.evaluate import Evaluation, Evaluator
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.render_options import RenderOptions, render_files
 from parplan_gen.rules import vocabulary
-from parplan_gen.rules.ruleset import RuleSet, builtin_rules, load_rules
+from parplan_gen.rules.ruleset import RuleSet, load_rules
+
+from conftest import builtin_rules
 
 A100S = {"gpus": 8, "gpu": "a100-80gb"}
 

@@ -14,9 +14,7 @@ import pytest
 from ruamel.yaml import YAML
 from test_render import rendered_cases
 
-import parplan_gen.rules.ruleset
 from parplan_gen.cli.main import main
-from parplan_gen.rules.ruleset import load_rules
 
 from hostile_support import snapshot
 
@@ -86,24 +84,10 @@ def test_the_corpus_is_large_and_well_formed():
         assert case["stderr"].startswith("parplan: error: "), case["id"]
 
 
-_BUILTIN_RULES: list[Any] = []
-
-
-def _load_rules(extra_dirs: Any = (), **options: Any) -> Any:
-    """load_rules, with the built-in rules alone compiled once for the whole table (the
-    rule files of a case are still loaded for real)."""
-    if extra_dirs or options:
-        return load_rules(extra_dirs, **options)
-    if not _BUILTIN_RULES:
-        _BUILTIN_RULES.append(load_rules())
-    return _BUILTIN_RULES[0]
-
-
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
 def test_bad_input_gives_one_clear_line(case, tmp_path, monkeypatch, capsys):
     materialize(tmp_path, case["files"])
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(parplan_gen.rules.ruleset, "load_rules", _load_rules)
     before = snapshot(tmp_path)
 
     code = main([str(a) for a in case["argv"]])

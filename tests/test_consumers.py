@@ -32,11 +32,10 @@ import parplan_gen
 from parplan_gen.api import load_cluster_spec, load_model
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.render_options import RenderOptions, write_plan
-from parplan_gen.rules.ruleset import builtin_rules
 
 import consumer_deepspeed
 import consumer_megatron
-from conftest import PLANNED
+from conftest import PLANNED, builtin_rules
 from consumer_support import consumer, mismatches, model_of, plan_of, sharding
 
 # Megatron-Core warns of what is absent on a CPU machine (Transformer Engine, fused kernels).

@@ -5,7 +5,9 @@ on DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu), for two optimizer steps.
 
 DeepSpeed's CPU accelerator talks oneCCL when `oneccl_bindings_for_pytorch` is installed and
 falls back to gloo otherwise (accelerator/cpu_accelerator.py, CPU_Accelerator.__init__); the
-script asks for gloo, so nothing beyond the `consumers` extra is needed. The plan is made for 2
+script asks for gloo, so nothing beyond the `consumers` extra is needed, and it turns off the
+shared-memory all-reduce op that DeepSpeed would otherwise compile (C++, about a minute) before
+the first collective: nothing is compiled. The plan is made for 2
 GPUs so that DeepSpeed's batch assertion (train_batch_size == micro batch x accumulation x
 data-parallel ranks, deepspeed/runtime/config.py _batch_assertion) holds on the 2 processes
 as rendered; MASTER_ADDR/MASTER_PORT point the rendezvous at this machine's loopback.
@@ -28,6 +30,10 @@ import torch, torch.distributed as dist
 import deepspeed
 from deepspeed.accelerator import get_accelerator
 
+# DeepSpeed's CPU accelerator would JIT-compile its shared-memory all-reduce op here (a C++
+# extension: a minute of g++ on a cold cache, deepspeed/comm/torch.py build_shm_op); gloo carries
+# these 2 ranks without it. DeepSpeed keeps the probed table in the module for such edits.
+deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 deepspeed.init_distributed(dist_backend="gloo")
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))

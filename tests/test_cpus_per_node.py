@@ -16,7 +16,12 @@ import pytest
 
 from parplan_gen import plan
 from parplan_gen.cli.main import main
-from parplan_gen.cost.hardware import cluster_from_flags, load_cluster
+from parplan_gen.cost.hardware import (
+    ClusterSetup,
+    cluster_from_flags,
+    load_cluster,
+    load_cluster_file,
+)
 from parplan_gen.inputs.errors import UsageError
 from parplan_gen.render.plan_files import render_plan
 
@@ -48,7 +53,7 @@ def test_plan_out_takes_cpus_per_node(tmp_path, capsys, cluster, cpus, expected)
     sbatch = (tmp_path / "o" / "launch_slurm.sbatch").read_text(encoding="utf-8")
     assert cpus_per_task(sbatch) == (expected, expected)
     saved = json.loads((tmp_path / "o" / "plan.json").read_text(encoding="utf-8"))
-    assert saved["cluster"]["launch"]["cpus_per_node"] == int(cpus)
+    assert saved["launch"]["cpus_per_node"] == int(cpus)
 
 
 def test_render_replaces_cpus_per_node_of_a_plan_json(tmp_path, capsys):
@@ -65,7 +70,7 @@ def test_the_api_takes_cpus_per_node():
     cluster = {"gpus": 16, "gpu": "h100", "cpus_per_node": 72}
     result = plan("llama-3-8b", cluster, global_batch=256, seq_len=4096)
     assert cpus_per_task(render_plan(result.document)["launch_slurm.sbatch"]) == (72, 72)
-    replaced = load_cluster(EXAMPLE).with_slurm(cpus_per_node=24)
+    replaced = load_cluster_file(EXAMPLE).with_slurm(cpus_per_node=24)
     assert replaced.launch.cpus_per_node == 24
     assert replaced.launch.slurm_account == "proj_llm"  # the rest of the file's settings stay
 
@@ -74,9 +79,9 @@ def test_the_api_takes_cpus_per_node():
 def test_the_api_refuses_a_count_that_is_not_one(value):
     expected = "--cpus-per-node: expected a whole number from 1 to 65533, got "
     with pytest.raises(UsageError, match="^" + re.escape(expected)):
-        cluster_from_flags(8, "h100", cpus_per_node=value)
+        ClusterSetup(cluster=cluster_from_flags(8, "h100")).with_slurm(cpus_per_node=value)
     with pytest.raises(UsageError, match="^" + re.escape(expected)):
-        load_cluster(EXAMPLE).with_slurm(cpus_per_node=value)
+        load_cluster_file(EXAMPLE).with_slurm(cpus_per_node=value)
 
 
 @pytest.mark.parametrize(

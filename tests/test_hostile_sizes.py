@@ -22,7 +22,6 @@ from parplan_gen.cost.layout import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, Layout, build
 from parplan_gen.inputs import errors
 from parplan_gen.inputs.errors import InputError, ParplanError
 from parplan_gen.planning.search_space import divisors, prime_factors
-from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 from hostile_support import (
     HOSTILE,
@@ -45,25 +44,6 @@ def snapshot(folder: Path) -> dict[str, int]:
     return {p.relative_to(folder).as_posix(): p.stat().st_size for p in sorted(folder.rglob("*"))}
 
 
-_BUILTIN_RULES: list[RuleSet] = []
-
-
-@pytest.fixture
-def builtin_rules_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """load_rules with the built-in rules alone compiled once for the whole table (the CLI
-    imports it lazily from `ruleset`, the API at import time)."""
-
-    def cached(extra_dirs: Any = (), **options: Any) -> RuleSet:
-        if extra_dirs or options:
-            return load_rules(extra_dirs, **options)
-        if not _BUILTIN_RULES:
-            _BUILTIN_RULES.append(load_rules())
-        return _BUILTIN_RULES[0]
-
-    monkeypatch.setattr(parplan_gen.rules.ruleset, "load_rules", cached)
-    monkeypatch.setattr(parplan_gen.api, "load_rules", cached)
-
-
 def test_the_corpus_is_large_and_well_formed() -> None:
     ids = [case["id"] for case in CASES]
     assert len(ids) == len(set(ids)), "duplicate case ids"
@@ -80,7 +60,6 @@ def test_the_corpus_is_large_and_well_formed() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
-@pytest.mark.usefixtures("builtin_rules_once")
 def test_hostile_input_is_refused_at_once_in_one_line(case, tmp_path, monkeypatch, capsys):
     line = refused_in_one_line(case, tmp_path, monkeypatch, capsys)
     assert len(line) <= LONGEST_LINE
@@ -131,14 +110,12 @@ def test_hostile_input_is_refused_at_once_in_one_line(case, tmp_path, monkeypatc
         ),
     ],
 )
-@pytest.mark.usefixtures("builtin_rules_once")
 def test_the_api_refuses_bad_sizes_and_options(request_, message):
     with pytest.raises(InputError) as info:
         parplan_gen.plan("llama-3-8b", {"gpus": 8, "gpu": "h100"}, **request_)
     assert info.value.render() == message
 
 
-@pytest.mark.usefixtures("builtin_rules_once")
 def test_the_api_cluster_dict_is_checked_like_the_flags():
     with pytest.raises(ParplanError) as info:
         parplan_gen.plan(
@@ -157,7 +134,6 @@ def test_a_layout_is_bounded_however_it_is_built():
         Layout(dp=1, tp=1, pp=1, cp=1, mbs=1, grad_accum=1, global_batch=2**30, seq_len=8)
 
 
-@pytest.mark.usefixtures("builtin_rules_once")
 def test_the_largest_sizes_are_planned():
     """The bounds themselves are usable: the largest batch at the longest sequence is planned
     (nothing fits; the advice is worked out too) before the hang guard stops it."""

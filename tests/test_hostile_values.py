@@ -20,7 +20,12 @@ from ruamel.yaml import YAML
 
 import parplan_gen
 from parplan_gen.cli.main import main
-from parplan_gen.cost.budget_figures import BUDGET_KEYS, budget_figure_problem, budget_ranges
+from parplan_gen.cost.budget_figures import (
+    BUDGET_KEYS,
+    BudgetInputs,
+    budget_figure_problem,
+    budget_ranges,
+)
 from parplan_gen.cost.hardware import cluster_from_flags
 from parplan_gen.cost.launch_site import LaunchSettings, repeated_names
 from parplan_gen.cost.layout import MAX_GPUS
@@ -167,17 +172,19 @@ def test_the_api_refuses_a_budget_figure_before_any_search(request_, message):
 
 @pytest.mark.parametrize("key", BUDGET_KEYS)
 @pytest.mark.parametrize("value", [-5, 0, 1e308, math.inf, math.nan, True, "2"])
-def test_a_cluster_built_in_python_refuses_a_budget_figure(key, value):
-    cluster = cluster_from_flags(8, "h100")
+def test_budget_inputs_built_in_python_refuse_a_budget_figure(key, value):
     with pytest.raises(ValidationError) as refused:
-        type(cluster).model_validate({**cluster.model_dump(), key: value})
+        BudgetInputs.model_validate({key: value})
     assert refused.value.errors()[0]["loc"][0] == key
 
 
 def test_a_budget_figure_around_the_checks_is_refused_where_it_is_used():
-    cluster = cluster_from_flags(8, "h100").model_copy(update={"mtbf_gpu_hours": -5.0})
+    inputs = BudgetInputs().model_copy(update={"mtbf_gpu_hours": -5.0})
+    cluster = cluster_from_flags(8, "h100")
     with pytest.raises(InputError, match=r"^mtbf_gpu_hours \(cluster file \(mtbf_gpu_hours\)\)"):
-        parplan_gen.plan("llama-3-8b", cluster, global_batch=512, seq_len=8192, tokens="1T")
+        parplan_gen.plan(
+            "llama-3-8b", cluster, global_batch=512, seq_len=8192, tokens="1T", budget_inputs=inputs
+        )
 
 
 # ---- f. plan.json: every number has its JSON type ---------------------------------------------
@@ -201,9 +208,11 @@ def _set(data: dict[str, Any], path: str, value: Any) -> None:
         ("chosen.plan.sequence_parallel", 1, "Input should be a valid boolean (got 1)"),
         ("cluster.num_gpus", True, "Input should be a valid integer (got True)"),
         ("cluster.gpus_per_node", 8.0, "Input should be a valid integer (got 8.0)"),
-        ("cluster.launch.ib_gid_index", 2**70, "Input should be less than or equal to 255 (got "
+        ("launch.ib_gid_index", 2**70, "Input should be less than or equal to 255 (got "
          "1180591620717411303424)"),
-        ("cluster.launch.cpus_per_node", "96", "Input should be a valid integer (got '96')"),
+        ("launch.cpus_per_node", "96", "Input should be a valid integer (got '96')"),
+        ("launch.socket_ifname", "eth0$(id)", "String should match pattern "
+         "'^[\\^=]{0,2}[A-Za-z0-9_.:\\-]+(,[A-Za-z0-9_.:\\-]+)*$' (got 'eth0$(id)')"),
         ("chosen.time.step_s", "1.5", "Input should be a valid number (got '1.5')"),
     ],
 )  # fmt: skip

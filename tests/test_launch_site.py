@@ -22,7 +22,14 @@ from ruamel.yaml import YAML
 from parplan_gen import plan
 from parplan_gen.cli.main import main
 from parplan_gen.cost import launch_site
-from parplan_gen.cost.hardware import Cluster, cluster_from_flags, load_cluster
+from parplan_gen.cost.hardware import (
+    Cluster,
+    ClusterSetup,
+    cluster_from_flags,
+    load_cluster,
+    load_cluster_file,
+)
+from parplan_gen.cost.launch_site import LaunchSettings
 from parplan_gen.inputs.errors import InputError, UsageError
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.launch_context import cpus_per_task
@@ -46,24 +53,37 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_the_example_cluster_file_gives_every_launch_setting():
-    cluster = load_cluster(EXAMPLE)
+    setup = load_cluster_file(EXAMPLE)
+    cluster = setup.cluster
     assert (cluster.num_gpus, cluster.num_nodes) == (16, 2)  # two node names, 8 GPUs each
-    assert cluster.launch.model_dump() == {
+    assert setup.launch.model_dump() == {
         "node_names": ("gpu-a01", "gpu-a02"),
         "cpus_per_node": 96,
         "slurm_account": "proj_llm",
         "slurm_partition": "gpu",
         "slurm_time": "2-00:00:00",
-        "ib_gid_index": 3,
+        "ib_hcas": tuple(f"mlx5_{i}" for i in range(8)),
         "ib_tc": 106,
+        "ib_gid_index": 3,
+        "socket_ifname": "bond0",
     }
+    assert setup.budget_inputs is None  # the example gives no price, MTBF or storage
+    assert load_cluster(EXAMPLE) == cluster  # the hardware alone
     assert Cluster.model_validate(cluster.model_dump(mode="json")) == cluster
+    assert LaunchSettings.model_validate(setup.launch.model_dump(mode="json")) == setup.launch
 
 
-def test_a_cluster_without_launch_settings_keeps_its_plan_json_keys():
-    cluster = cluster_from_flags(16, "h100")
-    assert cluster.launch is None
-    assert "launch" not in cluster.model_dump(mode="json")
+def test_the_hardware_holds_no_launch_setting_and_no_budget_figure():
+    keys = set(cluster_from_flags(16, "h100").model_dump(mode="json"))
+    assert not keys & {"launch", "ib_hcas", "socket_ifname", "node_names", "gpu_hour_price"}
+
+
+def test_a_launch_site_naming_the_wrong_count_of_nodes_is_refused():
+    two_nodes = cluster_from_flags(16, "h100")
+    with pytest.raises(ValueError, match="1 node_names for a cluster of 2 node"):
+        ClusterSetup(cluster=two_nodes, launch=LaunchSettings(node_names=("a",)))
+    with pytest.raises(InputError, match=r"^launch\.node_names: 1 node_names for a cluster of 2"):
+        plan("llama-3-8b", two_nodes, launch={"node_names": ["a"]}, global_batch=64)
 
 
 @pytest.mark.parametrize(
@@ -103,7 +123,8 @@ def test_the_ranges_are_nccls():
 
 @pytest.mark.parametrize("time", ["30", "30:00", "48:00:00", "2-0", "2-12:30", "2-00:00:00", "0:5"])
 def test_every_sbatch_time_format_is_taken(time):
-    assert cluster_from_flags(8, "h100", slurm_time=time).launch.slurm_time == time
+    setup = ClusterSetup(cluster=cluster_from_flags(8, "h100")).with_slurm(time=time)
+    assert setup.launch.slurm_time == time
 
 
 @pytest.mark.parametrize(
@@ -113,14 +134,15 @@ def test_every_sbatch_time_format_is_taken(time):
 )  # fmt: skip
 def test_a_bad_slurm_flag_is_a_usage_error(flag, value):
     with pytest.raises(UsageError, match=f"^--slurm-{flag}: expected "):
-        cluster_from_flags(8, "h100", **{f"slurm_{flag}": value})
+        ClusterSetup(cluster=cluster_from_flags(8, "h100")).with_slurm(**{flag: value})
 
 
 def test_flags_replace_the_cluster_files_slurm_settings():
-    cluster = load_cluster(EXAMPLE).with_slurm(partition="long", time="10:00")
-    assert cluster.launch.slurm_account == "proj_llm"  # kept
-    assert (cluster.launch.slurm_partition, cluster.launch.slurm_time) == ("long", "10:00")
-    assert cluster.launch.node_names == ("gpu-a01", "gpu-a02")
+    setup = load_cluster_file(EXAMPLE).with_slurm(partition="long", time="10:00")
+    assert setup.launch.slurm_account == "proj_llm"  # kept
+    assert (setup.launch.slurm_partition, setup.launch.slurm_time) == ("long", "10:00")
+    assert setup.launch.node_names == ("gpu-a01", "gpu-a02")
+    assert setup.cluster == load_cluster(EXAMPLE)  # the hardware is the file's
 
 
 # ---- the rendered files ----------------------------------------------------------------------
@@ -173,7 +195,7 @@ def test_hostfile_and_nccl_env_take_the_cluster_files_names(example_files):
 )
 def test_cpus_per_task_without_cpus_per_node(gpu, gpus, per_node, cpus, source):
     mapping = load_mapping(REPO / "templates" / "mapping.yaml").data.slurm
-    found, why = cpus_per_task(cluster_from_flags(gpus, gpu, per_node), mapping)
+    found, why = cpus_per_task(cluster_from_flags(gpus, gpu, per_node), LaunchSettings(), mapping)
     assert found == cpus and source in why
 
 
@@ -197,7 +219,8 @@ def test_the_slurm_flags_reach_the_sbatch_file_and_plan_json(tmp_path, capsys):
     sbatch = (tmp_path / "o" / "launch_slurm.sbatch").read_text(encoding="utf-8")
     assert "#SBATCH --partition=long\n#SBATCH --time=48:00:00\n" in sbatch
     saved = json.loads((tmp_path / "o" / "plan.json").read_text(encoding="utf-8"))
-    assert saved["cluster"]["launch"]["slurm_partition"] == "long"
+    assert saved["launch"]["slurm_partition"] == "long"
+    assert "launch" not in saved["cluster"]
 
 
 def test_a_bad_slurm_flag_exits_2(capsys):
@@ -247,5 +270,5 @@ def test_render_replaces_the_slurm_settings_of_a_plan_json(tmp_path, capsys):
     sbatch = (tmp_path / "b" / "launch_slurm.sbatch").read_text(encoding="utf-8")
     assert "#SBATCH --account=proj_llm\n#SBATCH --partition=long\n" in sbatch
     saved = json.loads((tmp_path / "b" / "plan.json").read_text(encoding="utf-8"))
-    assert saved["cluster"]["launch"]["slurm_partition"] == "long"
+    assert saved["launch"]["slurm_partition"] == "long"
     assert main([*again, "--force", "--slurm-time", "soon"]) == 2

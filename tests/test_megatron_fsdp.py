@@ -15,7 +15,8 @@ from parplan_gen.inputs.errors import InputError
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.plan_files import render_plan
-from parplan_gen.rules.ruleset import builtin_rules
+
+from conftest import builtin_rules
 
 GPUS = 16
 ZERO3 = {"tp": 2, "global_batch": 256, "seq_len": 8192, "sequence_parallel": True, "zero_stage": 3}

@@ -23,9 +23,9 @@ from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.render.render_options import RenderOptions, render_files
-from parplan_gen.rules.ruleset import builtin_rules
 
 import consumer_megatron
+from conftest import builtin_rules
 
 QWEN3 = {"pp": 2, "vpp": 12, "ep": 8, "mbs": 1, "global_batch": 512, "seq_len": 4096}
 

@@ -19,7 +19,8 @@ from formula_env import formula_env, formula_value
 from parplan_gen.api import load_cluster_spec, load_model
 from parplan_gen.cost.layout import build_layout
 from parplan_gen.planning.evaluate import Evaluator
-from parplan_gen.rules.ruleset import builtin_rules
+
+from conftest import builtin_rules
 
 SLOWDOWN = 0.189  # Lee et al. 2025, abstract: "an average computational slowdown of 18.9%"
 SHARE = SLOWDOWN / (1 + SLOWDOWN)

@@ -22,9 +22,8 @@ from parplan_gen.inputs.number_text import token_count
 from parplan_gen.planning.document import load_plan_document
 from parplan_gen.planning.pins import parse_headroom
 from parplan_gen.planning.planner import PlanError
-from parplan_gen.rules.ruleset import builtin_rules
 
-from conftest import REPO
+from conftest import REPO, builtin_rules
 
 H100_8 = {"gpus": 8, "gpu": "h100"}
 SMALL = "megatron-gpt-1.7b"  # 24 layers, 24 heads: small and quick to plan
@@ -117,8 +116,13 @@ def test_fifteen_trillion_tokens_take_steps_times_the_step_time(write) -> None:
         storage_gb_per_s: 10
         """,
     )
-    found = parplan_gen.plan(SMALL, cluster, global_batch=512, seq_len=2048, tokens="15T")
+    # DeepSpeed writes its checkpoints blocking (rules/budget/budget.yaml): Young's interval on
+    # the whole write.
+    found = parplan_gen.plan(
+        SMALL, cluster, global_batch=512, seq_len=2048, tokens="15T", backend="deepspeed"
+    )
     budget, step_s = found.document.budget, found.chosen.time.step_s
+    assert budget is not None and not budget.checkpoint_async
     assert budget is not None
     # 512 x 2048 = 1,048,576 tokens per step; 15e12 / 1,048,576 = 14,305,114.7 -> 14,305,115.
     assert budget.steps == 14_305_115
@@ -137,6 +141,28 @@ def test_fifteen_trillion_tokens_take_steps_times_the_step_time(write) -> None:
     assert budget.gpu_hours == pytest.approx(wall * 24 * 8)
     assert budget.cost == pytest.approx(wall * 24 * 8 * 2.5)
     assert budget.price_source == "cluster file (gpu_hour_price)"
+
+
+def test_the_budget_inputs_come_from_the_cluster_file_or_the_parameter(write) -> None:
+    cluster = write(
+        "c.yaml", "gpu: h100\nnum_gpus: 8\ngpu_hour_price: 2.5\nmtbf_gpu_hours: 80000\n"
+    )
+    given = {"gpu_hour_price": 2.5, "mtbf_gpu_hours": 80000.0}
+    from_file = parplan_gen.plan(SMALL, cluster, global_batch=512, tokens="1T").document
+    assert from_file.contract()["budget_inputs"] == {**given, "storage_gb_per_s": None}
+    assert from_file.budget is not None and from_file.budget.job_mtbf_hours == 80000 / 8
+    request = {"global_batch": 512, "tokens": "1T", "budget_inputs": given}
+    from_parameter = parplan_gen.plan(SMALL, H100_8, **request).document
+    assert from_parameter.budget == from_file.budget
+    assert from_parameter.budget_inputs == from_file.budget_inputs
+    # --gpu-hour-price (the API's gpu_hour_price) goes before the inputs' price
+    priced = parplan_gen.plan(SMALL, H100_8, **request, gpu_hour_price=2.0).document.budget
+    assert priced is not None and (priced.gpu_hour_price, priced.price_source) == (
+        2.0,
+        "--gpu-hour-price",
+    )
+    with pytest.raises(InputError, match=r"^budget_inputs\.mtbf_gpu_hours: Input should be"):
+        parplan_gen.plan(SMALL, H100_8, global_batch=512, budget_inputs={"mtbf_gpu_hours": "1"})
 
 
 def test_without_a_price_there_is_no_cost_and_the_defaults_are_named() -> None:
@@ -264,15 +290,25 @@ def test_the_readme_plan_examples_with_pins_and_budgets_run(cli) -> None:
         assert run.code == 0, (command, run.err)
 
 
-@pytest.mark.parametrize("section", ["search", "budget", "budget.deadline"])
+@pytest.mark.parametrize(
+    "section", ["search", "budget", "budget.deadline", "launch", "budget_inputs"]
+)
 def test_docs_list_every_plan_json_key_of_the_new_sections(section: str) -> None:
+    from parplan_gen.cost.budget_figures import BudgetInputs
+    from parplan_gen.cost.launch_site import LaunchSettings
     from parplan_gen.planning.budget import Budget, Deadline
     from parplan_gen.planning.pins import SearchRecord
 
-    model = {"search": SearchRecord, "budget": Budget, "budget.deadline": Deadline}[section]
+    model = {
+        "search": SearchRecord,
+        "budget": Budget,
+        "budget.deadline": Deadline,
+        "launch": LaunchSettings,
+        "budget_inputs": BudgetInputs,
+    }[section]
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     table = text.split(f"<!-- plan.json: {section} -->\n", 1)[1].split("\n\n", 1)[0]
-    keys = re.findall(r"^\| `([a-z_]+)` \|", table, re.M)
+    keys = re.findall(r"^\| `([a-z0-9_]+)` \|", table, re.M)
     assert keys == list(model.model_fields)
 
 

@@ -98,5 +98,5 @@ def test_a_plan_json_of_the_earlier_format_is_refused_by_name(
     assert run.code == 1
     assert run.err == (
         f"parplan: error: {tmp_path / 'old.json'}:2:3: format_version: format_version 1 is not "
-        "supported (this parplan reads 2)\n"
+        "supported (this parplan reads 3)\n"
     )

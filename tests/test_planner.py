@@ -29,7 +29,9 @@ from parplan_gen.planning.search_space import (
     structures,
     vpp_options,
 )
-from parplan_gen.rules.ruleset import builtin_rules, load_rules
+from parplan_gen.rules.ruleset import load_rules
+
+from conftest import builtin_rules
 
 CONTRACT_PLAN_KEYS = {
     "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "global_batch", "grad_accum", "zero_stage",

@@ -22,9 +22,8 @@ from parplan_gen.render.mapping import MAPPING_FILE, load_mapping
 from parplan_gen.render.mapping_inverse import megatron_flags
 from parplan_gen.render.plan_files import render_plan
 from parplan_gen.render.readers import layout_from_files
-from parplan_gen.rules.ruleset import builtin_rules
 
-from conftest import PLANNED, REPO, Run
+from conftest import PLANNED, REPO, Run, builtin_rules
 
 LAYERS = 32  # llama-2-7b, llama-3-8b and mixtral-8x7b (the scenarios' presets) have 32 layers
 
@@ -188,7 +187,8 @@ def test_the_megatron_table_is_the_mapping_read_backwards() -> None:
     ("text", "expected"),
     [
         ("--bf16 --fp8-format e4m3", {"precision": "fp8"}),
-        ("--fp8-format=hybrid --bf16", {"precision": "bf16"}),  # a later argument wins
+        # --bf16 names the parameters' dtype, --fp8-format turns FP8 on over it (arguments.py)
+        ("--fp8-format=hybrid --bf16", {"precision": "fp8"}),
         ("--recompute-activations --virtual-pipeline-model-parallel-size 4", {
             "recompute": "selective", "vpp": 4}),
         ("--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2", {

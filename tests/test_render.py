@@ -37,12 +37,15 @@ from parplan_gen.cost.catalog import GPU, ReferenceNode
 from parplan_gen.cost.estimate import Estimate, MemoryBreakdown, Throughput, TimeBreakdown
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.launch_site import LaunchSettings
-from parplan_gen.cost.layout import build_layout
+from parplan_gen.cost.layout import Layout, build_layout
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.presets import load_preset
 from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.document import PlanDocument, PlanDocumentError, load_plan_document
+from parplan_gen.planning.pins import SearchLimits, SearchRecord, headroom_record, parse_headroom
+from parplan_gen.planning.search_choices import SearchChoices, choose
 from parplan_gen.render.checks import (
     RenderError,
     check_bash,
@@ -56,9 +59,8 @@ from parplan_gen.render.plan_files import deepspeed_config, megatron_args, rende
 from parplan_gen.render.template_env import Templates
 from parplan_gen.render.writer import write_rendered
 from parplan_gen.rules.engine import Proposal
-from parplan_gen.rules.ruleset import builtin_rules
 
-from conftest import REPO
+from conftest import REPO, builtin_rules
 
 GOLDEN = Path(__file__).parent / "golden"
 TEMPLATES = REPO / "templates"
@@ -97,7 +99,8 @@ B200 = gpu("b200", "blackwell", 180, 2250)
 
 
 def cluster(name: str, g: GPU, gpus: int, **fields: object) -> Cluster:
-    """A cluster of nodes of 8 `g`; `fields`: Cluster fields (NCCL names, launch settings)."""
+    """A cluster of nodes of 8 `g`, each node its NVLink domain unless `fields` (Cluster
+    fields) says otherwise."""
     return Cluster(
         name=name,
         gpu=g,
@@ -106,22 +109,43 @@ def cluster(name: str, g: GPU, gpus: int, **fields: object) -> Cluster:
         intra_node_latency_s=3e-6,
         inter_node_bytes_per_s=50e9,
         inter_node_latency_s=5e-6,
-        **{"network": "ndr", **fields},
+        **{"network": "ndr", "nvlink_domain": 8, **fields},
     )
 
 
 # The golden plan's site: its nodes, their CPUs, the SLURM account / partition / time limit,
-# and RoCE's GID index and traffic class (as a cluster file's node_names, cpus_per_node,
-# slurm: and nccl: give them).
+# the NICs and interface NCCL uses, and RoCE's GID index and traffic class (as a cluster file's
+# node_names, cpus_per_node, slurm: and nccl: give them).
 GOLDEN_SITE = LaunchSettings(
     node_names=("gpu-a01", "gpu-a02", "gpu-a03", "gpu-a04"),
     cpus_per_node=96,
     slurm_account="proj_llm",
     slurm_partition="gpu,gpu-long",
     slurm_time="2-00:00:00",
+    ib_hcas=("mlx5_0", "mlx5_3"),
+    socket_ifname="enp",
     ib_gid_index=3,
     ib_tc=106,
 )
+
+
+def searched(model: TrainedModel, c: Cluster, layout: Layout, *, overlap: bool) -> SearchRecord:
+    """The search a scenario's plan was made under: nothing pinned or bounded, no memory kept
+    free (`plan --headroom 0`, so the memory chart draws no headroom line), the
+    gradient-reduction overlap its files show as requested (`--overlap-grad-reduce`), and each
+    other search option its rule's default (rules/search/defaults.yaml)."""
+    rules = builtin_rules()
+    record = headroom_record(parse_headroom(0), SearchLimits(), c, rules, layout.precision)
+    chosen = choose(
+        SearchChoices(overlap_grad_reduce=overlap),
+        rules,
+        model,
+        c,
+        global_batch=layout.global_batch,
+        seq_len=layout.seq_len,
+        precision=layout.precision,
+    )
+    return record.with_options(chosen)
 
 
 def estimate(
@@ -201,8 +225,7 @@ SEED_COMMUNICATION = [
 def dense_multinode() -> PlanDocument:
     """Llama 3 8B on 4 nodes of 8 H100s on RoCE whose cluster file names HCAs, the interface,
     the nodes and the site's SLURM and RoCE settings (GOLDEN_SITE)."""
-    nccl = {"ib_hcas": ("mlx5_0", "mlx5_3"), "socket_ifname": "enp", "network": "roce-400"}
-    c = cluster("h100-4nodes", H100, 32, launch=GOLDEN_SITE, **nccl)
+    c = cluster("h100-4nodes", H100, 32, network="roce-400")
     common = {"global_batch": 512, "seq_len": 8192}
     chosen = build_layout(
         32,
@@ -251,10 +274,12 @@ def dense_multinode() -> PlanDocument:
         4.0,
         dp=8,
     )
+    model = load_preset("llama-3-8b")
     return PlanDocument.from_parts(
         rules=builtin_rules(),
-        model=load_preset("llama-3-8b"),
+        model=model,
         cluster=c,
+        launch=GOLDEN_SITE,
         chosen=e1,
         candidates=[e1, e2, e3],
         rejected={
@@ -263,6 +288,7 @@ def dense_multinode() -> PlanDocument:
         },
         advice=["tp 2 with sequence parallelism keeps activations at 18 GiB per GPU"],
         proposals=[data, *SEED_COMMUNICATION],
+        search=searched(model, c, chosen, overlap=True),
     )
 
 
@@ -301,15 +327,17 @@ def moe() -> PlanDocument:
         0.31,
         backend="megatron",
     )
+    model = load_preset("mixtral-8x7b")
     return PlanDocument.from_parts(
         rules=builtin_rules(),
-        model=load_preset("mixtral-8x7b"),
+        model=model,
         cluster=c,
         chosen=e,
         candidates=[e],
         rejected={"experts (8) do not divide by ep (16)": 3},
         advice=[],
         proposals=[SEED_COMMUNICATION[2]],
+        search=searched(model, c, e.plan, overlap=True),
     )
 
 
@@ -336,13 +364,15 @@ def single_node() -> PlanDocument:
         0.52,
         backend="megatron",
     )
+    model = load_preset("llama-2-7b")
     return PlanDocument.from_parts(
         rules=builtin_rules(),
-        model=load_preset("llama-2-7b"),
+        model=model,
         cluster=c,
         chosen=e,
         candidates=[e],
         rejected={},
+        search=searched(model, c, e.plan, overlap=False),
     )
 
 
@@ -424,6 +454,7 @@ def graph_channel_parallel() -> PlanDocument:
         },
         advice=[],
         proposals=[channel, overlap],
+        search=searched(RESNET_LIKE, c, e1.plan, overlap=True),
     )
 
 
@@ -697,7 +728,7 @@ def test_graph_facts_have_every_key_with_megatron_ones_none():
     transformer = facts(moe(), mapping)
     assert graph.keys() == transformer.keys()
     megatron = [k for k in graph if k.startswith("megatron.")]
-    assert len(megatron) == 56 and all(graph[k] is None for k in megatron)
+    assert len(megatron) == 57 and all(graph[k] is None for k in megatron)
     assert transformer["megatron.one_cuda_connection"] is True  # tp 2, cp 2 on Hopper
     assert (graph["model.kind"], graph["model.nodes"], graph["model.num_layers"]) == (
         "graph",

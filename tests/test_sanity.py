@@ -37,7 +37,7 @@ from parplan_gen.planning.sanity import (
     sanity_warnings,
 )
 
-from conftest import NO_RUN_FILES, RUN_FILES, run_entries
+from conftest import VENDORED_RUNS, run_entries
 
 TEXT = resources.files("parplan_gen").joinpath("data/published_best.yaml").read_text("utf-8")
 NAME = "published_best.yaml"
@@ -326,11 +326,11 @@ def test_the_readme_example_is_real(capsys) -> None:
         assert line == "..." or line in out, line
 
 
-@pytest.mark.skipif(NO_RUN_FILES, reason="no ../shared/calibration")
 def test_each_best_runs_shape_and_mfu_are_its_calibration_rows() -> None:
     """published_best.yaml copies each run's shape (and MFU) from the calibration set, which is
-    not shipped with the package: the copies agree with the rows they name."""
-    rows = {entry["name"]: entry for entry in run_entries(*RUN_FILES)}
+    not shipped with the package (the tests carry a copy): the copies agree with the rows they
+    name."""
+    rows = {entry["name"]: entry for entry in run_entries(*VENDORED_RUNS)}
     text = resources.files("parplan_gen").joinpath("data", NAME).read_text(encoding="utf-8")
     checked = 0
     for best in YAML(typ="safe").load(text)["best"]:

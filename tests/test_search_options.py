@@ -19,9 +19,10 @@ import pytest
 import parplan_gen
 from parplan_gen.api import Plan
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.planning.document import PlanDocument, load_plan_document
-from parplan_gen.render.plan_files import megatron_args
-from parplan_gen.rules.ruleset import builtin_rules, load_rules
+from parplan_gen.planning.document import PlanDocument, PlanDocumentError, load_plan_document
+from parplan_gen.rules.ruleset import load_rules
+
+from conftest import builtin_rules
 
 H100_8 = {"gpus": 8, "gpu": "h100"}
 SMALL = "megatron-gpt-1.7b"  # 24 layers: pp 2 gives 12 layers a stage, vpp 2, 3, 4, 6, 12
@@ -234,30 +235,24 @@ def _without_proposals(doc: PlanDocument) -> dict:
 # ---- plan.json -----------------------------------------------------------------------------------
 
 
-def test_a_plan_json_without_the_options_reads_and_renders_as_before(tmp_path) -> None:
-    """A plan.json written before the options were recorded: its search section as it was, and
-    the overlap its proposals said."""
-    doc = _plan().document
-    data = json.loads(doc.to_json())
-    for key in ("interleave", "sequence_parallel", "overlap_grad_reduce"):
-        del data["search"][key], data["search"][f"{key}_source"]
+@pytest.mark.parametrize("key", ["interleave", "sequence_parallel", "overlap_grad_reduce"])
+def test_a_plan_json_without_an_option_is_refused_at_its_key(tmp_path, key: str) -> None:
+    """plan.json format 3 records every search option: the files follow `search`, never the
+    proposals."""
+    data = json.loads(_plan().document.to_json())
+    del data["search"][key]
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
-    old = load_plan_document(path)
-    assert old.search is not None and old.search.overlap_grad_reduce is None
-    assert json.loads(old.to_json())["search"] == data["search"]
-    said = [
-        p.settings["overlap_grad_reduce"]
-        for p in old.proposals
-        if "overlap_grad_reduce" in p.settings
-    ]
-    assert said == [True]  # seed.communication.overlap on 8 devices
-    assert "--overlap-grad-reduce" in megatron_args(old)
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    with pytest.raises(PlanDocumentError, match=rf"search\.{key}: missing required key '{key}'$"):
+        load_plan_document(path)
+    del data["search"]
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    with pytest.raises(PlanDocumentError, match=r"search: missing required key 'search'$"):
+        load_plan_document(path)
 
 
 def test_the_record_gives_back_the_options_searched() -> None:
     doc = _plan(search={"interleave": "off"}).document
-    assert doc.search is not None
     chosen = doc.search.options()
-    assert chosen is not None and chosen.interleave == "off"
+    assert chosen.interleave == "off"
     assert chosen.model_dump().items() <= doc.search.model_dump().items()

@@ -24,7 +24,7 @@ from ruamel.yaml import YAML
 from test_render import rendered_cases
 
 from parplan_gen.cli.main import main
-from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.launch_site import LaunchSettings
 from parplan_gen.planning import document as plan_document
 from parplan_gen.planning.document import (
     PlanDocument,
@@ -193,8 +193,9 @@ def with_value(doc: PlanDocument, at: str, value: str) -> PlanDocument:
         return doc.model_copy(update={"cluster": doc.cluster.model_copy(update={"gpu": gpu})})
     if at == "advice":
         return doc.model_copy(update={"advice": [*doc.advice, value]})
-    if at.startswith("cluster."):  # a NIC name, or a launch setting (cluster.launch.<field>)
-        return doc.model_copy(update={"cluster": with_cluster_value(doc.cluster, at, value)})
+    if at.startswith("launch."):  # a launch setting: a node name, SLURM, a NIC (launch.<field>)
+        assert doc.launch is not None, at
+        return doc.model_copy(update={"launch": with_launch_value(doc.launch, at, value)})
     fields: dict[str, Any] = {"rule_id": "hostile.rule", "description": "hostile"}
     part, _, key = at.partition(".")
     assert part == "proposal", at
@@ -213,18 +214,13 @@ def with_value(doc: PlanDocument, at: str, value: str) -> PlanDocument:
     return doc.model_copy(update={"proposals": [*doc.proposals, proposal]})
 
 
-def with_cluster_value(cluster: Cluster, at: str, value: Any) -> Cluster:
-    """`cluster` with `value` at `at` (see shell.yaml), set without validation: a list field
+def with_launch_value(launch: LaunchSettings, at: str, value: Any) -> LaunchSettings:
+    """`launch` with `value` at `at` (see shell.yaml), set without validation: a list field
     (ib_hcas, node_names) gets `value` as its first item, the rest kept."""
     *_, field = at.split(".")
-    holder = cluster.launch if at.startswith("cluster.launch.") else cluster
-    assert holder is not None, at
-    old = getattr(holder, field)
+    old = getattr(launch, field)
     new = (value, *old[1:]) if isinstance(old, tuple) else value
-    changed = holder.model_copy(update={field: new})
-    if holder is cluster:
-        return changed
-    return cluster.model_copy(update={"launch": changed})
+    return launch.model_copy(update={field: new})
 
 
 def user_mapping(folder: Path, find: str, replace: str) -> Path:

@@ -3,18 +3,21 @@ that says why a backend runs nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 
 from parplan_gen.api.plans import Plan, plan
 from parplan_gen.api.wording import parameter_wording, reword
-from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import NothingFitsError
 from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.kind import ANY_BACKEND
-from parplan_gen.planning.loading import load_cluster_spec, load_model, load_ruleset
+from parplan_gen.planning.loading import (
+    ClusterArgument,
+    load_cluster_setup,
+    load_model,
+    load_ruleset,
+)
 from parplan_gen.planning.planner import PlanError
 from parplan_gen.planning.search_space import backends_for
 
@@ -26,7 +29,7 @@ BackendOutcome: TypeAlias = Plan | PlanError | NothingFitsError
 @parameter_wording
 def plan_all_backends(
     model: AnyModelSpec | str | Path,
-    cluster: Cluster | Mapping[str, Any] | str | Path,
+    cluster: ClusterArgument,
     **request: Any,
 ) -> dict[str, BackendOutcome]:
     """`plan` per backend of `backend` (default any), each search restricted to it (`plan
@@ -34,7 +37,11 @@ def plan_all_backends(
     (labelled `best_on` it), or the error that says why it runs nothing (BackendOutcome)."""
     spec = load_model(model)
     request["rules"] = load_ruleset(request.pop("rules", ()))  # loaded once for every backend
-    machines = load_cluster_spec(cluster)
+    machines = load_cluster_setup(  # the cluster's three parts, loaded once for every backend
+        cluster,
+        launch=request.pop("launch", None),
+        budget_inputs=request.pop("budget_inputs", None),
+    )
     found: dict[str, BackendOutcome] = {}
     for name in backends_for(spec, request.pop("backend", ANY_BACKEND)):
         try:

@@ -11,8 +11,10 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from parplan_gen.api.wording import parameter_wording
+from parplan_gen.cost.budget_figures import BudgetInputs
 from parplan_gen.cost.estimate import Estimate
-from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.hardware import Cluster, ClusterSetup
+from parplan_gen.cost.launch_site import LaunchSettings
 from parplan_gen.cost.layout import MAX_GPUS, check_sizes
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.any_model import AnyModelSpec
@@ -26,7 +28,12 @@ from parplan_gen.planning.budget import (
     smallest_count,
 )
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.planning.loading import load_cluster_spec, load_model, load_ruleset
+from parplan_gen.planning.loading import (
+    ClusterArgument,
+    load_cluster_setup,
+    load_model,
+    load_ruleset,
+)
 from parplan_gen.planning.pins import (
     Bounds,
     Headroom,
@@ -55,8 +62,9 @@ def proposals_for(
 
 class Plan(BaseModel):
     """A plan: its document (what plan.json holds and what the text view, `plan --json` and the
-    renderer read: the model, the cluster, the chosen estimate and the runners-up, the
-    rejections, the advice, the rules' proposals) and what the search adds to it."""
+    renderer read: the model, the cluster's hardware, launch site and budget inputs, the chosen
+    estimate and the runners-up, the rejections, the advice, the rules' proposals) and what the
+    search adds to it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     document: PlanDocument
@@ -113,7 +121,7 @@ class Search(NamedTuple):
 @parameter_wording
 def plan(
     model: AnyModelSpec | str | Path,
-    cluster: Cluster | Mapping[str, Any] | str | Path,
+    cluster: ClusterArgument,
     *,
     global_batch: int,
     seq_len: int | None = None,
@@ -130,6 +138,8 @@ def plan(
     tokens: float | str | None = None,
     days: float | None = None,
     gpu_hour_price: float | None = None,
+    launch: LaunchSettings | Mapping[str, Any] | None = None,
+    budget_inputs: BudgetInputs | Mapping[str, Any] | None = None,
 ) -> Plan:
     """Plan `model` on `cluster`: the fastest layout that fits (objective `time`) or the
     smallest (`memory`), the best `top`, the rejections by rule and, when nothing fits, the
@@ -146,7 +156,15 @@ def plan(
     `tokens` (`"15T"`, `2e12`) adds the training budget (plan.document.budget, None when nothing
     fits; `gpu_hour_price` prices it); with `days` too, the cluster's GPU count is searched: the
     smallest whole number of nodes whose best plan trains `tokens` within `days`
-    (planning/budget.py)."""
+    (planning/budget.py).
+
+    `cluster` is a Cluster (the hardware alone), the CLI flags as a dict (their `slurm_*` and
+    `cpus_per_node` keys are the launch site's), a cluster file, or a ClusterSetup (a cluster
+    file's hardware, launch site and budget inputs: `cost.hardware.load_cluster_file`).
+    `launch` (a LaunchSettings or a dict of its fields: the site the files are written for) and
+    `budget_inputs` (a BudgetInputs or a dict of `gpu_hour_price`, `mtbf_gpu_hours`,
+    `storage_gb_per_s`) replace the cluster's where given; `gpu_hour_price` goes before the
+    inputs' price."""
     check_budget_request(tokens, gpu_hour_price)  # before any search, as the flags are
     asked: dict[str, Any] = {
         "global_batch": global_batch,
@@ -166,10 +184,12 @@ def plan(
     else:  # each GPU count tried checks the sizes
         _check_deadline(days, tokens)
     ruleset = load_ruleset(rules)
-    spec, machines = load_model(model), load_cluster_spec(cluster)
+    spec = load_model(model)
+    setup = load_cluster_setup(cluster, launch=launch, budget_inputs=budget_inputs)
+    machines = setup.cluster
     if days is not None:
         return _plan_by_deadline(
-            spec, machines, ruleset, days=days, tokens=tokens, price=gpu_hour_price, asked=asked
+            spec, setup, ruleset, days=days, tokens=tokens, price=gpu_hour_price, asked=asked
         )
     found = search_plan(spec, machines, ruleset, **asked)
     result = found.result
@@ -183,11 +203,14 @@ def plan(
             result.chosen,
             tokens=request_tokens(tokens),
             price=gpu_hour_price,
+            inputs=setup.budget_inputs,
             flash_attention=flash_attention,
         )
     document = PlanDocument.from_parts(
         model=spec,
         cluster=machines,
+        launch=setup.launch,
+        budget_inputs=setup.budget_inputs,
         chosen=result.chosen,
         candidates=result.candidates,
         rejected=result.rejected,
@@ -272,7 +295,7 @@ def _check_deadline(days: float, tokens: float | str | None) -> None:
 
 def _plan_by_deadline(
     spec: AnyModelSpec,
-    base: Cluster,
+    base: ClusterSetup,
     rules: RuleSet,
     *,
     days: float,
@@ -287,7 +310,12 @@ def _plan_by_deadline(
     def wall_days(gpus: int) -> float | None:
         try:
             found = plan(
-                spec, scaled(base, gpus), rules=rules, tokens=tokens, gpu_hour_price=price, **asked
+                spec,
+                _on_gpus(base, gpus),
+                rules=rules,
+                tokens=tokens,
+                gpu_hour_price=price,
+                **asked,
             )
         except PlanError:
             return None
@@ -295,13 +323,30 @@ def _plan_by_deadline(
         budget = found.document.budget
         return budget.wall_days if found.feasible and budget is not None else None
 
-    deadline = smallest_count(wall_days, base.gpus_per_node, float(days))
+    per_node = base.cluster.gpus_per_node
+    deadline = smallest_count(wall_days, per_node, float(days))
     if deadline.gpus is None:
         raise InputError(
-            f"--days {days:g}: no count of up to {MAX_GPUS} GPUs ({base.gpus_per_node} per node) "
+            f"--days {days:g}: no count of up to {MAX_GPUS} GPUs ({per_node} per node) "
             f"trains {request_tokens(tokens):.3g} tokens in time (tried {', '.join(deadline.tried)})"
         )
     chosen = plans[deadline.gpus]
     budget = chosen.document.budget.model_copy(update={"deadline": deadline})  # type: ignore[union-attr]
     document = chosen.document.model_copy(update={"budget": budget})
     return chosen.model_copy(update={"document": document})
+
+
+def _on_gpus(base: ClusterSetup, gpus: int) -> ClusterSetup:
+    """`base` with `gpus` GPUs (planning/budget.scaled): a count runs on the first nodes the
+    launch site names; an InputError when it needs more than are named."""
+    cluster = scaled(base.cluster, gpus)
+    launch = base.launch
+    names = None if launch is None else launch.node_names
+    if launch is not None and names is not None:
+        if cluster.num_nodes > len(names):
+            raise InputError(
+                f"--days: the cluster file names {len(names)} node(s) (node_names); the deadline "
+                f"search needs {cluster.num_nodes}: name more nodes, or none"
+            )
+        launch = launch.model_copy(update={"node_names": names[: cluster.num_nodes]})
+    return ClusterSetup(cluster=cluster, launch=launch, budget_inputs=base.budget_inputs)

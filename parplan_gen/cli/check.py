@@ -99,7 +99,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.contract())
     else:
-        write_view(check_text(report))
+        read = "" if not args.from_megatron else megatron_line(args.from_megatron, report) + "\n"
+        write_view(check_text(report) + read)
     problem = report.problem()
     if problem is not None:  # the report is on stdout; the reason is the one-line error (exit 1)
         from parplan_gen.inputs.errors import InputError
@@ -135,6 +136,30 @@ def check_text(report: CheckReport) -> str:
             f"({theirs:.3f} s per step{gain})"
         )
     return "\n".join(lines) + "\n"
+
+
+def megatron_line(path: str, report: CheckReport) -> str:
+    """One line on what a Megatron-LM script says beside its layout: the arguments ignored (by
+    name), how many were read with no effect on the estimate (by group), and the FP8 recipe the
+    script runs where the estimate prices another (docs/backends.md, "What check reads of a
+    Megatron-LM script")."""
+    from parplan_gen.backends.megatron.reader import megatron_arguments
+    from parplan_gen.cost.layout import fp8_recipe
+
+    read = megatron_arguments(path)
+    ignored = " ".join(read.ignored) or "none"
+    counts = ", ".join(f"{what} {len(names)}" for what, names in read.no_effect.items())
+    total = sum(len(names) for names in read.no_effect.values())
+    line = (
+        f"Megatron-LM arguments beside the layout: ignored {ignored}; "
+        f"read, no effect on the estimate: {total}" + (f" ({counts})" if counts else "")
+    )
+    estimate = report.estimate
+    if estimate.plan.precision == "fp8" and estimate.backend is not None:
+        priced = fp8_recipe(report.cluster.gpu.architecture, estimate.backend.name)
+        if priced != read.fp8_recipe:
+            line += f"; FP8 recipe {read.fp8_recipe} in the script, priced as {priced}"
+    return line
 
 
 # ---- reading existing layouts ------------------------------------------------------------------

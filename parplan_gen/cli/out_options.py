@@ -91,5 +91,5 @@ def _cmd_render(args: argparse.Namespace) -> int:
     doc = load_plan_document(args.plan)
     # --slurm-*, --cpus-per-node: the launch files and the plan.json written with them take
     # the new values
-    doc = doc.model_copy(update={"cluster": doc.cluster.with_slurm(**site_from_args(args))})
+    doc = doc.with_slurm(**site_from_args(args))
     return write_plan_files(doc, args.out, args)

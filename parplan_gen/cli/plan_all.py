@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from parplan_gen.cli.common import cluster_from_args, print_json
+from parplan_gen.cli.common import print_json, setup_from_args
 from parplan_gen.cli.plan_request import plan_request
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import ParplanError
@@ -28,7 +28,7 @@ def cmd_plan_all(args: argparse.Namespace) -> int:
     """`parplan plan --all-backends`: search each backend alone, show (and write) each best."""
     from parplan_gen.api import plan_all_backends
 
-    found = plan_all_backends(args.model, cluster_from_args(args), **plan_request(args))
+    found = plan_all_backends(args.model, setup_from_args(args), **plan_request(args))
     plans = _plans(found)
     best = overall_best(plans)
     summary = summary_text(found, best, args.out)

@@ -1,9 +1,10 @@
-"""A cluster's budget figures (`plan --tokens`): the price of a GPU-hour, the MTBF per GPU and the
-checkpoint storage bandwidth, and the one check each passes wherever it enters.
+"""The training budget's inputs (`plan --tokens`): the price of a GPU-hour, the MTBF per GPU and
+the checkpoint storage bandwidth (`BudgetInputs`, what a cluster file gives; only the budget,
+planning/budget.py, reads them), and the one check each figure passes wherever it enters.
 
 The ranges are data (`parplan_gen/data/budget_ranges.yaml`, each with its reason). The same
 `budget_figure_problem` refuses a figure given in a cluster file, by `--gpu-hour-price`, to
-`parplan_gen.plan(gpu_hour_price=...)`, to a `Cluster` built in Python, in a plan.json, or as a
+`parplan_gen.plan(gpu_hour_price=...)` or `plan(budget_inputs=...)`, in a plan.json, or as a
 default of rules/budget/budget.yaml: a number that is not a finite real number (a bool, a text,
 NaN, infinity) or that lies outside its range.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from parplan_gen.cost.data_checks import Bounds, FigureRange, RawData, read_ranges
@@ -63,7 +64,24 @@ def _checked(key: str) -> AfterValidator:
     return AfterValidator(check)
 
 
-# The fields of a cluster file and of `Cluster` (strict: `true` or "2.5" is not a price).
+# The fields of a cluster file and of `BudgetInputs` (strict: `true` or "2.5" is not a price).
 GpuHourPrice = Annotated[float, Field(strict=True), _checked("gpu_hour_price")]
 MtbfGpuHours = Annotated[float, Field(strict=True), _checked("mtbf_gpu_hours")]
 StorageGbPerS = Annotated[float, Field(strict=True), _checked("storage_gb_per_s")]
+
+
+class BudgetInputs(BaseModel):
+    """The budget figures a site gives (a cluster file's `gpu_hour_price`, `mtbf_gpu_hours`,
+    `storage_gb_per_s`; `plan(budget_inputs=...)`; plan.json `budget_inputs`); each None when
+    not given: the budget then takes the default rule of rules/budget/budget.yaml (no price: no
+    cost)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu_hour_price: GpuHourPrice | None = Field(None, description="Price of one GPU-hour.")
+    mtbf_gpu_hours: MtbfGpuHours | None = Field(None, description="MTBF per GPU, GPU-hours.")
+    storage_gb_per_s: StorageGbPerS | None = Field(None, description="Checkpoint write GB/s.")
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, key) is None for key in BUDGET_KEYS)

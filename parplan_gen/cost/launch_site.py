@@ -1,10 +1,12 @@
 """What a cluster's site needs for a launch: node names, CPUs, SLURM account / partition / time
-limit and the RoCE settings of NCCL (`LaunchSettings`, held by `Cluster.launch`).
+limit, the NICs and interface NCCL uses and its RoCE settings (`LaunchSettings`: a cluster
+file's `ClusterSetup.launch`, plan.json's `launch`).
 
-None of it changes the cost model; the renderer writes it into launch_slurm.sbatch, the hostfile
-and nccl.env. Every text is checked against a character set that no shell, sbatch directive or
-DeepSpeed hostfile reads as anything but a name, so a cluster file or a flag cannot smuggle a
-command into them (the renderer checks again: render/shell_quote.py). Sources:
+None of it changes the cost model (`Cluster` is the hardware alone); the renderer writes it into
+launch_slurm.sbatch, the hostfile and nccl.env. Every text is checked against a character set
+that no shell, sbatch directive or DeepSpeed hostfile reads as anything but a name, so a
+cluster file or a flag cannot smuggle a command into them (the renderer checks again:
+render/shell_quote.py). Sources:
 - sbatch(1) (https://slurm.schedmd.com/sbatch.html): `-A/--account`, `-p/--partition` (a comma
   separated list of partitions), `-t/--time` (its accepted formats, below), `--cpus-per-task`;
 - NVIDIA NCCL env.html (templates/nccl/nccl_env.yaml): NCCL_IB_GID_INDEX (int, min -1,
@@ -20,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parplan_gen.cost.data_checks import RawData
 from parplan_gen.cost.layout import MAX_GPUS
+from parplan_gen.inputs.errors import UsageError, shown_value
 
 # A host name (RFC 1123 labels; `_` too, as some sites name nodes so): never starts with `-`,
 # which a launcher would read as an option.
@@ -50,7 +53,12 @@ NCCL_TC_MIN, NCCL_TC_MAX = 0, 255
 # (cluster file `cpus_per_node`, `--cpus-per-node`) are a whole number from 1 to 0xfffd.
 SLURM_CPUS_MAX = 0xFFFD
 
+HCA_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+$"  # NCCL_IB_HCA item: mlx5_0, mlx5_0:1, ^mlx5_1
+IFNAME_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+(,[A-Za-z0-9_.:\-]+)*$"  # NCCL_SOCKET_IFNAME
+
 NodeName = Annotated[str, Field(pattern=NODE_NAME_PATTERN, max_length=NODE_NAME_MAX)]
+HcaName = Annotated[str, Field(pattern=HCA_PATTERN)]
+InterfaceNames = Annotated[str, Field(pattern=IFNAME_PATTERN)]
 SlurmAccount = Annotated[str, Field(pattern=SLURM_ACCOUNT_PATTERN, max_length=SLURM_NAME_MAX)]
 SlurmPartition = Annotated[str, Field(pattern=SLURM_PARTITION_PATTERN, max_length=SLURM_NAME_MAX)]
 SlurmTime = Annotated[str, Field(pattern=SLURM_TIME_PATTERN)]
@@ -98,7 +106,8 @@ class SlurmSpec(RawData):
 
 
 class LaunchSettings(BaseModel):
-    """A cluster's launch settings (`Cluster.launch`); every field None when not given."""
+    """A cluster's launch site (a cluster file's node names, CPUs, `slurm:` and `nccl:`; the
+    SLURM flags); every field None when not given."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -109,6 +118,8 @@ class LaunchSettings(BaseModel):
     slurm_account: SlurmAccount | None = None
     slurm_partition: SlurmPartition | None = None
     slurm_time: SlurmTime | None = None
+    ib_hcas: tuple[HcaName, ...] | None = Field(None, min_length=1, description="NCCL_IB_HCA.")
+    socket_ifname: InterfaceNames | None = Field(None, description="NCCL_SOCKET_IFNAME.")
     ib_gid_index: GidIndex | None = Field(None, description="NCCL_IB_GID_INDEX (RoCE).")
     ib_tc: TrafficClass | None = Field(None, description="NCCL_IB_TC (traffic class).")
 
@@ -131,3 +142,22 @@ class LaunchSettings(BaseModel):
     @property
     def empty(self) -> bool:
         return all(v is None for v in self.model_dump().values())
+
+
+def with_slurm_flags(
+    launch: LaunchSettings | None, **given: str | int | None
+) -> LaunchSettings | None:
+    """`launch` with the SLURM `account`, `partition`, `time` and `cpus_per_node` replaced where
+    given (the flags --slurm-account, --slurm-partition, --slurm-time, --cpus-per-node); a
+    UsageError names a bad one, a TypeError an unknown keyword."""
+    unknown = sorted(set(given) - set(SLURM_FLAGS))
+    if unknown:
+        raise TypeError(f"with_slurm() got unexpected keyword arguments {unknown}")
+    if all(v is None for v in given.values()):
+        return launch
+    try:
+        return (launch or LaunchSettings()).with_slurm(**given)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        flag, takes = SLURM_FLAGS[str(error["loc"][0]).removeprefix("slurm_")]
+        raise UsageError(f"{flag}: expected {takes}, got {shown_value(error['input'])}") from None

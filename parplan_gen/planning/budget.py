@@ -3,9 +3,9 @@ cost, expected interruptions and the checkpoint interval that minimises lost wor
 
 This module owns evaluating the budget rules (rules/budget/budget.yaml: every figure is a named
 formula there, with its source) for one chosen estimate, and the search of a GPU count that
-meets a deadline (`smallest_count`). The cluster's budget figures come from the cluster file
-(`gpu_hour_price`, `mtbf_gpu_hours`, `storage_gb_per_s`) or, when it gives none, from the
-rules' defaults; where each came from is recorded.
+meets a deadline (`smallest_count`). The budget's inputs (`BudgetInputs`: `gpu_hour_price`,
+`mtbf_gpu_hours`, `storage_gb_per_s`) come from the cluster file or `plan(budget_inputs=...)`
+or, where they give none, from the rules' defaults; where each came from is recorded.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from parplan_gen.cost.budget_figures import budget_figure_problem
+from parplan_gen.cost.budget_figures import BudgetInputs, budget_figure_problem
 from parplan_gen.cost.catalog import GIGA
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import FLAG_CLUSTER_NAME, Cluster
@@ -23,6 +23,7 @@ from parplan_gen.cost.host_links import host_link
 from parplan_gen.cost.layout import MAX_GPUS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import token_count
+from parplan_gen.models.any_model import transformer_of
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.planning.constraints import estimate_env
 from parplan_gen.planning.evaluate import Evaluator
@@ -89,18 +90,23 @@ class Budget(BaseModel):
     restart_s: float | None = Field(None, description="What a restart costs, s.")
 
 
-def budget_inputs(
-    rules: RuleSet, cluster: Cluster, tokens: float, price: float | None
+def budget_values(
+    rules: RuleSet,
+    cluster: Cluster,
+    inputs: BudgetInputs | None,
+    tokens: float,
+    price: float | None,
 ) -> tuple[dict[str, float], dict[str, str | None]]:
-    """The budget.* values and where each came from: the cluster file (or --gpu-hour-price)
-    when it gives one, else the default rule."""
-    if cluster.mtbf_gpu_hours is not None:
-        mtbf, mtbf_from = cluster.mtbf_gpu_hours, "cluster file (mtbf_gpu_hours)"
+    """The budget.* values and where each came from: the budget inputs of the cluster file (or
+    --gpu-hour-price) when they give one, else the default rule."""
+    given = inputs or BudgetInputs()
+    if given.mtbf_gpu_hours is not None:
+        mtbf, mtbf_from = given.mtbf_gpu_hours, "cluster file (mtbf_gpu_hours)"
     else:
         mtbf = float(_formula(rules, "budget_mtbf_gpu_hours_default")({}))  # type: ignore[arg-type]
         mtbf_from = f"default: budget_mtbf_gpu_hours_default ({RULES_FILE}, Llama 3 Sec. 3.3.4)"
-    if cluster.storage_gb_per_s is not None:
-        storage, storage_from = cluster.storage_gb_per_s * GIGA, "cluster file (storage_gb_per_s)"
+    if given.storage_gb_per_s is not None:
+        storage, storage_from = given.storage_gb_per_s * GIGA, "cluster file (storage_gb_per_s)"
     else:
         per_gpu = _formula(rules, "budget_storage_bytes_per_s_per_gpu_default")({})
         storage = float(per_gpu) * cluster.num_gpus  # type: ignore[arg-type]
@@ -112,13 +118,13 @@ def budget_inputs(
     price_from = None
     if price is not None:
         price_from = "--gpu-hour-price"
-    elif cluster.gpu_hour_price is not None:
-        price, price_from = cluster.gpu_hour_price, "cluster file (gpu_hour_price)"
+    elif given.gpu_hour_price is not None:
+        price, price_from = given.gpu_hour_price, "cluster file (gpu_hour_price)"
     figures = {"mtbf_gpu_hours": (mtbf, mtbf_from), "storage_gb_per_s": (storage / GIGA,
                storage_from), "gpu_hour_price": (price, price_from)}  # fmt: skip
     for key, (value, origin) in figures.items():
         problem = None if origin is None else budget_figure_problem(key, value)
-        if problem:  # a figure from a rule overlay, or a Cluster built around the checks
+        if problem:  # a figure from a rule overlay, or BudgetInputs built around the checks
             raise InputError(f"{key} ({origin}): {problem}")
     values = {
         "budget.tokens": tokens,
@@ -170,16 +176,19 @@ def compute_budget(
     *,
     tokens: float,
     price: float | None = None,
+    inputs: BudgetInputs | None = None,
     flash_attention: bool = True,
 ) -> Budget:
-    """The budget of training `tokens` on the chosen plan (rules/budget/budget.yaml)."""
-    if spec.kind != "transformer":
+    """The budget of training `tokens` on the chosen plan (rules/budget/budget.yaml), with the
+    site's budget `inputs` (None: the rules' defaults) and `price` (`--gpu-hour-price`, before
+    the inputs' price)."""
+    if transformer_of(spec) is None:
         raise InputError(f"--tokens: {spec.name} is not a transformer; it trains no tokens")
     backend = chosen.backend.name if chosen.backend else None
     evaluator = Evaluator(rules, spec.kind, backend)
     env = evaluator.env(spec, cluster, chosen.plan, flash_attention=flash_attention)
     env.update(estimate_env(evaluator.cost.figures(env)))  # the budget rules read estimate.*
-    values, sources = budget_inputs(rules, cluster, tokens, price)
+    values, sources = budget_values(rules, cluster, inputs, tokens, price)
     env.update(values)
 
     def get(name: str) -> float:
@@ -312,14 +321,4 @@ def scaled(cluster: Cluster, gpus: int) -> Cluster:
     name = cluster.name
     if name == FLAG_CLUSTER_NAME.format(gpus=cluster.num_gpus, gpu=cluster.gpu.name):
         name = FLAG_CLUSTER_NAME.format(gpus=gpus, gpu=cluster.gpu.name)
-    data = {**cluster.model_dump(), "num_gpus": gpus, "name": name}
-    names = cluster.launch.node_names if cluster.launch else None
-    if names is not None:  # the site's nodes, in order: the first of them run the job
-        nodes = max(1, gpus // cluster.gpus_per_node)
-        if nodes > len(names):
-            raise InputError(
-                f"--days: the cluster file names {len(names)} node(s) (node_names); the deadline "
-                f"search needs {nodes}: name more nodes, or none"
-            )
-        data["launch"] = {**data["launch"], "node_names": names[:nodes]}
-    return Cluster.model_validate(data)
+    return Cluster.model_validate({**cluster.model_dump(), "num_gpus": gpus, "name": name})

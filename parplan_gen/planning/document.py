@@ -1,9 +1,11 @@
 """plan.json: the chosen plan with everything needed to render it again.
 
-`PlanDocument` holds the model, the cluster, the chosen estimate and the runners-up, the
-rejection counts, the planner's advice, the rules' proposals (with the settings they contribute)
-and the render options. It holds no timestamps and no absolute paths, so the same plan always
-serialises to the same bytes; `parplan render plan.json --out DIR` re-renders it.
+`PlanDocument` holds the model, the cluster's hardware (`cluster`), its launch site (`launch`)
+and budget inputs (`budget_inputs`), the chosen estimate and the runners-up, the rejection
+counts, the planner's advice, the rules' proposals (with the settings they contribute), the
+search it was made under and the render options. It holds no timestamps and no absolute
+paths, so the same plan always serialises to the same bytes; `parplan render plan.json --out
+DIR` re-renders it.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from pydantic import (
     model_validator,
 )
 
+from parplan_gen.cost.budget_figures import BudgetInputs
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.launch_site import LaunchSettings, with_slurm_flags
+from parplan_gen.cost.layout import Layout
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.key_path import KeyPath, format_path
 from parplan_gen.inputs.safe_text import NOT_PLAIN_NAME, is_plain, printable
@@ -37,12 +42,14 @@ from parplan_gen.models.kind import BackendName
 from parplan_gen.planning.budget import Budget
 from parplan_gen.planning.decisions import BackendDecisions, decide
 from parplan_gen.planning.evaluate import backend_verdicts
-from parplan_gen.planning.pins import SearchRecord
+from parplan_gen.planning.pins import Headroom, SearchLimits, SearchRecord, headroom_record
+from parplan_gen.planning.search_choices import SearchChoices, choose
 from parplan_gen.rules.engine import Proposal
 from parplan_gen.rules.ruleset import RuleSet
 
-FORMAT_VERSION: Literal[2] = 2
-OPTIONAL = {"best_on", "search", "budget"}  # left out of plan.json and `plan --json` when unset
+FORMAT_VERSION: Literal[3] = 3
+# left out of plan.json and `plan --json` when unset
+OPTIONAL = {"launch", "budget_inputs", "best_on", "budget"}
 JSON_INDENT = 2  # plan.json is meant to be read and diffed by people
 # The names a terminal shows and the launch files carry (in comments, reduced to a safe set):
 # none may hold a control, format or line-break character (safe_text.printable escapes them).
@@ -76,12 +83,22 @@ class PlanDocument(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    format_version: Literal[2] = Field(FORMAT_VERSION, description="Version of this layout.")
+    format_version: Literal[3] = Field(FORMAT_VERSION, description="Version of this layout.")
     model: DocumentModel = Field(
         description="The transformer's ModelSpec, or an op-graph model's GraphModelSpec "
         "(`kind: graph`)."
     )
-    cluster: Cluster
+    cluster: Cluster = Field(description="The hardware, as the cost model priced it.")
+    launch: LaunchSettings | None = Field(
+        None,
+        description="The launch site the files are written for (node names, CPUs, SLURM, the "
+        "NCCL NICs and RoCE settings). Absent when the cluster file and flags give none.",
+    )
+    budget_inputs: BudgetInputs | None = Field(
+        None,
+        description="The budget inputs the cluster file gave (price, MTBF, storage). Absent "
+        "when it gives none.",
+    )
     chosen: Estimate = Field(description="The chosen layout and its estimate.")
     candidates: list[Estimate] = Field(description="The top candidates, best first.")
     rejected: dict[str, StrictInt] = Field(
@@ -119,10 +136,8 @@ class PlanDocument(BaseModel):
         description="Set by `plan --all-backends`: the search was restricted to this backend, "
         "so this is its own best plan, not necessarily the overall best. Absent when unset.",
     )
-    search: SearchRecord | None = Field(
-        None,
-        description="The pins, bounds and memory headroom of the search. Absent in a plan.json "
-        "written before plans recorded them.",
+    search: SearchRecord = Field(
+        description="The pins, bounds, memory headroom and search options of the search."
     )
     budget: Budget | None = Field(
         None, description="With `plan --tokens`: the training budget. Absent otherwise."
@@ -146,6 +161,9 @@ class PlanDocument(BaseModel):
         for where, text in _strings(data):
             if _is_absolute(text):
                 raise ValueError(f"{where}: absolute path {text!r} does not belong in plan.json")
+        problem = None if self.launch is None else self.launch.names_problem(self.cluster.num_nodes)
+        if problem:
+            raise ValueError(f"launch.node_names: {problem}")
         world = self.cluster.num_gpus
         for name, estimate in (("chosen", self.chosen), *_numbered(self.candidates)):
             if estimate.plan.world_size != world:
@@ -160,6 +178,8 @@ class PlanDocument(BaseModel):
         *,
         model: AnyModelSpec,
         cluster: Cluster,
+        launch: LaunchSettings | None = None,
+        budget_inputs: BudgetInputs | None = None,
         chosen: Estimate,
         candidates: Iterable[Estimate] = (),
         rejected: Mapping[str, int] | None = None,
@@ -175,7 +195,9 @@ class PlanDocument(BaseModel):
     ) -> PlanDocument:
         """Assemble a document from the planner's result and the engine's proposals. `rules`,
         the rules the plan was made with, judge which backends run the chosen layout and
-        decide what their files say (`decisions`).
+        decide what their files say (`decisions`). `search` is the search the plan was made
+        under; None: a request that gives no pins, bounds, headroom or search options, its
+        record resolved here with `rules` (`default_search`).
 
         A model name that is a path (a config read by its absolute path) keeps only its last
         component, so that plan.json stays portable.
@@ -188,9 +210,13 @@ class PlanDocument(BaseModel):
             raise PlanDocumentError(f"{format_path(bad_name[0])}: {bad_name[1]}")
         priced_on = chosen.backend.name if chosen.backend else None
         runs = backend_verdicts(model, cluster, chosen.plan, rules, priced_on)
+        if search is None:
+            search = default_search(rules, model, cluster, chosen.plan)
         return cls(
             model=model,
             cluster=cluster,
+            launch=launch,
+            budget_inputs=budget_inputs,
             chosen=chosen,
             candidates=list(candidates),
             rejected=dict(rejected or {}),
@@ -222,6 +248,11 @@ class PlanDocument(BaseModel):
             }
         )
         return self.model_copy(update={"render": options})
+
+    def with_slurm(self, **given: str | int | None) -> PlanDocument:
+        """A copy whose launch site's SLURM `account`, `partition`, `time` and `cpus_per_node`
+        are replaced where given (`parplan render --slurm-*`); a UsageError names a bad one."""
+        return self.model_copy(update={"launch": with_slurm_flags(self.launch, **given)})
 
     def contract(self) -> dict[str, Any]:
         """plan.json's content, which `plan --json` prints: the optional sections only when
@@ -274,6 +305,25 @@ def load_plan_document(path: str | Path) -> PlanDocument:
                 doc.ref(("budget", null)),
             )
     return plan
+
+
+def default_search(
+    rules: RuleSet, model: AnyModelSpec, cluster: Cluster, layout: Layout
+) -> SearchRecord:
+    """The search record of a request for `layout`'s batch, sequence and precision that gives
+    no pins, bounds, headroom or search options: each its rule's default with `rules`."""
+    record = headroom_record(Headroom(), SearchLimits(), cluster, rules, layout.precision)
+    chosen = choose(
+        SearchChoices(),
+        rules,
+        model,
+        cluster,
+        global_batch=layout.global_batch,
+        seq_len=layout.seq_len,
+        precision=layout.precision,
+        memory_headroom=record.headroom_bytes,
+    )
+    return record.with_options(chosen)
 
 
 def _unprintable_names(data: Any) -> Iterator[tuple[KeyPath, str]]:

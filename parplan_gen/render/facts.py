@@ -7,13 +7,16 @@ A transformer has no graph-model fields and an op-graph model no transformer fie
 no Megatron-LM spelling (every megatron.* None): a mapping that names a key reads for both.
 Spellings that follow a backend's rules (its CUDA_DEVICE_MAX_CONNECTIONS assertion, DeepSpeed's
 ZeRO stage for a distributed-optimizer plan) are made there, each with its source in a comment.
+The cluster.* facts read the hardware (plan.json `cluster`) and the launch site (`launch`: the
+NICs, interface and RoCE settings NCCL is given).
 What the planner and the cost model decided is read from its one home, not computed again: the
 pipeline split (models/pipeline_split.py, which the constraint pipeline.layers_split calls),
 the learned-position limit (ModelSpec.positions_cover, read by the constraint
 model.seq_len_within_learned_positions), SyncBatchNorm (the estimate's
 TimeBreakdown.sync_batchnorm), and what the plan's rules decided for each backend that runs
 it: the gradients' type, the optimizer sharding, the TP and EP overlaps (plan.json's
-`decisions`, planning/decisions.py).
+`decisions`, planning/decisions.py), and the gradient-reduction overlap the search options
+chose (plan.json's `search`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from parplan_gen.backends.deepspeed.facts import deepspeed_facts
 from parplan_gen.backends.megatron.facts import megatron_facts
 from parplan_gen.backends.torchtitan.facts import torchtitan_facts
 from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.launch_site import LaunchSettings
 from parplan_gen.cost.layout import SIXTEEN_BIT, Layout
+from parplan_gen.models.any_model import graph_of
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.load import MODEL_FACT_NAMES
 from parplan_gen.planning.document import PlanDocument
@@ -40,8 +45,9 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= _plan_facts(layout)
     out |= _train_facts(layout, mapping)
     out |= _graph_training_facts(doc)
-    out |= _cluster_facts(doc.cluster, mapping)
-    out |= _comm_facts(doc)
+    out |= _cluster_facts(doc.cluster, doc.launch or LaunchSettings(), mapping)
+    # the gradient-reduction overlap the plan's search options chose (planning/search_choices.py)
+    out |= {"comm.overlap_grad_reduce": doc.search.overlap_grad_reduce}
     # Megatron-FSDP: ZeRO-2/3 of a plan priced on Megatron (its files are written for no other).
     fsdp = doc.chosen.backend is not None and doc.chosen.backend.name == "megatron"
     decided = doc.decisions
@@ -94,7 +100,7 @@ def _train_facts(layout: Layout, mapping: MappingFile) -> dict[str, Any]:
 def _graph_training_facts(doc: PlanDocument) -> dict[str, Any]:
     """What an op-graph model's training script does for the plan to hold (False / None for a
     transformer, whose Megatron-LM or DeepSpeed code does it)."""
-    graph = doc.model if doc.model.kind == "graph" else None
+    graph = graph_of(doc.model)
     layout = doc.chosen.plan
     full = graph is not None and layout.recompute == "full"
     return {
@@ -107,7 +113,8 @@ def _graph_training_facts(doc: PlanDocument) -> dict[str, Any]:
     }
 
 
-def _cluster_facts(cluster: Cluster, mapping: MappingFile) -> dict[str, Any]:
+def _cluster_facts(cluster: Cluster, site: LaunchSettings, mapping: MappingFile) -> dict[str, Any]:
+    """The hardware's facts, and the NCCL settings of the launch site (`site`)."""
     arch = cluster.gpu.architecture
     return {
         "cluster.name": cluster.name,
@@ -117,11 +124,11 @@ def _cluster_facts(cluster: Cluster, mapping: MappingFile) -> dict[str, Any]:
         "cluster.num_nodes": cluster.num_nodes,
         "cluster.procs_per_node": cluster.procs_per_node,
         "cluster.multi_node": cluster.multi_node,
-        "cluster.ib_hcas": ",".join(cluster.ib_hcas) if cluster.ib_hcas else None,
-        "cluster.socket_ifname": cluster.socket_ifname,
-        # RoCE: the cluster file's nccl.ib_gid_index / ib_tc (cost/launch_site.py)
-        "cluster.ib_gid_index": None if cluster.launch is None else cluster.launch.ib_gid_index,
-        "cluster.ib_tc": None if cluster.launch is None else cluster.launch.ib_tc,
+        # the cluster file's nccl: NICs, interface, and RoCE's ib_gid_index / ib_tc
+        "cluster.ib_hcas": ",".join(site.ib_hcas) if site.ib_hcas else None,
+        "cluster.socket_ifname": site.socket_ifname,
+        "cluster.ib_gid_index": site.ib_gid_index,
+        "cluster.ib_tc": site.ib_tc,
         "cluster.nvls": nvls(cluster, mapping),
     }
 
@@ -130,17 +137,3 @@ def nvls(cluster: Cluster, mapping: MappingFile) -> bool:
     """NVLink SHARP, and the CUDA multicast objects it rests on, are there: a third-generation
     NVSwitch (Hopper and later; NCCL docs, NVLS)."""
     return cluster.nvswitch and cluster.gpu.architecture in mapping.nccl.nvls_architectures
-
-
-def _comm_facts(doc: PlanDocument) -> dict[str, Any]:
-    """The gradient-reduction overlap the plan's search options chose (plan.json
-    `search.overlap_grad_reduce`, planning/search_choices.py). A plan.json written before they
-    were recorded keeps what it rendered then: its proposals' `overlap_grad_reduce` (None: none
-    said)."""
-    if doc.search is not None and doc.search.overlap_grad_reduce is not None:
-        return {"comm.overlap_grad_reduce": doc.search.overlap_grad_reduce}
-    overlap = None
-    for proposal in doc.proposals:
-        if "overlap_grad_reduce" in proposal.settings:
-            overlap = bool(proposal.settings["overlap_grad_reduce"])
-    return {"comm.overlap_grad_reduce": overlap}

@@ -46,7 +46,7 @@ def launch_context(
 ) -> dict[str, Any]:
     """The `launch` of the templates' context."""
     cluster = doc.cluster
-    settings = cluster.launch or LaunchSettings()
+    settings = doc.launch or LaunchSettings()
     per_node = cluster.procs_per_node
     given = settings.node_names
     names = (
@@ -74,7 +74,7 @@ def launch_context(
 
 
 def _slurm(cluster: Cluster, settings: LaunchSettings, slurm: SlurmMapping) -> dict[str, Any]:
-    cpus, why = cpus_per_task(cluster, slurm)
+    cpus, why = cpus_per_task(cluster, settings, slurm)
     site = {
         "account": settings.slurm_account,
         "partition": settings.slurm_partition,
@@ -87,12 +87,15 @@ def _slurm(cluster: Cluster, settings: LaunchSettings, slurm: SlurmMapping) -> d
     }
 
 
-def cpus_per_task(cluster: Cluster, slurm: SlurmMapping) -> tuple[int, str]:
+def cpus_per_task(
+    cluster: Cluster, settings: LaunchSettings, slurm: SlurmMapping
+) -> tuple[int, str]:
     """--cpus-per-task of the one task per node (torchrun and the node's ranks), and where it
-    comes from: the CPUs of the node's GPUs that the plan uses."""
+    comes from: the CPUs of the node's GPUs that the plan uses (the launch site's
+    `cpus_per_node`, else the reference system's or the mapping's default)."""
     used, gpn = cluster.procs_per_node, cluster.gpus_per_node
     share = f"{used} of {gpn} GPUs" if used < gpn else f"all {gpn} GPUs"
-    given = None if cluster.launch is None else cluster.launch.cpus_per_node
+    given = settings.cpus_per_node
     ref = cluster.gpu.reference_node
     reference = slurm.reference_cpus.get(ref.system)
     if given is not None:

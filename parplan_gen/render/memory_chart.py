@@ -42,11 +42,11 @@ def memory_chart(
     doc: PlanDocument, report: ReportMapping, rows: Sequence[tuple[bool, Estimate]]
 ) -> dict[str, Any]:
     """Columns of memory per GPU (bytes as the estimate gives them, drawn in GiB), the GPU's
-    capacity line and, when the plan records its search, the headroom line at capacity minus
+    capacity line and, when the search kept memory free, the headroom line at capacity minus
     `search.headroom_bytes`."""
     style, colors = report.chart, report.colors
     capacity = max(e.memory.capacity for _, e in rows)
-    headroom = None if doc.search is None else doc.search.headroom_bytes
+    headroom = doc.search.headroom_bytes
     legend = [{"label": PART_LABELS[p], "color": colors[p], "kind": "box"} for p in MEMORY_PARTS]
     legend.append({"label": "GPU capacity", "color": colors["limit"], "kind": "line"})
     if headroom:

@@ -70,10 +70,8 @@ def report_context(
 
 
 def search_rows(doc: PlanDocument) -> list[tuple[str, str]]:
-    """What the search was limited by: pins, bounds, headroom (empty for an older plan.json)."""
+    """What the search was limited by: pins, bounds, headroom."""
     found = doc.search
-    if found is None:
-        return []
     pins = " ".join(f"{k}={pin_text(v)}" for k, v in found.pins.items())
     bounds = " ".join(f"{k}={pin_text(v)}" for k, v in found.bounds.items())
     headroom = f"{gib(found.headroom_bytes)} per GPU ({markdown(found.headroom_source)})"

@@ -17,7 +17,7 @@ import gc
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import lru_cache, partial
 from pathlib import Path
 
 from parplan_gen.inputs.defaults import MIB
@@ -141,17 +141,63 @@ def load_rules(
 ) -> RuleSet:
     """Load the built-in rules (unless `builtin` is False) and layer `extra_dirs` over them.
 
-    With `collect`, problems go to it and the result holds the rules that are valid."""
+    With `collect`, problems go to it and the result holds the rules that are valid. The
+    built-in rules alone are compiled once for each content of their files and that RuleSet is
+    shared (a RuleSet is never changed once loaded): a process that plans, checks or estimates
+    many times, as the API's users and the tests do, compiles them once."""
+    if builtin and not extra_dirs and collect is None:
+        contents = _contents(builtin_rule_files())
+        if contents is not None:
+            return _builtin_alone(contents)
+    return _load(extra_dirs, builtin, collect)
+
+
+def _contents(paths: list[Path]) -> tuple[tuple[str, bytes], ...] | None:
+    """Each file's path and bytes; None when one cannot be read (loading it says why)."""
+    try:
+        return tuple((str(path), path.read_bytes()) for path in paths)
+    except OSError:
+        return None
+
+
+@lru_cache(maxsize=1)
+def _builtin_alone(contents: tuple[tuple[str, bytes], ...]) -> RuleSet:
+    """The built-in rules alone, loaded while their files hold `contents` (the cache's key: a
+    file that changes is loaded anew)."""
+    return _load((), True, None)
+
+
+def _load(extra_dirs: Sequence[str | Path], builtin: bool, collect: Collector | None) -> RuleSet:
     # Each layer's rule files: the built-in ones (rules/ and each backend's constraints.yaml,
     # inputs/resources.py), then each directory's.
-    layers: list[tuple[str, Callable[[], list[Path]]]] = (
-        [(BUILTIN_LAYER, builtin_rule_files)] if builtin else []
+    layers: list[tuple[str, Callable[[], list[tuple[Document, RuleFile]]]]] = (
+        [(BUILTIN_LAYER, partial(_builtin_layer, collect))] if builtin else []
     )
-    layers += [(str(d), partial(rule_files, Path(d))) for d in extra_dirs]
+    layers += [
+        (str(d), partial(_load_layer, partial(rule_files, Path(d)), collect)) for d in extra_dirs
+    ]
     merged = Merged()
     for layer, files in layers:
-        merge_layer(merged, layer, _load_layer(files, collect), collect)
+        merge_layer(merged, layer, files(), collect)
     return _compile(merged, tuple(name for name, _ in layers), collect)
+
+
+def _builtin_layer(collect: Collector | None) -> list[tuple[Document, RuleFile]]:
+    """The built-in rule files, parsed: once for each content of the files when nothing
+    collects problems (merging only reads them)."""
+    if collect is None:
+        contents = _contents(builtin_rule_files())
+        if contents is not None:
+            return list(_parsed_builtin(contents))
+    return _load_layer(builtin_rule_files, collect)
+
+
+@lru_cache(maxsize=1)
+def _parsed_builtin(
+    contents: tuple[tuple[str, bytes], ...],
+) -> tuple[tuple[Document, RuleFile], ...]:
+    """The built-in rule files parsed while they hold `contents` (the cache's key)."""
+    return tuple(_load_layer(builtin_rule_files, None))
 
 
 def _load_layer(
@@ -345,10 +391,3 @@ def _in_group_order(proposals: list[CompiledProposal]) -> list[CompiledProposal]
     for p in proposals:
         order.setdefault(p.rule.group, len(order))
     return sorted(proposals, key=lambda p: order[p.rule.group])
-
-
-@cache
-def builtin_rules() -> RuleSet:
-    """The built-in rules alone, loaded once per process (for tests and tools that share one
-    set; a command loads its own, with its `--rules` overlays)."""
-    return load_rules()
