@@ -24,6 +24,7 @@ PLAN_DEFAULTS: dict[str, Any] = {
     "plan.dp": 8, "plan.tp": 1, "plan.pp": 1, "plan.cp": 1, "plan.ep": 1, "plan.vpp": 1,
     "plan.mbs": 1, "plan.grad_accum": 64, "plan.zero_stage": 0,
     "plan.distributed_optimizer": False, "plan.sequence_parallel": False, "plan.recompute": "none",
+    "plan.grad_reduce_dtype": "default", "plan.fp8_param_gather": False,
 }  # fmt: skip
 
 
@@ -183,6 +184,35 @@ CASES = [
         {"zero_stage": 2},
         {"precision": "fp16"},
         "Megatron-FSDP is not documented for fp16",
+    ),
+    (
+        # Megatron-LM reads --grad-reduce-in-bf16 only under `if args.bf16:` (arguments.py).
+        "megatron.grad_reduce_bf16_needs_bf16",
+        {"grad_reduce_dtype": "bf16"},
+        {"precision": "fp16"},
+        "Megatron-LM reads --grad-reduce-in-bf16 in --bf16 runs only (FP8 ones included): an fp16"
+        " run would reduce fp16 gradients, not the bf16 ones priced",
+    ),
+    (
+        # TransformerConfig.__post_init__: "fp8_param must be used together with fp8 mode."
+        "megatron.fp8_param_gather_needs_fp8",
+        {"fp8_param_gather": True, "distributed_optimizer": True},
+        {},
+        "FP8 parameters (--fp8-param-gather) need FP8 training, not bf16",
+    ),
+    (
+        # arguments.py: "--fp8-param-gather only supported with distributed optimizer, ..."
+        "megatron.fp8_param_gather_needs_distributed_optimizer",
+        {"fp8_param_gather": True},
+        {"precision": "fp8"},
+        "--fp8-param-gather needs the distributed optimizer",
+    ),
+    (
+        "megatron.fp8_param_gather_not_with_fsdp",
+        {"fp8_param_gather": True, "zero_stage": 3},
+        {"precision": "fp8"},
+        "FP8 parameters with Megatron-FSDP (ZeRO-3) are not priced: the rules price them with the"
+        " distributed optimizer",
     ),
     (
         # torchtitan 0.3's llama3 flavors are 8B, 70B and 405B; GPT-3's 96 layers are none.

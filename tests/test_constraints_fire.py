@@ -207,6 +207,66 @@ CASES = [
         fires=side(zero_stage=2, precision="fp16", global_batch=8, seq_len=4096),
         holds=side(zero_stage=1, precision="fp16", global_batch=8, seq_len=4096),
     ),
+    # Megatron-LM arguments.py validate_args reads --grad-reduce-in-bf16 under `if args.bf16:`
+    # only: an fp16 run reduces fp16 gradients. An FP8 run keeps --bf16, so it holds there (a
+    # rule asking for precision bf16 would refuse it).
+    Case(
+        "megatron.grad_reduce_bf16_needs_bf16",
+        "megatron",
+        fires=side(grad_reduce_dtype="bf16", precision="fp16", global_batch=8, seq_len=4096),
+        holds=side(grad_reduce_dtype="bf16", precision="fp8", global_batch=8, seq_len=4096),
+    ),
+    # megatron/core/transformer/transformer_config.py __post_init__: "fp8_param must be used
+    # together with fp8 mode." (arguments.py passes --fp8-param-gather as fp8_param).
+    Case(
+        "megatron.fp8_param_gather_needs_fp8",
+        "megatron",
+        fires=side(
+            fp8_param_gather=True,
+            distributed_optimizer=True,
+            precision="bf16",
+            global_batch=8,
+            seq_len=4096,
+        ),
+        holds=side(
+            fp8_param_gather=True,
+            distributed_optimizer=True,
+            precision="fp8",
+            global_batch=8,
+            seq_len=4096,
+        ),
+    ),
+    # arguments.py validate_args: "--fp8-param-gather only supported with distributed optimizer,
+    # torch fsdp2, megatron fsdp, or inference mode".
+    Case(
+        "megatron.fp8_param_gather_needs_distributed_optimizer",
+        "megatron",
+        fires=side(fp8_param_gather=True, precision="fp8", global_batch=8, seq_len=4096),
+        holds=side(
+            fp8_param_gather=True,
+            distributed_optimizer=True,
+            precision="fp8",
+            global_batch=8,
+            seq_len=4096,
+        ),
+    ),
+    # Megatron-LM runs --fp8-param-gather with Megatron-FSDP too; the rules price FP8 weights
+    # held whole (memory.yaml held_weight_bytes), so ZeRO-2/3 on Megatron is refused with it,
+    # the distributed optimizer (ZeRO-1-like) is not.
+    Case(
+        "megatron.fp8_param_gather_not_with_fsdp",
+        "megatron",
+        fires=side(
+            fp8_param_gather=True, zero_stage=2, precision="fp8", global_batch=8, seq_len=4096
+        ),
+        holds=side(
+            fp8_param_gather=True,
+            distributed_optimizer=True,
+            precision="fp8",
+            global_batch=8,
+            seq_len=4096,
+        ),
+    ),
     # ---- DeepSpeed v0.16.9 ---------------------------------------------------------------
     # deepspeed/runtime/pipe/engine.py PipelineEngine.__init__: zero_optimization_stage() <
     # ZeroStageEnum.gradients (2).

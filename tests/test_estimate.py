@@ -284,8 +284,8 @@ CONTRACT: dict[str, dict[str, type]] = {
     "plan": {
         **dict.fromkeys(("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "global_batch"), int),
         **dict.fromkeys(("grad_accum", "zero_stage", "seq_len"), int),
-        **dict.fromkeys(("distributed_optimizer", "sequence_parallel"), bool),
-        **dict.fromkeys(("recompute", "precision"), str),
+        **dict.fromkeys(("distributed_optimizer", "sequence_parallel", "fp8_param_gather"), bool),
+        **dict.fromkeys(("recompute", "grad_reduce_dtype", "precision"), str),
     },
     "memory": {
         **dict.fromkeys(("params", "grads", "optimizer", "activations", "other"), int),

@@ -177,11 +177,15 @@ def test_the_api_explains_an_estimate_as_the_cost_model_computed_it():
         stack += node.children
     assert nodes["plan.tp"].value == 2
     assert tree.contract()["children"][0]["name"] == "step_time"
-    # rules/cost/memory.yaml: without ZeRO-3, memory.params is weight_bytes * params_per_gpu.
+    # rules/cost/memory.yaml: without ZeRO-3, memory.params is held_weight_bytes, that is
+    # weight_bytes * params_per_gpu less the FP8 parameters' saving (none in a bf16 run).
     params = parplan_gen.explain(model, cluster, layout, "memory.params")
     assert round(params.value) == found.estimate.memory.params  # bytes, rounded as the estimate
-    part = {child.name: child for child in params.children}
-    assert set(part) == {"plan.zero_stage", "weight_bytes", "params_per_gpu"}
+    assert {child.name for child in params.children} == {"plan.zero_stage", "held_weight_bytes"}
+    [held] = [child for child in params.children if child.name == "held_weight_bytes"]
+    part = {child.name: child for child in held.children}
+    assert set(part) == {"weight_bytes", "params_per_gpu", "fp8_weight_saving_bytes"}
+    assert part["fp8_weight_saving_bytes"].value == 0
     assert (part["weight_bytes"].value, part["weight_bytes"].unit) == (2, "B/param")
     assert "ZeRO" in str(part["weight_bytes"].source)
     assert str(part["weight_bytes"].where).startswith("<built-in>/cost/memory.yaml:")

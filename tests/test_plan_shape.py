@@ -37,7 +37,8 @@ def test_plan_values_give_every_plan_name() -> None:
         "plan.vpp": 3,
         "plan.mbs": 2, "plan.grad_accum": 16, "plan.zero_stage": 0,
         "plan.distributed_optimizer": False, "plan.sequence_parallel": False,
-        "plan.recompute": "none",
+        "plan.recompute": "none", "plan.grad_reduce_dtype": "default",
+        "plan.fp8_param_gather": False,
     }  # fmt: skip
 
 

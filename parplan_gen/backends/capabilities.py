@@ -43,6 +43,15 @@ class Capabilities:
     # Optimizer sharding priced as this backend's own (Megatron-FSDP keeps fp32 main gradients,
     # DeepSpeed ZeRO 16-bit ones): its files are written only for a plan priced on this backend.
     own_pricing: tuple[Optimizer, ...] = ()
+    # The gradient reduce types its files can name (Layout.grad_reduce_dtype): `default` and
+    # `fp32` everywhere (fp32 is what torchtitan's FSDP2 and DDP reduce in, and what DeepSpeed's
+    # communication_data_type may say); `bf16` where the files have a switch for it: not
+    # torchtitan 0.3's (config/configs.py TrainingConfig.mixed_precision_reduce is
+    # Literal["float32"]) nor plain DDP's.
+    grad_reduce_dtypes: tuple[str, ...] = ("default", "fp32")
+    # FP8 parameters, all-gathered in FP8 (Layout.fp8_param_gather; Megatron-LM
+    # --fp8-param-gather).
+    fp8_param_gather: bool = False
 
     @property
     def ref(self) -> BackendRef:
@@ -88,6 +97,10 @@ class Capabilities:
             return f"{self.title} has no {_sharding(layout)}"
         if layout.recompute not in self.recompute:
             return f"{self.title} is not told to recompute ({layout.recompute} recomputation)"
+        if layout.grad_reduce_dtype not in self.grad_reduce_dtypes:
+            return f"{self.title} has no switch to reduce gradients in {layout.grad_reduce_dtype}"
+        if layout.fp8_param_gather and not self.fp8_param_gather:
+            return f"{self.title} has no FP8 parameters (fp8_param_gather)"
         return None
 
 

@@ -23,7 +23,7 @@ from parplan_gen.inputs.errors import UsageError
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
 if TYPE_CHECKING:
-    from parplan_gen.cost.hardware import Cluster
+    from parplan_gen.cost.hardware import Cluster, ClusterSetup
     from parplan_gen.cost.layout import Layout
 
 PRECISIONS = ("bf16", "fp16", "fp8")
@@ -107,7 +107,7 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-SITE_FLAGS = ("account", "partition", "time", "cpus_per_node")  # Cluster.with_slurm keywords
+SITE_FLAGS = ("account", "partition", "time", "cpus_per_node")  # ClusterSetup.with_slurm keywords
 
 
 def add_slurm_options(parser: argparse.ArgumentParser) -> None:
@@ -260,6 +260,19 @@ SEARCH_FLAGS = (  # `plan`'s search options: flag, choices, help
         "overlap the data-parallel gradient reduction with the backward in the files "
         "(Megatron-LM --overlap-grad-reduce, DeepSpeed overlap_comm; default: on with > 1 GPU)",
     ),
+    (
+        "--grad-reduce-dtype",
+        ("default", "bf16", "search"),
+        "the type gradients are reduced in: each backend's own, bf16 (Megatron-LM "
+        "--grad-reduce-in-bf16, DeepSpeed communication_data_type) where the backend can, or "
+        "both (default: default)",
+    ),
+    (
+        "--fp8-param-gather",
+        ("off", "on", "search"),
+        "FP8 parameters (Megatron-LM --fp8-param-gather; with --precision fp8 and the "
+        "distributed optimizer): off, on, or both (default: off)",
+    ),
 )
 
 
@@ -273,8 +286,20 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
 def search_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The search options given (`plan(search=...)`)."""
     overlap = None if args.overlap_grad_reduce is None else args.overlap_grad_reduce == "on"
-    given = (args.interleave, args.sequence_parallel_with_tp, overlap)
-    names = ("interleave", "sequence_parallel", "overlap_grad_reduce")
+    given = (
+        args.interleave,
+        args.sequence_parallel_with_tp,
+        overlap,
+        args.grad_reduce_dtype,
+        args.fp8_param_gather,
+    )
+    names = (
+        "interleave",
+        "sequence_parallel",
+        "overlap_grad_reduce",
+        "grad_reduce_dtype",
+        "fp8_param_gather",
+    )
     return {k: v for k, v in zip(names, given, strict=True) if v is not None}
 
 
@@ -343,8 +368,14 @@ def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) ->
 
 
 def cluster_from_args(args: argparse.Namespace) -> Cluster:
-    """The Cluster the options describe; a usage error when they are incomplete or mixed."""
-    from parplan_gen.cost.hardware import cluster_from_flags, load_cluster
+    """The hardware the options describe; a usage error when they are incomplete or mixed."""
+    return setup_from_args(args).cluster
+
+
+def setup_from_args(args: argparse.Namespace) -> ClusterSetup:
+    """The hardware, launch site (with the SLURM flags) and budget inputs the options describe;
+    a usage error when they are incomplete or mixed."""
+    from parplan_gen.cost.hardware import ClusterSetup, cluster_from_flags, load_cluster_file
 
     flags = [
         f
@@ -356,20 +387,21 @@ def cluster_from_args(args: argparse.Namespace) -> Cluster:
         if flags:
             shown = ", ".join("--" + f.replace("_", "-") for f in flags)
             raise UsageError(f"--cluster cannot be combined with {shown}")
-        return load_cluster(args.cluster).with_slurm(**slurm)
+        return load_cluster_file(args.cluster).with_slurm(**slurm)
     if args.gpus is None or args.gpu is None:
         raise UsageError("give --cluster FILE, or both --gpus N and --gpu NAME")
-    return cluster_from_flags(
+    hardware = cluster_from_flags(
         args.gpus,
         args.gpu,
         gpus_per_node=args.gpus_per_node,
         inter_node_gbps=args.inter_node_gbps,
         nvlink_domain=args.nvlink_domain,
-    ).with_slurm(**slurm)
+    )
+    return ClusterSetup(cluster=hardware).with_slurm(**slurm)
 
 
 def site_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The SLURM flags as `Cluster.with_slurm` keywords (None where not given, or where the
+    """The SLURM flags as `ClusterSetup.with_slurm` keywords (None where not given, or where the
     command has no such flag)."""
     return {k: getattr(args, k if k == "cpus_per_node" else f"slurm_{k}", None) for k in SITE_FLAGS}
 

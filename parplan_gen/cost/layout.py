@@ -27,6 +27,13 @@ from parplan_gen.models.transformer_shape import MAX_LAYERS, MAX_WIDTH
 from parplan_gen.rules.vocabulary import NAMES
 
 Recompute = Literal["none", "selective", "full"]
+# The type the data-parallel gradient reduction moves (and, on Megatron-LM, the main gradients
+# it keeps): `default` is what the backend does unless told otherwise (rules/cost/memory.yaml
+# grad_default_bytes: fp32 main gradients on Megatron-LM, megatron/training/arguments.py
+# validate_args with --bf16; fp32 under torchtitan's FSDP2 and DDP; the 16-bit training type
+# under DeepSpeed ZeRO 1-3), `fp32` and `bf16` what a file sets (Megatron-LM
+# --grad-reduce-in-bf16, DeepSpeed communication_data_type).
+GradReduceDtype = Literal["default", "fp32", "bf16"]
 # The 16-bit precision of a run: an FP8 run keeps its other matmuls and its weights in BF16
 # (rules/cost/compute.yaml; Megatron --fp8-format with --bf16).
 SIXTEEN_BIT: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
@@ -88,7 +95,11 @@ class LayoutError(InputError):
 
 
 class Layout(BaseModel):
-    """Parallel sizes, batch split and memory options of one job (the plan contract's `plan`)."""
+    """Parallel sizes, batch split and memory options of one job (the plan contract's `plan`).
+
+    The memory options a framework leaves to its user (the gradients' reduce type, FP8
+    parameters) default to the framework's own choice, so a layout that does not name them is
+    priced as the framework runs by default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -136,6 +147,19 @@ class Layout(BaseModel):
     )
     sequence_parallel: bool = Field(False, description="Megatron sequence parallelism (tp > 1).")
     recompute: Recompute = Field("none", description="Activation recomputation.")
+    grad_reduce_dtype: GradReduceDtype = Field(
+        "default",
+        description="The type gradients are reduced in: `default`, the backend's own (fp32 main "
+        "gradients on Megatron-LM, fp32 with torchtitan's FSDP2 and DDP, the 16-bit training "
+        "type under DeepSpeed ZeRO 1-3), or `fp32` / `bf16` as a file sets it (Megatron-LM "
+        "--grad-reduce-in-bf16, DeepSpeed communication_data_type).",
+    )
+    fp8_param_gather: bool = Field(
+        False,
+        description="FP8 parameters (Megatron-LM --fp8-param-gather): the model keeps its "
+        "Transformer Engine linear weights in FP8 instead of BF16 and the distributed "
+        "optimizer all-gathers them in FP8.",
+    )
     seq_len: int = Field(ge=1, le=SIZE_LIMITS["seq_len"], description="Tokens per sequence.")
     precision: Precision = Field("bf16", description="Compute precision of the matmuls.")
 

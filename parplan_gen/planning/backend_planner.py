@@ -13,9 +13,9 @@ pass, memory figures first and the step time only for those that fit. Three prun
 stated properties of the cost model:
 
 * memory grows with the micro-batch and with interleaving, and shrinks with more sharding
-  (higher ZeRO stage or the distributed optimizer), recomputation and sequence parallelism: if
-  the most frugal candidates of a (structure, vpp) do not fit, none does; once an option does
-  not fit at some mbs, it does not fit at a larger one;
+  (higher ZeRO stage or the distributed optimizer), recomputation, sequence parallelism, bf16
+  gradients and FP8 parameters: if the most frugal candidates of a (structure, vpp) do not fit,
+  none does; once an option does not fit at some mbs, it does not fit at a larger one;
 * recomputation never makes a fixed layout faster: with objective `time`, a recomputing variant
   of a layout that fits with less recomputation is counted as dominated.
 
@@ -87,10 +87,17 @@ class Candidate(NamedTuple):
     distributed_optimizer: bool
     sequence_parallel: bool
     recompute: str
+    grad_reduce_dtype: str
+    fp8_param_gather: bool
 
 
 # A candidate's fields before its memory option: its structure, vpp, mbs and grad_accum.
 _Prefix = tuple[int, int, int, int, int, int, int, int, int]
+# A memory option less its recomputation: what a recomputing variant is dominated within.
+_Sharding = tuple[int, bool, bool, str, bool]
+# The gradients' reduce types, least memory first (bf16 gradients take no more memory than a
+# backend's default, and fp32 no less; rules/cost/memory.yaml grad_bytes).
+_GRAD_FRUGALITY = ("bf16", "default", "fp32")
 _UNSEEN = object()
 
 
@@ -352,7 +359,7 @@ class _Search:
             live, dead = fixed or self._options(mems, bound)
             self.rejected.update(dead)
             # the sharding (memory option less its recomputation) of each option that fits here
-            fitted: set[tuple[int, bool, bool]] = set()
+            fitted: set[_Sharding] = set()
             prefix = (*head, vpp, mbs, accum)
             for mem in live:
                 self._leaf(prefix, mem, failed, fitted)
@@ -362,14 +369,20 @@ class _Search:
         prefix: _Prefix,
         mem: MemoryOption,
         failed: dict[MemoryOption, Refusal],
-        fitted: set[tuple[int, bool, bool]],
+        fitted: set[_Sharding],
     ) -> None:
         """Estimate one candidate (its fields `prefix`, then the memory option `mem`) that
         passes every layout rule, unless it is pruned."""
         if mem in failed:
             self.rejected[failed[mem]] += 1
             return
-        sharding = (mem.zero_stage, mem.distributed_optimizer, mem.sequence_parallel)
+        sharding = (
+            mem.zero_stage,
+            mem.distributed_optimizer,
+            mem.sequence_parallel,
+            mem.grad_reduce_dtype,
+            mem.fp8_param_gather,
+        )
         if self.r.objective == "time" and sharding in fitted:
             self.rejected[_DOMINATED] += 1
             return
@@ -441,7 +454,8 @@ class _Search:
         keep: bool = True,
     ) -> Refusal | None:
         """The memory rule all candidates of (`head`, `vpp`) break, when even the most frugal
-        (least mbs, full recompute, most sharding; `keep`: closest ones) break one."""
+        (least mbs, full recompute, most sharding, for each sharding the smallest gradients
+        and FP8 parameters its layout rules allow; `keep`: closest ones) break one."""
         for mbs in mbss:
             accum, found = self._micro(head.dp, mbs)
             if found is None:
@@ -457,7 +471,7 @@ class _Search:
             for m in mems
             if RECOMPUTE.index(m.recompute) == most and m.sequence_parallel == most_sp
         ]
-        allowed = [m for m in frugal if self._memory_allowed(m)]
+        allowed = _least_per_sharding([m for m in frugal if self._memory_allowed(m)])
         zeros = [m for m in allowed if not m.distributed_optimizer]
         reps = [max(zeros, key=lambda m: m.zero_stage)] if zeros else []
         reps += [m for m in allowed if m.distributed_optimizer]
@@ -493,3 +507,20 @@ class _Search:
         layout = layout_of(plan, self.r)
         self.env.update(plan_values(layout))
         return self.p.evaluator.evaluate_env(layout, self.env).estimate
+
+
+def _least_per_sharding(options: list[MemoryOption]) -> list[MemoryOption]:
+    """For each (zero stage, distributed optimizer) of `options`, its option that holds the
+    least memory: the smallest gradients (_GRAD_FRUGALITY), then FP8 parameters (1-byte
+    weights: rules/cost/memory.yaml held_weight_bytes), in their first order."""
+    best: dict[tuple[int, bool], MemoryOption] = {}
+    for mem in options:
+        key = (mem.zero_stage, mem.distributed_optimizer)
+        rank = (_GRAD_FRUGALITY.index(mem.grad_reduce_dtype), not mem.fp8_param_gather)
+        held = best.get(key)
+        if held is None or rank < (
+            _GRAD_FRUGALITY.index(held.grad_reduce_dtype),
+            not held.fp8_param_gather,
+        ):
+            best[key] = mem
+    return list(best.values())

@@ -6,8 +6,8 @@ how torchtitan groups layers into stages, which release of the backend runs the 
 a named formula of the rules the plan was made with (the built-in ones and every `--rules`
 overlay), evaluated here once, on the formula environment the cost model priced the layout on
 (`cost.estimate.CostModel.layout_env` for that backend), and kept in plan.json (`decisions`).
-The renderer reads only the document, so an overlay that changes `grad_bytes` changes
-ds_config.json's `communication_data_type` as it changed the memory priced, and a plan.json
+The renderer reads only the document, so an overlay that changes `grad_reduce_bytes` changes
+ds_config.json's `communication_data_type` as it changed the traffic priced, and a plan.json
 rendered later, anywhere, writes the same files.
 """
 
@@ -27,7 +27,9 @@ from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.evaluate import named_formula
 from parplan_gen.rules.ruleset import RuleSet
 
-GRADIENT_BYTES = "grad_bytes"  # the gradients' element size (rules/cost/memory.yaml)
+# The element size the data-parallel reduction moves (rules/cost/memory.yaml: the layout's
+# grad_reduce_dtype, else the backend's default).
+GRADIENT_BYTES = "grad_reduce_bytes"
 OPTIMIZER_SHARDED = "optimizer_sharded"  # optimizer states sharded over dp (memory.yaml)
 TP_COMM_OVERLAPPED = "tp_comm_overlapped"  # TP traffic under the GEMMs (rules/cost/time.yaml)
 EP_A2A_OVERLAPPED = "moe_a2a_overlapped"  # expert all-to-alls paired (rules/cost/moe.yaml)
@@ -37,8 +39,10 @@ LAYERS_PER_STAGE = "tt_layers_per_stage"  # torchtitan's stage size (constraints
 TP_OVERLAP_BACKENDS = ("megatron", "torchtitan")
 EP_OVERLAP_BACKENDS = ("megatron",)
 # The backends whose files name the type gradients are reduced in (DeepSpeed's
-# communication_data_type; Megatron-LM's reduce type follows its own main-gradient setting,
-# torchtitan's FSDP2 reduce_dtype is its MixedPrecisionPolicy's, neither written by parplan).
+# communication_data_type). Megatron-LM's follows its main gradients: fp32 unless the layout
+# asks for bf16 (Layout.grad_reduce_dtype, written as --grad-reduce-in-bf16 from the layout
+# itself); torchtitan 0.3's FSDP2 reduce_dtype is float32, the only value its
+# TrainingConfig.mixed_precision_reduce takes.
 GRAD_TYPE_BACKENDS = ("deepspeed",)
 GradType = Literal["fp32", "bf16", "fp16"]
 TYPE_BYTES: dict[GradType, int] = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -55,8 +59,8 @@ class BackendDecisions(BaseModel):
         "(Megatron's EP overlap, `moe_a2a_overlapped`) names it."
     )
     grad_reduce_dtype: GradType | None = Field(
-        description="The type gradients are reduced in (`grad_bytes`): fp32 or the plan's "
-        "16-bit type; null on a backend whose files do not name it."
+        description="The type gradients are reduced in (`grad_reduce_bytes`): fp32 or the "
+        "plan's 16-bit type; null on a backend whose files do not name it."
     )
     optimizer_sharded: StrictBool = Field(
         description="Optimizer states sharded over data parallelism (`optimizer_sharded`)."
@@ -117,7 +121,7 @@ def _decide(
 
 
 def _gradient_type(size: object, layout: Layout) -> GradType:
-    """The type whose element size `grad_bytes` gave: the plan's 16-bit type, or fp32."""
+    """The type whose element size `grad_reduce_bytes` gave: the plan's 16-bit type, or fp32."""
     sixteen = SIXTEEN_BIT[layout.precision]
     for name, element in TYPE_BYTES.items():
         if name in (sixteen, "fp32") and element == size:

@@ -18,10 +18,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     StrictBool,
     StrictInt,
-    model_serializer,
     model_validator,
 )
 
@@ -33,6 +31,8 @@ from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.validation import check_choice
 from parplan_gen.planning.search_choices import (
     ChosenOptions,
+    Fp8ParamGatherChoice,
+    GradReduceChoice,
     InterleaveChoice,
     SequenceParallelChoice,
 )
@@ -243,11 +243,9 @@ def parse_headroom(value: object) -> Headroom:
     raise InputError(problem)
 
 
-class SearchRecord(BaseModel):
-    """plan.json `search`: the pins, bounds, memory headroom and search options (interleaving,
-    sequence parallelism, the gradient-reduction overlap: planning/search_choices.py) the plan
-    was searched under. A plan.json written before the options were recorded has none (None,
-    left out when written again)."""
+class HeadroomRecord(BaseModel):
+    """The pins, bounds and memory headroom of a request (plan.json `search` without the
+    search options, which are resolved with the headroom: `with_options`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -260,45 +258,48 @@ class SearchRecord(BaseModel):
     headroom: str = Field(description="As asked: `default`, `4 GiB` or `10%`.")
     headroom_bytes: int = Field(ge=0, description="Memory per GPU kept free, bytes.")
     headroom_source: str = Field(description="Where the headroom came from.")
-    interleave: InterleaveChoice | None = Field(
-        None, description="`search`: layouts with vpp > 1 searched; `off`: not."
-    )
-    interleave_source: str | None = Field(None, description="Where `interleave` came from.")
-    sequence_parallel: SequenceParallelChoice | None = Field(
-        None, description="Sequence parallelism with tp > 1: `search`, `on` or `off`."
-    )
-    sequence_parallel_source: str | None = Field(
-        None, description="Where `sequence_parallel` came from."
-    )
-    overlap_grad_reduce: StrictBool | None = Field(
-        None, description="Gradient reduction overlapped with the backward in the files."
-    )
-    overlap_grad_reduce_source: str | None = Field(
-        None, description="Where `overlap_grad_reduce` came from."
-    )
-
-    @model_serializer(mode="wrap")
-    def _without_unrecorded(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Options not recorded are left out (plan.json as older versions wrote it)."""
-        data = handler(self)
-        return {
-            k: v for k, v in data.items() if v is not None or k not in ChosenOptions.model_fields
-        }
 
     def with_options(self, chosen: ChosenOptions) -> SearchRecord:
-        """This record with the request's search options."""
+        """The search record: this one with the request's search options."""
         return SearchRecord(**{**self.model_dump(), **chosen.model_dump()})
 
-    def options(self) -> ChosenOptions | None:
-        """The search options recorded (None: a plan.json written before they were)."""
-        recorded = {k: getattr(self, k) for k in ChosenOptions.model_fields}
-        return None if None in recorded.values() else ChosenOptions(**recorded)
+
+class SearchRecord(HeadroomRecord):
+    """plan.json `search`: the pins, bounds, memory headroom and search options (interleaving,
+    sequence parallelism, the gradient-reduction overlap, the gradients' reduce type, FP8
+    parameters: planning/search_choices.py) the plan was searched under; every key is
+    required."""
+
+    interleave: InterleaveChoice = Field(
+        description="`search`: layouts with vpp > 1 searched; `off`: not."
+    )
+    interleave_source: str = Field(description="Where `interleave` came from.")
+    sequence_parallel: SequenceParallelChoice = Field(
+        description="Sequence parallelism with tp > 1: `search`, `on` or `off`."
+    )
+    sequence_parallel_source: str = Field(description="Where `sequence_parallel` came from.")
+    overlap_grad_reduce: StrictBool = Field(
+        description="Gradient reduction overlapped with the backward in the files."
+    )
+    overlap_grad_reduce_source: str = Field(description="Where `overlap_grad_reduce` came from.")
+    grad_reduce_dtype: GradReduceChoice = Field(
+        description="Gradient reduce types searched: `default`, `bf16` or `search` (both)."
+    )
+    grad_reduce_dtype_source: str = Field(description="Where `grad_reduce_dtype` came from.")
+    fp8_param_gather: Fp8ParamGatherChoice = Field(
+        description="FP8 parameters searched: `off`, `on` or `search` (both)."
+    )
+    fp8_param_gather_source: str = Field(description="Where `fp8_param_gather` came from.")
+
+    def options(self) -> ChosenOptions:
+        """The search options recorded."""
+        return ChosenOptions(**{k: getattr(self, k) for k in ChosenOptions.model_fields})
 
 
 def headroom_record(
     headroom: Headroom, limits: SearchLimits, cluster: Cluster, rules: RuleSet, precision: str
-) -> SearchRecord:
-    """plan.json `search`: the pins, bounds and the headroom in bytes (the rule's default,
+) -> HeadroomRecord:
+    """plan.json `search`'s pins, bounds and the headroom in bytes (the rule's default,
     `memory_headroom_default`, when none is given; its cluster.* names at `precision`, the
     request's: a GPU has no peak at a precision it lacks)."""
     check_choice("precision", precision, get_args(Precision))
@@ -324,7 +325,7 @@ def headroom_record(
             f"--headroom {headroom.text()}: {amount / GIB:.1f} GiB is not below the GPU's "
             f"{memory / GIB:.1f} GiB"
         )
-    return SearchRecord(
+    return HeadroomRecord(
         pins=limits.pins.given(),
         bounds=limits.bounds.given(),
         headroom=headroom.text(),

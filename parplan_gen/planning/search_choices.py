@@ -1,14 +1,21 @@
 """What a planning request asks of the search's optional parts, and the rules' defaults for
 what it leaves out.
 
-Three choices, each a field of `SearchChoices` (None: the rule's default):
+Five choices, each a field of `SearchChoices` (None: the rule's default):
 
 * `interleave` (`plan --interleave search|off`): whether layouts with vpp > 1 are searched;
 * `sequence_parallel` (`--sequence-parallel-with-tp search|on|off`): sequence parallelism on
   layouts with tp > 1 tried both ways, always on or always off;
 * `overlap_grad_reduce` (`--overlap-grad-reduce on|off`): whether the files overlap the
   data-parallel gradient reduction with the backward (Megatron-LM --overlap-grad-reduce,
-  DeepSpeed overlap_comm).
+  DeepSpeed overlap_comm);
+* `grad_reduce_dtype` (`--grad-reduce-dtype default|bf16|search`): the type the layouts reduce
+  their gradients in (Layout.grad_reduce_dtype): the backend's own, bf16 (Megatron-LM
+  --grad-reduce-in-bf16, DeepSpeed communication_data_type bf16) where the backend can, or both;
+* `fp8_param_gather` (`--fp8-param-gather off|on|search`): FP8 parameters (Megatron-LM
+  --fp8-param-gather) on the layouts of a backend that has them, off, or both.
+The last two change the numerics of the run, so their defaults (rules/search/defaults.yaml)
+are the frameworks' own: a request that does not name them is planned as the frameworks run.
 
 `choose` resolves them once per request: a value the request gives, else the named formula of
 `rules/search/defaults.yaml` (`DEFAULT_FORMULAS`) evaluated with the request's rules (built-in
@@ -35,16 +42,22 @@ from parplan_gen.rules.ruleset import RuleSet
 
 InterleaveChoice = Literal["search", "off"]
 SequenceParallelChoice = Literal["search", "on", "off"]
+GradReduceChoice = Literal["default", "bf16", "search"]
+Fp8ParamGatherChoice = Literal["off", "on", "search"]
 CHOICES: dict[str, tuple[object, ...]] = {
     "interleave": get_args(InterleaveChoice),
     "sequence_parallel": get_args(SequenceParallelChoice),
     "overlap_grad_reduce": (True, False),
+    "grad_reduce_dtype": get_args(GradReduceChoice),
+    "fp8_param_gather": get_args(Fp8ParamGatherChoice),
 }
 # The named formula that gives each default, and the file that defines it.
 DEFAULT_FORMULAS: dict[str, str] = {
     "interleave": "search_interleave_default",
     "sequence_parallel": "search_sequence_parallel_default",
     "overlap_grad_reduce": "search_overlap_grad_reduce_default",
+    "grad_reduce_dtype": "search_grad_reduce_dtype_default",
+    "fp8_param_gather": "search_fp8_param_gather_default",
 }
 DEFAULTS_FILE = "rules/search/defaults.yaml"
 # The flag of each choice, for messages (`plan --interleave off`).
@@ -52,6 +65,30 @@ FLAGS: dict[str, str] = {
     "interleave": "--interleave",
     "sequence_parallel": "--sequence-parallel-with-tp",
     "overlap_grad_reduce": "--overlap-grad-reduce",
+    "grad_reduce_dtype": "--grad-reduce-dtype",
+    "fp8_param_gather": "--fp8-param-gather",
+}
+# The Layout values each choice of the two memory options searches (Layout.grad_reduce_dtype,
+# Layout.fp8_param_gather), before a backend keeps those it runs (search_space.SearchOptions.on).
+GRAD_REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
+    "default": ("default",),
+    "bf16": ("bf16",),
+    "search": ("default", "bf16"),
+}
+FP8_PARAM_GATHER: dict[str, tuple[bool, ...]] = {
+    "off": (False,),
+    "on": (True,),
+    "search": (False, True),
+}
+# The training precisions each memory option can be used with: bf16 gradients with 16-bit
+# BF16 training (an FP8 run keeps --bf16; Megatron-LM arguments.py validate_args reads
+# --grad-reduce-in-bf16 only under `if args.bf16:`), FP8 parameters with FP8 training
+# (megatron/core/transformer/transformer_config.py: "fp8_param must be used together with fp8
+# mode."). The backends' constraint rules refuse the other layouts; a request that asks for
+# an option its precision cannot use is refused before the search.
+PRECISIONS_OF: dict[str, tuple[str, ...]] = {
+    "grad_reduce_dtype": ("bf16", "fp8"),
+    "fp8_param_gather": ("fp8",),
 }
 # The layout dimension (models.kind.TrainedModel.layout_dims) a choice is about, if any.
 DIMENSION: dict[str, tuple[str, str]] = {
@@ -78,6 +115,17 @@ class SearchChoices(BaseModel):
         description="The data-parallel gradient reduction overlapped with the backward in "
         "the files (Megatron-LM --overlap-grad-reduce, DeepSpeed overlap_comm).",
     )
+    grad_reduce_dtype: GradReduceChoice | None = Field(
+        None,
+        description="The type gradients are reduced in: `default` (each backend's own), "
+        "`bf16` (Megatron-LM --grad-reduce-in-bf16, DeepSpeed communication_data_type bf16) "
+        "on the backends that can, or `search` (both).",
+    )
+    fp8_param_gather: Fp8ParamGatherChoice | None = Field(
+        None,
+        description="FP8 parameters (Megatron-LM --fp8-param-gather, precision fp8): `off`, "
+        "`on` (on every layout of a backend that has them) or `search` (both).",
+    )
 
     def given(self) -> dict[str, object]:
         """The choices the request makes, in field order."""
@@ -95,6 +143,10 @@ class ChosenOptions(BaseModel):
     sequence_parallel_source: str
     overlap_grad_reduce: StrictBool
     overlap_grad_reduce_source: str
+    grad_reduce_dtype: GradReduceChoice
+    grad_reduce_dtype_source: str
+    fp8_param_gather: Fp8ParamGatherChoice
+    fp8_param_gather_source: str
 
 
 def search_choices(value: SearchChoices | Mapping[str, Any] | None) -> SearchChoices:
@@ -129,9 +181,11 @@ def choose(
     """Every choice of the request: the value given, else its rule's default (evaluated on the
     request's model.*, cluster.* and train.* values with `rules`). A choice about a dimension
     the model lacks (a graph model's vpp or sp) is `off`. An InputError when a given choice
-    and a pin or bound (`pins`, `bounds`: SearchLimits' given ones) exclude each other."""
+    and a pin or bound (`pins`, `bounds`: SearchLimits' given ones) exclude each other, or
+    when a given memory option cannot be used with `precision` (PRECISIONS_OF)."""
     _check_against_pins(choices, pins or {}, bounds or {})
     check_choice("precision", precision, get_args(Precision))
+    _check_against_precision(choices, precision)
     env = CostModel(rules, model.kind).base_env(
         model,
         cluster,
@@ -207,6 +261,20 @@ def _check_against_pins(
             f"the pin --sequence-parallel {str(pinned).lower()} (give one: the pin fixes the "
             "layout field, the option applies to layouts with tp > 1)"
         )
+
+
+def _check_against_precision(choices: SearchChoices, precision: str) -> None:
+    """A given memory option (not its default value) that no layout of `precision` can use:
+    an InputError naming the precision it needs."""
+    unused = {"grad_reduce_dtype": "default", "fp8_param_gather": "off"}
+    for field, off in unused.items():
+        asked = getattr(choices, field)
+        if asked not in (None, off) and precision not in PRECISIONS_OF[field]:
+            needs = " or ".join(PRECISIONS_OF[field])
+            raise InputError(
+                f"search option {FLAGS[field]} {asked} needs --precision {needs} "
+                f"(the plan trains in {precision})"
+            )
 
 
 def _size(value: object) -> int:

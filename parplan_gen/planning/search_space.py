@@ -5,9 +5,10 @@ dp * tp * pp * cp = world size (for a mixture of experts, the expert groups etp 
 backend forms: `expert_groups`), vpp = 1 or a divisor (> 1) of a stage's layers (with the
 embedding and the loss counted or not), micro-batch sizes that divide the per-replica batch, and the
 memory options: DeepSpeed ZeRO 0-3 or Megatron's distributed optimizer, recomputation none /
-selective / full, sequence parallelism when tp > 1. Whether vpp > 1 is searched and whether
-sequence parallelism is tried both ways, fixed on or off are the request's search options
-(planning/search_choices.py, defaults in rules/search/defaults.yaml).
+selective / full, sequence parallelism when tp > 1, the gradients' reduce type and FP8
+parameters. Whether vpp > 1 is searched, whether sequence parallelism is tried both ways, fixed
+on or off, and which reduce types and FP8-parameter settings are tried are the request's search
+options (planning/search_choices.py, defaults in rules/search/defaults.yaml).
 Which of these may run is for the constraint rules to say, not for this module.
 """
 
@@ -24,7 +25,7 @@ from parplan_gen.inputs.validation import check_choice
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES, BackendName, TrainedModel
 from parplan_gen.planning.backends import BACKENDS, Capabilities
 from parplan_gen.planning.pins import SearchLimits
-from parplan_gen.planning.search_choices import ChosenOptions
+from parplan_gen.planning.search_choices import FP8_PARAM_GATHER, GRAD_REDUCE_DTYPES, ChosenOptions
 
 Objective = Literal["time", "memory"]
 NO_LIMITS = SearchLimits()  # a request with no pin and no bound
@@ -45,6 +46,10 @@ class SearchOptions:
     sequence_parallel: bool = True  # try sequence parallelism when tp > 1
     recompute: tuple[str, ...] = RECOMPUTE  # recomputation choices, least first
     limits: SearchLimits = NO_LIMITS  # the request's pins and bounds (planning/pins.py)
+    # The gradients' reduce types and FP8-parameter settings tried (search_choices: the
+    # frameworks' defaults unless the request asks), each kept where the backend runs it.
+    grad_reduce_dtypes: tuple[str, ...] = ("default",)
+    fp8_param_gather: tuple[bool, ...] = (False,)
 
     @property
     def runs(self) -> Capabilities:
@@ -67,6 +72,16 @@ class SearchOptions:
             pipeline=self.pipeline and runs.pipeline,
             sequence_parallel=self.sequence_parallel and runs.sequence_parallel,
             recompute=tuple(r for r in self.recompute if r in runs.recompute),
+            # a backend without the asked type or FP8 parameters runs its default (as one
+            # without sequence parallelism runs none)
+            grad_reduce_dtypes=tuple(
+                d for d in self.grad_reduce_dtypes if d in runs.grad_reduce_dtypes
+            )
+            or ("default",),
+            fp8_param_gather=tuple(
+                f for f in self.fp8_param_gather if runs.fp8_param_gather or not f
+            )
+            or (False,),
         )
 
     @classmethod
@@ -95,6 +110,8 @@ class SearchOptions:
             pipeline="pp" in dims,
             sequence_parallel=sequence_parallel and "sp" in dims,
             recompute=model.recompute_choices,
+            grad_reduce_dtypes=GRAD_REDUCE_DTYPES[chosen.grad_reduce_dtype],
+            fp8_param_gather=FP8_PARAM_GATHER[chosen.fp8_param_gather],
         )
 
 
@@ -155,12 +172,15 @@ class Structure(NamedTuple):
 
 
 class MemoryOption(NamedTuple):
-    """How a candidate saves memory: optimizer sharding, sequence parallelism, recomputation."""
+    """How a candidate saves memory: optimizer sharding, sequence parallelism, recomputation,
+    the gradients' reduce type and FP8 parameters."""
 
     zero_stage: int
     distributed_optimizer: bool
     sequence_parallel: bool
     recompute: str
+    grad_reduce_dtype: str
+    fp8_param_gather: bool
 
 
 def prime_factors(n: int) -> dict[int, int]:
@@ -244,7 +264,8 @@ def mbs_options(global_batch: int, dp: int, limits: SearchLimits = NO_LIMITS) ->
 
 
 def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
-    """Optimizer sharding x sequence parallelism x recomputation (innermost, least first)."""
+    """Optimizer sharding x sequence parallelism x recomputation (least first) x the
+    gradients' reduce type x FP8 parameters (innermost)."""
     pinned_sp = options.limits.pins.sequence_parallel
     if tp == 1 or not options.sequence_parallel:
         sp_choices = [False]
@@ -254,13 +275,15 @@ def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
         sp_choices = [True] if options.sequence_parallel_fixed else [False, True]
     ok = options.limits.allows
     return [
-        MemoryOption(zero, dist, sp, recompute)
+        MemoryOption(zero, dist, sp, recompute, grad, fp8)
         for zero, dist in options.optimizers
         if ok("zero_stage", zero) and ok("distributed_optimizer", dist)
         for sp in sp_choices
         if ok("sequence_parallel", sp)
         for recompute in options.recompute
         if ok("recompute", recompute)
+        for grad in options.grad_reduce_dtypes
+        for fp8 in options.fp8_param_gather
     ]
 
 
@@ -292,8 +315,21 @@ def outside_search(layout: Layout, request: Request) -> str | None:
         layout.distributed_optimizer,
         layout.sequence_parallel,
         layout.recompute,
+        layout.grad_reduce_dtype,
+        layout.fp8_param_gather,
     )
     if mem not in memory_options(layout.tp, options):
+        if layout.grad_reduce_dtype not in options.grad_reduce_dtypes:
+            return (
+                f"gradient reduce type {layout.grad_reduce_dtype} is not searched on "
+                f"{options.backend} (search option --grad-reduce-dtype)"
+            )
+        if layout.fp8_param_gather not in options.fp8_param_gather:
+            state = "on" if layout.fp8_param_gather else "off"
+            return (
+                f"FP8 parameters {state} are not searched on {options.backend} "
+                "(search option --fp8-param-gather)"
+            )
         with_tp = layout.tp > 1 and options.limits.pins.sequence_parallel is None
         if with_tp and options.sequence_parallel_fixed and not layout.sequence_parallel:
             return "sequence parallelism is always on with tp > 1 (search option: on)"

@@ -21,4 +21,7 @@ DEEPSPEED = Capabilities(
     experts=True,
     sequence_parallel=False,
     recompute=("none", "selective", "full"),
+    # ds_config.json communication_data_type (runtime/config.py get_communication_data_type:
+    # fp16, bf16 or fp32), written from plan.json's decisions (planning/decisions.py).
+    grad_reduce_dtypes=("default", "fp32", "bf16"),
 )

@@ -3,27 +3,48 @@
 the same entries ds_config.json is written from, so that reading back a written file gives the
 layout it was written for. Every number is parsed strictly (ASCII digits, bounded by the size
 limits of `layout`).
+
+`communication_data_type`, the type DeepSpeed reduces gradients in, is the layout's
+`grad_reduce_dtype`: `default` where it is the type parplan prices and writes when a plan
+leaves it to DeepSpeed (the named formula `grad_reduce_bytes` of the rules for a layout that
+names no type: fp32 at ZeRO 0, the run's 16-bit type at ZeRO 1-3), else `fp32` or `bf16` as
+written.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parplan_gen.cost.layout import size_problem
+from parplan_gen.cost.layout import SIXTEEN_BIT, size_problem
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.source import Document, load_document
+from parplan_gen.planning.evaluate import named_formula
 from parplan_gen.render.mapping_inverse import CHOICES, DeepSpeedKey, deepspeed_keys, read_choice
 from parplan_gen.render.template_env import Templates
 
+if TYPE_CHECKING:
+    from parplan_gen.rules.ruleset import RuleSet
+
 HF_AUTO_HINT = " (the HF Trainer fills 'auto'; give the value as a flag)"
+# ds_config.json's reduce type (DeepSpeed runtime/config.py get_communication_data_type: fp16,
+# bf16 or fp32) and its element sizes; GRAD_DEFAULT gives the size parplan writes for a layout
+# that names no reduce type (planning/decisions.py).
+COMMUNICATION_TYPE = ("communication_data_type",)
+COMMUNICATION_TYPES = ("fp16", "bf16", "fp32")
+TYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+GRAD_DEFAULT = "grad_reduce_bytes"  # rules/cost/memory.yaml
 
 
 def deepspeed_values(
-    path: str | Path, *, templates_dir: str | Path | None = None
+    path: str | Path,
+    *,
+    templates_dir: str | Path | None = None,
+    rules: RuleSet | None = None,
 ) -> dict[str, Any]:
-    """Batch, pipeline stages, ZeRO stage, precision and (with a pipeline) recompute of a
-    DeepSpeed ds_config.json."""
+    """Batch, pipeline stages, ZeRO stage, precision, (with a pipeline) recompute and the
+    gradients' reduce type of a DeepSpeed ds_config.json; `rules`: the check's (None: the
+    built-in ones, loaded only if the file names a communication_data_type)."""
     doc = load_document(str(path))
     if not isinstance(doc.data, dict):
         got = "an empty file" if doc.data is None else type(doc.data).__name__
@@ -33,7 +54,39 @@ def deepspeed_values(
         found, value = _at(doc.data, key.path)
         if found:
             out.update(_deepspeed_value(doc, key, value))
+    found, value = _at(doc.data, COMMUNICATION_TYPE)
+    if found:
+        out.update(_reduce_type(doc, value, out, rules))
     return out
+
+
+def _reduce_type(
+    doc: Document, value: Any, read: dict[str, Any], rules: RuleSet | None
+) -> dict[str, Any]:
+    """The layout's grad_reduce_dtype of a communication_data_type `value`, for the ZeRO stage
+    and precision `read` from the file (a stage 0, bf16 run where it names none): nothing where
+    it is the default (what a layout that names no type writes)."""
+    where = doc.ref(COMMUNICATION_TYPE)
+    said = read_choice(value, COMMUNICATION_TYPES, where)
+    stage, sixteen = read.get("zero_stage", 0), SIXTEEN_BIT[read.get("precision", "bf16")]
+    if rules is None:
+        from parplan_gen.rules.ruleset import load_rules
+
+        rules = load_rules()
+    env = {
+        "train.backend": "deepspeed",
+        "plan.zero_stage": stage,
+        "plan.grad_reduce_dtype": "default",
+    }
+    default = named_formula(rules, GRAD_DEFAULT).evaluate(env)
+    if TYPE_BYTES[said] == default and said in ("fp32", sixteen):
+        return {}  # the layout's default
+    if said == "fp16":
+        raise InputError(
+            f"fp16 gradients in a {sixteen} run: parplan prices fp32 or the run's 16-bit type",
+            where,
+        )
+    return {"grad_reduce_dtype": said}
 
 
 def _at(data: dict[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:

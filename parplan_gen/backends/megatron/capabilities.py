@@ -33,4 +33,8 @@ MEGATRON = Capabilities(
     later=(((2, False), FSDP_VERSION), ((3, False), FSDP_VERSION)),
     later_when=(("moe_a2a_overlapped", EP_OVERLAP_VERSION),),
     own_pricing=((2, False), (3, False)),
+    # --grad-reduce-in-bf16 and --fp8-param-gather (core_r0.13 and core_v0.16.1
+    # megatron/training/arguments.py; rendered from mapping.yaml beside this file).
+    grad_reduce_dtypes=("default", "fp32", "bf16"),
+    fp8_param_gather=True,
 )

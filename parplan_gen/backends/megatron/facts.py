@@ -77,6 +77,7 @@ class MegatronSpelling:
     ub_skip_multicast: bool  # UB_SKIPMC=1: the TP overlap's userbuffers without CUDA multicast
     fp8_recipe: str | None  # --fp8-recipe for the GPU generation; None: not an FP8 plan
     moe_a2a_overlap: bool  # --overlap-moe-expert-parallel-comm: the cost model priced it
+    grad_reduce_in_bf16: bool  # --grad-reduce-in-bf16: the layout reduces bf16 gradients
 
     def facts(self) -> dict[str, Any]:
         return {f"megatron.{k}": v for k, v in asdict(self).items()}
@@ -194,6 +195,10 @@ def _megatron_parallel(
         if layout.precision == "fp8"
         else None,
         "moe_a2a_overlap": decided is not None and decided.ep_a2a_overlap,
+        # --grad-reduce-in-bf16 (arguments.py validate_args, under --bf16: main gradients kept
+        # and reduced in bf16), as the layout's gradients were priced (rules/cost/memory.yaml
+        # grad_reduce_bytes); the default and fp32 are Megatron-LM's fp32 main gradients.
+        "grad_reduce_in_bf16": layout.grad_reduce_dtype == "bf16",
     }
 
 

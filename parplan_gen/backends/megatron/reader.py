@@ -3,12 +3,21 @@ FILE`): the `megatron` section of mapping.yaml beside this file read backwards
 (render/mapping_inverse.py), the same entries megatron_args.sh is written from. The script is
 capped in size before it is read as bash reads it (the variables it sets expanded, nothing run),
 in linear time (inputs/shell_script.py); every number is parsed strictly.
+
+`megatron_arguments` says what of the script the layout does not take: the arguments that
+change nothing the estimate prices (unpriced_arguments.yaml beside this file, and the model's
+shape, which is MODEL's), the ones ignored, and the FP8 recipe the script runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.backends.megatron.facts import FSDP_STRATEGIES
 from parplan_gen.cost.layout import SIZE_LIMITS
@@ -16,7 +25,10 @@ from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
+from parplan_gen.inputs.source import parse_document
+from parplan_gen.inputs.validation import validate
 from parplan_gen.models.transformer_shape import MAX_LAYERS
+from parplan_gen.render.mapping import LoadedMapping
 from parplan_gen.render.mapping_inverse import (
     ACCOUNTED_LAYERS,
     CHOICES,
@@ -28,6 +40,56 @@ from parplan_gen.render.mapping_inverse import (
     read_choice,
 )
 from parplan_gen.render.template_env import Templates
+
+# Switches the mapping writes from a fact the mapping's inverse does not read back
+# (render/mapping_inverse.py FIELD_OF_FACT): the canonical key of their `when` -> the layout
+# field and the value the switch gives it.
+READ_SWITCHES: dict[str, tuple[str, Any]] = {
+    "megatron.grad_reduce_in_bf16": ("grad_reduce_dtype", "bf16"),
+    "plan.fp8_param_gather": ("fp8_param_gather", True),
+}
+FP8 = ("precision", "fp8")  # what --fp8-format sets, whatever 16-bit switch comes after it
+# --fp8-recipe (arguments.py, core_r0.13 and core_v0.16.1: choices tensorwise, delayed, mxfp8,
+# blockwise; default='delayed'): the recipe an FP8 script runs.
+FP8_RECIPE_FLAG = "--fp8-recipe"
+FP8_RECIPE_CHOICES = ("tensorwise", "delayed", "mxfp8", "blockwise")
+MEGATRON_FP8_RECIPE = "delayed"
+# The mapping's groups whose arguments spell the model's shape: MODEL's, not the script's.
+MODEL_GROUPS = ("model shape", "mixture of experts")
+MODEL_SHAPE = "model"  # the name of unpriced_arguments.yaml's group of the model's arguments
+UNPRICED_FILE = Path(__file__).with_name("unpriced_arguments.yaml")
+
+
+class UnpricedGroup(BaseModel):
+    """One group of unpriced_arguments.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+    what: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    args: tuple[str, ...] = Field(min_length=1)
+
+
+class UnpricedArguments(BaseModel):
+    """unpriced_arguments.yaml: the arguments that change nothing the estimate prices."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    groups: tuple[UnpricedGroup, ...] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class ArgumentsRead:
+    """What a Megatron-LM script says beside its layout: the arguments read that change nothing
+    the estimate prices (the name of their group -> their names, in the script's order; the
+    groups in unpriced_arguments.yaml's order), those ignored (the estimate
+    assumes parplan's own defaults for them), and the FP8 recipe the script runs (its
+    --fp8-recipe, else Megatron-LM's default)."""
+
+    no_effect: Mapping[str, tuple[str, ...]]
+    ignored: tuple[str, ...]
+    fp8_recipe: str
 
 
 def megatron_values(
@@ -41,18 +103,22 @@ def megatron_values(
         return SourceRef(str(path), line, path=flag)
 
     words = read_script_words(text, str(path))
-    flags = megatron_flags(Templates.at(templates_dir).mapping())
+    flags = _flags(Templates.at(templates_dir).mapping())
     out: dict[str, Any] = {}
+    fp8 = False
     for i, (word, line) in enumerate(words):
         flag, eq, inline = word.partition("=")
         reading = flags.get(flag)
         if reading is None:
             continue
+        fp8 = fp8 or reading.sets == FP8
         if reading.sets is not None and not reading.values:
             out.update([reading.sets])
             continue
         raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
         out.update(_megatron_value(flag, reading, raw, where(line), where(line, flag)))
+    if fp8:  # an FP8 run keeps --bf16 for the rest (arguments.py: --fp8-format with --bf16)
+        out.update([FP8])
     if out.get("tp", 1) == 1:  # Megatron-LM validate_args: "Disabling sequence parallelism
         out.pop("sequence_parallel", None)  # because tensor model parallelism is disabled"
     _fsdp_sharding(out)
@@ -108,3 +174,63 @@ def _fsdp_sharding(out: dict[str, Any]) -> None:
         out.pop("distributed_optimizer", None)
     elif stages[strategy] == 1:
         out["distributed_optimizer"] = True
+
+
+def _flags(mapping: LoadedMapping) -> dict[str, MegatronFlag]:
+    """Every argument the reader takes: the mapping's inverse and READ_SWITCHES."""
+    flags = megatron_flags(mapping)
+    for version in mapping.data.megatron.values():
+        for group in version.groups:
+            for arg in group.args:
+                sets = READ_SWITCHES.get(arg.when or "")
+                if sets is not None and arg.key is None and arg.value is None:
+                    flags.setdefault(arg.flag, MegatronFlag(sets=sets))
+    return flags
+
+
+@cache
+def unpriced_arguments() -> UnpricedArguments:
+    """unpriced_arguments.yaml beside this module, validated."""
+    doc = parse_document(UNPRICED_FILE.read_text(encoding="utf-8"), str(UNPRICED_FILE))
+    return validate(UnpricedArguments, doc.data, doc)
+
+
+def megatron_arguments(
+    path: str | Path, *, templates_dir: str | Path | None = None
+) -> ArgumentsRead:
+    """What the script at `path` says beside its layout (`ArgumentsRead`): each `--name`
+    argument of its commands, once, as the layout's (not listed), the model's shape (the
+    mapping's MODEL_GROUPS), one of unpriced_arguments.yaml's groups, or ignored."""
+    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
+    words = read_script_words(text, str(path))
+    mapping = Templates.at(templates_dir).mapping()
+    layout = set(_flags(mapping)) | {FP8_RECIPE_FLAG}
+    group_of = {
+        arg.flag: MODEL_SHAPE
+        for version in mapping.data.megatron.values()
+        for group in version.groups
+        if group.title in MODEL_GROUPS
+        for arg in group.args
+    }
+    for group in unpriced_arguments().groups:
+        group_of.update(dict.fromkeys(group.args, group.name))
+    no_effect: dict[str, list[str]] = {}
+    ignored: list[str] = []
+    recipe = MEGATRON_FP8_RECIPE
+    seen: set[str] = set()
+    for i, (word, line) in enumerate(words):
+        flag, eq, inline = word.partition("=")
+        if flag == FP8_RECIPE_FLAG:
+            raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
+            where = SourceRef(str(path), line, path=flag)
+            recipe = read_choice(raw, FP8_RECIPE_CHOICES, where)
+        if len(flag) < 3 or not flag.startswith("--") or flag in seen or flag in layout:
+            continue
+        seen.add(flag)
+        if flag in group_of:
+            no_effect.setdefault(group_of[flag], []).append(flag)
+        else:
+            ignored.append(flag)
+    order = [group.name for group in unpriced_arguments().groups]
+    groups = {name: tuple(no_effect[name]) for name in order if name in no_effect}
+    return ArgumentsRead(no_effect=groups, ignored=tuple(ignored), fp8_recipe=recipe)

@@ -49,6 +49,12 @@ SWITCHES = {
 # Spellings parplan does not write but reads: torchtitan 0.1/0.2's activation checkpointing
 # flag (JobConfig.activation_checkpoint.mode), before 0.3 made it a tyro subcommand.
 ALIASES = {"--activation_checkpoint.mode": "plan.recompute"}
+# The type FSDP2 reduces gradients in (config/configs.py TrainingConfig.mixed_precision_reduce,
+# passed to fully_shard's MixedPrecisionPolicy(reduce_dtype)): torchtitan 0.3.0's Literal has
+# "float32" alone, its default, so the layout's grad_reduce_dtype is `default` (parplan writes
+# no override: rules/cost/memory.yaml prices float32 for it).
+REDUCE_FLAG, REDUCE_KEY = "--training.mixed_precision_reduce", "grad_reduce_dtype"
+REDUCE_DTYPES = {"float32": "default"}
 
 
 @dataclass(frozen=True)
@@ -85,9 +91,14 @@ def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) 
         subcommands[sub.subcommand + ":"] = sub.key
     flags |= {"--module": ("module", False), "--config": ("config", False)}
     flags |= {alias: (key, False) for alias, key in ALIASES.items()}
+    flags[REDUCE_FLAG] = (REDUCE_KEY, False)
     latest = mapping.data.torchtitan[max(mapping.data.torchtitan)]
     # Every occurrence of a choice is checked, as tyro's argparse checks each.
-    choices = {"config": tuple(latest.configs), "plan.recompute": CHOICES["recompute"]}
+    choices = {
+        "config": tuple(latest.configs),
+        "plan.recompute": CHOICES["recompute"],
+        REDUCE_KEY: tuple(REDUCE_DTYPES),
+    }
     out: dict[str, _Said] = {}
     for i, (word, line) in enumerate(words):
         flag, eq, inline = word.partition("=")
@@ -154,6 +165,8 @@ def _layout(
     out["mbs"] = _number(said, "plan.mbs") if pp > 1 else local
     if "plan.recompute" in said:
         out["recompute"] = said["plan.recompute"].text
+    if REDUCE_KEY in said:
+        out[REDUCE_KEY] = REDUCE_DTYPES[said[REDUCE_KEY].text]
     if "sequence_parallel" in said:
         out["sequence_parallel"] = said["sequence_parallel"].text and out.get("tp", 1) > 1
     if "torchtitan.layers_per_stage" in said and pp > 1:
