@@ -17,6 +17,7 @@ The public API is small; everything else is private to the package:
     parplan_gen.compare("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512)  # why
     parplan_gen.explain("llama-3-8b", {"gpus": 8, "gpu": "h100"}, {"tp": 2, "global_batch": 512},
                         "time.step_s").render()  # the formulas behind a figure, as a tree
+    parplan_gen.measure(quick=True, out="cluster.yaml")  # `parplan profile`: needs torch, a GPU
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "__version__", "analyze", "check", "compare", "estimate", "explain", "load_graph", "load_rules",
-    "plan", "plan_all_backends", "propose",
+    "measure", "plan", "plan_all_backends", "propose",
 ]  # fmt: skip
 
 if TYPE_CHECKING:
-    from parplan_gen.api import check, compare, estimate, explain, plan, plan_all_backends
+    from parplan_gen.api import check, compare, estimate, explain, measure, plan, plan_all_backends
     from parplan_gen.models.graph import load_graph
     from parplan_gen.rules.engine import analyze, propose
     from parplan_gen.rules.ruleset import load_rules
@@ -47,6 +48,7 @@ _LAZY = {
     "check": "parplan_gen.api",
     "compare": "parplan_gen.api",
     "explain": "parplan_gen.api",
+    "measure": "parplan_gen.api",
 }
 
 

@@ -15,7 +15,7 @@ from conftest import REPO
 
 PACKAGE = REPO / "parplan_gen"
 # Bottom to top: a module may import its own layer and the layers before it.
-LAYERS = ("inputs", "models", "rules", "cost", "planning", "render", "api", "cli")
+LAYERS = ("inputs", "models", "rules", "cost", "planning", "render", "profile", "api", "cli")
 # A module is as long as its one job (most land under ~400 lines); past this many it is doing
 # more than one, and is split where the job splits.
 MAX_LINES = 600
@@ -109,6 +109,21 @@ def _skipped(path: Path) -> list[str]:
 
 def test_fmt_skip_keeps_tables_only() -> None:
     assert [where for path in MODULES for where in _skipped(path)] == []
+
+
+def test_only_the_profile_layer_loads_torch() -> None:
+    """torch is optional (`pip install -e '.[profile]'`): only `parplan profile` loads it, in
+    `profile/runtime.py`, by name; no module imports it."""
+    found = []
+    for path in MODULES:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            if any(name == "torch" or name.startswith("torch.") for name in names):
+                found.append(f"{module_name(path)}:{node.lineno}")
+    assert found == []
 
 
 def test_only_models_ask_which_class_a_model_is() -> None:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from parplan_gen.cost import catalog as catalog_module
 from parplan_gen.cost import data_checks, hardware
+from parplan_gen.cost.budget_figures import BudgetInputs
 from parplan_gen.cost.catalog import (
     GPU_FIGURE_KEYS,
     LINK_FIGURE_KEYS,
@@ -20,7 +21,7 @@ from parplan_gen.cost.catalog import (
     gpu,
     load_catalog,
 )
-from parplan_gen.cost.hardware import Cluster, cluster_from_flags, load_cluster
+from parplan_gen.cost.hardware import Cluster, cluster_from_flags, load_cluster, load_cluster_file
 from parplan_gen.cost.launch_site import LaunchSettings, SlurmSpec
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError, UsageError
@@ -277,7 +278,6 @@ def test_flags_default_inter_node_is_the_reference_system():
     assert cluster.intra_node_bytes_per_s == 4.5e11
     assert cluster.intra_node_latency_s == 3.4e-6
     assert cluster.nvswitch
-    assert cluster.ib_hcas is None and cluster.socket_ifname is None
 
 
 def test_flags_reference_share_does_not_depend_on_gpus_per_node():
@@ -362,14 +362,25 @@ def test_cluster_is_frozen():
 
 
 def test_example_cluster_file():
-    cluster = load_cluster(ROOT / "examples" / "cluster_h100_4nodes.yaml")
+    setup = load_cluster_file(ROOT / "examples" / "cluster_h100_4nodes.yaml")
+    cluster = setup.cluster
     assert cluster.name == "h100-4nodes"
     assert cluster.gpu == gpu("h100")
     assert (cluster.num_gpus, cluster.num_nodes) == (32, 4)
     assert cluster.network == "ndr"
     assert cluster.inter_node_bytes_per_s == 5e10
-    assert cluster.ib_hcas is not None and cluster.ib_hcas[:2] == ("mlx5_0", "mlx5_3")
-    assert cluster.socket_ifname == "enp"
+    # the nccl: section is the launch site's, not the hardware's
+    assert setup.launch is not None and setup.launch.ib_hcas[:2] == ("mlx5_0", "mlx5_3")
+    assert setup.launch.socket_ifname == "enp"
+    assert setup.budget_inputs is None
+
+
+def test_a_cluster_files_budget_figures_are_the_budget_inputs(tmp_path):
+    text = "gpu: h100\nnodes: 1\ngpu_hour_price: 2.5\nstorage_gb_per_s: 50\n"
+    setup = load_cluster_file(write(tmp_path, text))
+    assert setup.budget_inputs == BudgetInputs(gpu_hour_price=2.5, storage_gb_per_s=50.0)
+    assert setup.launch is None
+    assert setup.cluster == load_cluster(write(tmp_path, "gpu: h100\nnodes: 1\n"))
 
 
 def test_minimal_file_takes_defaults(tmp_path):
@@ -429,7 +440,7 @@ def test_json_cluster_file(tmp_path):
         (
             "gpu: h100\nnum_gpus: 8\ngpus_per_nod: 8\n",
             "3:1: gpus_per_nod: unknown key 'gpus_per_nod'; did you mean 'gpus_per_node'? "
-            "(allowed: name, gpu, overrides, num_gpus, nodes, gpus_per_node, nvlink_domain, inter_node, nccl, node_names, cpus_per_node, slurm, gpu_hour_price, mtbf_gpu_hours, storage_gb_per_s)",
+            "(allowed: name, gpu, overrides, num_gpus, nodes, gpus_per_node, nvlink_domain, inter_node, nccl, node_names, cpus_per_node, slurm, gpu_hour_price, mtbf_gpu_hours, storage_gb_per_s, measured)",
         ),
         ("num_gpus: 8\n", "1:1: gpu: missing required key 'gpu'"),
         ("gpu: h100\nnum_gpus: '8'\n", "2:1: num_gpus: Input should be a valid integer (got '8')"),

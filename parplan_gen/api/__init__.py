@@ -15,9 +15,10 @@ Megatron-LM arguments, or write plan.json.
     parplan_gen.compare("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512)  # why
 
 One module per job: `plans` (`plan`, `Plan`), `per_backend` (`plan_all_backends`),
-`estimates` (`estimate`, `explain`), `checks` (`check`, `CheckReport`), `comparison` (`compare`) and
-`wording` (errors name the API's parameters, the CLI's flags under `flag_wording`). Each is
-imported when one of its names is first asked for, so that `parplan --help` stays fast.
+`estimates` (`estimate`, `explain`), `checks` (`check`, `CheckReport`), `comparison` (`compare`),
+`measuring` (`measure`: `parplan profile`) and `wording` (errors name the API's parameters, the
+CLI's flags under `flag_wording`). Each is imported when one of its names is first asked for, so
+that `parplan --help` stays fast.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from parplan_gen.api.checks import CheckReport, check
     from parplan_gen.api.comparison import compare
     from parplan_gen.api.estimates import estimate, explain
+    from parplan_gen.api.measuring import measure
     from parplan_gen.api.per_backend import BackendOutcome, plan_all_backends
     from parplan_gen.api.plans import Plan, plan, proposals_for
     from parplan_gen.planning.loading import load_cluster_spec, load_model
@@ -46,6 +48,7 @@ _MODULE_OF = {
     "CheckReport": "parplan_gen.api.checks",
     "check": "parplan_gen.api.checks",
     "compare": "parplan_gen.api.comparison",
+    "measure": "parplan_gen.api.measuring",
     "load_model": "parplan_gen.planning.loading",
     "load_cluster_spec": "parplan_gen.planning.loading",
     "PlanError": "parplan_gen.planning.planner",
@@ -63,6 +66,7 @@ __all__ = [
     "load_cluster_spec",
     "load_model",
     "load_rules",
+    "measure",
     "plan",
     "plan_all_backends",
     "proposals_for",

@@ -28,6 +28,18 @@ TIME_LABELS = {
 }
 
 
+def measured_lines(cluster: Cluster) -> list[str]:
+    """The line that says a profiled cluster's GEMMs are priced from its own measurement
+    (none for a catalog cluster)."""
+    m = cluster.measured
+    if m is None:
+        return []
+    return [
+        f"priced from measured curves: parplan profile of {printable(m.gpu_name)} on {m.date} "
+        f"(torch {printable(m.torch)}; cluster file `measured:`, docs/clusters.md)"
+    ]
+
+
 def batch_text(spec: TrainedModel, estimate: Estimate) -> str:
     """`global batch 512 x 8192 tokens`, or `global batch 4096 samples` for a graph model."""
     return spec.batch_text(estimate.plan.global_batch, estimate.plan.seq_len)
@@ -40,7 +52,8 @@ def backend_text(estimate: Estimate) -> str:
 
 
 def layout_line(estimate: Estimate) -> str:
-    """`tp=8 pp=12 dp=16 ...` for the non-default parts of a layout."""
+    """`tp=8 pp=12 dp=16 ...` for the non-default parts of a layout (the precision when it is
+    not bf16, the gradients' reduce type when it is not the backend's own)."""
     p = estimate.plan
     parts = [f"dp={p.dp}", f"tp={p.tp}", f"pp={p.pp}"]
     parts += [f"{k}={v}" for k, v in (("cp", p.cp), ("ep", p.ep)) if v > 1]
@@ -53,6 +66,12 @@ def layout_line(estimate: Estimate) -> str:
         parts.append("distributed_optimizer")
     if p.sequence_parallel:
         parts.append("sequence_parallel")
+    if p.precision != "bf16":
+        parts.append(f"precision={p.precision}")
+    if p.grad_reduce_dtype != "default":  # the backend's own type is not shown
+        parts.append(f"grad_reduce={p.grad_reduce_dtype}")
+    if p.fp8_param_gather:
+        parts.append("fp8_param_gather")
     return " ".join(parts)
 
 
@@ -100,7 +119,8 @@ def estimate_text(
     head = (
         f"{spec.title} on {cluster.num_gpus} x "
         f"{printable(cluster.gpu.name)} ({cluster.num_nodes} node{'s' if cluster.num_nodes > 1 else ''})\n"
-        f"backend: {backend_text(estimate)}\n"
+        + "".join(f"{line}\n" for line in measured_lines(cluster))
+        + f"backend: {backend_text(estimate)}\n"
         f"layout: {layout_line(estimate)}, {batch_text(spec, estimate)}\n"
     )
     rates = (

@@ -27,6 +27,7 @@ from parplan_gen.cli.exits import PROG, interrupted
 from parplan_gen.cli.models import add_models_command
 from parplan_gen.cli.out_options import add_render_commands
 from parplan_gen.cli.plan import add_plan_command
+from parplan_gen.cli.profile import add_profile_command
 from parplan_gen.cli.rules import add_rules_commands
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.errors import ParplanError, UsageError
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_check_command(sub)
     add_compare_command(sub)
     add_render_commands(sub)
+    add_profile_command(sub)
     return parser
 
 

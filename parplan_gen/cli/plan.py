@@ -14,9 +14,9 @@ from parplan_gen.cli.common import (
     add_budget_options,
     add_layout_options,
     add_search_options,
-    cluster_from_args,
     positive_int,
     print_json,
+    setup_from_args,
 )
 from parplan_gen.cli.out_options import add_render_options, out_folder
 from parplan_gen.cli.plan_all import cmd_plan_all
@@ -86,7 +86,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     if args.all_backends:
         return cmd_plan_all(args)
-    result = plan(args.model, cluster_from_args(args), **plan_request(args))
+    result = plan(args.model, setup_from_args(args), **plan_request(args))
     if args.out and result.feasible:
         from parplan_gen.cli.write_files import write_plan_files
 
@@ -124,6 +124,7 @@ def plan_text(plan: Plan) -> str:
         backend_text,
         batch_text,
         layout_line,
+        measured_lines,
         memory_lines,
         time_lines,
         warning_lines,
@@ -134,6 +135,7 @@ def plan_text(plan: Plan) -> str:
     lines = [
         f"{spec.title} on {cluster.num_gpus} x {cluster.gpu.name}, "
         f"{batch_text(spec, chosen)}, objective {plan.objective}",
+        *measured_lines(cluster),
         "",
         ("Chosen: " if feasible else "NOTHING FITS. Closest candidate: ")
         + f"{backend_text(chosen)}: {layout_line(chosen)}",

@@ -158,7 +158,16 @@ def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
         "cluster.inter_latency": cluster.inter_node_latency_s,
         "cluster.nvswitch": cluster.nvswitch,
         "cluster.architecture": cluster.gpu.architecture,
+        "cluster.measured_gemm_fraction_16bit": _measured_gemm(cluster, SIXTEEN_BIT[precision]),
     }
+
+
+def _measured_gemm(cluster: Cluster, precision: Precision) -> float:
+    """The profile's fastest GEMM at `precision` over the dense peak (cost/measured.py); 0 when
+    the cluster was not profiled at that precision."""
+    figures = cluster.measured
+    fraction = None if figures is None else getattr(figures, f"gemm_fraction_{precision}", None)
+    return float(fraction or 0.0)
 
 
 def figure_error(name: str, exc: FormulaError) -> FormulaError:

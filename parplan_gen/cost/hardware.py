@@ -1,18 +1,25 @@
-"""Hardware: the cluster a plan runs on.
+"""Hardware: the cluster a plan runs on, and the cluster file that describes it.
 
-Owns the `Cluster` value object (a catalog GPU from `cost.catalog`, how many, how they are
-grouped in nodes and linked between nodes, NCCL settings), built from a cluster file
-(`load_cluster`) or from command-line flags (`cluster_from_flags`). The cluster invariant (whole
-nodes, or one partial node) is checked once, when a `Cluster` is built. `docs/clusters.md`
-documents the cluster file format.
+Owns the `Cluster` value object, the hardware the cost model prices (a catalog GPU from
+`cost.catalog`, how many, how they are grouped in nodes and NVLink domains and linked between
+nodes), built from command-line flags (`cluster_from_flags`) or a cluster file. The cluster
+invariant (whole nodes, or one partial node) is checked once, when a `Cluster` is built.
+
+A cluster file (`ClusterFile`; `docs/clusters.md` documents its format) gives more than the
+hardware: `load_cluster_file` parses it into a `ClusterSetup`, the hardware (`Cluster`), the
+launch site (`launch_site.LaunchSettings`: node names, SLURM, the NCCL NICs and RoCE settings,
+read by the renderer) and the budget inputs (`budget_figures.BudgetInputs`: price, MTBF,
+storage, read by the training budget). `load_cluster` gives its hardware alone.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import (
+    BaseModel,
+    ConfigDict,
     Field,
     PositiveFloat,
     PositiveInt,
@@ -22,7 +29,13 @@ from pydantic import (
     model_validator,
 )
 
-from parplan_gen.cost.budget_figures import BUDGET_KEYS, GpuHourPrice, MtbfGpuHours, StorageGbPerS
+from parplan_gen.cost.budget_figures import (
+    BUDGET_KEYS,
+    BudgetInputs,
+    GpuHourPrice,
+    MtbfGpuHours,
+    StorageGbPerS,
+)
 from parplan_gen.cost.catalog import (
     BITS_PER_BYTE,
     GIGA,
@@ -41,23 +54,23 @@ from parplan_gen.cost.catalog import (
 )
 from parplan_gen.cost.data_checks import RawData, check_ranges
 from parplan_gen.cost.launch_site import (
-    SLURM_FLAGS,
+    IFNAME_PATTERN,
     CpuCount,
     GidIndex,
+    HcaName,
     LaunchSettings,
     NodeName,
     SlurmSpec,
     TrafficClass,
+    with_slurm_flags,
 )
 from parplan_gen.cost.layout import MAX_GPUS, size_problem
+from parplan_gen.cost.measured import MeasuredFigures, measured_figures, validate_measured
 from parplan_gen.inputs.errors import InputError, SourceRef, UsageError, shown_value
 from parplan_gen.inputs.source import Document, is_finite_number, load_document
 from parplan_gen.inputs.validation import validate
 
 FLAG_CLUSTER_NAME = "{gpus}x{gpu}"  # a cluster made from flags, e.g. 8xh100-sxm-80gb
-HCA_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+$"  # NCCL_IB_HCA item: mlx5_0, mlx5_0:1, ^mlx5_1
-IFNAME_PATTERN = r"^[\^=]{0,2}[A-Za-z0-9_.:\-]+(,[A-Za-z0-9_.:\-]+)*$"  # NCCL_SOCKET_IFNAME
-HcaName = Annotated[str, Field(pattern=HCA_PATTERN)]
 
 
 def whole_nodes_problem(num_gpus: int, gpus_per_node: int) -> str | None:
@@ -70,66 +83,39 @@ def whole_nodes_problem(num_gpus: int, gpus_per_node: int) -> str | None:
 
 
 class Cluster(SIModel):
-    """The GPUs a plan runs on: validated once here; nothing downstream re-checks the layout."""
+    """The GPUs a plan runs on, as the cost model prices them: validated once here; nothing
+    downstream re-checks the layout."""
 
     name: str
     gpu: GPU
     num_gpus: PositiveInt
     gpus_per_node: PositiveInt
     nvlink_domain: PositiveInt = Field(
-        # not a "before" model validator: after one, pydantic validates a plan.json's values in
-        # Python mode, where a strict read refuses JSON's lists as tuples
-        default_factory=lambda given: given.get("gpus_per_node"),
         description="GPUs on one NVLink fabric, consecutive ranks: the node, or a multi-node "
-        "NVLink domain (GB200 NVL72: 72). Old plan.json files without it: gpus_per_node.",
+        "NVLink domain (GB200 NVL72: 72)."
     )
     intra_node_latency_s: PositiveFloat = Field(description="Per-step latency inside a node, s.")
     inter_node_bytes_per_s: PositiveFloat = Field(description="Per GPU, one direction, B/s.")
     inter_node_latency_s: PositiveFloat = Field(description="Per-step latency between nodes, s.")
     network: str | None = Field(description="Catalog network, None when given as a bandwidth.")
-    ib_hcas: tuple[str, ...] | None = Field(None, description="For NCCL_IB_HCA.")
-    socket_ifname: str | None = Field(None, description="For NCCL_SOCKET_IFNAME.")
-    launch: LaunchSettings | None = Field(None, description="Node names, SLURM, RoCE settings.")
-    # The training budget's figures (`plan --tokens`; None: the default rules of rules/budget/).
-    gpu_hour_price: GpuHourPrice | None = Field(None, description="Price of one GPU-hour.")
-    mtbf_gpu_hours: MtbfGpuHours | None = Field(None, description="MTBF per GPU, GPU-hours.")
-    storage_gb_per_s: StorageGbPerS | None = Field(None, description="Checkpoint write GB/s.")
+    measured: MeasuredFigures | None = Field(
+        None, description="From a cluster file's `measured:` section (`parplan profile`)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_unmeasured(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # plan.json names `measured` only for a cluster that was profiled
+        data = handler(self)
+        return {k: v for k, v in data.items() if k != "measured" or v is not None}
 
     @model_validator(mode="after")
     def _whole_nodes(self) -> Cluster:
         problem = whole_nodes_problem(self.num_gpus, self.gpus_per_node) or nvlink_domain_problem(
             self.nvlink_domain, self.gpus_per_node, self.gpu.intra_node_link
         )
-        if problem is None and self.launch is not None:
-            problem = self.launch.names_problem(self.num_nodes)
         if problem:
             raise ValueError(problem)
         return self
-
-    @model_serializer(mode="wrap")
-    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # launch settings and budget figures only when given: plan.json keeps its keys of before
-        data = handler(self)
-        unset = {k for k in ("launch", *BUDGET_KEYS) if getattr(self, k) is None}
-        return {k: v for k, v in data.items() if k not in unset}
-
-    def with_slurm(self, **given: str | int | None) -> Cluster:
-        """A copy whose SLURM `account`, `partition`, `time` and `cpus_per_node` are replaced
-        where given (the flags --slurm-account, --slurm-partition, --slurm-time,
-        --cpus-per-node); a UsageError names a bad one, a TypeError an unknown keyword."""
-        unknown = sorted(set(given) - set(SLURM_FLAGS))
-        if unknown:
-            raise TypeError(f"with_slurm() got unexpected keyword arguments {unknown}")
-        if all(v is None for v in given.values()):
-            return self
-        try:
-            launch = (self.launch or LaunchSettings()).with_slurm(**given)
-        except ValidationError as exc:
-            error = exc.errors(include_url=False)[0]
-            flag, takes = SLURM_FLAGS[str(error["loc"][0]).removeprefix("slurm_")]
-            value = shown_value(error["input"])
-            raise UsageError(f"{flag}: expected {takes}, got {value}") from None
-        return self.model_copy(update={"launch": launch})
 
     @property
     def nvlink_gpus(self) -> int:
@@ -158,6 +144,32 @@ class Cluster(SIModel):
     def intra_node_bytes_per_s(self) -> float:
         # per GPU, one direction
         return self.gpu.intra_node_bytes_per_s
+
+
+class ClusterSetup(BaseModel):
+    """What a cluster file gives, in its three parts: the hardware the cost model prices, the
+    launch site the renderer writes, and the training budget's inputs (each part None when the
+    file gives none of it). The launch site's node names are checked against the hardware's
+    node count once, here."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: Cluster
+    launch: LaunchSettings | None = None
+    budget_inputs: BudgetInputs | None = None
+
+    @model_validator(mode="after")
+    def _names_fit(self) -> ClusterSetup:
+        problem = None if self.launch is None else self.launch.names_problem(self.cluster.num_nodes)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def with_slurm(self, **given: str | int | None) -> ClusterSetup:
+        """A copy whose SLURM `account`, `partition`, `time` and `cpus_per_node` are replaced
+        where given (the flags --slurm-account, --slurm-partition, --slurm-time,
+        --cpus-per-node); a UsageError names a bad one, a TypeError an unknown keyword."""
+        return self.model_copy(update={"launch": with_slurm_flags(self.launch, **given)})
 
 
 class InterNodeSpec(RawData):
@@ -202,9 +214,12 @@ class ClusterFile(RawData):
     gpu_hour_price: GpuHourPrice | None = Field(None, description="Price of one GPU-hour.")
     mtbf_gpu_hours: MtbfGpuHours | None = Field(None, description="MTBF per GPU, GPU-hours.")
     storage_gb_per_s: StorageGbPerS | None = Field(None, description="Checkpoint write GB/s.")
+    measured: dict[str, Any] | None = Field(
+        None, description="Curves measured by `parplan profile` (cost/measured.py)."
+    )
 
     def launch_settings(self) -> LaunchSettings | None:
-        """The launch settings the file gives; None when it gives none."""
+        """The launch site the file gives; None when it gives none."""
         slurm, nccl = self.slurm or SlurmSpec(), self.nccl or NcclSpec()
         settings = LaunchSettings(
             node_names=None if self.node_names is None else tuple(self.node_names),
@@ -212,10 +227,17 @@ class ClusterFile(RawData):
             slurm_account=slurm.account,
             slurm_partition=slurm.partition,
             slurm_time=slurm.time,
+            ib_hcas=None if nccl.ib_hcas is None else tuple(nccl.ib_hcas),
+            socket_ifname=nccl.socket_ifname,
             ib_gid_index=nccl.ib_gid_index,
             ib_tc=nccl.ib_tc,
         )
         return None if settings.empty else settings
+
+    def budget_inputs(self) -> BudgetInputs | None:
+        """The budget inputs the file gives; None when it gives none."""
+        inputs = BudgetInputs.model_validate(self.model_dump(include=set(BUDGET_KEYS)))
+        return None if inputs.empty else inputs
 
 
 def _inter_node(
@@ -244,14 +266,10 @@ def cluster_from_flags(
     *,
     nvlink_domain: int | None = None,
     name: str | None = None,
-    slurm_account: str | None = None,
-    slurm_partition: str | None = None,
-    slurm_time: str | None = None,
-    cpus_per_node: int | None = None,
 ) -> Cluster:
     """`--gpus N --gpu NAME [--gpus-per-node G] [--nvlink-domain D] [--inter-node-gbps X]` (X:
-    Gb/s per GPU; G and D default to the GPU's reference system), and `--slurm-account A
-    --slurm-partition P --slurm-time T --cpus-per-node C` (docs/clusters.md)."""
+    Gb/s per GPU; G and D default to the GPU's reference system; docs/clusters.md). The SLURM
+    flags are the launch site's: `ClusterSetup(cluster=...).with_slurm(...)`."""
     catalog = load_catalog()
     gpu_ = catalog.gpus[lookup("GPU", gpu, catalog.gpu_names, SourceRef("--gpu"))]
     ref = gpu_.reference_node
@@ -281,19 +299,11 @@ def cluster_from_flags(
             raise UsageError(f"--inter-node-gbps: {problem}")
     spec = InterNodeSpec(gbps_per_gpu=None if inter_node_gbps is None else float(inter_node_gbps))
     name = name or FLAG_CLUSTER_NAME.format(gpus=gpus, gpu=gpu_.name)
-    built = _build(catalog, name, gpu_, (gpus, gpus_per_node, domain), spec, NcclSpec(), None)
-    site = {"account": slurm_account, "partition": slurm_partition, "time": slurm_time}
-    return built.with_slurm(**site, cpus_per_node=cpus_per_node)
+    return _build(catalog, name, gpu_, (gpus, gpus_per_node, domain), spec)
 
 
 def _build(
-    catalog: Catalog,
-    name: str,
-    gpu_: GPU,
-    sizes: tuple[int, int, int],
-    inter: InterNodeSpec,
-    nccl: NcclSpec,
-    launch: LaunchSettings | None,
+    catalog: Catalog, name: str, gpu_: GPU, sizes: tuple[int, int, int], inter: InterNodeSpec
 ) -> Cluster:
     num_gpus, gpus_per_node, nvlink_domain = sizes  # GPUs, per node, per NVLink domain
     bandwidth, latency, net = _inter_node(catalog, gpu_, gpus_per_node, inter)
@@ -307,14 +317,18 @@ def _build(
         inter_node_bytes_per_s=bandwidth,
         inter_node_latency_s=latency,
         network=net,
-        ib_hcas=None if nccl.ib_hcas is None else tuple(nccl.ib_hcas),
-        socket_ifname=nccl.socket_ifname,
-        launch=launch,
     )
 
 
 def load_cluster(path: str | Path) -> Cluster:
-    """Read a cluster file; every mistake is an InputError at `file:line:col`."""
+    """A cluster file's hardware (`load_cluster_file` gives its launch site and budget inputs
+    too); every mistake is an InputError at `file:line:col`."""
+    return load_cluster_file(path).cluster
+
+
+def load_cluster_file(path: str | Path) -> ClusterSetup:
+    """Read a cluster file into its hardware, launch site and budget inputs; every mistake is
+    an InputError at `file:line:col`."""
     doc = load_document(path)
     if not isinstance(doc.data, dict):
         got = "an empty file" if doc.data is None else type(doc.data).__name__
@@ -358,16 +372,27 @@ def load_cluster(path: str | Path) -> Cluster:
 
     if spec.inter_node is not None:
         _check_inter_node(doc, spec.inter_node, catalog, gpn)
-    inter, nccl = spec.inter_node or InterNodeSpec(), spec.nccl or NcclSpec()
     launch = spec.launch_settings()
     if launch is not None:
         problem = launch.names_problem(max(1, num_gpus // gpn))
         if problem:
             raise InputError(problem, doc.ref(("node_names",)))
     name = spec.name or Path(path).stem
-    budget = spec.model_dump(include=set(BUDGET_KEYS))
-    cluster = _build(catalog, name, gpu_, (num_gpus, gpn, domain), inter, nccl, launch)
-    return cluster.model_copy(update=budget)
+    inter = spec.inter_node or InterNodeSpec()
+    cluster = _build(catalog, name, gpu_, (num_gpus, gpn, domain), inter)
+    if spec.measured is not None:
+        measured = validate_measured(doc.data["measured"], doc)
+        found = measured_figures(measured, lambda p: _peak_or_none(gpu_, p))
+        cluster = cluster.model_copy(update={"measured": found})
+    return ClusterSetup(cluster=cluster, launch=launch, budget_inputs=spec.budget_inputs())
+
+
+def _peak_or_none(gpu: GPU, precision: str) -> float | None:
+    """The dense peak of `gpu` at `precision`, None when it has no such mode."""
+    try:
+        return gpu.peak_flops(precision)  # type: ignore[arg-type]
+    except InputError:
+        return None
 
 
 def _check_inter_node(doc: Document, inter: InterNodeSpec, catalog: Catalog, gpn: int) -> None:

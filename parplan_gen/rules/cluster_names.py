@@ -34,6 +34,13 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "-",
         "cluster.gemm_max_fraction at the 16-bit precision of cluster.peak_flops_16bit.",
     ),
+    (
+        "cluster.measured_gemm_fraction_16bit",
+        "number",
+        "-",
+        "The fastest 16-bit GEMM a cluster file's `measured:` section (`parplan profile`) "
+        "records, over the 16-bit dense peak; 0 when the cluster was not profiled.",
+    ),
     ("cluster.hbm_bandwidth", "number", "bytes/s", "Memory bandwidth of one GPU."),
     (
         "cluster.intra_bandwidth",
