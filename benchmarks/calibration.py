@@ -1,7 +1,8 @@
 """Calibrate the cost model against published large-model training runs.
 
 Every entry of both calibration files (default: published_runs.yaml and
-published_runs_modern.yaml in ../shared/calibration/ next to the repository) becomes a
+published_runs_modern.yaml in ../shared/calibration/ next to the repository) and of the fitting
+rows kept here (benchmarks/data/fitting_runs.yaml) becomes a
 ModelSpec, a Cluster and a Layout (calibration_read.py, calibration_case.py), goes through
 `planning.evaluate` on the backend that ran it (benchmarks/calibration_rows.yaml), and its
 predicted TFLOP/s per GPU is compared with the published one: hardware FLOPs (recomputation
@@ -60,6 +61,8 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared" / "calibration"
 DEFAULT_RUNS = SHARED / "published_runs.yaml"
 MODERN_RUNS = SHARED / "published_runs_modern.yaml"
+# Fitting rows found since, kept here with their sources (benchmarks/data/fitting_runs.yaml).
+FITTING_RUNS = REPO / "benchmarks" / "data" / "fitting_runs.yaml"
 __all__ = [
     "Case",
     "NotEvaluableError",
@@ -387,7 +390,9 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
         help=f"predict the validation rows (default {VALIDATION_RUNS.name}); error per family",
     )
     args = parser.parse_args(argv)
-    args.runs = args.runs or ([VALIDATION_RUNS] if args.validate else [DEFAULT_RUNS, MODERN_RUNS])
+    args.runs = args.runs or (
+        [VALIDATION_RUNS] if args.validate else [DEFAULT_RUNS, MODERN_RUNS, FITTING_RUNS]
+    )
     missing = [str(p) for p in args.runs if not p.is_file()]
     if missing:
         out(f"no published runs at {', '.join(missing)} (give the path as an argument)")

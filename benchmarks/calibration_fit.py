@@ -30,6 +30,15 @@ from parplan_gen.rules.ruleset import RuleSet, load_rule_file, rule_files
 
 FIGURES = {"model": "model_tflops_per_gpu", "hardware": "hardware_tflops_per_gpu"}
 KIND = "transformer"
+FIT_FILE = Path(__file__).resolve().parent / "fit_parameters.yaml"
+
+
+def error_cap_pct(path: Path = FIT_FILE) -> float:
+    """The |error| above which a row no longer steers the fit (fit_parameters.yaml
+    `error_cap_pct`: a row that far off misses a term no constant should stand in for)."""
+    from ruamel.yaml import YAML
+
+    return float(YAML(typ="safe").load(path.read_text())["error_cap_pct"])
 
 
 def merged_rules(extra_rules: Sequence[str] = ()) -> Merged:
@@ -50,6 +59,7 @@ class FastThroughput:
 
     def __init__(self, rules: RuleSet, cases: Sequence[Case], extra_rules: Sequence[str] = ()):
         self.cases = list(cases)
+        self._cap = error_cap_pct()
         merged = merged_rules(extra_rules)
         self._named = {n: (v, o.where) for n, (v, o) in merged.formulas.items()}
         self._figures = {
@@ -89,10 +99,12 @@ class FastThroughput:
         ]
 
     def mape(self, constants: Mapping[str, float], rows: Sequence[int] | None = None) -> float:
-        """Mean absolute % error over `rows` (indexes of measured cases; None: all measured)."""
+        """Mean absolute % error over `rows` (indexes of measured cases; None: all measured),
+        each row's capped at error_cap_pct."""
         predicted = self.predict(constants)
         chosen = [i for i, c in enumerate(self.cases) if c.measured] if rows is None else rows
-        errors = [abs(error_pct(predicted[i], self.cases[i])) for i in chosen]
+        cap = self._cap
+        errors = [min(cap, abs(error_pct(predicted[i], self.cases[i]))) for i in chosen]
         return sum(errors) / max(1, len(errors))
 
 

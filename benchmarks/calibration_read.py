@@ -44,6 +44,7 @@ GPU_WORDS: tuple[tuple[str, str], ...] = (
     ("b300", "b300"),
     ("b200", "b200"),
     ("mi300x", "mi300x"),
+    ("96gb hbm2e", "h100-sxm-96gb-500w"),  # torchtitan's Grand Teton H100s (500 W power limit)
     ("h100 pcie", "h100-pcie"),
     ("h100", "h100-sxm-80gb"),
     ("v100", "v100-32gb"),

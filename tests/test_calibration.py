@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from conftest import REPO, RUN_FILES, load_benchmark, run_entries
-
-VENDORED_RUNS = tuple(REPO / "tests" / "data" / "calibration" / f.name for f in RUN_FILES)
+from conftest import FIT_RUNS, VENDORED_RUNS, load_benchmark, run_entries
 
 GIB = 1 << 30
 
@@ -478,8 +476,8 @@ def test_assumption_defaults(calibration: ModuleType) -> None:
 
 def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleType) -> None:
     table = calibration.row_table()
-    names = [e["name"] for e in run_entries(*VENDORED_RUNS)]
-    assert len(names) == len(set(names)) == 60
+    names = [e["name"] for e in run_entries(*FIT_RUNS)]
+    assert len(names) == len(set(names)) == 65
     validation = {e["name"] for e in _validation_rows(load_benchmark("calibration_validate"))}
     assert set(names) | validation == set(table["rows"]) and not validation & set(names)
     families = set(calibration.FAMILIES)
@@ -491,8 +489,8 @@ def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleTy
 
 
 def test_every_row_is_read_or_skipped_with_its_reason(calibration: ModuleType) -> None:
-    cases, skipped = calibration.load_cases(*VENDORED_RUNS)
-    assert len(cases) + len(skipped) == 60
+    cases, skipped = calibration.load_cases(*FIT_RUNS)
+    assert len(cases) + len(skipped) == 65
     assert [s.name for s in skipped] == ["nemo2407_h100_fp8_nemotron-8b_64gpus"]
     assert "leaves the vocabulary to the tokenizer" in skipped[0].reason
 
@@ -564,10 +562,10 @@ def test_validation_rows_are_not_calibration_rows(validation: ModuleType) -> Non
         figure = measured.get("tokens_per_sec_per_gpu") or measured.get("tflops_per_gpu")
         return (e["model"]["name"], e["hardware"]["gpu"], *batch, fp8, figure)
 
-    fitted = {run(e) for e in run_entries(*VENDORED_RUNS)}
+    fitted = {run(e) for e in run_entries(*FIT_RUNS)}
     for row in _validation_rows(validation):
         assert run(row) not in fitted, row["name"]
-    assert not any(validation.is_validation_file(f) for f in VENDORED_RUNS)
+    assert not any(validation.is_validation_file(f) for f in FIT_RUNS)
 
 
 def test_fitting_refuses_validation_rows(

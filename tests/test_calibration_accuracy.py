@@ -1,7 +1,8 @@
 """The cost model's accuracy against published runs, on rows this repository carries: the
 calibration files vendored in tests/data/calibration/ (copies of ../shared/calibration/, which
-CI does not have), the validation rows of benchmarks/data/validation_runs.yaml and the ResNet-50
-rows of benchmarks/data/resnet50_dle.yaml.
+CI does not have) with the fitting rows of benchmarks/data/fitting_runs.yaml, the validation
+rows of benchmarks/data/validation_runs.yaml and the ResNet-50 rows of
+benchmarks/data/resnet50_dle.yaml.
 
 Each row goes through benchmarks/calibration.py (its loaders and `evaluate`: the model,
 cluster and layout the row describes, on the backend that ran it, through
@@ -15,7 +16,7 @@ What is asserted:
   the bound of the family it prices, and the failing case names that family.
 - The figures README.md states: the in-sample MAPE and the number of runs and publications it
   is fitted on, the error of each group of validation rows, and the op-graph model's MAPE.
-  README's leave-one-publication-out figures (18.3 % and per family) take a refit per
+  README's leave-one-publication-out figures (10.0 % and per family) take a refit per
   publication (`python benchmarks/calibration.py --cross-validate`, minutes): not run here.
 """
 
@@ -32,9 +33,8 @@ import pytest
 from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.rules.ruleset import load_rules
 
-from conftest import NO_RUN_FILES, REPO, RUN_FILES, load_benchmark
+from conftest import FIT_RUNS, NO_RUN_FILES, REPO, RUN_FILES, VENDORED_RUNS, load_benchmark
 
-VENDORED_RUNS = tuple(REPO / "tests" / "data" / "calibration" / f.name for f in RUN_FILES)
 RESNET_ROWS = REPO / "benchmarks" / "data" / "resnet50_dle.yaml"
 ALL = "all"  # every measured row
 
@@ -55,33 +55,37 @@ class Bound:
 BOUNDS = {
     # Narayanan 2021 Table 1 (10 GPT sizes) and Table 2's PTD-P rows (3), Korthikanti 2022 (9),
     # Megatron-LM 2020 (4), all Megatron-LM on DGX A100: the GEMM efficiency curve
-    # (gemm_efficiency_max, gemm_width_half), hbm_efficiency, link_efficiency. 2.48 %, -0.64.
-    "A100 Megatron": Bound(26, 2.6, (-0.9, -0.4)),
-    # Narayanan 2021 Table 2's ZeRO-3 rows (GPT-3 175B on 384 / 768 / 1536 A100s via DeepSpeed):
-    # deepspeed_zero3_bandwidth_fraction x link_efficiency, deepspeed_zero3_overlap_fraction.
-    # 1.74 %, -0.00.
-    "ZeRO-3/DeepSpeed": Bound(3, 1.8, (-0.25, 0.25)),
+    # (gemm_efficiency_max, gemm_width_half), the roofline in the tokens per GEMM,
+    # hbm_efficiency, link_efficiency. 3.07 %, -1.26.
+    "A100 Megatron": Bound(26, 3.1, (-1.5, -1.0)),
+    # Narayanan 2021 Table 2's ZeRO-3 rows (GPT-3 175B on 384 / 768 / 1536 A100s, DeepSpeed 2021)
+    # and DeepCompile 2025's ZeRO-3 eager rows (Llama 3 70B on 32 H100s): DeepSpeed's ZeRO-3
+    # schedule as its code runs it (sharding.yaml), nothing fitted to them; the 2021 rows read
+    # fast (+36 %, +70 %, +13 %). 18.57 %, +18.57.
+    "ZeRO-3/DeepSpeed": Bound(8, 18.6, (18.3, 18.8)),
     # llm-foundry's MPT 7B-70B FSDP FULL_SHARD rows on A100 40/80 GB and H100 (backend-neutral
-    # terms): gemm_efficiency_max, hopper_gemm_scale. 7.10 % (MPT-13B on H100 reads +27.7 %),
-    # +5.16.
-    "PyTorch FSDP (MPT)": Bound(8, 7.2, (4.9, 5.4)),
+    # terms): gemm_efficiency_max, hopper_gemm_scale. 6.39 % (MPT-13B on H100 reads +23.7 %),
+    # +5.67.
+    "PyTorch FSDP (MPT)": Bound(8, 6.4, (5.4, 5.9)),
     # Megatron-Core's H100 weak scaling (1.7B-462B) and NeMo 25.11's gpt-oss-120b (BF16):
-    # hopper_gemm_scale, grouped_gemm_width_half (gpt-oss). 9.93 % (gpt-oss reads -31.3 %), -6.58.
-    "H100 Megatron/NeMo BF16": Bound(6, 10.0, (-6.85, -6.3)),
+    # hopper_gemm_scale; gpt-oss through moe.yaml's per-expert tokens. 10.10 % (gpt-oss reads
+    # +26.9 %), +1.49.
+    "H100 Megatron/NeMo BF16": Bound(6, 10.2, (1.2, 1.75)),
     # NeMo 24.07 FP8 (5), NeMo 25.11 H100 (Llama 3 8B, Qwen3-30B-A3B), Megatron's FP8 Llama
-    # example, torchtitan's three Float8 rows: fp8_gemm_scale, hopper_gemm_scale,
-    # torchtitan_gemm_scale. 4.00 %, -1.46.
-    "H100 FP8": Bound(11, 4.1, (-1.7, -1.2)),
-    # NeMo 25.11's Llama 3 8B on B200, the one row blackwell_gemm_scale is fitted to. 0.00 %.
+    # example, torchtitan's three Float8 rows: fp8_gemm_scale, hopper_gemm_scale. 18.76 %
+    # (Qwen3-30B-A3B reads +150.6 %: moe.yaml prices no per-layer host or launch time), +13.62.
+    "H100 FP8": Bound(11, 18.8, (13.4, 13.9)),
+    # NeMo 25.11's Llama 3 8B on B200, the one row blackwell_gemm_scale is fitted to. 0.01 %.
     "B200": Bound(1, 0.1, (-0.1, 0.1)),
-    # NeMo 25.11's Qwen3-30B-A3B (-0.0 %) and gpt-oss-120b (-31.3 %) on H100:
-    # grouped_gemm_width_half. 15.63 %, -15.63.
-    "MoE": Bound(2, 15.7, (-15.9, -15.4)),
+    # NeMo 25.11's Qwen3-30B-A3B (+150.6 %) and gpt-oss-120b (+26.9 %) on H100: the grouped
+    # GEMMs at each expert's tokens (moe.yaml), nothing fitted to them. 88.84 %, +88.84.
+    "MoE": Bound(2, 88.9, (88.6, 89.1)),
     # torchtitan 2024's four rows (Llama 3.1 8B eager and compile + Float8, 70B AsyncTP, 405B
-    # 3D): torchtitan_gemm_scale, hopper_gemm_scale, fp8_gemm_scale. 3.13 %, -1.69.
-    "FSDP2": Bound(4, 3.2, (-1.95, -1.45)),
-    # All 56 measured rows. 4.16 %, -0.50.
-    ALL: Bound(56, 4.2, (-0.75, -0.25)),
+    # 3D): hopper_gemm_scale, fp8_gemm_scale, FlashAttention-2's published rate for SDPA
+    # (context.yaml sdpa_attention_efficiency). 8.65 %, +8.27.
+    "FSDP2": Bound(4, 8.7, (8.0, 8.5)),
+    # All 61 measured rows. 9.18 %, +5.46.
+    ALL: Bound(61, 9.2, (5.2, 5.7)),
 }
 # torchtitan 2024's four rows publish their peak memory (the allocator's reserved peak):
 # +2.7, +10.2, +4.3, -5.9 %, 5.78 % on average (docs/benchmarks.md, "Memory").
@@ -127,8 +131,8 @@ def calibration() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def rows(calibration: ModuleType) -> list[Any]:
-    """Every vendored calibration row, evaluated with the built-in cost rules."""
-    cases, skipped = calibration.load_cases(*VENDORED_RUNS)
+    """Every row the constants are fitted on, evaluated with the built-in cost rules."""
+    cases, skipped = calibration.load_cases(*FIT_RUNS)
     assert [s.name for s in skipped] == ["nemo2407_h100_fp8_nemotron-8b_64gpus"]
     return calibration.evaluate(calibration.builtin_cost_rules(), cases)
 

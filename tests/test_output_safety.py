@@ -19,9 +19,9 @@ import pytest
 from parplan_gen.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
-PLAN = ("plan", "llama-2-7b", "--gpus", "16", "--gpu", "h100", "--global-batch", "64")
-# The chosen plan is DeepSpeed ZeRO-3 (parplan plan shows it), which Megatron-LM does not run:
-# no megatron_args.sh.
+PLAN = ("plan", "llama-2-7b", "--gpus", "16", "--gpu", "h100", "--global-batch", "64",
+        "--backend", "deepspeed")  # fmt: skip
+# A DeepSpeed plan: its ds_config.json and launchers, no megatron_args.sh.
 FILES = {
     "ds_config.json",
     "nccl.env",

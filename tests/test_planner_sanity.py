@@ -47,14 +47,7 @@ def above_the_limit(why: str) -> pytest.MarkDecorator:
 SCENARIOS = [
     # model, GPUs, GPU, global batch, sequence length, the model's causal fraction, limit
     ("llama-3-405b", 16384, "h100", 2048, 8192, LLAMA_405B_8192, HOPPER_LARGE + MARGIN),  # README
-    pytest.param(
-        "gpt3-175b", 1024, "a100-80gb", 1536, 2048, GPT3_2048, AMPERE_LARGE + MARGIN,
-        marks=above_the_limit(
-            "0.58 points: the plan runs flash attention, TE's TP overlap (CUDA IPC on A100) "
-            "and no recompute, none of which an A100 run of the class had; their gains are "
-            "priced from Hopper rows, and no A100 row with --tp-comm-overlap publishes an MFU"
-        ),
-    ),  # issue 15
+    ("gpt3-175b", 1024, "a100-80gb", 1536, 2048, GPT3_2048, AMPERE_LARGE + MARGIN),  # issue 15
     pytest.param(
         "llama-3-70b", 64, "h100", 1024, 8192, LLAMA_70B_8192, HOPPER_MEDIUM + MARGIN,
         marks=above_the_limit(

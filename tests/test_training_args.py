@@ -220,9 +220,9 @@ EXPECTED: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
             "moe_router_topk_scaling_factor": 2.5,
             "moe_router_num_groups": 8,
             "moe_router_group_topk": 4,
-            # The chosen plan has cp 2 (its ring attention hides behind the attention, rules/
-            # cost/context.yaml), and validate_args refuses MTP with CP: left out, with a note.
-            "mtp_num_layers": None,
+            # config.json num_nextn_predict_layers 1: the chosen plan has no cp (validate_args
+            # refuses MTP with CP), so the module is kept, with a note that it is not priced.
+            "mtp_num_layers": 1,
             "rotary_scaling_factor": 40.0,
             "mscale_all_dim": 1.0,
             "moe_router_dtype": "fp32",  # arguments.py --moe-router-dtype, 256 experts

@@ -8,6 +8,7 @@ formula can appear (a *context*) allows some namespaces.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -59,6 +60,25 @@ class Function:
 
 def _clamp(x: float, lo: float, hi: float) -> float:
     return max(lo, min(x, hi))
+
+
+def interp_log(x: float, *points: float) -> float:
+    """The curve through `points` (x1, y1, x2, y2, ...; x ascending, > 0) at `x`: linear in
+    log(x) between two points, the end value beyond the ends."""
+    if len(points) < 4 or len(points) % 2:
+        raise ValueError(
+            f"interp_log() takes x and two or more (x, y) pairs ({len(points)} numbers after x)"
+        )
+    xs, ys = points[0::2], points[1::2]
+    if xs[0] <= 0 or any(b <= a for a, b in itertools.pairwise(xs)):
+        raise ValueError(f"interp_log() points need x > 0, ascending: {list(xs)}")
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = next(i for i in range(1, len(xs)) if x <= xs[i])
+    t = (math.log(x) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
+    return ys[i - 1] + t * (ys[i] - ys[i - 1])
 
 
 _SHARED_NAMES: tuple[Name, ...] = (
@@ -259,6 +279,21 @@ _RUN_NAMES: tuple[Name, ...] = (
     Name("plan.distributed_optimizer", "bool", "-", "Megatron's distributed optimizer is used."),
     Name("plan.sequence_parallel", "bool", "-", "Megatron sequence parallelism is on."),
     Name("plan.recompute", "str", "-", "Activation recomputation: 'none', 'selective' or 'full'."),
+    Name(
+        "plan.grad_reduce_dtype",
+        "str",
+        "-",
+        "The type gradients are reduced in: 'default' (the backend's own: rules/cost/memory.yaml "
+        "grad_default_bytes), 'fp32' or 'bf16' (Megatron-LM --grad-reduce-in-bf16, DeepSpeed "
+        "communication_data_type).",
+    ),
+    Name(
+        "plan.fp8_param_gather",
+        "bool",
+        "-",
+        "FP8 parameters (Megatron-LM --fp8-param-gather): FP8 linear weights, all-gathered in "
+        "FP8 by the distributed optimizer.",
+    ),
     # --- estimate.*: figures of this plan's estimate (constraints only) ------------------------
     Name(
         "estimate.<figure>",
@@ -318,6 +353,17 @@ FUNCTIONS: tuple[Function, ...] = (
     Function("log2", "log2(x)", 1, 1, "number", "Base-2 logarithm (x > 0).", math.log2),
     Function("log10", "log10(x)", 1, 1, "number", "Base-10 logarithm (x > 0).", math.log10),
     Function("exp", "exp(x)", 1, 1, "number", "e to the power x.", math.exp),
+    Function(
+        "interp_log",
+        "interp_log(x, x1, y1, x2, y2, ...)",
+        5,
+        None,
+        "number",
+        "The curve through the points (x ascending, > 0) at x: linear in log(x) between two "
+        "points, y1 below x1 and the last y above the last x (a table of a source's "
+        "measurements, e.g. efficiency against tokens).",
+        interp_log,
+    ),
     # A backend fact computed once, in parplan_gen/models; the renderer calls it too.
     Function(
         "pipeline_split_ok",
