@@ -138,6 +138,11 @@ def test_only_models_ask_which_class_a_model_is() -> None:
                 names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
                 if names & MODEL_CLASSES:
                     asked.append(f"{module_name(path)}:{node.lineno}")
+            # ... nor by its `kind` string: `x.kind == "graph"` is the same question.
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute):
+                kinds = {c.value for c in node.comparators if isinstance(c, ast.Constant)}
+                if node.left.attr == "kind" and kinds & {"graph", "transformer"}:
+                    asked.append(f"{module_name(path)}:{node.lineno}")
     assert asked == []
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.published import Published, causal_fraction, load_published
+from parplan_gen.models.any_model import transformer_of
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.transformer_flops import TRAIN_FLOPS_PER_FORWARD
 
@@ -78,7 +79,7 @@ def mfu_warning(
     """(c) The predicted MFU, on the causal count, is above the best published run of its class
     on the same count plus the margin (transformers only: the published runs are language-model
     runs)."""
-    if model.kind != "transformer":
+    if transformer_of(model) is None:
         return None
     layout = estimate.plan
     params = float(model.formula_values(layout.seq_len)["model.params"])

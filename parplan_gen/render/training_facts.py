@@ -27,6 +27,7 @@ from typing import Any
 
 from parplan_gen.cost.catalog import GIGA
 from parplan_gen.cost.layout import Layout
+from parplan_gen.models.any_model import transformer_of
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.render.lr_schedule import schedule, steps
 
@@ -84,9 +85,10 @@ def training_facts(
 ) -> dict[str, Any]:
     """The keys of FACT_NAMES for a transformer (every one None for an op-graph model);
     `budget_steps`: the optimizer steps of the plan's budget (`plan --tokens`), if it has one."""
-    if model.kind != "transformer":
+    spec = transformer_of(model)
+    if spec is None:
         return dict.fromkeys(FACT_NAMES)
-    return _model_settings(model, layout) | _schedule(model, layout, budget_steps)
+    return _model_settings(spec, layout) | _schedule(model, layout, budget_steps)
 
 
 def _model_settings(model: Any, layout: Layout) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from typing import Any
 from parplan_gen.cost.layout import Layout
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.inputs.resources import BACKEND_CONSTRAINTS
+from parplan_gen.models.any_model import transformer_of
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.planning.decisions import BackendDecisions
 from parplan_gen.render.mapping_schema import MappingFile
@@ -63,7 +64,7 @@ def torchtitan_facts(
     """torchtitan.* for `layout` (every key; None where it does not apply). `decided`: what the
     plan's rules decided for torchtitan's files (None where it does not run the layout: its
     files are not written)."""
-    if model.kind != "transformer":
+    if transformer_of(model) is None:
         return dict.fromkeys(FACT_NAMES)
     sharded = layout.zero_stage == ZERO_SHARDED
     pipeline, interleaved = layout.pp > 1, layout.vpp > 1
