@@ -190,8 +190,77 @@ def test_a_profiled_estimate_says_where_its_figures_come_from(profiled: dict[str
         )
     provenance = profiled["measured"].provenance
     assert (
-        f"priced from measured curves: parplan profile of {provenance.gpu_name}" in out.getvalue()
+        "priced from measured curves (GEMMs and SDPA attention): parplan profile of "
+        f"{provenance.gpu_name}" in out.getvalue()
     )
+
+
+def _with_attention_rates_times(data: dict[str, Any], factor: float) -> dict[str, Any]:
+    """The file's data with every attention point `factor` times as fast."""
+    points = [
+        {**p, "time_s": p["time_s"] / factor, "tflops": p["tflops"] * factor}
+        for p in data["measured"]["attention"]
+    ]
+    return {**data, "measured": {**data["measured"], "attention": points}}
+
+
+def test_a_profiled_cluster_prices_sdpa_attention_from_its_own_curve(
+    profiled: dict[str, Any], tmp_path: Path
+) -> None:
+    import parplan_gen
+
+    from parplan_gen.cost.measured import saturating_fit
+
+    # The CPU profile measures causal forward+backward SDPA at two lengths or more; the fit
+    # goes through them as E x L / (L + L_half), over the cluster GPU's BF16 peak.
+    measured: Measured = profiled["measured"]
+    points = [p for p in measured.attention if p.causal and p.mode == "fwd_bwd"]
+    cluster = load_cluster(profiled["path"])
+    peak = cluster.gpu.peak_flops("bf16")
+    fit = saturating_fit([(p.seq_len, p.tflops * 1e12 / peak) for p in points])
+    assert fit is not None and cluster.measured is not None
+    assert (cluster.measured.attention_max_fraction, cluster.measured.attention_half_seq) == fit
+    layout = {"dp": 2, "tp": 1, "global_batch": 8, "seq_len": 1024, "zero_stage": 3}
+    values = []
+    for factor in (1.0, 2.0):
+        path = tmp_path / f"a{factor:g}.yaml"
+        path.write_text(
+            cluster_yaml(_with_attention_rates_times(profiled["doc"].data, factor), []),
+            encoding="utf-8",
+        )
+        tree = parplan_gen.explain(
+            "llama-3-8b", path, layout, "attention_efficiency", backend="deepspeed"
+        )
+        values.append(tree.value)
+    efficiency, half = fit
+    assert values[0] == pytest.approx(efficiency * 1024 / (1024 + half), rel=1e-9)
+    assert values[1] == pytest.approx(2 * values[0], rel=1e-9)  # twice the rate, twice E
+    # Megatron runs Transformer Engine's attention, not SDPA: the profile does not price it.
+    megatron = parplan_gen.explain(
+        "llama-3-8b", profiled["path"], layout | {"zero_stage": 0}, "attention_efficiency",
+        backend="megatron",
+    )  # fmt: skip
+    assert megatron.value != pytest.approx(values[0])
+
+
+@pytest.mark.parametrize(
+    ("efficiency", "half"), [(0.34, 530.0), (0.6, 520.0), (0.25, 0.0), (0.9, 4096.0)]
+)
+def test_the_saturating_fit_recovers_its_curve(efficiency: float, half: float) -> None:
+    from parplan_gen.cost.measured import saturating_fit
+
+    lengths = [512, 1024, 2048, 4096, 8192, 16384]
+    fit = saturating_fit([(n, efficiency * n / (n + half)) for n in lengths])
+    assert fit == pytest.approx((efficiency, half), abs=1e-9)
+
+
+def test_the_saturating_fit_needs_two_lengths_and_a_ceiling() -> None:
+    from parplan_gen.cost.measured import saturating_fit
+
+    assert saturating_fit([(1024, 0.3), (1024, 0.31)]) is None  # one length
+    assert saturating_fit([(512, 0.1), (1024, 0.2), (2048, 0.4)]) is None  # no ceiling seen
+    # a rate that falls with the length: no half-length, the mean rate
+    assert saturating_fit([(512, 0.4), (1024, 0.3)]) == pytest.approx((0.35, 0.0))
 
 
 def test_the_file_keeps_its_key_order(profiled: dict[str, Any]) -> None:

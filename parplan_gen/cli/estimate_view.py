@@ -29,14 +29,15 @@ TIME_LABELS = {
 
 
 def measured_lines(cluster: Cluster) -> list[str]:
-    """The line that says a profiled cluster's GEMMs are priced from its own measurement
-    (none for a catalog cluster)."""
+    """The line that says a profiled cluster's GEMMs (and SDPA attention, where measured) are
+    priced from its own measurement (none for a catalog cluster)."""
     m = cluster.measured
     if m is None:
         return []
+    what = "GEMMs and SDPA attention" if m.attention_max_fraction else "GEMMs"
     return [
-        f"priced from measured curves: parplan profile of {printable(m.gpu_name)} on {m.date} "
-        f"(torch {printable(m.torch)}; cluster file `measured:`, docs/clusters.md)"
+        f"priced from measured curves ({what}): parplan profile of {printable(m.gpu_name)} on "
+        f"{m.date} (torch {printable(m.torch)}; cluster file `measured:`, docs/clusters.md)"
     ]
 
 

@@ -159,6 +159,18 @@ def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
         "cluster.nvswitch": cluster.nvswitch,
         "cluster.architecture": cluster.gpu.architecture,
         "cluster.measured_gemm_fraction_16bit": _measured_gemm(cluster, SIXTEEN_BIT[precision]),
+        **_measured_attention(cluster),
+    }
+
+
+def _measured_attention(cluster: Cluster) -> dict[str, float]:
+    """The profile's SDPA curve (cost/measured.py saturating_fit); 0, 0 when not profiled."""
+    figures = cluster.measured
+    fraction = None if figures is None else figures.attention_max_fraction
+    half = None if figures is None else figures.attention_half_seq
+    return {
+        "cluster.measured_attention_max_fraction": float(fraction or 0.0),
+        "cluster.measured_attention_half_seq": float(half or 0.0),
     }
 
 

@@ -17,7 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
 
 from parplan_gen.cost.catalog import GIGA, TERA
 from parplan_gen.cost.data_checks import RawData
@@ -247,6 +255,14 @@ class MeasuredFigures(BaseModel):
     gemm_fraction_fp8: PositiveFloat | None = Field(
         description="Fastest measured FP8 GEMM / the FP8 dense peak."
     )
+    attention_max_fraction: PositiveFloat | None = Field(
+        None,
+        description="E of the causal forward+backward SDPA rate fitted as E x L / (L + L_half), "
+        "over the 16-bit dense peak; None: not measured at two lengths or more.",
+    )
+    attention_half_seq: NonNegativeFloat | None = Field(
+        None, description="L_half of that fit, tokens."
+    )
 
 
 def measured_figures(
@@ -263,6 +279,13 @@ def measured_figures(
 
     gemm = measured.gemm or GemmCurves()
     source = measured.provenance
+    attention = saturating_fit(
+        [
+            (p.seq_len, p.tflops * TERA / peak)
+            for p in measured.attention
+            if p.causal and p.mode == "fwd_bwd" and (peak := peak_flops("bf16"))
+        ]
+    )
     return MeasuredFigures(
         gpu_name=source.gpu_name,
         date=source.date,
@@ -272,4 +295,27 @@ def measured_figures(
         nccl=source.nccl,
         gemm_fraction_bf16=fraction(gemm.bf16, "bf16"),
         gemm_fraction_fp8=fraction(gemm.fp8, "fp8"),
+        attention_max_fraction=None if attention is None else attention[0],
+        attention_half_seq=None if attention is None else attention[1],
     )
+
+
+def saturating_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """(E, L_half) of y = E x L / (L + L_half) through `points` (L, y): the least-squares line
+    of 1/y against 1/L, whose intercept is 1 / E and slope L_half / E (the form, and the fit,
+    of rules/cost/context.yaml's FlashAttention curves). None with fewer than two lengths, or
+    when the rate still doubles with the length (no saturation seen: intercept <= 0). A rate
+    that falls with the length gives L_half 0 and E the mean rate."""
+    if len({length for length, _ in points}) < 2:
+        return None
+    xs = [1 / length for length, _ in points]
+    ys = [1 / y for _, y in points]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    intercept = mean_y - slope * mean_x
+    if intercept <= 0:
+        return None
+    if slope < 0:
+        return sum(y for _, y in points) / len(points), 0.0
+    return 1 / intercept, slope / intercept

@@ -41,6 +41,20 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "The fastest 16-bit GEMM a cluster file's `measured:` section (`parplan profile`) "
         "records, over the 16-bit dense peak; 0 when the cluster was not profiled.",
     ),
+    (
+        "cluster.measured_attention_max_fraction",
+        "number",
+        "-",
+        "E of the causal forward+backward attention (SDPA) rate a cluster file's `measured:` "
+        "section records, fitted as E x L / (L + L_half) over the 16-bit dense peak; 0 when "
+        "the cluster was not profiled at two lengths or more.",
+    ),
+    (
+        "cluster.measured_attention_half_seq",
+        "number",
+        "tokens",
+        "L_half of that fit; 0 when not profiled.",
+    ),
     ("cluster.hbm_bandwidth", "number", "bytes/s", "Memory bandwidth of one GPU."),
     (
         "cluster.intra_bandwidth",
