@@ -208,7 +208,6 @@ def test_a_profiled_cluster_prices_sdpa_attention_from_its_own_curve(
     profiled: dict[str, Any], tmp_path: Path
 ) -> None:
     import parplan_gen
-
     from parplan_gen.cost.measured import saturating_fit
 
     # The CPU profile measures causal forward+backward SDPA at two lengths or more; the fit

@@ -9,13 +9,16 @@ An existing file is read by its suffix:
   (expanded into its per-layer op graph by `transformer_graph`), else a native graph file.
 
 Anything else that is not a file must be a preset name (`parplan models`): a transformer preset
-is expanded like a config, a graph preset (e.g. `resnet-50`) is its native graph.
+is expanded like a config, a graph preset (e.g. `resnet-50`) is its native graph; or a Hugging
+Face model id (`org/name`), whose config.json is read from the local Hugging Face cache
+(`hf_cache`), never downloaded.
 """
 
 from __future__ import annotations
 
 import difflib
 import errno
+import os
 import stat
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from parplan_gen.inputs.source import gc_paused, load_document
 from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.graph import MAX_GRAPH_BYTES, ModelGraph, graph_from_document
 from parplan_gen.models.graph_model import GraphModelSpec
+from parplan_gen.models.hf_cache import cached_config, is_hub_id
 from parplan_gen.models.hf_config import load_hf_config
 from parplan_gen.models.kind import PER_LAYER_FIELDS
 from parplan_gen.models.presets import (
@@ -66,6 +70,8 @@ def load_graph_for(
         return load_graph_preset(path_or_name)
     if path_or_name in preset_names():
         return model_graph(load_preset(path_or_name), seq_len=seq_len)
+    if _hub_id(path_or_name):
+        return model_graph(_hub_model(path_or_name), seq_len=seq_len)
     raise _unknown(path_or_name)
 
 
@@ -85,7 +91,26 @@ def load_model(path_or_name: str) -> AnyModelSpec:
         return GraphModelSpec.from_graph(load_graph_for(path_or_name, batch_size=1), where)
     if path_or_name in preset_names():
         return load_preset(path_or_name)
+    if _hub_id(path_or_name):
+        return _hub_model(path_or_name)
     raise _unknown(path_or_name)
+
+
+def _hub_id(text: str) -> bool:
+    """Whether `text` names a Hugging Face model (`org/name`) rather than a missing file: no
+    model file suffix, and nothing at that path."""
+    if not is_hub_id(text) or Path(text).suffix.lower() in (*DOCUMENT_SUFFIXES, *ONNX_SUFFIXES):
+        return False
+    try:
+        return not os.path.lexists(text)
+    except ValueError:  # a NUL: no file, and no model id either (is_hub_id refuses it)
+        return False
+
+
+def _hub_model(model_id: str) -> ModelSpec:
+    """The transformer of a Hugging Face model id, from the local cache's config.json, named
+    as the id names it (`meta-llama/Llama-3.1-8B` -> `Llama-3.1-8B`)."""
+    return load_hf_config(cached_config(model_id), name=model_id.split("/", 1)[1])
 
 
 def _is_file(path: Path) -> bool:
