@@ -190,7 +190,7 @@ def test_a_profiled_estimate_says_where_its_figures_come_from(profiled: dict[str
         )
     provenance = profiled["measured"].provenance
     assert (
-        "priced from measured curves (GEMMs and SDPA attention): parplan profile of "
+        "priced from measured curves (GEMMs, SDPA attention and collectives): parplan profile of "
         f"{provenance.gpu_name}" in out.getvalue()
     )
 
@@ -454,3 +454,54 @@ def test_the_progress_line_is_shown_on_a_terminal_only() -> None:
         progress.close()
     assert "profile: gemm bf16 m=128 n=4096 k=4096  [1/2]  " in shown.getvalue()
     assert hidden.getvalue() == ""
+
+
+def test_a_profiled_cluster_prices_its_collectives_at_the_measured_bus_bandwidth(
+    profiled: dict[str, Any],
+) -> None:
+    import parplan_gen
+
+    # The CPU profile runs gloo collectives between two local processes: one node.
+    measured: Measured = profiled["measured"]
+    assert measured.collectives is not None
+    ring = [
+        p.bus_gb_per_s
+        for name in ("all_reduce", "all_gather", "reduce_scatter")
+        for p in getattr(measured.collectives, name)
+    ]
+    cluster = load_cluster(profiled["path"])
+    assert cluster.measured is not None
+    assert cluster.measured.intra_bus_bytes_per_s == pytest.approx(max(ring) * 1e9, rel=1e-12)
+    assert cluster.measured.inter_bus_bytes_per_s is None  # no cross-node point
+    layout = {"dp": 2, "tp": 1, "global_batch": 8, "seq_len": 1024}
+    bus = parplan_gen.explain("llama-3-8b", profiled["path"], layout, "intra_bus_bandwidth")
+    assert bus.value == pytest.approx(max(ring) * 1e9, rel=1e-12)
+    # Unprofiled, the link is the datasheet's at link_efficiency (rules/cost/efficiency.yaml).
+    catalog = {"gpus": cluster.num_gpus, "gpu": cluster.gpu.name}
+    plain = parplan_gen.explain("llama-3-8b", catalog, layout, "intra_bus_bandwidth")
+    link = parplan_gen.explain("llama-3-8b", catalog, layout, "link_efficiency").value
+    assert plain.value == pytest.approx(cluster.intra_node_bytes_per_s * link, rel=1e-12)
+
+
+def test_across_nodes_the_bus_bandwidth_is_shared_by_the_gpus_of_a_node() -> None:
+    from parplan_gen.cost.measured import measured_figures
+
+    def point(span: str, bus: float) -> dict[str, Any]:
+        ranks, size = 16, 2**30
+        alg = bus / (2 * (ranks - 1) / ranks)  # nccl-tests' all-reduce factor
+        return {"bytes": size, "ranks": ranks, "span": span, "time_s": size / (alg * 1e9),
+                "alg_gb_per_s": alg, "bus_gb_per_s": bus}  # fmt: skip
+
+    provenance = {
+        "gpu_name": "NVIDIA H100 80GB HBM3", "driver": None, "cuda": "12.4", "hip": None,
+        "torch": "2.5", "nccl": "2.21", "date": "2026-12-05T00:00:00Z", "device": "cuda",
+        "quick": True, "budget_s": 60, "stopped_early": False,
+    }  # fmt: skip
+    collectives = {
+        "backend": "nccl",
+        "all_reduce": [point("node", 360.0), point("cross-node", 320.0)],
+    }
+    measured = Measured.model_validate({"provenance": provenance, "collectives": collectives})
+    figures = measured_figures(measured, lambda precision: 989e12, 8)
+    assert figures.intra_bus_bytes_per_s == pytest.approx(360e9)
+    assert figures.inter_bus_bytes_per_s == pytest.approx(320e9 / 8)  # 40 GB/s per GPU's NIC

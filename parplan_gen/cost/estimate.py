@@ -164,13 +164,18 @@ def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
 
 
 def _measured_attention(cluster: Cluster) -> dict[str, float]:
-    """The profile's SDPA curve (cost/measured.py saturating_fit); 0, 0 when not profiled."""
+    """The profile's SDPA curve (cost/measured.py saturating_fit) and collective bus bandwidths;
+    0 for each figure the cluster was not profiled for."""
     figures = cluster.measured
     fraction = None if figures is None else figures.attention_max_fraction
     half = None if figures is None else figures.attention_half_seq
+    intra = None if figures is None else figures.intra_bus_bytes_per_s
+    inter = None if figures is None else figures.inter_bus_bytes_per_s
     return {
         "cluster.measured_attention_max_fraction": float(fraction or 0.0),
         "cluster.measured_attention_half_seq": float(half or 0.0),
+        "cluster.measured_intra_bus_bandwidth": float(intra or 0.0),
+        "cluster.measured_inter_bus_bandwidth": float(inter or 0.0),
     }
 
 

@@ -382,7 +382,7 @@ def load_cluster_file(path: str | Path) -> ClusterSetup:
     cluster = _build(catalog, name, gpu_, (num_gpus, gpn, domain), inter)
     if spec.measured is not None:
         measured = validate_measured(doc.data["measured"], doc)
-        found = measured_figures(measured, lambda p: _peak_or_none(gpu_, p))
+        found = measured_figures(measured, lambda p: _peak_or_none(gpu_, p), gpn)
         cluster = cluster.model_copy(update={"measured": found})
     return ClusterSetup(cluster=cluster, launch=launch, budget_inputs=spec.budget_inputs())
 

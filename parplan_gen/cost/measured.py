@@ -263,13 +263,24 @@ class MeasuredFigures(BaseModel):
     attention_half_seq: NonNegativeFloat | None = Field(
         None, description="L_half of that fit, tokens."
     )
+    intra_bus_bytes_per_s: PositiveFloat | None = Field(
+        None,
+        description="The largest bus bandwidth of the ring collectives measured inside a node, "
+        "B/s per GPU; None: not measured.",
+    )
+    inter_bus_bytes_per_s: PositiveFloat | None = Field(
+        None,
+        description="The largest bus bandwidth measured across nodes over the GPUs of a node "
+        "that share it, B/s per GPU (nccl-tests' ring: min(NVLink, GPUs x network)); None: not "
+        "measured.",
+    )
 
 
 def measured_figures(
-    measured: Measured, peak_flops: Callable[[str], float | None]
+    measured: Measured, peak_flops: Callable[[str], float | None], gpus_per_node: int
 ) -> MeasuredFigures:
     """The figures of `measured` on a GPU whose dense peak at a precision is `peak_flops(p)`
-    (None: the GPU has no such mode)."""
+    (None: the GPU has no such mode), `gpus_per_node` to a node."""
 
     def fraction(points: Sequence[GemmPoint], precision: str) -> float | None:
         peak = peak_flops(precision)
@@ -297,7 +308,28 @@ def measured_figures(
         gemm_fraction_fp8=fraction(gemm.fp8, "fp8"),
         attention_max_fraction=None if attention is None else attention[0],
         attention_half_seq=None if attention is None else attention[1],
+        intra_bus_bytes_per_s=_bus(measured.collectives, "node", 1),
+        inter_bus_bytes_per_s=_bus(measured.collectives, "cross-node", gpus_per_node),
     )
+
+
+# The ring collectives whose bus bandwidth is the link's (nccl-tests doc/PERFORMANCE.md); an
+# all-to-all's is not a ring's, and send/recv is one link.
+RING_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def _bus(collectives: Collectives | None, span: Span, sharing: int) -> float | None:
+    """The largest ring bus bandwidth measured over `span`, B/s, over the `sharing` GPUs whose
+    traffic one link carries; None when none was measured."""
+    if collectives is None:
+        return None
+    rates = [
+        p.bus_gb_per_s
+        for name in RING_COLLECTIVES
+        for p in getattr(collectives, name)
+        if p.span == span
+    ]
+    return max(rates) * GIGA / sharing if rates else None
 
 
 def saturating_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float] | None:

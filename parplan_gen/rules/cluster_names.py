@@ -55,6 +55,20 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "tokens",
         "L_half of that fit; 0 when not profiled.",
     ),
+    (
+        "cluster.measured_intra_bus_bandwidth",
+        "number",
+        "bytes/s",
+        "The largest ring-collective bus bandwidth a cluster file's `measured:` section records "
+        "inside a node, per GPU; 0 when not profiled.",
+    ),
+    (
+        "cluster.measured_inter_bus_bandwidth",
+        "number",
+        "bytes/s",
+        "The largest ring-collective bus bandwidth it records across nodes, over the GPUs of a "
+        "node; 0 when not profiled.",
+    ),
     ("cluster.hbm_bandwidth", "number", "bytes/s", "Memory bandwidth of one GPU."),
     (
         "cluster.intra_bandwidth",
