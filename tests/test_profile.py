@@ -189,10 +189,32 @@ def test_a_profiled_estimate_says_where_its_figures_come_from(profiled: dict[str
             ]
         )
     provenance = profiled["measured"].provenance
+    figures = load_cluster(profiled["path"]).measured
+    assert figures is not None
+    # The CPU profile's attention rates may not saturate between its two lengths (no curve).
+    what = "GEMMs, SDPA attention and collectives" if figures.attention_max_fraction else None
+    what = what or "GEMMs and collectives"
     assert (
-        "priced from measured curves (GEMMs, SDPA attention and collectives): parplan profile of "
-        f"{provenance.gpu_name}" in out.getvalue()
+        f"priced from measured curves ({what}): parplan profile of {provenance.gpu_name}"
+        in out.getvalue()
     )
+
+
+def _with_saturating_attention(data: dict[str, Any]) -> dict[str, Any]:
+    """The file's data with its causal forward+backward attention points replaced by points at
+    512-4096 tokens on 400 x L / (L + 500) TFLOP/s (the others kept)."""
+    points = [
+        p for p in data["measured"]["attention"] if not (p["causal"] and p["mode"] == "fwd_bwd")
+    ]
+    for seq_len in (512, 1024, 2048, 4096):
+        flops = 3.5 * 0.5 * 4 * seq_len**2 * 16 * 128  # the FlashAttention benchmark's count
+        tflops = 400 * seq_len / (seq_len + 500)
+        time_s = flops / (tflops * 1e12)
+        points.append({"seq_len": seq_len, "head_dim": 128, "heads": 16, "batch": 1,
+                       "causal": True, "mode": "fwd_bwd", "flops": flops,
+                       "time_s": float(f"{time_s:.6g}"),
+                       "tflops": float(f"{flops / float(f'{time_s:.6g}') / 1e12:.6g}")})  # fmt: skip
+    return {**data, "measured": {**data["measured"], "attention": points}}
 
 
 def _with_attention_rates_times(data: dict[str, Any], factor: float) -> dict[str, Any]:
@@ -210,11 +232,15 @@ def test_a_profiled_cluster_prices_sdpa_attention_from_its_own_curve(
     import parplan_gen
     from parplan_gen.cost.measured import saturating_fit
 
-    # The CPU profile measures causal forward+backward SDPA at two lengths or more; the fit
-    # goes through them as E x L / (L + L_half), over the cluster GPU's BF16 peak.
-    measured: Measured = profiled["measured"]
+    # Causal forward+backward SDPA points on FlashAttention-2's curve shape (the CPU profile's
+    # own rates are too noisy to saturate reliably): the fit goes through them as
+    # E x L / (L + L_half), over the cluster GPU's BF16 peak.
+    data = _with_saturating_attention(profiled["doc"].data)
+    base = tmp_path / "attention.yaml"
+    base.write_text(cluster_yaml(data, []), encoding="utf-8")
+    measured = validate_measured(data["measured"], load_document(base))
     points = [p for p in measured.attention if p.causal and p.mode == "fwd_bwd"]
-    cluster = load_cluster(profiled["path"])
+    cluster = load_cluster(base)
     peak = cluster.gpu.peak_flops("bf16")
     fit = saturating_fit([(p.seq_len, p.tflops * 1e12 / peak) for p in points])
     assert fit is not None and cluster.measured is not None
@@ -224,8 +250,7 @@ def test_a_profiled_cluster_prices_sdpa_attention_from_its_own_curve(
     for factor in (1.0, 2.0):
         path = tmp_path / f"a{factor:g}.yaml"
         path.write_text(
-            cluster_yaml(_with_attention_rates_times(profiled["doc"].data, factor), []),
-            encoding="utf-8",
+            cluster_yaml(_with_attention_rates_times(data, factor), []), encoding="utf-8"
         )
         tree = parplan_gen.explain(
             "llama-3-8b", path, layout, "attention_efficiency", backend="deepspeed"
@@ -236,7 +261,7 @@ def test_a_profiled_cluster_prices_sdpa_attention_from_its_own_curve(
     assert values[1] == pytest.approx(2 * values[0], rel=1e-9)  # twice the rate, twice E
     # Megatron runs Transformer Engine's attention, not SDPA: the profile does not price it.
     megatron = parplan_gen.explain(
-        "llama-3-8b", profiled["path"], layout | {"zero_stage": 0}, "attention_efficiency",
+        "llama-3-8b", base, layout | {"zero_stage": 0}, "attention_efficiency",
         backend="megatron",
     )  # fmt: skip
     assert megatron.value != pytest.approx(values[0])
@@ -505,3 +530,32 @@ def test_across_nodes_the_bus_bandwidth_is_shared_by_the_gpus_of_a_node() -> Non
     figures = measured_figures(measured, lambda precision: 989e12, 8)
     assert figures.intra_bus_bytes_per_s == pytest.approx(360e9)
     assert figures.inter_bus_bytes_per_s == pytest.approx(320e9 / 8)  # 40 GB/s per GPU's NIC
+
+
+def test_a_profiled_fp8_gemm_sets_the_fp8_speed_up(
+    profiled: dict[str, Any], tmp_path: Path
+) -> None:
+    import parplan_gen
+
+    # FP8 points three times as fast as the BF16 ones (the CPU profile has none of its own).
+    data = copy.deepcopy(profiled["doc"].data)
+    bf16 = data["measured"]["gemm"]["bf16"]
+    data["measured"]["gemm"]["fp8"] = [
+        {**p, "time_s": p["time_s"] / 3, "tflops": p["tflops"] * 3} for p in bf16
+    ]
+    path = tmp_path / "fp8.yaml"
+    path.write_text(cluster_yaml(data, []), encoding="utf-8")
+    cluster = load_cluster(path)
+    assert cluster.measured is not None
+    fp8, sixteen = cluster.measured.gemm_fraction_fp8, cluster.measured.gemm_fraction_bf16
+    assert fp8 is not None and sixteen is not None
+    assert fp8 / sixteen == pytest.approx(3 * cluster.gpu.bf16_flops / cluster.gpu.fp8_flops)
+    layout = {"dp": 2, "global_batch": 8, "seq_len": 1024, "precision": "fp8"}
+
+    def value(name: str) -> float:
+        return parplan_gen.explain("llama-3-8b", path, layout, name).value
+
+    # Against Transformer Engine's GEMM benchmark: FP8 0.684, BF16 0.718 of their peaks.
+    reference = value("nvidia_benchmark_fp8_fraction") / value("nvidia_benchmark_bf16_fraction")
+    assert reference == pytest.approx(0.684 / 0.718, rel=1e-3)
+    assert value("measured_max_fp8_scale") == pytest.approx(fp8 / sixteen / reference, rel=1e-12)

@@ -158,6 +158,7 @@ def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
         "cluster.inter_latency": cluster.inter_node_latency_s,
         "cluster.nvswitch": cluster.nvswitch,
         "cluster.architecture": cluster.gpu.architecture,
+        "cluster.measured_gemm_fraction": _measured_gemm(cluster, precision),
         "cluster.measured_gemm_fraction_16bit": _measured_gemm(cluster, SIXTEEN_BIT[precision]),
         **_measured_attention(cluster),
     }

@@ -35,6 +35,13 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "cluster.gemm_max_fraction at the 16-bit precision of cluster.peak_flops_16bit.",
     ),
     (
+        "cluster.measured_gemm_fraction",
+        "number",
+        "-",
+        "The fastest GEMM at train.precision a cluster file's `measured:` section (`parplan "
+        "profile`) records, over the dense peak at that precision; 0 when not profiled at it.",
+    ),
+    (
         "cluster.measured_gemm_fraction_16bit",
         "number",
         "-",
