@@ -229,6 +229,7 @@ def test_every_rendered_torchtitan_launch_reads_back(
             tmp_path / "plan" / "torchtitan_run.sh",
             load_model(model).pipeline_layers,
             load_mapping(MAPPING),
+            num_gpus=gpus,
         )
     always = ("dp", "tp", "pp", "cp", "mbs", "global_batch", "seq_len", "recompute", "precision")
     assert set(always) <= set(read)

@@ -47,7 +47,8 @@ def test_torchtitan_run_reads_back_to_the_plan(
 ) -> None:
     plan, script = _planned(tmp_path, model, gpus, batch, seq)
     layout = plan.chosen.plan
-    read = torchtitan_values(script, load_model(model).pipeline_layers, load_mapping(MAPPING))
+    layers = load_model(model).pipeline_layers
+    read = torchtitan_values(script, layers, load_mapping(MAPPING), num_gpus=gpus)
     assert {k: read.get(k, getattr(layout, k)) for k in LAYOUT} == {
         k: getattr(layout, k) for k in LAYOUT
     }
@@ -64,7 +65,7 @@ def test_hsdp_is_refused_by_the_reader(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     with pytest.raises(InputError, match="HSDP"):
-        torchtitan_values(script, 32, load_mapping(MAPPING))
+        torchtitan_values(script, 32, load_mapping(MAPPING), num_gpus=8)
 
 
 @pytest.mark.parametrize(("model", "gpus", "batch", "seq"), CASES)

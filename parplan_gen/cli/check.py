@@ -74,7 +74,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     rules = load_rules(args.rules)
     spec, cluster = load_model(args.model), cluster_from_args(args)
-    values = layout_values(args, spec, rules)
+    values = layout_values(args, spec, rules, cluster.num_gpus)
     accum = values.pop("grad_accum", None)
     layout = build_layout(cluster.num_gpus, **values)
     check_accumulation(args.from_deepspeed, accum, layout)
@@ -167,11 +167,13 @@ def megatron_line(path: str, report: CheckReport) -> str:
 LAYOUT_FLAGS = (*(dest for dest, _, _ in LAYOUT_SIZES), "global_batch", "seq_len")
 
 
-def layout_values(args: argparse.Namespace, spec: TrainedModel, rules: RuleSet) -> dict[str, Any]:
-    """Layout fields: the defaults, then the --from-* files (read under the check's `rules`),
-    then the explicit flags."""
+def layout_values(
+    args: argparse.Namespace, spec: TrainedModel, rules: RuleSet, num_gpus: int
+) -> dict[str, Any]:
+    """Layout fields on `num_gpus` GPUs: the defaults, then the --from-* files (read under the
+    check's `rules`), then the explicit flags (which must give what a file leaves to them)."""
     from parplan_gen.inputs.errors import UsageError
-    from parplan_gen.render.readers import layout_from_files
+    from parplan_gen.render.readers import layout_from_files, require_given
 
     values: dict[str, Any] = {"tp": 1, "pp": 1}
     values.update(
@@ -181,6 +183,7 @@ def layout_values(args: argparse.Namespace, spec: TrainedModel, rules: RuleSet) 
             megatron=args.from_megatron,
             torchtitan=args.from_torchtitan,
             rules=rules,
+            num_gpus=num_gpus,
         )
     )
     flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}
@@ -190,6 +193,7 @@ def layout_values(args: argparse.Namespace, spec: TrainedModel, rules: RuleSet) 
         flags.update(zero_stage=args.zero, distributed_optimizer=False)
     if args.distributed_optimizer:
         flags.update(distributed_optimizer=True, zero_stage=0)
+    require_given(values, flags)
     values.update(flags)
     if "global_batch" not in values:
         raise UsageError("give --global-batch (or a file that sets it)")

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from parplan_gen.backends.deepspeed.reader import deepspeed_values
-from parplan_gen.backends.megatron.reader import megatron_values
+from parplan_gen.backends.deepspeed.reader import UNFILLED, deepspeed_values
+from parplan_gen.backends.megatron.reader import megatron_shape, megatron_values
 from parplan_gen.backends.torchtitan.reader import torchtitan_values
 from parplan_gen.cost.layout import Layout, build_layout
 from parplan_gen.inputs.errors import InputError
@@ -36,12 +36,15 @@ def layout_from_files(
     torchtitan: str | Path | None = None,
     templates_dir: str | Path | None = None,
     rules: RuleSet | None = None,
+    num_gpus: int | None = None,
 ) -> dict[str, Any]:
     """Layout fields set by a ds_config.json, then a Megatron-LM argument file, then a torchtitan
     launch line (each may be None), plus `grad_accum` when the DeepSpeed config gives one (to
-    check against the layout). Megatron-LM arguments describe transformers: for an op-graph
-    model, an InputError. `rules`: the check's (None: the built-in ones, loaded if a torchtitan
-    line needs a named formula)."""
+    check against the layout) and `unfilled` when it leaves fields to the flags
+    (`require_given`). Megatron-LM arguments describe transformers: for an op-graph model, an
+    InputError, as is a script whose model shape is not `model`'s. `rules`: the check's (None:
+    the built-in ones, loaded if a torchtitan line needs a named formula); `num_gpus`: the
+    world size a torchtitan line runs on (its data-parallel degree -1 is the rest of it)."""
     values: dict[str, Any] = {}
     if deepspeed:
         values.update(deepspeed_values(deepspeed, templates_dir=templates_dir))
@@ -51,13 +54,26 @@ def layout_from_files(
                 f"--from-megatron: {model.name} is an op-graph model; Megatron-LM arguments "
                 "describe transformers (use --from-deepspeed or the layout flags)"
             )
+        megatron_shape(megatron, model)
         values.update(megatron_values(megatron, model.pipeline_layers, templates_dir=templates_dir))
     if torchtitan:
         if "torchtitan" not in model.backends:
             raise InputError(f"--from-torchtitan: torchtitan does not train {model.name}")
+        if num_gpus is None:
+            raise TypeError("layout_from_files: a torchtitan line needs num_gpus")
         mapping = Templates.at(templates_dir).mapping()
-        values.update(torchtitan_values(torchtitan, model.pipeline_layers, mapping, rules))
+        layers = model.pipeline_layers
+        values.update(torchtitan_values(torchtitan, layers, mapping, rules, num_gpus=num_gpus))
     return values
+
+
+def require_given(values: dict[str, Any], given: Mapping[str, Any]) -> None:
+    """Remove `unfilled` from the values read (the fields a file leaves to the flags: a
+    ds_config.json's "auto", its fp32) and raise its one-line InputError for the first of them
+    `given` (the flags, the API's layout fields) does not give."""
+    for field, (why, where) in values.pop(UNFILLED, {}).items():
+        if field not in given:
+            raise InputError(why, where)
 
 
 def layout_read(
@@ -75,8 +91,14 @@ def layout_read(
     model's. A ds_config.json's gradient_accumulation_steps must be the layout's."""
     values: dict[str, Any] = dict(UNREAD)
     values |= layout_from_files(
-        model, deepspeed=deepspeed, megatron=megatron, torchtitan=torchtitan, rules=rules
+        model,
+        deepspeed=deepspeed,
+        megatron=megatron,
+        torchtitan=torchtitan,
+        rules=rules,
+        num_gpus=num_gpus,
     )
+    require_given(values, given)
     accum = values.pop("grad_accum", None)
     values |= given
     if "global_batch" not in values:

@@ -9,6 +9,13 @@ limits of `layout`).
 leaves it to DeepSpeed (the named formula `grad_reduce_bytes` of the rules for a layout that
 names no type: fp32 at ZeRO 0, the run's 16-bit type at ZeRO 1-3), else `fp32` or `bf16` as
 written.
+
+As DeepSpeed reads the file: a value "auto" (the HF Trainer's, filled from its own arguments)
+is left to the check's flags, which must give it; with no bf16 (or its older name bfloat16) or
+fp16 section enabled DeepSpeed trains in fp32, which the cost model does not price, so the
+precision must come from a flag too (`UNFILLED`: what the flags must give, and the line that
+says so where they do not). ZeRO-Offload (offload_optimizer / offload_param to cpu or nvme) is
+refused by name: the cost model prices optimizer states and parameters in GPU memory.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.layout import SIXTEEN_BIT, size_problem
-from parplan_gen.inputs.errors import InputError
+from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.source import Document, load_document
 from parplan_gen.planning.evaluate import named_formula
 from parplan_gen.render.mapping_inverse import CHOICES, DeepSpeedKey, deepspeed_keys, read_choice
@@ -26,7 +33,18 @@ from parplan_gen.render.template_env import Templates
 if TYPE_CHECKING:
     from parplan_gen.rules.ruleset import RuleSet
 
-HF_AUTO_HINT = " (the HF Trainer fills 'auto'; give the value as a flag)"
+UNFILLED = "unfilled"  # {field: (why, where)}: the fields the check's flags must give
+AUTO = "auto"  # transformers integrations/deepspeed.py fills "auto" from the Trainer's arguments
+# The sections that turn 16-bit training on (runtime/precision_config.py: bf16, or its older
+# name bfloat16 where bf16 is absent; fp16) and the precision each gives.
+PRECISION_SECTIONS = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16"}
+ENABLED = "enabled"
+# ZeRO-Offload (runtime/zero/offload_config.py OffloadDeviceEnum: none, cpu, nvme) and the
+# deprecated switches runtime/zero/config.py turns into it.
+OFFLOADS = ("offload_optimizer", "offload_param")
+OFFLOAD_DEVICES, NOT_OFFLOADED = ("none", "cpu", "nvme"), "none"
+OFFLOAD_SWITCHES = {"cpu_offload": "offload_optimizer", "cpu_offload_param": "offload_param"}
+ZERO = "zero_optimization"
 # ds_config.json's reduce type (DeepSpeed runtime/config.py get_communication_data_type: fp16,
 # bf16 or fp32) and its element sizes; GRAD_DEFAULT gives the size parplan writes for a layout
 # that names no reduce type (planning/decisions.py).
@@ -49,15 +67,65 @@ def deepspeed_values(
     if not isinstance(doc.data, dict):
         got = "an empty file" if doc.data is None else type(doc.data).__name__
         raise InputError(f"a DeepSpeed config is a JSON object (got {got})", doc.ref())
+    _refuse_offload(doc)
     out: dict[str, Any] = {}
+    unfilled: dict[str, tuple[str, SourceRef]] = {}
     for key in deepspeed_keys(Templates.at(templates_dir).mapping()):
         found, value = _at(doc.data, key.path)
-        if found:
+        if found and value == AUTO and key.field is not None:
+            unfilled[key.field] = _auto_line(doc, key.path, key.field)
+        elif found and value != AUTO:
             out.update(_deepspeed_value(doc, key, value))
+    if "precision" not in out:
+        out.update(_older_bf16(doc.data))
+    if "precision" not in out:
+        unfilled["precision"] = _precision_line(doc)
+    unfilled.pop("grad_accum", None)  # what the batch, micro-batch and dp make it
     found, value = _at(doc.data, COMMUNICATION_TYPE)
     if found:
         out.update(_reduce_type(doc, value, out, rules))
-    return out
+    return out | ({UNFILLED: unfilled} if unfilled else {})
+
+
+def _auto_line(doc: Document, path: tuple[str, ...], field: str) -> tuple[str, SourceRef]:
+    flag = "--" + field.replace("_", "-")  # the check's flag of the layout field (cli/common.py)
+    return f"{AUTO!r} is filled by the HF Trainer: give {flag}", doc.ref(path)
+
+
+def _older_bf16(data: dict[str, Any]) -> dict[str, Any]:
+    """precision bf16 where the older section name `bfloat16` enables it and `bf16` is absent
+    (runtime/precision_config.py get_bfloat16_config)."""
+    found, value = _at(data, ("bfloat16", ENABLED))
+    return {"precision": "bf16"} if "bf16" not in data and found and value is True else {}
+
+
+def _precision_line(doc: Document) -> tuple[str, SourceRef]:
+    """Why a file that enables no 16-bit section has no precision the check can price."""
+    for section in PRECISION_SECTIONS:
+        found, value = _at(doc.data, (section, ENABLED))
+        if found and value == AUTO:
+            return _auto_line(doc, (section, ENABLED), "precision")
+    return (
+        "no bf16 or fp16 section enabled: DeepSpeed trains in fp32, which parplan does not "
+        f"price (its precisions: {', '.join(CHOICES['precision'])}); give --precision to price "
+        "another",
+        doc.ref(),
+    )
+
+
+def _refuse_offload(doc: Document) -> None:
+    """An InputError naming ZeRO-Offload where the file moves optimizer states or parameters
+    off the GPU: the cost model does not price it."""
+    for name in OFFLOADS:
+        path = (ZERO, name, "device")
+        found, device = _at(doc.data, path)
+        if found and read_choice(device, OFFLOAD_DEVICES, doc.ref(path)) != NOT_OFFLOADED:
+            raise InputError(f"{name} to {device} is not priced by parplan", doc.ref(path))
+    for switch, name in OFFLOAD_SWITCHES.items():
+        found, value = _at(doc.data, (ZERO, switch))
+        if found and value is True:
+            where = doc.ref((ZERO, switch))
+            raise InputError(f"{switch} ({name} to cpu) is not priced by parplan", where)
 
 
 def _reduce_type(
@@ -105,8 +173,7 @@ def _deepspeed_value(doc: Document, key: DeepSpeedKey, value: Any) -> dict[str, 
     if key.field is not None:
         problem = size_problem(key.field, value)
         if problem:
-            hint = HF_AUTO_HINT if value == "auto" else ""
-            raise InputError(problem + hint, doc.ref(key.path))
+            raise InputError(problem, doc.ref(key.path))
         return {key.field: value}
     for said, (field, setting) in key.means:  # the same type: `true` is no 1, 1 no `true`
         if type(value) is type(said) and value == said:

@@ -7,15 +7,19 @@ in linear time (inputs/shell_script.py); every number is parsed strictly.
 `megatron_arguments` says what of the script the layout does not take: the arguments that
 change nothing the estimate prices (unpriced_arguments.yaml beside this file, and the model's
 shape, which is MODEL's), the ones ignored, and the FP8 recipe the script runs.
+`megatron_shape` refuses a script whose model shape (layers, hidden size, heads, FFN size,
+query groups, experts) is not MODEL's: Megatron-LM builds the model the script states, so the
+check would price another model than the one trained.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,6 +45,9 @@ from parplan_gen.render.mapping_inverse import (
 )
 from parplan_gen.render.template_env import Templates
 
+if TYPE_CHECKING:
+    from parplan_gen.models.kind import TrainedModel
+
 # Switches the mapping writes from a fact the mapping's inverse does not read back
 # (render/mapping_inverse.py FIELD_OF_FACT): the canonical key of their `when` -> the layout
 # field and the value the switch gives it.
@@ -58,6 +65,21 @@ MEGATRON_FP8_RECIPE = "delayed"
 MODEL_GROUPS = ("model shape", "mixture of experts")
 MODEL_SHAPE = "model"  # the name of unpriced_arguments.yaml's group of the model's arguments
 UNPRICED_FILE = Path(__file__).with_name("unpriced_arguments.yaml")
+# The arguments of the mapping's MODEL_GROUPS that state the model's size, and the model value
+# (TrainedModel.facts) each is written from (mapping.yaml beside this file; --ffn-hidden-size is
+# the dense MLP's, megatron.ffn_hidden_size, written only where the model has one).
+SHAPE_ARGUMENTS = {
+    "--num-layers": "model.num_layers",
+    "--hidden-size": "model.hidden_size",
+    "--num-attention-heads": "model.num_attention_heads",
+    "--ffn-hidden-size": "model.ffn_hidden_size",
+    "--num-query-groups": "model.num_kv_heads",
+    "--num-experts": "model.num_experts",
+}
+# --num-query-groups applies with --group-query-attention only (the mapping writes both
+# `when: model.gqa`); --ffn-hidden-size is compared where the model has a dense MLP.
+NEEDS_SWITCH = {"--num-query-groups": "--group-query-attention"}
+DENSE_ONLY = ("--ffn-hidden-size",)
 
 
 class UnpricedGroup(BaseModel):
@@ -234,3 +256,37 @@ def megatron_arguments(
     order = [group.name for group in unpriced_arguments().groups]
     groups = {name: tuple(no_effect[name]) for name in order if name in no_effect}
     return ArgumentsRead(no_effect=groups, ignored=tuple(ignored), fp8_recipe=recipe)
+
+
+def megatron_shape(path: str | Path, model: TrainedModel) -> None:
+    """An InputError where the script at `path` states a model shape (SHAPE_ARGUMENTS, the last
+    of each as argparse takes it; a value that is no whole number is not compared) that is not
+    `model`'s, naming both and the line of the first that differs."""
+    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
+    words = read_script_words(text, str(path))
+    said = {word.partition("=")[0] for word, _ in words}
+    stated: dict[str, tuple[int, int]] = {}  # flag -> (value, line)
+    for i, (word, line) in enumerate(words):
+        flag, eq, inline = word.partition("=")
+        if flag not in SHAPE_ARGUMENTS or NEEDS_SWITCH.get(flag, flag) not in said:
+            continue
+        raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
+        try:
+            stated[flag] = (whole_number(raw, sys.maxsize, minimum=0), line)
+        except ValueError:
+            stated.pop(flag, None)
+    facts = model.facts()
+    differs = [
+        (flag, value, facts[SHAPE_ARGUMENTS[flag]] or 0, line)
+        for flag, (value, line) in stated.items()
+        if value != (facts[SHAPE_ARGUMENTS[flag]] or 0)
+        and (flag not in DENSE_ONLY or facts[SHAPE_ARGUMENTS[flag]])
+    ]
+    if differs:
+        theirs = ", ".join(f"{flag} {value}" for flag, value, _, _ in differs)
+        mine = ", ".join(f"{flag} {value}" for flag, _, value, _ in differs)
+        raise InputError(
+            f"the script trains another model than {model.name}: {theirs} (MODEL {model.name}: "
+            f"{mine}); give the script's model as MODEL",
+            SourceRef(str(path), min(line for *_, line in differs)),
+        )

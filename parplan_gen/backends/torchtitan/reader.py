@@ -1,16 +1,24 @@
-"""Reads a torchtitan 0.3 launch line back (`parplan check --from-torchtitan FILE`): the
---module/--config and tyro overrides of the `torchtitan` section of mapping.yaml beside this
-file, read backwards (facts.py beside it says how each is written). A later override wins, as
-tyro's argparse does; other arguments are ignored. How many stages the layers make is the
-named formula `tt_weighted_layers` of the check's own rules (built-in and overlays).
+"""Reads a torchtitan 0.3 launch line back (`parplan check --from-torchtitan FILE`) as
+torchtitan reads it: the settings of its config function (`--config llama3_70b`:
+configs.yaml beside this file, read in torchtitan's own source: local batch, sequence length,
+tensor parallelism, activation checkpointing, sequence parallelism, float8), then the tyro
+overrides of the `torchtitan` section of mapping.yaml beside this file, read backwards
+(facts.py beside it says how each is written). A later override wins, as tyro's argparse does;
+other arguments are ignored. `data_parallel_shard_degree -1` (the default) is the rest of the
+world size, and `global_batch_size -1` (the default) the local batch x dp, as torchtitan's
+ParallelDims and Trainer make them. How many stages the layers make is the named formula
+`tt_weighted_layers` of the check's own rules (built-in and overlays).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from math import ceil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from parplan_gen.backends.torchtitan.facts import ZERO_SHARDED
 from parplan_gen.cost.layout import SIZE_LIMITS
@@ -18,6 +26,8 @@ from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
+from parplan_gen.inputs.source import parse_document
+from parplan_gen.inputs.validation import validate
 from parplan_gen.models.transformer_shape import MAX_LAYERS
 from parplan_gen.planning.evaluate import named_formula
 from parplan_gen.render.mapping import LoadedMapping
@@ -55,6 +65,96 @@ ALIASES = {"--activation_checkpoint.mode": "plan.recompute"}
 # no override: rules/cost/memory.yaml prices float32 for it).
 REDUCE_FLAG, REDUCE_KEY = "--training.mixed_precision_reduce", "grad_reduce_dtype"
 REDUCE_DTYPES = {"float32": "default"}
+CONFIGS_FILE = Path(__file__).with_name("configs.yaml")
+# torchtitan's "the rest" / "the default" value (ParallelismConfig.data_parallel_shard_degree:
+# "-1 means leftover ranks will be used"; TrainingConfig.global_batch_size: "Defaults to
+# training.local_batch_size * data-parallel degree").
+THE_REST = -1
+# The overrides that may say THE_REST (the settings they override, in configs.yaml).
+REST_KEYS = {
+    "torchtitan.dp_shard": "data_parallel_shard_degree",
+    "plan.global_batch": "global_batch_size",
+}
+# The settings of configs.yaml each override replaces (the torchtitan.* and plan.* keys).
+SETTING_OF_KEY = {
+    "torchtitan.dp_replicate": "data_parallel_replicate_degree",
+    **REST_KEYS,
+    "plan.tp": "tensor_parallel_degree",
+    "plan.pp": "pipeline_parallel_degree",
+    "plan.mbs": "pipeline_parallel_microbatch_size",
+    "plan.cp": "context_parallel_degree",
+    "plan.ep": "expert_parallel_degree",
+    "torchtitan.local_batch_size": "local_batch_size",
+    "plan.seq_len": "seq_len",
+}
+
+
+class Settings(BaseModel):
+    """What a torchtitan job starts from, as far as a layout reads it (configs.yaml: None where
+    a group of it does not set the setting)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    local_batch_size: int | None = Field(None, ge=1)
+    global_batch_size: int | None = Field(None, ge=THE_REST)
+    seq_len: int | None = Field(None, ge=1)
+    data_parallel_replicate_degree: int | None = Field(None, ge=1)
+    data_parallel_shard_degree: int | None = Field(None, ge=THE_REST)
+    tensor_parallel_degree: int | None = Field(None, ge=1)
+    enable_sequence_parallel: bool | None = None
+    pipeline_parallel_degree: int | None = Field(None, ge=1)
+    pipeline_parallel_microbatch_size: int | None = Field(None, ge=1)
+    context_parallel_degree: int | None = Field(None, ge=1)
+    expert_parallel_degree: int | None = Field(None, ge=1)
+    activation_checkpoint: Literal["none", "selective", "full"] | None = None
+    compile: bool | None = None  # recorded; a Layout has no field for it
+    async_tp: bool | None = None  # recorded; the rules decide the TP overlap a check prices
+    float8: bool | None = None  # Float8Linear converters: the layout's precision fp8
+
+
+class SettingsGroup(BaseModel):
+    """Settings and the file and class or function of torchtitan they come from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(min_length=1)
+    settings: Settings
+
+
+class ConfigRegistry(BaseModel):
+    """configs.yaml: torchtitan's defaults, then each config function's own settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    release: str = Field(min_length=1)
+    repository: str = Field(min_length=1)
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    defaults: tuple[SettingsGroup, ...] = Field(min_length=1)
+    configs: dict[str, SettingsGroup] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _every_default(self) -> ConfigRegistry:
+        missing = [name for name in Settings.model_fields if self.default(name) is None]
+        if missing:
+            raise ValueError(f"defaults: no value for {', '.join(missing)}")
+        return self
+
+    def default(self, name: str) -> Any:
+        """The default of one setting (the first group that sets it), None if none does."""
+        values = (getattr(group.settings, name) for group in self.defaults)
+        return next((value for value in values if value is not None), None)
+
+    def settings(self, config: str) -> dict[str, Any]:
+        """Every setting a job started from `config` has before its overrides."""
+        own = self.configs[config].settings.model_dump(exclude_none=True)
+        return {name: self.default(name) for name in Settings.model_fields} | own
+
+
+@cache
+def config_registry() -> ConfigRegistry:
+    """configs.yaml beside this module, validated."""
+    doc = parse_document(CONFIGS_FILE.read_text(encoding="utf-8"), str(CONFIGS_FILE))
+    return validate(ConfigRegistry, doc.data, doc)
 
 
 @dataclass(frozen=True)
@@ -66,15 +166,20 @@ class _Said:
 
 
 def torchtitan_values(
-    path: str | Path, num_layers: int, mapping: LoadedMapping, rules: RuleSet | None = None
+    path: str | Path,
+    num_layers: int,
+    mapping: LoadedMapping,
+    rules: RuleSet | None = None,
+    *,
+    num_gpus: int,
 ) -> dict[str, Any]:
-    """Layout fields (and precision, from the config) of a torchtitan launch line, for a model
-    of `num_layers` layers, under `rules` (the check's; None: the built-in rules, loaded only
-    if the line needs a named formula)."""
+    """Layout fields (and precision) of a torchtitan launch line on `num_gpus` GPUs, for a model
+    of `num_layers` layers: its config function's settings, then its overrides, under `rules`
+    (the check's; None: the built-in rules, loaded only if the line needs a named formula)."""
     text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
     ref = SourceRef(str(path))
     said = _said(read_script_words(text, str(path)), mapping, ref)
-    return _layout(said, num_layers, mapping, rules, ref)
+    return _layout(said, num_layers, num_gpus, rules, ref)
 
 
 def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) -> dict[str, _Said]:
@@ -125,52 +230,63 @@ def _checked(value: str, choices: tuple[Any, ...] | None, where: SourceRef) -> s
     return value if choices is None else read_choice(value, choices, where)
 
 
-def _number(said: dict[str, _Said], key: str, default: int = 1) -> int:
+def _number(said: dict[str, _Said], key: str, settings: dict[str, Any]) -> int:
+    """The override of `key` (-1 where REST_KEYS allow it), else the config's setting."""
     if key not in said:
-        return default
+        return int(settings[SETTING_OF_KEY[key]])
+    text = said[key].text
+    if key in REST_KEYS and text == str(THE_REST):
+        return THE_REST
     field = key.removeprefix("plan.")
     try:
-        return whole_number(said[key].text, LIMIT_OF_KEY.get(key) or SIZE_LIMITS[field])
+        return whole_number(text, LIMIT_OF_KEY.get(key) or SIZE_LIMITS[field])
     except ValueError as exc:
-        raise InputError(str(exc), said[key].where) from None
+        rest = f" (or {THE_REST}: the rest)" if key in REST_KEYS else ""
+        raise InputError(f"{exc}{rest}", said[key].where) from None
 
 
 def _layout(
     said: dict[str, _Said],
     num_layers: int,
-    mapping: LoadedMapping,
+    num_gpus: int,
     rules: RuleSet | None,
     ref: SourceRef,
 ) -> dict[str, Any]:
-    section = mapping.data.torchtitan[max(mapping.data.torchtitan)]
-    config = section.configs[said["config"].text]  # a choice checked as it was read
-    replicate = _number(said, "torchtitan.dp_replicate")
-    shard = _number(said, "torchtitan.dp_shard")
+    settings = config_registry().settings(said["config"].text)  # a choice checked as read
+    sizes = {f: _number(said, f"plan.{f}", settings) for f in ("tp", "pp", "cp", "ep", "seq_len")}
+    replicate = _number(said, "torchtitan.dp_replicate", settings)
+    shard = _shard(said, settings, num_gpus, replicate, sizes, ref)
     if replicate > 1 and shard > 1:
         raise InputError(
             f"HSDP (data_parallel_replicate_degree {replicate} x data_parallel_shard_degree "
             f"{shard}) has no parplan layout: a plan shards over all its dp ranks (ZeRO-3) or "
             "none (ZeRO-0); give one of them as 1",
-            said["torchtitan.dp_shard"].where,
+            next(
+                said[k] for k in ("torchtitan.dp_shard", "torchtitan.dp_replicate") if k in said
+            ).where,
         )
-    out: dict[str, Any] = {"precision": config.precision}
+    out: dict[str, Any] = {"precision": "fp8" if settings["float8"] else "bf16", **sizes}
     out["dp"] = replicate * shard
     if out["dp"] > 1:  # with one data-parallel rank, sharding and replicating are the same
         out["zero_stage"] = ZERO_SHARDED if shard > 1 else 0
-    for field in ("tp", "pp", "cp", "ep", "seq_len", "global_batch"):
-        if f"plan.{field}" in said:
-            out[field] = _number(said, f"plan.{field}")
-    pp = out.get("pp", 1)
-    local = _number(said, "torchtitan.local_batch_size")
-    out["mbs"] = _number(said, "plan.mbs") if pp > 1 else local
-    if "plan.recompute" in said:
-        out["recompute"] = said["plan.recompute"].text
+    pp = sizes["pp"]
+    local = _number(said, "torchtitan.local_batch_size", settings)
+    out["mbs"] = _number(said, "plan.mbs", settings) if pp > 1 else local
+    batch = _number(said, "plan.global_batch", settings)
+    # trainer.py: global_batch_size < 0 "results in 1 gradient accumulation step"
+    out["global_batch"] = local * out["dp"] if batch == THE_REST else batch
+    out["recompute"] = (
+        said["plan.recompute"].text
+        if "plan.recompute" in said
+        else settings["activation_checkpoint"]
+    )
     if REDUCE_KEY in said:
         out[REDUCE_KEY] = REDUCE_DTYPES[said[REDUCE_KEY].text]
-    if "sequence_parallel" in said:
-        out["sequence_parallel"] = said["sequence_parallel"].text and out.get("tp", 1) > 1
+    split = said["sequence_parallel"].text if "sequence_parallel" in said else None
+    split = settings["enable_sequence_parallel"] if split is None else split
+    out["sequence_parallel"] = split and sizes["tp"] > 1
     if "torchtitan.layers_per_stage" in said and pp > 1:
-        per_stage = _number(said, "torchtitan.layers_per_stage")
+        per_stage = _number(said, "torchtitan.layers_per_stage", settings)
         # torchtitan distributed/pipeline_parallel.py: the stages the weighted layers make
         stages = ceil(_weighted_layers(rules, num_layers) / per_stage)
         if stages % pp:
@@ -180,6 +296,33 @@ def _layout(
             )
         out["vpp"] = stages // pp
     return out
+
+
+def _shard(
+    said: dict[str, _Said],
+    settings: dict[str, Any],
+    num_gpus: int,
+    replicate: int,
+    sizes: dict[str, int],
+    ref: SourceRef,
+) -> int:
+    """data_parallel_shard_degree, -1 made the rest of the world size as ParallelDims makes it
+    (distributed/parallel_dims.py: world_size // (dp_replicate * cp * tp * pp), then the
+    product must be the world size)."""
+    shard = _number(said, "torchtitan.dp_shard", settings)
+    if shard != THE_REST:
+        return shard
+    others = replicate * sizes["cp"] * sizes["tp"] * sizes["pp"]
+    rest = num_gpus // others
+    if rest < 1 or rest * others != num_gpus:
+        where = said["torchtitan.dp_shard"].where if "torchtitan.dp_shard" in said else ref
+        raise InputError(
+            f"dp_replicate({replicate}) * dp_shard(-1: {num_gpus} // {others} = {rest}) * "
+            f"cp({sizes['cp']}) * tp({sizes['tp']}) * pp({sizes['pp']}) != world size "
+            f"({num_gpus} GPUs)",
+            where,
+        )
+    return rest
 
 
 def _weighted_layers(rules: RuleSet | None, num_layers: int) -> float:
