@@ -149,9 +149,8 @@ def test_plan_md_holds_every_payload_escaped(hostile: dict[str, Path]) -> None:
     assert _markup(text) == [] and not _unsafe_chars(text)
     assert text.count("![") == CHART_IMAGES
     assert f"Model: {markdown(NAME)} (" in text
-    assert f"| `hostile.proposal` | {markdown(JOINED)} | 2.0x |" in text  # the appendix
-    assert f"| {markdown(JOINED)} | " in text  # the rejected candidates
-    assert "mode=&lt;img src=http://evil.example/s.png>" in text  # the proposal's settings
+    assert "hostile.proposal" not in text  # the seed's proposals are plan.json's only
+    assert f"| {markdown(JOINED)}" in text  # the rejected candidates
     assert "| pinned | tp=1 |" in text  # a pin of 1 is 1, not `true`
 
 

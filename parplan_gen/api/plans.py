@@ -16,16 +16,18 @@ from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster, ClusterSetup
 from parplan_gen.cost.launch_site import LaunchSettings
 from parplan_gen.cost.layout import MAX_GPUS, check_sizes
+from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.kind import ANY_BACKEND, TrainedModel
 from parplan_gen.planning.advice import Advice, advise
 from parplan_gen.planning.budget import (
+    CountOutcome,
     check_budget_request,
     compute_budget,
+    count_for_deadline,
     request_tokens,
     scaled,
-    smallest_count,
 )
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.loading import (
@@ -303,11 +305,12 @@ def _plan_by_deadline(
     price: float | None,
     asked: dict[str, Any],
 ) -> Plan:
-    """`plan(tokens=N, days=D)`: the plan on the smallest GPU count that meets the deadline
-    (planning/budget.smallest_count), its budget recording every count tried."""
+    """`plan(tokens=N, days=D)`: the plan on a GPU count that meets the deadline (planning/
+    budget.count_for_deadline: the cheapest count tried when priced, else the smallest), its
+    budget recording every count tried and why each lost."""
     plans: dict[int, Plan] = {}
 
-    def wall_days(gpus: int) -> float | None:
+    def outcome(gpus: int) -> CountOutcome:
         try:
             found = plan(
                 spec,
@@ -317,14 +320,22 @@ def _plan_by_deadline(
                 gpu_hour_price=price,
                 **asked,
             )
-        except PlanError:
-            return None
+        except PlanError as exc:
+            return CountOutcome(None, None, f"no layout runs: {exc.lead or exc.message}")
         plans[gpus] = found
         budget = found.document.budget
-        return budget.wall_days if found.feasible and budget is not None else None
+        if not found.feasible or budget is None:
+            closest = found.document.chosen.memory
+            return CountOutcome(
+                None,
+                None,
+                f"no layout fits in GPU memory (the closest needs {closest.total / GIB:,.1f} "
+                f"GiB of {closest.capacity / GIB:,.1f})",
+            )
+        return CountOutcome(budget.wall_days, budget.cost, None)
 
     per_node = base.cluster.gpus_per_node
-    deadline = smallest_count(wall_days, per_node, float(days))
+    deadline = count_for_deadline(outcome, per_node, float(days))
     if deadline.gpus is None:
         raise InputError(
             f"--days {days:g}: no count of up to {MAX_GPUS} GPUs ({per_node} per node) "

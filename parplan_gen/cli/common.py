@@ -324,7 +324,10 @@ def add_budget_options(parser: argparse.ArgumentParser) -> None:
         "--days",
         type=positive_float,
         metavar="D",
-        help="with --tokens: plan on the fewest whole nodes that train N tokens in D days",
+        help=(
+            "with --tokens: plan on the whole nodes that train N tokens in D days: the "
+            "cheapest count tried with a price, else the fewest"
+        ),
     )
     group.add_argument(
         "--gpu-hour-price",

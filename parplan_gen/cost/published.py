@@ -1,7 +1,8 @@
 """The best published training runs (`parplan_gen/data/published_best.yaml`): the highest MFU
 published per GPU generation, model-size class and precision, each naming its run and source,
 the size classes, the margin a plan's predicted MFU may exceed them by (with its reason), and
-the GPU generations and model families the FP8 calibration rows cover. `load_published` reads
+the GPU generations and model families the FP8 calibration rows cover, the generations any
+calibration run covers, and the cost model's cross-validated error. `load_published` reads
 and checks the shipped file once per process; `load_published_text` checks any text (tests).
 `planning.sanity` turns them into a plan's warnings.
 """
@@ -86,11 +87,22 @@ class FP8Calibrated(RawData):
     families: dict[str, str] = Field(description="HF model_type -> its FP8 sources.")
 
 
+class Calibrated(RawData):
+    generations: dict[Architecture, str] = Field(description="Generation -> its fitting runs.")
+
+
+class ModelError(RawData):
+    mape_pct: PositiveFloat = Field(le=PERCENT, description="Cross-validated MAPE, percent.")
+    source: str = Field(min_length=1)
+
+
 class _File(RawData):
     margin: Margin
     classes: dict[str, SizeClass]
     best: list[BestRun]
     fp8_calibrated: FP8Calibrated
+    calibrated: Calibrated
+    model_error: ModelError
 
 
 @dataclass(frozen=True)
@@ -181,6 +193,9 @@ class Published:
     best: dict[tuple[str, str, str], Best]  # (generation, class, precision) -> best run
     fp8_generations: dict[Architecture, str]
     fp8_families: dict[str, str]
+    calibrated_generations: dict[Architecture, str]  # generation -> the runs fitted on it
+    model_error: float  # the cost model's cross-validated MAPE, a fraction
+    model_error_source: str
     origin: str  # the data file, for the warnings' text
 
     def size_class(self, params: float, moe: bool) -> str:
@@ -259,6 +274,9 @@ def published_from(doc: Document) -> Published:
         best=best,
         fp8_generations=dict(data.fp8_calibrated.generations),
         fp8_families=dict(data.fp8_calibrated.families),
+        calibrated_generations=dict(data.calibrated.generations),
+        model_error=data.model_error.mape_pct / PERCENT,
+        model_error_source=" ".join(data.model_error.source.split()),
         origin=doc.name,
     )
 

@@ -148,13 +148,20 @@ class _Scored(NamedTuple):
     figures: dict[str, float]
 
 
+PARALLEL_DIMS = ("dp", "tp", "pp", "vpp", "cp", "ep")  # etp is tensor parallelism
+
+
+def parallel_dims(plan: Sizes) -> tuple[str, ...]:
+    """The layout's parallel dimensions above 1 (`dp`, `tp`, ...): the fewer, the simpler to run
+    and to debug; the ranking's last key."""
+    return tuple(name for name in PARALLEL_DIMS if getattr(plan, name) > 1)
+
+
 def ranking_key(
     figures: Mapping[str, float], plan: Sizes, objective: Objective
 ) -> tuple[float, ...]:
     """Objective first, then the other figure, then fewer parallel dimensions."""
-    # etp is tensor parallelism
-    dims = (plan.dp > 1) + (plan.tp > 1) + (plan.pp > 1) + (plan.cp > 1) + (plan.ep > 1)
-    dims += plan.vpp > 1
+    dims = len(parallel_dims(plan))
     time, memory = figures["time_step_s"], figures["memory_total"]
     return (time, memory, dims) if objective == "time" else (memory, time, dims)
 

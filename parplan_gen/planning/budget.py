@@ -3,15 +3,16 @@ cost, expected interruptions and the checkpoint interval that minimises lost wor
 
 This module owns evaluating the budget rules (rules/budget/budget.yaml: every figure is a named
 formula there, with its source) for one chosen estimate, and the search of a GPU count that
-meets a deadline (`smallest_count`). The budget's inputs (`BudgetInputs`: `gpu_hour_price`,
-`mtbf_gpu_hours`, `storage_gb_per_s`) come from the cluster file or `plan(budget_inputs=...)`
-or, where they give none, from the rules' defaults; where each came from is recorded.
+meets a deadline (`count_for_deadline`: the cheapest count tried that meets it when priced,
+else the smallest). The budget's inputs (`BudgetInputs`: `gpu_hour_price`, `mtbf_gpu_hours`,
+`storage_gb_per_s`) come from the cluster file or `plan(budget_inputs=...)` or, where they give
+none, from the rules' defaults; where each came from is recorded.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,16 +36,59 @@ RULES_FILE = "rules/budget/budget.yaml"
 
 
 class Deadline(BaseModel):
-    """How `--days D` chose the GPU count: every count tried, and the rule that enumerates them."""
+    """How `--days D` chose the GPU count: every count tried, why each won or lost, and the rule
+    that enumerates them (COUNT_ENUMERATION) and the one that chooses among them
+    (COUNT_CHOICE)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     days: float = Field(description="The deadline asked for, days.")
-    gpus: int | None = Field(description="The smallest count tried that meets it (None: none).")
+    gpus: int | None = Field(
+        description="The count chosen: the cheapest tried that meets it when priced, else the "
+        "smallest (None: none)."
+    )
     tried: dict[str, float | None] = Field(
         description="GPUs tried -> wall-clock days of their best plan (null: no plan fits)."
     )
     enumeration: str = Field(description="How the counts were enumerated.")
+    # Absent from a plan.json written before the choice by cost: the smallest count was chosen.
+    choice: Literal["smallest", "cheapest"] = Field(
+        "smallest", description="How the count was chosen among those that meet it."
+    )
+    fastest: int | None = Field(
+        None, description="The count tried whose plan trains soonest within the deadline."
+    )
+    costs: dict[str, float] = Field(
+        default_factory=dict, description="GPUs tried -> cost of their plan (priced only)."
+    )
+    failures: dict[str, str] = Field(
+        default_factory=dict, description="GPUs tried with no plan -> why none."
+    )
+
+    def meets(self, gpus: str) -> bool:
+        """Whether the count `gpus` (a key of `tried`) trains within the deadline."""
+        found = self.tried[gpus]
+        return found is not None and found <= self.days
+
+    def verdict(self, gpus: str) -> str:
+        """Why the count `gpus` (a key of `tried`) was chosen or lost, in words."""
+        found, chosen = self.tried[gpus], str(self.gpus)
+        fastest = ", the fastest" if str(self.fastest) == gpus else ""
+        if found is None:
+            return self.failures.get(gpus, "no layout runs and fits")
+        if found > self.days:
+            return f"{found:,.1f} d: over the {self.days:g}-day deadline"
+        cost = self.costs.get(gpus)
+        if gpus == chosen:
+            which = "cheapest" if self.choice == "cheapest" else "smallest"
+            priced = f", costs {cost:,.0f}" if cost is not None else ""
+            return f"{found:,.1f} d{priced}: chosen, the {which} that meets the deadline{fastest}"
+        best = self.costs.get(chosen)
+        if self.choice == "cheapest" and cost is not None and best is not None:
+            return (
+                f"{found:,.1f} d, costs {cost:,.0f}: {cost - best:,.0f} more than {chosen}{fastest}"
+            )
+        return f"{found:,.1f} d: meets it with more GPUs than {chosen}{fastest}"
 
 
 class Budget(BaseModel):
@@ -61,7 +105,9 @@ class Budget(BaseModel):
     storage_bytes_per_s: float = Field(description="Checkpoint write bandwidth, bytes/s.")
     storage_source: str = Field(description="Where the bandwidth came from.")
     checkpoint_write_s: float = Field(description="Checkpoint bytes / bandwidth, s.")
-    checkpoint_interval_s: float = Field(description="Young 1974: sqrt(2 x blocking x MTBF), s.")
+    checkpoint_interval_s: float = Field(
+        description="Young 1974: sqrt(2 x blocking x MTBF), at least the floor, s."
+    )
     checkpoints: float = Field(description="Checkpoints written over the run.")
     mtbf_gpu_hours: float = Field(description="MTBF per GPU, GPU-hours.")
     mtbf_source: str = Field(description="Where the MTBF came from.")
@@ -88,6 +134,9 @@ class Budget(BaseModel):
     host_source: str | None = Field(None, description="Where the host link figure came from.")
     checkpoint_mode: str | None = Field(None, description="Which checkpointing applied, why.")
     restart_s: float | None = Field(None, description="What a restart costs, s.")
+    checkpoint_floor_s: float | None = Field(
+        None, description="The shortest interval the storage absorbs: copy + write, s."
+    )
 
 
 def budget_values(
@@ -234,6 +283,7 @@ def compute_budget(
         host_bytes_per_s=values["budget.host_bytes_per_s"] if linked else None,
         host_source=sources["host"],
         restart_s=get("budget_restart_s"),
+        checkpoint_floor_s=get("budget_checkpoint_min_interval_s"),
         checkpoint_mode=checkpoint_mode(
             backend, cluster, sources["host"], asynchronous=is_async, backend_async=backend_async
         ),
@@ -284,36 +334,69 @@ def checkpoint_mode(
 COUNT_ENUMERATION = (
     "whole nodes: 1, 2, 4, ... nodes (doubling) until one count's best plan meets the deadline, "
     "then bisection between the last count that did not and it (assumes more nodes are never "
-    "slower); the smallest count found that meets it"
+    "slower)"
 )
+# Among the counts tried that meet the deadline (the doubling's last count always does): the
+# cost is GPUs x wall-clock days, which is not monotone in the count (a count whose factors
+# force an awkward layout, 7 x 128 GPUs with pp 7, runs slower per GPU than a power of two), so
+# the smallest count is not always the cheapest.
+COUNT_CHOICE = {
+    "cheapest": "the cheapest count tried that meets it (fewer GPUs on a tie)",
+    "smallest": "the smallest count found that meets it (no price given)",
+}
 
 
-def smallest_count(wall_days: Callable[[int], float | None], node: int, days: float) -> Deadline:
-    """The smallest multiple of `node` GPUs whose best plan trains within `days`
-    (COUNT_ENUMERATION); `wall_days(gpus)` is that plan's wall-clock days, None when none fits."""
-    tried: dict[int, float | None] = {}
+class CountOutcome(NamedTuple):
+    """What one GPU count gives the deadline search: its best plan's wall-clock days and cost,
+    or why it has no plan."""
+
+    wall_days: float | None  # None: no plan runs and fits
+    cost: float | None  # None: no price, or no plan
+    failure: str | None  # why no plan (None: one fits)
+
+
+def count_for_deadline(outcome: Callable[[int], CountOutcome], node: int, days: float) -> Deadline:
+    """A multiple of `node` GPUs whose best plan trains within `days`: the counts are
+    enumerated by COUNT_ENUMERATION and chosen by COUNT_CHOICE (the cheapest when every count
+    that meets it is priced, else the smallest); `outcome(gpus)` evaluates one count."""
+    tried: dict[int, CountOutcome] = {}
 
     def meets(nodes: int) -> bool:
         gpus = nodes * node
         if gpus not in tried:
-            tried[gpus] = wall_days(gpus)
-        found = tried[gpus]
+            tried[gpus] = outcome(gpus)
+        found = tried[gpus].wall_days
         return found is not None and found <= days
 
     low, high = 0, 1
     while not meets(high):
         low, high = high, high * 2
         if high * node > MAX_GPUS:
-            return _deadline(days, None, tried)
+            return _deadline(days, tried)
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (low, middle) if meets(middle) else (middle, high)
-    return _deadline(days, high * node, tried)
+    return _deadline(days, tried)
 
 
-def _deadline(days: float, gpus: int | None, tried: dict[int, float | None]) -> Deadline:
-    shown = {str(g): tried[g] for g in sorted(tried)}
-    return Deadline(days=days, gpus=gpus, tried=shown, enumeration=COUNT_ENUMERATION)
+def _deadline(days: float, tried: dict[int, CountOutcome]) -> Deadline:
+    counts = sorted(tried)
+    meeting = [g for g in counts if (w := tried[g].wall_days) is not None and w <= days]
+    costs = {g: c for g in counts if (c := tried[g].cost) is not None}
+    priced = bool(meeting) and all(g in costs for g in meeting)
+    chosen = min(meeting, key=lambda g: (costs[g], g)) if priced else min(meeting, default=None)
+    fastest = min(meeting, key=lambda g: (tried[g].wall_days or 0.0, g), default=None)
+    choice: Literal["smallest", "cheapest"] = "cheapest" if priced else "smallest"
+    return Deadline(
+        days=days,
+        gpus=chosen,
+        tried={str(g): tried[g].wall_days for g in counts},
+        enumeration=f"{COUNT_ENUMERATION}; {COUNT_CHOICE[choice]}",
+        choice=choice,
+        fastest=fastest,
+        costs={str(g): c for g, c in costs.items()},
+        failures={str(g): f for g in counts if (f := tried[g].failure) is not None},
+    )
 
 
 def scaled(cluster: Cluster, gpus: int) -> Cluster:

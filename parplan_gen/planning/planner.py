@@ -17,7 +17,7 @@ from parplan_gen.cost.estimate import Estimate
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.kind import BackendName, ModelKind
 from parplan_gen.planning.backend_planner import BackendPlanner, SearchResult, ranking_key
-from parplan_gen.planning.rejections import merge
+from parplan_gen.planning.rejections import Rejection, merge
 from parplan_gen.planning.search_space import Objective, Request
 from parplan_gen.rules.ruleset import RuleSet
 
@@ -25,7 +25,13 @@ __all__ = ["BackendPlanner", "PlanError", "Planner", "SearchResult"]
 
 
 class PlanError(InputError):
-    """No layout of the request can exist at all (every candidate breaks an `invalid` rule)."""
+    """No layout of the request can exist at all (every candidate breaks an `invalid` rule).
+    `lead`: the rule that refused the most layouts, with how many others refused some (None:
+    the pins alone leave none)."""
+
+    def __init__(self, message: str, lead: str | None = None) -> None:
+        self.lead = lead
+        super().__init__(message)
 
 
 class Planner:
@@ -60,9 +66,10 @@ class Planner:
         if not pool:
             reasons = "; ".join(f"{r.label} ({r.layouts})" for r in rejections)
             world, name = request.cluster.num_gpus, request.spec.name
+            lead = _lead(rejections)
             if limits.active:
-                raise PlanError(pinned_out(limits.describe(), world, name, reasons, order))
-            raise PlanError(f"no layout of {world} GPUs can run {name}: {reasons}")
+                raise PlanError(pinned_out(limits.describe(), world, name, reasons, order), lead)
+            raise PlanError(f"no layout of {world} GPUs can run {name}: {reasons}", lead)
         top = heapq.nsmallest(request.top, pool, key=lambda r: (r.rank, r.backend))
         return SearchResult(
             candidates=[r.estimate for r in top],
@@ -72,6 +79,16 @@ class Planner:
             searched=sum(p.searched for p in found),
             evaluated=sum(p.evaluated for p in found),
         )
+
+
+def _lead(rejections: list[Rejection]) -> str | None:
+    """The rule that refused the most layouts (`merge` ranks them), and how many other rules
+    refused some."""
+    if not rejections:
+        return None
+    top = rejections[0]
+    others = len(rejections) - 1
+    return top.label + (f" (and {others} other rule{'s' * (others > 1)})" if others else "")
 
 
 class _Ranked(NamedTuple):

@@ -1,8 +1,9 @@
 """Sanity warnings on a plan or an estimate: visible lines, never errors.
 
-Three checks, each against data with its sources (`cost.published`, the shipped
+Four checks, each against data with its sources (`cost.published`, the shipped
 `parplan_gen/data/published_best.yaml`):
   - the sequence length is beyond the model's trained context (its `max_position_embeddings`);
+  - a transformer on a GPU generation that no calibration run of the cost model ran on;
   - FP8 on a GPU generation or a model family that no published FP8 run covers;
   - the predicted MFU is above the best published run of the plan's class (GPU generation,
     model-size class, precision) by more than the file's margin, both counted on the causal
@@ -36,10 +37,25 @@ def context_warning(model: TrainedModel, seq_len: int) -> str | None:
     )
 
 
+def generation_warning(model: TrainedModel, cluster: Cluster, data: Published) -> str | None:
+    """(b) A transformer on a GPU generation that none of the cost model's fitting runs ran on
+    (the file's `calibrated`); an op-graph model's calibration is its own (docs/benchmarks.md)."""
+    generation = cluster.gpu.architecture
+    if transformer_of(model) is None or generation in data.calibrated_generations:
+        return None
+    covered = ", ".join(sorted(data.calibrated_generations))
+    return (
+        f"{cluster.gpu.name} ({generation}): no calibration run of the cost model ran on a "
+        f"{generation} GPU (fitted on: {covered}; {data.origin} calibrated), so its figures come "
+        "from the datasheet and constants fitted on other GPUs, with no measured error; "
+        "`parplan profile` measures this GPU"
+    )
+
+
 def fp8_warnings(
     model: TrainedModel, cluster: Cluster, precision: str, data: Published
 ) -> list[str]:
-    """(b) FP8 on a GPU generation or a model family without published FP8 runs."""
+    """(c) FP8 on a GPU generation or a model family without published FP8 runs."""
     if precision != "fp8":
         return []
     out = []
@@ -76,7 +92,7 @@ def plan_causal_mfu(model: TrainedModel, estimate: Estimate) -> float:
 def mfu_warning(
     model: TrainedModel, cluster: Cluster, estimate: Estimate, data: Published
 ) -> str | None:
-    """(c) The predicted MFU, on the causal count, is above the best published run of its class
+    """(d) The predicted MFU, on the causal count, is above the best published run of its class
     on the same count plus the margin (transformers only: the published runs are language-model
     runs)."""
     if transformer_of(model) is None:
@@ -109,7 +125,7 @@ def sanity_warnings(model: TrainedModel, cluster: Cluster, estimate: Estimate) -
     """Every sanity warning on `estimate` of `model` on `cluster`, in the order above."""
     data = load_published()
     layout = estimate.plan
-    found = [context_warning(model, layout.seq_len)]
+    found = [context_warning(model, layout.seq_len), generation_warning(model, cluster, data)]
     found += fp8_warnings(model, cluster, layout.precision, data)
     found.append(mfu_warning(model, cluster, estimate, data))
     return [w for w in found if w is not None]

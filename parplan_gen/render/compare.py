@@ -19,10 +19,12 @@ from pydantic import BaseModel, ConfigDict
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.published import load_published
 from parplan_gen.inputs.defaults import GIB, MIB
 from parplan_gen.inputs.safe_text import markdown
 from parplan_gen.inputs.source import load_document
 from parplan_gen.inputs.validation import validate
+from parplan_gen.planning.backend_planner import parallel_dims
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluation
 from parplan_gen.render.checks import RenderError
@@ -271,4 +273,41 @@ def why_context(doc: PlanDocument) -> dict[str, Any] | None:
         "runner_up": markdown(second.label),
         "rows": [[markdown(text) for text in (r.label, *r.shown)] for r in found.rows],
         "sentences": [markdown(s) for s in found.sentences[0][1]],
+        "tie": [markdown(s) for s in tie_sentences(doc)],
     }
+
+
+def tied(doc: PlanDocument, error: float) -> list[Estimate]:
+    """The chosen plan and the candidates whose step is within `error` (a fraction) of its
+    step: as far as the cost model can tell, as fast."""
+    limit = doc.chosen.time.step_s * (1 + error)
+    return [doc.chosen, *(e for e in doc.runners_up if e.time.step_s <= limit)]
+
+
+def tie_sentences(doc: PlanDocument) -> list[str]:
+    """When the top candidates' steps are within the cost model's cross-validated error
+    (parplan_gen/data/published_best.yaml `model_error`): that they are tied, and which of
+    them has the fewest parallel dimensions (planning/backend_planner.parallel_dims), the one
+    to prefer; the chosen plan stays the planner's. Empty when the runner-up is outside it."""
+    data = load_published()
+    found = tied(doc, data.model_error)
+    if len(found) < 2:
+        return []
+    said = compare_file().sentences
+    labels = layout_labels(found, doc.model.layout_dims)
+    slowest = max(e.time.step_s for e in found)
+    fields = {
+        "count": len(found),
+        "a_value": _shown("step_s", "time", doc.chosen.time.step_s),
+        "spread": f"{slowest / doc.chosen.time.step_s - 1:.2%}",
+        "error": f"{data.model_error:.1%}",
+        "source": data.model_error_source,
+    }
+    out = [said["tie"].format_map(fields)]
+    simplest = min(range(len(found)), key=lambda i: len(parallel_dims(found[i].plan)))
+    dims = ", ".join(parallel_dims(found[simplest].plan)) or "none"
+    if len(parallel_dims(found[simplest].plan)) == len(parallel_dims(doc.chosen.plan)):
+        out.append(said["tie_chosen_simplest"].format(dims=dims))
+    else:
+        out.append(said["tie_simplest"].format(simplest=labels[simplest], dims=dims))
+    return out

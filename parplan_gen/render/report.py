@@ -2,8 +2,8 @@
 
 `report_context` gives the report template ready-made strings (tables, headline figures) and
 the charts' geometry (every x, y, width already computed), so the templates only place them.
-Every text that comes from an input (the model's title, rule reasons and descriptions, the
-proposals' settings, sources named in a cluster file) passes `safe_text.markdown` here, the one
+Every text that comes from an input (the model's title, rule reasons and descriptions, sources
+named in a cluster file) passes `safe_text.markdown` here, the one
 escaping of plan.md: no raw HTML, image, link, code span or control character reaches it.
 Chart style (sizes, colours) comes from templates/mapping.yaml `report:`.
 """
@@ -15,12 +15,11 @@ from typing import Any
 
 from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.inputs.safe_text import markdown
-from parplan_gen.planning.budget import GIGA, HOUR_S, Budget
+from parplan_gen.planning.budget import COUNT_CHOICE, GIGA, HOUR_S, Budget, Deadline
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.charts import PART_LABELS, chart_rows, time_chart
 from parplan_gen.render.compare import why_context
 from parplan_gen.render.labels import gib, seconds
-from parplan_gen.render.mapping import NOT_RENDERED
 from parplan_gen.render.mapping_schema import ReportMapping
 from parplan_gen.render.memory_chart import memory_chart
 
@@ -28,7 +27,6 @@ from parplan_gen.render.memory_chart import memory_chart
 def report_context(
     doc: PlanDocument,
     report: ReportMapping,
-    applied_as: Mapping[str, str],
     notes: Iterable[str],
     script_notes: Iterable[str],
 ) -> dict[str, Any]:
@@ -46,7 +44,6 @@ def report_context(
         "unit": unit,
         "headline": _headline(chosen),
         "layout": _layout_rows(chosen, unit),
-        "proposals": [_proposal_row(p, applied_as) for p in doc.proposals],
         "why": why_context(doc),  # render/compare.py: the chosen plan against the runner-up
         "advice": [markdown(a) for a in doc.advice],
         "warnings": [markdown(w) for w in doc.warnings],
@@ -94,10 +91,7 @@ def budget_rows(doc: PlanDocument) -> list[tuple[str, str]]:
         return []
     rows = [("tokens", f"{b.tokens:,.0f}")]
     if b.deadline is not None:
-        tried = ", ".join(
-            f"{g}: {'-' if d is None else f'{d:.1f} d'}" for g, d in b.deadline.tried.items()
-        )
-        rows.append((f"GPUs for {b.deadline.days:g} days", f"{b.deadline.gpus} (tried {tried})"))
+        rows += deadline_rows(b.deadline)
     rows += [
         ("steps", f"{b.steps:,} of {b.tokens_per_step:,.0f} tokens, {b.step_s:.3f} s each"),
         ("compute", f"{b.compute_days:,.2f} days, {b.compute_gpu_hours:,.0f} GPU-hours"),
@@ -123,21 +117,40 @@ def budget_rows(doc: PlanDocument) -> list[tuple[str, str]]:
     return rows
 
 
+def deadline_rows(deadline: Deadline) -> list[tuple[str, str]]:
+    """`--days`: the count chosen and how, the fastest, and every count tried with why it won
+    or lost (a reason from a rule passes `markdown`)."""
+    fastest = deadline.fastest
+    chosen = f"{deadline.gpus}, {COUNT_CHOICE[deadline.choice]}"
+    if fastest is not None and fastest != deadline.gpus:
+        chosen += f"; the fastest: {fastest} ({deadline.tried[str(fastest)]:,.1f} d)"
+    rows = [(f"GPUs for {deadline.days:g} days", chosen)]
+    return rows + [(f"tried {g} GPUs", markdown(deadline.verdict(g))) for g in deadline.tried]
+
+
 def _checkpoint_text(b: Budget) -> str:
     """`every 2.50 h (Young 1974), 105 GiB in 14 s (storage)`; an asynchronous checkpoint says
-    what training waits for (the copy to host) and what runs in the background."""
+    what training waits for (the copy to host) and what runs in the background; an interval
+    held at the storage's floor (budget_checkpoint_min_interval_s) says so."""
     interval = b.checkpoint_interval_s
     every = (
         f"every {interval / HOUR_S:,.2f} h" if interval >= HOUR_S else f"every {seconds(interval)}"
     )
-    every += " (Young 1974"
+    # max() in budget_checkpoint_interval_s returns the floor itself when it binds
+    if b.checkpoint_floor_s is not None and interval == b.checkpoint_floor_s:
+        every += (
+            " (the storage's floor, above Young 1974's interval: a save must be on storage "
+            "before the next starts"
+        )
+    else:
+        every += " (Young 1974"
     written = f"{gib(b.checkpoint_bytes)} written in {b.checkpoint_write_s:,.0f} s"
     storage = markdown(b.storage_source)
     if not b.checkpoint_async or b.checkpoint_blocking_s is None or not b.host_bytes_per_s:
         return f"{every}), {written} ({storage})"
     host = f"{b.host_bytes_per_s / GIGA:,.0f} GB/s per GPU, {markdown(b.host_source or '')}"
     return (
-        f"{every} on the {seconds(b.checkpoint_blocking_s)} training waits for: the copy to "
+        f"{every}; training waits {seconds(b.checkpoint_blocking_s)} per save: the copy to "
         f"host at {host}), {written} in the background ({storage})"
     )
 
@@ -192,18 +205,6 @@ def _layout_rows(e: Estimate, unit: str) -> list[list[str]]:
         ["activation recompute", p.recompute],
         ["precision", p.precision],
     ]
-
-
-def _proposal_row(p: Any, applied_as: Mapping[str, str]) -> dict[str, str]:
-    settings = ", ".join(f"{k}={v}" for k, v in p.settings.items())
-    where = "; ".join(applied_as.get(k, NOT_RENDERED) for k in p.settings)
-    return {
-        "rule": markdown(p.rule_id),
-        "description": markdown(p.description),
-        "speedup": f"{p.estimated_speedup:.1f}x",
-        "settings": markdown(settings),
-        "applied": md(where),
-    }
 
 
 def _part_rows(values: Mapping[str, float], parts: Iterable[str], fmt: Any) -> list[list[str]]:
