@@ -47,7 +47,10 @@ NEGATED = {  # store_false switches in arguments.py
 # base, rotated share and scaling are GPTModel's constructor arguments (pretrain_gpt.py model_provider), the LR
 # decay style and warmup the scheduler's (training.py get_optimizer_param_scheduler); the
 # asynchronous save and its worker are save_checkpoint's (checkpointing.py; core_v0.16.1
-# training_config.py CheckpointConfig async_save, use_persistent_ckpt_worker, ckpt_format).
+# training_config.py CheckpointConfig async_save, use_persistent_ckpt_worker, ckpt_format); the
+# throughput log, the time-limit exit and the SIGTERM save are the training loop's
+# (training.py; core_v0.16.1 training_config.py LoggerConfig.log_throughput, TrainingConfig
+# exit_duration_in_mins, exit_signal_handler).
 TRAINING_ONLY = frozenset(
     """seq_length max_position_embeddings position_embedding_type untie_embeddings_and_output_
     weights swiglu squared_relu group_query_attention multi_latent_attention num_layers_per_
@@ -55,7 +58,9 @@ TRAINING_ONLY = frozenset(
     size train_iters log_interval eval_interval eval_iters data_path split tokenizer_type
     tokenizer_model mock_data vocab_size save load save_interval ckpt_format rotary_base rotary_
     percent use_rope_scaling rope_scaling_factor lr_decay_style lr_warmup_fraction async_save
-    use_persistent_ckpt_worker""".replace("_\n    ", "_").split()
+    use_persistent_ckpt_worker log_throughput exit_duration_in_mins exit_signal_handler""".replace(
+        "_\n    ", "_"
+    ).split()
 )
 
 

@@ -63,6 +63,7 @@ UNEXPECTED = "UNEXPECTED:"  # logged before a command that is not found
 NOT_FOUND = LOGGED.format(command='"' + UNEXPECTED + '$1" "${@:2}"')
 TIMEOUT_S = 30  # a hang guard: each script starts a handful of processes in milliseconds
 TRAINING = ("train.py", "--deepspeed", "ds_config.json")
+MEGATRON_CHECKOUT = "megatron-lm"  # a stand-in Megatron-LM checkout (MEGATRON_LM_DIR)
 
 needs_bash = pytest.mark.skipif(BASH is None, reason="bash is not installed")
 
@@ -96,6 +97,9 @@ def sandbox_env(fake_bin: Path, log: Path, run: Path) -> dict[str, str]:
         "SLURM_JOB_NODELIST": "node-[0-3]",
         "SLURM_JOB_ID": "7",
         "SLURM_SUBMIT_DIR": str(run),
+        # megatron_args.sh needs a Megatron-LM checkout and data, or synthetic data asked for
+        "MEGATRON_LM_DIR": str(run / MEGATRON_CHECKOUT),
+        "MOCK_DATA": "1",
         # any command not found is logged instead
         "BASH_FUNC_command_not_found_handle%%": f"() {{ {NOT_FOUND}; return 127; }}",
     }
@@ -142,6 +146,8 @@ def sourced_variables(run: Path, fake_bin: Path) -> list[str]:
 def check_runs_safely(files: dict[str, str], run: Path, fake_bin: Path) -> list[str]:
     """Run every shell-read file as a user would; the megatron_args.sh torchrun's arguments."""
     write_files(files, run)
+    (run / MEGATRON_CHECKOUT).mkdir()
+    (run / MEGATRON_CHECKOUT / "pretrain_gpt.py").write_text("", encoding="utf-8")
     active = [line for line in files["nccl.env"].split("\n") if line and line[0] != "#"]
     assert sourced_variables(run, fake_bin) == sorted(active)
     transformer = "megatron_args.sh" in files

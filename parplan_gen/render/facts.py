@@ -8,7 +8,11 @@ no Megatron-LM spelling (every megatron.* None): a mapping that names a key read
 Spellings that follow a backend's rules (its CUDA_DEVICE_MAX_CONNECTIONS assertion, DeepSpeed's
 ZeRO stage for a distributed-optimizer plan) are made there, each with its source in a comment.
 The cluster.* facts read the hardware (plan.json `cluster`) and the launch site (`launch`: the
-NICs, interface and RoCE settings NCCL is given).
+NICs, interface and RoCE settings NCCL is given); `cluster.socket_transport` says that the
+nodes talk over a catalog network of kind `ethernet` (TCP sockets: parplan_gen/data/networks.yaml),
+whose nccl.env names NCCL's socket transport. How long the files train and when they save
+(the budget's steps and checkpoint interval, the SLURM time limit's exit) are
+render/run_length.py's.
 What the planner and the cost model decided is read from its one home, not computed again: the
 pipeline split (models/pipeline_split.py, which the constraint pipeline.layers_split calls),
 the learned-position limit (ModelSpec.positions_cover, read by the constraint
@@ -26,6 +30,7 @@ from typing import Any
 from parplan_gen.backends.deepspeed.facts import deepspeed_facts
 from parplan_gen.backends.megatron.facts import megatron_facts
 from parplan_gen.backends.torchtitan.facts import torchtitan_facts
+from parplan_gen.cost.catalog import load_catalog
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.launch_site import LaunchSettings
 from parplan_gen.cost.layout import SIXTEEN_BIT, Layout
@@ -34,6 +39,7 @@ from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.load import MODEL_FACT_NAMES
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.mapping_schema import MappingFile
+from parplan_gen.render.run_length import run_facts
 from parplan_gen.render.training_facts import training_facts
 
 
@@ -57,6 +63,7 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= deepspeed_facts(layout, decided.get("deepspeed"))
     out |= torchtitan_facts(doc.model, layout, mapping, decided.get("torchtitan"))
     out |= training_facts(doc.model, layout, doc.budget.steps if doc.budget else None)
+    out |= run_facts(doc, mapping.slurm)
     out |= {
         "deepspeed.hf_trainer": hf_trainer,
         # the budget priced an asynchronous checkpoint (rules/budget/budget.yaml)
@@ -130,7 +137,17 @@ def _cluster_facts(cluster: Cluster, site: LaunchSettings, mapping: MappingFile)
         "cluster.ib_gid_index": site.ib_gid_index,
         "cluster.ib_tc": site.ib_tc,
         "cluster.nvls": nvls(cluster, mapping),
+        "cluster.socket_transport": cluster.multi_node and network_kind(cluster) == "ethernet",
     }
+
+
+def network_kind(cluster: Cluster) -> str | None:
+    """The kind of the cluster's catalog network (infiniband, roce, ethernet); None for a
+    network given as a bandwidth, or one this catalog does not hold."""
+    if cluster.network is None:
+        return None
+    network = load_catalog().networks.get(cluster.network)
+    return None if network is None else network.kind
 
 
 def nvls(cluster: Cluster, mapping: MappingFile) -> bool:

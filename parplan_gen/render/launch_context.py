@@ -2,11 +2,13 @@
 host names, and launch_slurm.sbatch's SLURM options.
 
 Host names are the cluster file's `node_names` when it gives them, else placeholders
-(`node-0`, ...) that the hostfile marks as such. `--cpus-per-task` of the one task per node
-comes from the cluster file's `cpus_per_node`, else the GPU's reference system (mapping.yaml
-`slurm.reference_cpus`), else mapping.yaml's default per GPU; the comment in the sbatch file
-says which. Account, partition and time limit are written only when the cluster file or the
-flags give them. Every user-given word passes `shell_quote.name_word` / `directive`.
+(`node-0`, ...) that the hostfile marks as such. `--cpus-per-task` of the one task per node is
+asked for only when the cluster file's `cpus_per_node` (or --cpus-per-node) gives the node's
+CPUs; else none is asked for and the sbatch file says so: `--exclusive` gives the job every CPU
+of its nodes, and an srun step given no --cpus-per-task (nor --exact) uses all of them (srun(1)
+--exact). Account, partition and time limit are written only when the cluster file or the
+flags give them; with a time limit, the sbatch file says how megatron_args.sh saves before it
+(render/run_length.py). Every user-given word passes `shell_quote.name_word` / `directive`.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ PLACEHOLDER_HOST = "node-{index}"  # a hostfile line when the cluster file names
 
 def env_var(entry: EnvDefault, facts: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An environment variable with its shell expansion, `${NAME:-default}`; a `key` default
-    is that fact's value in `facts`."""
+    is that fact's value in `facts`, else (the fact has none) the entry's `default`."""
     default = entry.default
     if entry.key is not None:
         value = None if facts is None else facts.get(entry.key)
+        if value is None and default is not None:
+            value = default
         if value is None or not re.fullmatch(ENV_DEFAULT, str(value)):
             raise RenderError(f"{entry.name}: its default {entry.key} is {value!r}")
         default = str(value)
@@ -74,7 +78,7 @@ def launch_context(
 
 
 def _slurm(cluster: Cluster, settings: LaunchSettings, slurm: SlurmMapping) -> dict[str, Any]:
-    cpus, why = cpus_per_task(cluster, settings, slurm)
+    cpus, why = cpus_per_task(cluster, settings)
     site = {
         "account": settings.slurm_account,
         "partition": settings.slurm_partition,
@@ -83,35 +87,27 @@ def _slurm(cluster: Cluster, settings: LaunchSettings, slurm: SlurmMapping) -> d
     return {
         "cpus_per_task": cpus,
         "cpus_source": why,
+        # srun's own option: since Slurm 22.05 it does not inherit sbatch's (sbatch(1))
+        "srun_cpus": "" if cpus is None else f" --cpus-per-task={cpus}",
         "directives": [directive(option, value) for option, value in site.items() if value],
+        "time": settings.slurm_time,
+        "exit_reserve_minutes": slurm.exit_reserve_minutes.value,
     }
 
 
-def cpus_per_task(
-    cluster: Cluster, settings: LaunchSettings, slurm: SlurmMapping
-) -> tuple[int, str]:
-    """--cpus-per-task of the one task per node (torchrun and the node's ranks), and where it
-    comes from: the CPUs of the node's GPUs that the plan uses (the launch site's
-    `cpus_per_node`, else the reference system's or the mapping's default)."""
+def cpus_per_task(cluster: Cluster, settings: LaunchSettings) -> tuple[int | None, str]:
+    """--cpus-per-task of the one task per node (torchrun and the node's ranks), and why: the
+    CPUs of the node's GPUs that the plan uses, from the launch site's `cpus_per_node`; None
+    (ask for none, SLURM's default) when the site does not give it."""
     used, gpn = cluster.procs_per_node, cluster.gpus_per_node
     share = f"{used} of {gpn} GPUs" if used < gpn else f"all {gpn} GPUs"
     given = settings.cpus_per_node
-    ref = cluster.gpu.reference_node
-    reference = slurm.reference_cpus.get(ref.system)
-    if given is not None:
-        cpus = max(1, given * used // gpn)
-        why = f"cpus_per_node ({given}, the cluster file's or --cpus-per-node) for {share} of the node"
-    elif reference is not None and ref.gpus_per_node == gpn:
-        cpus = max(1, reference.value * used // gpn)
-        why = (
-            f"the {ref.system}'s {reference.value} CPU cores for {share} of the node "
-            f"({reference.source}); give cpus_per_node in the cluster file for your nodes"
+    if given is None:
+        return None, (
+            "no --cpus-per-task: the cluster file gives no cpus_per_node (nor --cpus-per-node), "
+            "so SLURM's default applies; --exclusive gives the job every CPU of its nodes and "
+            "srun's step, given no --cpus-per-task or --exact, uses all of them (srun(1) --exact)"
         )
-    else:
-        per_gpu = slurm.default_cpus_per_gpu
-        cpus = per_gpu.value * used
-        why = (
-            f"{per_gpu.value} CPU per GPU x {used} GPUs, the default ({per_gpu.source}); give "
-            "cpus_per_node in the cluster file"
-        )
+    cpus = max(1, given * used // gpn)
+    why = f"cpus_per_node ({given}, the cluster file's or --cpus-per-node) for {share} of the node"
     return cpus, why

@@ -210,7 +210,9 @@ def nccl_entries(
     entries = []
     for index, var in enumerate(nccl.variables):
         path = ("nccl", "variables", index)
-        value = _enabled(m, facts, var, path)
+        # an entry with neither key nor value is only ever a commented example
+        given = var.key is not None or var.value is not None
+        value = _enabled(m, facts, var, path) if given else None
         m.check_key(facts, var.example_when, (*path, "example_when"))
         comment = f"{var.rule}: {var.reason}"
         if value is not None:
@@ -219,7 +221,11 @@ def nccl_entries(
             entries.append({"comment": comment, "line": line, "active": True})
         elif var.example is not None and var.example_when and facts[var.example_when]:
             example = _assignment(var.name, var.example, var.rule, m.doc.ref((*path, "example")))
-            note = f"{var.rule} not given; example to adapt: {var.reason}"
+            note = (
+                f"{var.rule} not given; example to adapt: {var.reason}"
+                if given
+                else f"{var.rule}, a suggestion to enable: {var.reason}"
+            )
             entries.append({"comment": note, "line": example, "active": False})
     proposals = list(proposals)
     entries.extend(_proposal_entries(nccl, proposals, force_algo=force_algo))

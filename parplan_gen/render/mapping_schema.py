@@ -72,13 +72,17 @@ class EnvDefault(_Strict):
     name: str = Field(pattern=r"^[A-Z][A-Z0-9_]*$")
     flag: str | None = Field(None, pattern=r"^--[a-z0-9][a-z0-9-]*$")
     default: str | None = Field(None, pattern=ENV_DEFAULT)
-    key: str | None = Field(None, description="A fact whose value is the default (plan's own).")
+    key: str | None = Field(
+        None,
+        description="A fact whose value is the default (the plan's own); with `default`, the "
+        "default where the fact has no value.",
+    )
     doc: str
 
     @model_validator(mode="after")
-    def _one_default(self) -> EnvDefault:
-        if (self.default is None) == (self.key is None):
-            raise ValueError(f"{self.name}: give exactly one of `default` and `key`")
+    def _a_default(self) -> EnvDefault:
+        if self.default is None and self.key is None:
+            raise ValueError(f"{self.name}: give `default`, `key` or both")
         return self
 
 
@@ -123,15 +127,14 @@ class SourcedCount(_Strict):
 
 
 class SlurmMapping(_Strict):
-    """What launch_slurm.sbatch asks SLURM for beyond the plan: the CPUs of its one task per
-    node, from the cluster file's cpus_per_node, else the GPU's reference system, else a
-    default."""
+    """What launch_slurm.sbatch asks SLURM for beyond the plan, and what it keeps of a time
+    limit. CPUs are asked for only as the cluster file's cpus_per_node (or --cpus-per-node)
+    says: no figure here stands in for a site's nodes."""
 
     source: str
-    reference_cpus: dict[str, SourcedCount] = Field(
-        description="CPU cores of a catalog reference system (gpus.yaml reference_node.system)."
+    exit_reserve_minutes: SourcedCount = Field(
+        description="Minutes kept before the time limit, beyond a step and a checkpoint write."
     )
-    default_cpus_per_gpu: SourcedCount
 
 
 class NcclVariable(Sourced):

@@ -37,7 +37,6 @@ from parplan_gen.render.launch_context import env_var, launch_context
 from parplan_gen.render.mapping import (
     MAPPING_FILE,
     LoadedMapping,
-    applied_as,
     megatron_groups,
     nccl_entries,
     notes,
@@ -227,7 +226,6 @@ def build_context(
         "report": report_context(
             doc,
             mapping.data.report,
-            applied_as(mapping.data, values["model.kind"]),
             all_notes,
             launch["notes"],
         ),
@@ -258,7 +256,7 @@ def _megatron_context(
         "script": meg.script,
         "groups": megatron_groups(mapping, version, values),
         "run_env": [env_var(e, values) for e in meg.run_env],
-        "data_env": {k: env_var(e) for k, e in meg.data_env.items()},
+        "data_env": {k: env_var(e, values) for k, e in meg.data_env.items()},
         "one_cuda_connection": values["megatron.one_cuda_connection"],
         "ub_skip_multicast": values["megatron.ub_skip_multicast"],
         "fsdp": values["megatron.fsdp"],
@@ -289,6 +287,8 @@ def _torchtitan_context(
     return {
         "version": version,
         "entry": section.entry,
+        # the file `python -m ENTRY` runs, under the checkout (TORCHTITAN_DIR)
+        "entry_file": section.entry.replace(".", "/") + ".py",
         "module": section.module,
         "config": values["torchtitan.config"],
         "overrides": overrides,
@@ -342,8 +342,9 @@ def deepspeed_config(
 def megatron_args(doc: PlanDocument, *, templates_dir: str | Path | None = None) -> list[str]:
     """The model and plan arguments of megatron_args.sh, in its order, unquoted.
 
-    Data, tokenizer, checkpoint and run-length arguments come from the environment in the
-    script and are not part of this list. An op-graph model has none (RenderError).
+    Data, tokenizer and checkpoint arguments, the run length and the rates (TRAIN_ITERS, LR,
+    ...) come from the environment in the script and are not part of this list. An op-graph
+    model has none (RenderError).
     """
     if "megatron" not in doc.model.backends:
         raise RenderError(

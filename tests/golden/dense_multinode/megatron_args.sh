@@ -5,18 +5,20 @@
 #
 # Run it on every node (torchrun's c10d rendezvous numbers the nodes), or submit
 # launch_slurm.sbatch. Extra arguments are appended; a later flag overrides an earlier one.
-# Environment (all optional):
-#   MEGATRON_LM_DIR   Megatron-LM checkout holding pretrain_gpt.py (default: the current folder)
-#   DATA_PATH         dataset prefix(es), space-separated; unset: --mock-data, NullTokenizer
+# Environment (required):
+#   MEGATRON_LM_DIR   Megatron-LM checkout (core_r0.13) holding pretrain_gpt.py
+#   DATA_PATH         dataset prefix(es), space-separated; or MOCK_DATA=1 instead
+# Environment (optional):
+#   MOCK_DATA=1       without DATA_PATH: synthetic batches (--mock-data, NullTokenizer), a smoke run
 #   TOKENIZER_MODEL   tokenizer name or path, required with DATA_PATH
-#   CKPT_DIR          checkpoint folder for --save and --load (unset: no checkpoints)
+#   CKPT_DIR          checkpoint folder for --save and --load (unset: no checkpoints, said on stderr)
 #   MASTER_ADDR       rendezvous host (required: the first node)
 #   NNODES, NPROC_PER_NODE  nodes and GPUs per node (default: the plan's)
 #   SPLIT             train,valid,test split of DATA_PATH (--split) (default 99,1,0)
 #   TOKENIZER_TYPE    --tokenizer-type for TOKENIZER_MODEL (default HuggingFaceTokenizer)
-#   SAVE_INTERVAL     steps between checkpoints (with CKPT_DIR) (default 1000)
+#   SAVE_INTERVAL     steps between checkpoints, with CKPT_DIR (the budget's interval where it has one) (default 1000)
 #   MASTER_PORT       torchrun rendezvous port (default 29500)
-#   TRAIN_ITERS       optimizer steps (default: a smoke run) (default 100)
+#   TRAIN_ITERS       optimizer steps (the budget's where the plan has one, else a smoke run) (default 100)
 #   LR                peak learning rate (default 3.00e-04)
 #   MIN_LR            final learning rate (default 3.00e-05)
 #   LOG_INTERVAL      steps between log lines (default 10)
@@ -29,6 +31,8 @@
 #     0.001442 of it, weight decay 0.1, Adam betas 0.9/0.95 and eps 1e-08; source: Llama Team
 #     2024, "The Llama 3 Herd of Models" (arXiv:2407.21783), Table 3 (peak learning rate 3e-4 for
 #     8B). What it does not give is GPT-3 Appendix B's. LR and MIN_LR override the rates.
+#   - SLURM time limit: --exit-duration-in-mins 2869 saves (with CKPT_DIR) and exits before it,
+#     and --exit-signal-handler saves on SIGTERM; resubmit the job to go on from the checkpoint.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -92,6 +96,9 @@ TRAINING_ARGS=(
     --adam-beta1 0.9
     --adam-beta2 0.95
     --adam-eps 1e-08
+    --log-throughput
+    --exit-duration-in-mins 2869
+    --exit-signal-handler
 )
 
 # run length and logging
@@ -104,6 +111,12 @@ RUN_ARGS=(
     --eval-iters "${EVAL_ITERS:-10}"
 )
 
+MEGATRON_LM_DIR="${MEGATRON_LM_DIR:?set MEGATRON_LM_DIR to the Megatron-LM checkout holding pretrain_gpt.py}"
+if [[ ! -f "$MEGATRON_LM_DIR/pretrain_gpt.py" ]]; then
+    echo "megatron_args.sh: MEGATRON_LM_DIR=$MEGATRON_LM_DIR holds no pretrain_gpt.py: set it to a Megatron-LM checkout (core_r0.13)" >&2
+    exit 2
+fi
+
 if [[ -n "${DATA_PATH:-}" ]]; then
     read -r -a DATA_PREFIXES <<< "$DATA_PATH"
     DATA_ARGS=(
@@ -112,14 +125,19 @@ if [[ -n "${DATA_PATH:-}" ]]; then
         --tokenizer-type "${TOKENIZER_TYPE:-HuggingFaceTokenizer}"
         --tokenizer-model "${TOKENIZER_MODEL:?set TOKENIZER_MODEL to the tokenizer of DATA_PATH}"
     )
-else
-    # No data given: synthetic batches, so the script validates and smoke-runs as it is.
+elif [[ "${MOCK_DATA:-}" == 1 ]]; then
+    # Asked for: synthetic batches, so the script validates and smoke-runs without data.
     DATA_ARGS=(--mock-data --tokenizer-type NullTokenizer --vocab-size 128256)
+else
+    echo "megatron_args.sh: DATA_PATH is not set: set it to the dataset prefix(es), or MOCK_DATA=1 for a smoke run on synthetic data" >&2
+    exit 2
 fi
 
 CKPT_ARGS=()
 if [[ -n "${CKPT_DIR:-}" ]]; then
     CKPT_ARGS=(--save "$CKPT_DIR" --load "$CKPT_DIR" --save-interval "${SAVE_INTERVAL:-1000}")
+else
+    echo "megatron_args.sh: CKPT_DIR is not set: this run saves no checkpoint" >&2
 fi
 
 RDZV_HOST="${MASTER_ADDR:?set MASTER_ADDR to the address of the first node}"
@@ -129,7 +147,7 @@ exec torchrun \
     --rdzv_backend c10d \
     --rdzv_endpoint "$RDZV_HOST:${MASTER_PORT:-29500}" \
     --rdzv_id "${RDZV_ID:-parplan-llama-3-8b}" \
-    "${MEGATRON_LM_DIR:-.}/pretrain_gpt.py" \
+    "$MEGATRON_LM_DIR/pretrain_gpt.py" \
     ${MODEL_ARGS[@]+"${MODEL_ARGS[@]}"} \
     ${MOE_ARGS[@]+"${MOE_ARGS[@]}"} \
     ${PARALLEL_ARGS[@]+"${PARALLEL_ARGS[@]}"} \
