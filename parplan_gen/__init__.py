@@ -17,6 +17,8 @@ The public API is small; everything else is private to the package:
     parplan_gen.compare("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512)  # why
     parplan_gen.explain("llama-3-8b", {"gpus": 8, "gpu": "h100"}, {"tp": 2, "global_batch": 512},
                         "time.step_s").render()  # the formulas behind a figure, as a tree
+    parplan_gen.frontier("llama-3-8b", ["h100", "b200"], [64, 128], global_batch=1024,
+                         tokens="1T", gpu_hour_price={"h100": 2.5, "b200": 4.0})  # days vs cost
     parplan_gen.measure(quick=True, out="cluster.yaml")  # `parplan profile`: needs torch, a GPU
 """
 
@@ -27,12 +29,21 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "__version__", "analyze", "check", "compare", "estimate", "explain", "load_graph", "load_rules",
-    "measure", "plan", "plan_all_backends", "propose",
+    "__version__", "analyze", "check", "compare", "estimate", "explain", "frontier", "load_graph",
+    "load_rules", "measure", "plan", "plan_all_backends", "propose",
 ]  # fmt: skip
 
 if TYPE_CHECKING:
-    from parplan_gen.api import check, compare, estimate, explain, measure, plan, plan_all_backends
+    from parplan_gen.api import (
+        check,
+        compare,
+        estimate,
+        explain,
+        frontier,
+        measure,
+        plan,
+        plan_all_backends,
+    )
     from parplan_gen.models.graph import load_graph
     from parplan_gen.rules.engine import analyze, propose
     from parplan_gen.rules.ruleset import load_rules
@@ -48,6 +59,7 @@ _LAZY = {
     "check": "parplan_gen.api",
     "compare": "parplan_gen.api",
     "explain": "parplan_gen.api",
+    "frontier": "parplan_gen.api",
     "measure": "parplan_gen.api",
 }
 

@@ -102,33 +102,40 @@ def named(rules: RuleSet, formula: str, env: dict[str, Any]) -> float:
 
 NVLINK5 = 1.8e12 / 2  # B/s per GPU, one direction
 NDR_PORT = 400e9 / 8  # B/s, one direction; one port per GPU on GB200 trays
+# The *_bandwidth formulas are bus bandwidths: on an unprofiled cluster, the link at
+# rules/cost/efficiency.yaml's link_efficiency.
 
 
 def test_gb200_nvl72_prices_a_64_gpu_group_over_nvlink(rules: RuleSet) -> None:
     cluster = cluster_from_flags(64, "gb200")
     assert (cluster.gpus_per_node, cluster.num_nodes, cluster.nvlink_domain) == (4, 16, 72)
     env = link_env(rules, cluster, tp=4, cp=2, dp=8)  # tp*cp*dp = 64 GPUs of one rack
+    link = named(rules, "link_efficiency", env)
     assert env["cluster.nvlink_domain"] == 64  # the job is smaller than the domain
     for formula in ("tp_bandwidth", "cp_bandwidth", "dp_bandwidth"):
-        assert named(rules, formula, env) == NVLINK5, formula
+        assert named(rules, formula, env) == pytest.approx(NVLINK5 * link), formula
     assert named(rules, "dp_nodes", env) == 1  # NCCL's ring takes no inter-node step
     # The same 64 GPUs as 16 separate 4-GPU nodes: the 8-rank dp group (32-rank span) crosses
     # nodes; it has 4 / (tp*cp) -> clamped to 1 rank per node, so one NIC's bandwidth.
     trays = cluster_from_flags(64, "gb200", nvlink_domain=4)
     env = link_env(rules, trays, tp=4, cp=2, dp=8)
-    assert named(rules, "tp_bandwidth", env) == NVLINK5
-    assert named(rules, "cp_bandwidth", env) == NDR_PORT
-    assert named(rules, "dp_bandwidth", env) == NDR_PORT
+    assert named(rules, "tp_bandwidth", env) == pytest.approx(NVLINK5 * link)
+    assert named(rules, "cp_bandwidth", env) == pytest.approx(NDR_PORT * link)
+    assert named(rules, "dp_bandwidth", env) == pytest.approx(NDR_PORT * link)
 
 
 def test_groups_that_do_not_divide_the_domain_cross_racks(rules: RuleSet) -> None:
     cluster = cluster_from_flags(144, "gb200")  # two NVL72 racks
     env = link_env(rules, cluster, tp=8, dp=18)
-    assert named(rules, "tp_bandwidth", env) == NVLINK5  # 72 % 8 == 0: every tp group in a rack
+    link = named(rules, "link_efficiency", env)
+    # 72 % 8 == 0: every tp group in a rack
+    assert named(rules, "tp_bandwidth", env) == pytest.approx(NVLINK5 * link)
     # the dp group spans 144 ranks: 72 / tp = 9 of its ranks per rack, 9 NICs, under NVLink's 900
-    assert named(rules, "dp_bandwidth", env) == min(NVLINK5, 9 * NDR_PORT) == 450e9
+    assert min(NVLINK5, 9 * NDR_PORT) == 450e9
+    assert named(rules, "dp_bandwidth", env) == pytest.approx(450e9 * link)
     env = link_env(rules, cluster, tp=16, dp=9)
-    assert named(rules, "tp_bandwidth", env) == NDR_PORT  # ranks 64-79 sit in two racks
+    # ranks 64-79 sit in two racks
+    assert named(rules, "tp_bandwidth", env) == pytest.approx(NDR_PORT * link)
 
 
 def test_megatron_allows_tp_up_to_the_nvlink_domain(rules: RuleSet) -> None:

@@ -16,6 +16,7 @@ Megatron-LM arguments, or write plan.json.
 
 One module per job: `plans` (`plan`, `Plan`), `per_backend` (`plan_all_backends`),
 `estimates` (`estimate`, `explain`), `checks` (`check`, `CheckReport`), `comparison` (`compare`),
+`frontier` (`frontier`: days against cost over GPU types and counts),
 `measuring` (`measure`: `parplan profile`) and `wording` (errors name the API's parameters, the
 CLI's flags under `flag_wording`). Each is imported when one of its names is first asked for, so
 that `parplan --help` stays fast.
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from parplan_gen.api.checks import CheckReport, check
     from parplan_gen.api.comparison import compare
     from parplan_gen.api.estimates import estimate, explain
+    from parplan_gen.api.frontier import frontier
     from parplan_gen.api.measuring import measure
     from parplan_gen.api.per_backend import BackendOutcome, plan_all_backends
     from parplan_gen.api.plans import Plan, plan, proposals_for
@@ -48,6 +50,7 @@ _MODULE_OF = {
     "CheckReport": "parplan_gen.api.checks",
     "check": "parplan_gen.api.checks",
     "compare": "parplan_gen.api.comparison",
+    "frontier": "parplan_gen.api.frontier",
     "measure": "parplan_gen.api.measuring",
     "load_model": "parplan_gen.planning.loading",
     "load_cluster_spec": "parplan_gen.planning.loading",
@@ -63,6 +66,7 @@ __all__ = [
     "compare",
     "estimate",
     "explain",
+    "frontier",
     "load_cluster_spec",
     "load_model",
     "load_rules",

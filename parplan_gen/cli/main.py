@@ -24,6 +24,7 @@ from parplan_gen.cli.common import (
 from parplan_gen.cli.compare import add_compare_command
 from parplan_gen.cli.estimate import add_estimate_command
 from parplan_gen.cli.exits import PROG, interrupted
+from parplan_gen.cli.frontier import add_frontier_command
 from parplan_gen.cli.models import add_models_command
 from parplan_gen.cli.out_options import add_render_commands
 from parplan_gen.cli.plan import add_plan_command
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_models_command(sub)
     add_estimate_command(sub)
     add_plan_command(sub)
+    add_frontier_command(sub)
     add_check_command(sub)
     add_compare_command(sub)
     add_render_commands(sub)
