@@ -410,6 +410,7 @@ def site_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 BACKEND_CHOICES = (ANY_BACKEND, *BACKEND_NAMES)  # --backend: any, then each backend by name
+BACKEND_LIST = ", ".join(BACKEND_NAMES)  # every help string names the backends from here
 
 
 def add_backend_option(parser: argparse.ArgumentParser | Any, *, search: bool) -> None:
@@ -422,7 +423,7 @@ def add_backend_option(parser: argparse.ArgumentParser | Any, *, search: bool) -
             choices=BACKEND_CHOICES,
             action="append",
             metavar="NAME",
-            help="search only what this backend runs: megatron, deepspeed or ddp (repeatable; "
+            help=f"search only what this backend runs: {BACKEND_LIST} (repeatable; "
             "default any: every backend that trains the model; docs/backends.md)",
         )
         return
@@ -430,6 +431,6 @@ def add_backend_option(parser: argparse.ArgumentParser | Any, *, search: bool) -
         "--backend",
         choices=BACKEND_NAMES,
         metavar="NAME",
-        help="the backend you run (megatron, deepspeed, ddp) whose rules judge the layout; "
+        help=f"the backend you run ({BACKEND_LIST}) whose rules judge the layout; "
         "default: the one a --from-* file is for, else the first that runs it",
     )
