@@ -13,7 +13,6 @@ from typing import Any
 from parplan_gen.api.plans import Plan, plan
 from parplan_gen.api.wording import parameter_wording
 from parplan_gen.cost.layout import check_sizes, size_problem
-from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import InputError, UsageError, shown_value
 from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.kind import ANY_BACKEND
@@ -181,11 +180,7 @@ def _label(found: Plan) -> str:
 
 
 def _nothing_fits(found: Plan) -> str:
-    memory = found.chosen.memory
-    return (
-        f"nothing fits in GPU memory (the closest layout needs {memory.total / GIB:,.1f} GiB "
-        f"per GPU of {memory.capacity / GIB:,.1f})"
-    )
+    return f"nothing fits in GPU memory ({found.closest_needs()})"
 
 
 def _gpu_types(gpu: str | Sequence[str]) -> list[str]:

@@ -8,7 +8,6 @@ from typing import Any, TypeAlias
 
 from parplan_gen.api.plans import Plan, plan
 from parplan_gen.api.wording import parameter_wording, reword
-from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import NothingFitsError
 from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.kind import ANY_BACKEND
@@ -53,11 +52,5 @@ def plan_all_backends(
             label = {"best_on": name}
             found[name] = one.model_copy(update={"document": one.document.model_copy(update=label)})
             continue
-        memory = one.chosen.memory
-        found[name] = reword(
-            NothingFitsError(
-                f"nothing fits (the closest layout needs {memory.total / GIB:.1f} GiB per GPU "
-                f"of {memory.capacity / GIB:.1f})"
-            )
-        )
+        found[name] = reword(NothingFitsError(f"nothing fits ({one.closest_needs()})"))
     return found

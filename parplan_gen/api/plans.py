@@ -81,6 +81,15 @@ class Plan(BaseModel):
         """The chosen layout's estimate (the closest candidate when nothing fits)."""
         return self.document.chosen
 
+    def closest_needs(self) -> str:
+        """`the closest layout needs 143.7 GiB per GPU of 40.0`: what a search where nothing
+        fits says of its closest candidate."""
+        memory = self.chosen.memory
+        return (
+            f"the closest layout needs {memory.total / GIB:.1f} GiB per GPU of "
+            f"{memory.capacity / GIB:.1f}"
+        )
+
     @parameter_wording
     def deepspeed_config(self) -> dict[str, Any]:
         """The dict for `deepspeed.initialize(config=...)`: ds_config.json as rendered."""
@@ -325,12 +334,8 @@ def _plan_by_deadline(
         plans[gpus] = found
         budget = found.document.budget
         if not found.feasible or budget is None:
-            closest = found.document.chosen.memory
             return CountOutcome(
-                None,
-                None,
-                f"no layout fits in GPU memory (the closest needs {closest.total / GIB:,.1f} "
-                f"GiB of {closest.capacity / GIB:,.1f})",
+                None, None, f"no layout fits in GPU memory ({found.closest_needs()})"
             )
         return CountOutcome(budget.wall_days, budget.cost, None)
 
