@@ -158,34 +158,32 @@ def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
         "cluster.inter_latency": cluster.inter_node_latency_s,
         "cluster.nvswitch": cluster.nvswitch,
         "cluster.architecture": cluster.gpu.architecture,
-        "cluster.measured_gemm_fraction": _measured_gemm(cluster, precision),
-        "cluster.measured_gemm_fraction_16bit": _measured_gemm(cluster, SIXTEEN_BIT[precision]),
-        **_measured_attention(cluster),
+        **_measured_env(cluster, precision),
     }
 
 
-def _measured_attention(cluster: Cluster) -> dict[str, float]:
-    """The profile's SDPA curve (cost/measured.py saturating_fit) and collective bus bandwidths;
-    0 for each figure the cluster was not profiled for."""
-    figures = cluster.measured
-    fraction = None if figures is None else figures.attention_max_fraction
-    half = None if figures is None else figures.attention_half_seq
-    intra = None if figures is None else figures.intra_bus_bytes_per_s
-    inter = None if figures is None else figures.inter_bus_bytes_per_s
-    return {
-        "cluster.measured_attention_max_fraction": float(fraction or 0.0),
-        "cluster.measured_attention_half_seq": float(half or 0.0),
-        "cluster.measured_intra_bus_bandwidth": float(intra or 0.0),
-        "cluster.measured_inter_bus_bandwidth": float(inter or 0.0),
-    }
+# cluster.measured_* name -> the MeasuredFigures field it reads (cost/measured.py), `{p}`: the
+# precision (the run's, or its 16-bit one).
+MEASURED_NAMES = {
+    "cluster.measured_gemm_fraction": "gemm_fraction_{p}",
+    "cluster.measured_gemm_fraction_16bit": "gemm_fraction_{p16}",
+    "cluster.measured_attention_max_fraction": "attention_max_fraction",
+    "cluster.measured_attention_half_seq": "attention_half_seq",
+    "cluster.measured_intra_bus_bandwidth": "intra_bus_bytes_per_s",
+    "cluster.measured_inter_bus_bandwidth": "inter_bus_bytes_per_s",
+}
 
 
-def _measured_gemm(cluster: Cluster, precision: Precision) -> float:
-    """The profile's fastest GEMM at `precision` over the dense peak (cost/measured.py); 0 when
-    the cluster was not profiled at that precision."""
+def _measured_env(cluster: Cluster, precision: Precision) -> dict[str, float]:
+    """The figures of the cluster's profile (`parplan profile`, cost/measured.py) under their
+    cluster.* names; 0 for each the cluster was not profiled for."""
     figures = cluster.measured
-    fraction = None if figures is None else getattr(figures, f"gemm_fraction_{precision}", None)
-    return float(fraction or 0.0)
+    env = {}
+    for name, field in MEASURED_NAMES.items():
+        attribute = field.format(p=precision, p16=SIXTEEN_BIT[precision])
+        value = None if figures is None else getattr(figures, attribute, None)
+        env[name] = float(value or 0.0)
+    return env
 
 
 def figure_error(name: str, exc: FormulaError) -> FormulaError:
