@@ -7,6 +7,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import textwrap
@@ -38,6 +39,26 @@ FIT_RUNS = (*VENDORED_RUNS, REPO / "benchmarks" / "data" / "fitting_runs.yaml")
 # The writer's journal key (render/journal.py) lives in $XDG_STATE_HOME/parplan: the tests use a
 # folder of their own (per worker), never the user's, and every run they start inherits it.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="parplan-state-")
+
+
+# The modules that load the frameworks themselves (tests/consumer_*.py: Megatron-Core ~4 s to
+# import, torchtitan's registry, DeepSpeed, torch): xdist runs each module's tests on one worker
+# (`--dist loadgroup`, pyproject.toml), and all of them on the same one, so each framework is
+# imported once per run rather than once per worker.
+FRAMEWORK_GROUP = "frameworks"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _loads_frameworks(str(item.path)):
+            item.add_marker(pytest.mark.xdist_group(FRAMEWORK_GROUP))
+
+
+@cache
+def _loads_frameworks(path: str) -> bool:
+    """Whether a test module imports a consumer (tests/consumer_*.py), at its top or in a test."""
+    text = Path(path).read_text(encoding="utf-8")
+    return re.search(r"^\s*(from|import) consumer_", text, re.MULTILINE) is not None
 
 
 @cache

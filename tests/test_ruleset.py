@@ -302,3 +302,33 @@ def test_rules_check_reports_a_link_out_without_reading_it(cli, tmp_path):
     assert result.code == 1
     assert f"{tmp_path / 'r' / 'x.yaml'}: a link out of the rules directory" in result.out
     assert "secret" not in result.out + result.err
+
+
+ONE_CONSTRAINT = """
+constraints:
+  - id: mine.tp_bound
+    require: "plan.tp <= 8"
+    reason: "tp above 8"
+"""
+
+
+def test_an_overlay_without_named_formulas_shares_the_builtin_library(write):
+    """Loading an overlay compiles its own rules, not the ~300 built-in named formulas again:
+    the library (and the formulas it compiled) is the built-in rules'; an overlay that
+    redefines a named formula gets a library of its own (test_redefining_a_named_formula_...
+    shows its users take the new value)."""
+    builtin = load_rules()
+    overlay = load_rules([write("mine/c.yaml", ONE_CONSTRAINT).parent])
+    assert overlay.library is builtin.library
+    named = load_rules([write("named/n.yaml", "formulas:\n  grad_bytes: 2\n").parent])
+    assert named.library is not builtin.library
+
+
+def test_a_rule_file_changed_between_loads_points_at_its_new_lines(write):
+    """A formula compiled before is handed back only for the same place in the same parse: the
+    same file with two lines added above the rule points at the new line."""
+    path = write("mine/c.yaml", ONE_CONSTRAINT)
+    first = next(c for c in load_rules([path.parent]).constraints if c.rule.id == "mine.tp_bound")
+    path.write_text("\n\n" + path.read_text(encoding="utf-8"), encoding="utf-8")
+    again = next(c for c in load_rules([path.parent]).constraints if c.rule.id == "mine.tp_bound")
+    assert again.require.where.line == first.require.where.line + 2

@@ -53,7 +53,7 @@ class SourceRef:
     read: loading rules makes a reference for every field, and most are never shown.
     """
 
-    __slots__ = ("_column", "_line", "_resolve", "file", "path")
+    __slots__ = ("_column", "_line", "_resolve", "document", "file", "path")
 
     def __init__(
         self, file: str, line: int | None = None, column: int | None = None, path: str = ""
@@ -63,15 +63,33 @@ class SourceRef:
         self._line = line
         self._column = column
         self._resolve: Callable[[], tuple[int | None, int | None]] | None = None
+        # The parsed file a lazy reference points into (an `inputs.source.Document`), or None.
+        self.document: object | None = None
 
     @classmethod
     def lazy(
-        cls, file: str, path: str, resolve: Callable[[], tuple[int | None, int | None]]
+        cls,
+        file: str,
+        path: str,
+        resolve: Callable[[], tuple[int | None, int | None]],
+        document: object | None = None,
     ) -> SourceRef:
-        """A reference whose (line, column) `resolve()` gives, called once when first needed."""
+        """A reference whose (line, column) `resolve()` gives, called once when first needed;
+        `document` is the parse it points into."""
         ref = cls(file, path=path)
         ref._resolve = resolve
+        ref.document = document
         return ref
+
+    def same_place(self, other: SourceRef) -> bool:
+        """Whether both point at one place, without finding a lazy reference's line: the same
+        file and key path in the same parse (a file read again may have changed), or, for
+        references with their positions given, equal ones."""
+        if (self.file, self.path) != (other.file, other.path):
+            return False
+        if self.document is not None or other.document is not None:
+            return self.document is other.document
+        return self == other
 
     def _position(self) -> None:
         if self._resolve is not None:

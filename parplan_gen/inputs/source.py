@@ -48,7 +48,7 @@ class Document:
     def ref(self, path: KeyPath = ()) -> SourceRef:
         """The position of `path` (or of its nearest ancestor that has one), found lazily."""
         key = tuple(path)
-        return SourceRef.lazy(self.name, format_path(key), lambda: self._find(key))
+        return SourceRef.lazy(self.name, format_path(key), lambda: self._find(key), self)
 
     def _find(self, path: KeyPath) -> tuple[int | None, int | None]:
         if self.kind == "json":

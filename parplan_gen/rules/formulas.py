@@ -97,6 +97,10 @@ _SPEC = re.compile(r"[+-]?\d{0,2}(\.\d{1,2})?[dfgeE%]?", re.ASCII)
 MAX_TEXT_CHARS = 2000
 MAX_PLACEHOLDERS = 50
 MAX_RENDERED_CHARS = 2000
+# The compiled formulas a library keeps to hand back when the same rule value is compiled again
+# (every load of an overlay compiles the built-in rules' formulas anew): the built-in rules
+# compile ~1,000; a hostile overlay's millionth formula is compiled, not kept.
+MAX_REMEMBERED_FORMULAS = 4096
 
 
 class TextTemplate:
@@ -212,6 +216,9 @@ class FormulaLibrary:
             self._named[name] = Named(kind, names, None, reach, depth, uses, refers)
             self._globals[f"_n_{name}"] = named_function(name, tree, kind, self._globals)
         self._order = tuple(named)
+        # Each formula compiled, by its value, place (file, key path, parse) and the compile's
+        # arguments, with the SourceRef it was compiled at (SourceRef.same_place).
+        self._compiled: dict[tuple[object, ...], tuple[Formula, SourceRef]] = {}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -235,6 +242,26 @@ class FormulaLibrary:
         with `models`, every model.* name it reads must have a value for each of those kinds."""
         if context not in vocabulary.CONTEXTS:
             raise ValueError(f"unknown formula context {context!r}")
+        if not isinstance(value, str | int | float):  # refused by the translation
+            return self._compile(value, where, context, expect, models)
+        place = (where.file, where.path, id(where.document))
+        key = (type(value).__name__, value, *place, context, expect, models)
+        kept = self._compiled.get(key)
+        if kept is not None and kept[1].same_place(where):
+            return kept[0]
+        formula = self._compile(value, where, context, expect, models)
+        if len(self._compiled) < MAX_REMEMBERED_FORMULAS:
+            self._compiled[key] = (formula, where)
+        return formula
+
+    def _compile(
+        self,
+        value: Value,
+        where: SourceRef,
+        context: str,
+        expect: Expect | None,
+        models: tuple[str, ...] | None,
+    ) -> Formula:
         source = value if isinstance(value, str) else repr(value)
         translator = Translator(source, where, context, self._named, models)
         tree, kind = translator.translate(value)

@@ -30,7 +30,7 @@ from parplan_gen.models.graph_node import canonical_op
 from parplan_gen.models.kind import MODEL_KINDS, ModelKind
 from parplan_gen.rules import vocabulary
 from parplan_gen.rules.file_uses import check_uses
-from parplan_gen.rules.formula_runtime import Expect, Formula
+from parplan_gen.rules.formula_runtime import Expect, Formula, Value
 from parplan_gen.rules.formulas import FormulaLibrary, TextTemplate
 from parplan_gen.rules.layers import (
     Collector,
@@ -263,7 +263,7 @@ def load_rule_file(path: Path) -> tuple[Document, RuleFile]:
 
 def _compile(merged: Merged, layers: tuple[str, ...], collect: Collector | None = None) -> RuleSet:
     named = {n: (v, o.where) for n, (v, o) in merged.formulas.items()}
-    library = FormulaLibrary(named) if collect is None else collect.library(named)
+    library = _library(named) if collect is None else collect.library(named)
     opportunities: list[CompiledOpportunity] = []
     proposals: list[CompiledProposal] = []
     constraints: list[CompiledConstraint] = []
@@ -296,6 +296,30 @@ def _compile(merged: Merged, layers: tuple[str, ...], collect: Collector | None 
     # once per load: the files' `uses:` lists
     check_uses(merged, library, (*opportunities, *proposals, *constraints, *estimate), collect)
     return rules
+
+
+# The libraries of the last named-formula sets compiled (the built-in rules' and an overlay's):
+# an overlay that leaves the named formulas as they are shares the built-in rules' library, and
+# the formulas it compiled, instead of compiling ~300 named formulas again.
+_LIBRARIES: dict[tuple[object, ...], tuple[FormulaLibrary, tuple[SourceRef, ...]]] = {}
+LIBRARIES_KEPT = 2
+
+
+def _library(named: Mapping[str, tuple[Value, SourceRef]]) -> FormulaLibrary:
+    """The library of `named`: the one compiled before for the same values at the same places
+    (file, key path and parse: SourceRef.same_place), else a new one."""
+    wheres = tuple(where for _, where in named.values())
+    key = tuple(
+        (n, type(v).__name__, v, w.file, w.path, id(w.document)) for n, (v, w) in named.items()
+    )
+    kept = _LIBRARIES.get(key)
+    if kept is not None and all(a.same_place(b) for a, b in zip(kept[1], wheres, strict=True)):
+        return kept[0]
+    library = FormulaLibrary(named)
+    while len(_LIBRARIES) >= LIBRARIES_KEPT:
+        del _LIBRARIES[next(iter(_LIBRARIES))]
+    _LIBRARIES[key] = (library, wheres)
+    return library
 
 
 def _compile_constraint(library: FormulaLibrary, entry: Entry) -> CompiledConstraint:
