@@ -299,6 +299,10 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
     overlap_off = not facts.tp_comm_overlap and layout.tp > 1 and layout.sequence_parallel
     if overlap_off:
         notes.append(facts.tp_comm_overlap_reason)
+    if not facts.p2p_overlap and layout.vpp > 1:
+        notes.append(facts.p2p_overlap_reason)
+    if not facts.moe_a2a_overlap and layout.ep > 1:
+        notes.append(facts.moe_a2a_overlap_reason)
     memory = (entry.get("measured") or {}).get("memory_gib_per_gpu")
     return Case(
         entry["name"],
@@ -317,6 +321,8 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         memory_reserved_peak=facts.memory_figure == "reserved_peak",
         fp8_recipe=recipe,
         tp_comm_overlap=facts.tp_comm_overlap,
+        p2p_overlap=facts.p2p_overlap,
+        moe_a2a_overlap=facts.moe_a2a_overlap,
         chunked_loss=facts.chunked_loss,
         validation=facts.validation,
     )

@@ -107,6 +107,8 @@ class Case:
     memory_reserved_peak: bool = False  # the published memory is the allocator's reserved peak
     fp8_recipe: str | None = None  # the FP8 recipe the source ran (calibration_rows.yaml)
     tp_comm_overlap: bool = True  # the source's framework could overlap TP traffic
+    p2p_overlap: bool = True  # the source's Megatron-LM could overlap pipeline transfers
+    moe_a2a_overlap: bool = True  # the source's recipe hid the expert all-to-alls where it could
     chunked_loss: bool = False  # the source's torchtitan computed the loss in sequence chunks
     validation: bool = False  # a validation row (its source says so): never fitted on
 
@@ -122,7 +124,14 @@ class Case:
             env["train.fp8_recipe"] = self.fp8_recipe
         if not self.tp_comm_overlap:
             env["train.tp_comm_overlap"] = False
+        if not self.p2p_overlap:
+            env["train.p2p_overlap"] = False
+        if not self.moe_a2a_overlap:
+            env["train.moe_a2a_overlap"] = False
         env["train.chunked_loss"] = self.chunked_loss
+        # every torchtitan source predates 0.3: its Float8 linears took torchao's float8 TP
+        # styles (rules/cost/time.yaml tp_fp8_gathers)
+        env["train.torchao_float8_tp"] = True
         return env
 
 
@@ -150,6 +159,12 @@ class RowFacts:
     fp8_recipe_reason: str = ""
     tp_comm_overlap: bool = True  # False: the source's framework ran TP traffic unoverlapped
     tp_comm_overlap_reason: str = ""
+    # False: the source's Megatron-LM ran its interleaved schedule's transfers unoverlapped
+    p2p_overlap: bool = True
+    p2p_overlap_reason: str = ""
+    # False: the source's recipe left Megatron's EP all-to-all overlap off
+    moe_a2a_overlap: bool = True
+    moe_a2a_overlap_reason: str = ""
     # torchtitan's ChunkedLossWrapper (components/loss.py, since 786e26f8e, 2026-04-27), which
     # every plan's torchtitan 0.3 runs: no published run used it (calibration_rows.yaml
     # `chunked_loss`, default false)
@@ -200,6 +215,13 @@ def row_facts(name: str) -> RowFacts:
         fp8_recipe_reason=str(source.get("fp8_recipe_reason", "")).strip(),
         tp_comm_overlap=bool(source.get("tp_comm_overlap", True)),
         tp_comm_overlap_reason=str(source.get("tp_comm_overlap_reason", "")).strip(),
+        p2p_overlap=bool(source.get("p2p_overlap", True)),
+        p2p_overlap_reason=str(source.get("p2p_overlap_reason", "")).strip(),
+        # a row may say otherwise than its source (a preset that set it)
+        moe_a2a_overlap=bool(row.get("moe_a2a_overlap", source.get("moe_a2a_overlap", True))),
+        moe_a2a_overlap_reason=" ".join(
+            str(row.get("moe_a2a_overlap_reason", source.get("moe_a2a_overlap_reason", ""))).split()
+        ),
         chunked_loss=bool(source.get("chunked_loss", False)),
         tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),
         interleaved_reason=str(source.get("interleaved_reason", "")).strip(),
@@ -213,6 +235,7 @@ def row_facts(name: str) -> RowFacts:
 # dropped and the row read as if the file were silent.
 ROW_KEYS = frozenset(
     {"source", "families", "why_missing", "micro_batch_size", "micro_batch_reason"}
+    | {"moe_a2a_overlap", "moe_a2a_overlap_reason"}
 )
 
 

@@ -143,19 +143,29 @@ PLANNED = {
 }
 
 
+# Scenarios of PLANNED planned for one backend (`planned` gives them too): name -> (the
+# PLANNED scenario, backend).
+PLANNED_ON = {
+    # Megatron-LM with a pipeline is the faster plan; DeepSpeed's files are the ones read here.
+    "mixtral-8x7b-64xh100-deepspeed": ("mixtral-8x7b-64xh100", "deepspeed"),
+}
+
+
 @pytest.fixture(scope="session")
 def planned(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """planned(name) -> the folder `parplan plan ... --out` wrote for PLANNED[name], planned
-    once per session (the files are read, never changed, by the tests)."""
+    """planned(name) -> the folder `parplan plan ... --out` wrote for PLANNED[name] (or
+    PLANNED_ON[name]), planned once per session (the files are read, never changed)."""
     root = tmp_path_factory.mktemp("planned")
     done: dict[str, Path] = {}
 
     def folder(name: str) -> Path:
         if name not in done:
-            model, gpus, gpu, batch, seq = PLANNED[name]
+            scenario, backend = PLANNED_ON.get(name, (name, "any"))
+            model, gpus, gpu, batch, seq = PLANNED[scenario]
             out = root / name
             argv = ["plan", model, "--gpus", str(gpus), "--gpu", gpu, "--global-batch",
-                    str(batch), "--seq-len", str(seq), "--out", str(out)]  # fmt: skip
+                    str(batch), "--seq-len", str(seq), "--backend", backend,
+                    "--out", str(out)]  # fmt: skip
             sink = io.StringIO()
             with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
                 code = main(argv)

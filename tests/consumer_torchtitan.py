@@ -1,21 +1,28 @@
 """Feed a rendered torchtitan_run.sh to torchtitan 0.3.0's own ConfigManager and ParallelDims.
 
 `ConfigManager().parse_args(args)` is what torchtitan.train runs on its command line: it loads
-the config function named by --module/--config from the model's config_registry, applies the
-tyro overrides and validates the result (Trainer.Config.__post_init__, _validate_config).
-ParallelDims.from_config then builds the mesh sizes for the world size (its _validate needs no
-GPU).
+the config function named by --module/--config from the model's config_registry (or, for a
+plan that writes parplan_torchtitan_config.py, from that file, imported by its name from the
+plan's folder as torchtitan_run.sh puts it on PYTHONPATH), applies the tyro overrides and
+validates the result (Trainer.Config.__post_init__, _validate_config). ParallelDims.from_config
+then builds the mesh sizes for the world size (its _validate needs no GPU).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import shlex
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
 from consumer_support import consumer
+
+H100 = (9, 0)  # CUDA compute capability (SM 9.0): the GPU the plans are made for
 
 
 @dataclass(frozen=True)
@@ -35,19 +42,49 @@ def torchtitan_args(script: Path) -> list[str]:
     return [*shlex.split(block), shlex.split(text.rstrip().splitlines()[-1])[-1]]
 
 
-def torchtitan_reading(script: Path, gpus: int) -> TorchtitanReading:
+def torchtitan_reading(
+    script: Path, gpus: int, capability: tuple[int, int] = H100
+) -> TorchtitanReading:
     """Parse the script's arguments with torchtitan's ConfigManager; raise what torchtitan
-    raises."""
+    raises. `capability`: the CUDA compute capability of the plan's GPU."""
     manager = consumer("torchtitan.config.manager")
     dims = consumer("torchtitan.distributed.parallel_dims")
     float8 = consumer("torchtitan.components.quantization.float8")
+    mx = consumer("torchtitan.components.quantization.mx")
     args = torchtitan_args(script)
-    # The float8 converter checks the GPU (SM 8.9 or later) when the config is validated; this
-    # machine has none, so it stands in for the H100 (SM 9.0) the plans are made for.
-    with patch.object(float8, "has_cuda_capability", lambda major, minor: (major, minor) <= (9, 0)):
+    module = _value(args, "--module")
+
+    # The float8 and MXFP8 converters check the GPU (SM 8.9 / 10.0 or later) when the config is
+    # built; this machine has none, so it stands in for the plan's GPU.
+    def gpu(major: int, minor: int) -> bool:
+        return (major, minor) <= capability
+
+    with (
+        _on_path(script.parent, module),
+        patch.object(float8, "has_cuda_capability", gpu),
+        patch.object(mx, "has_cuda_capability", gpu),
+    ):
         parsed = manager.ConfigManager().parse_args(args)
     built = dims.ParallelDims.from_config(parsed.parallelism, gpus)
-    return TorchtitanReading(parsed, built, _value(args, "--module"), _value(args, "--config"))
+    return TorchtitanReading(parsed, built, module, _value(args, "--config"))
+
+
+@contextlib.contextmanager
+def _on_path(folder: Path, module: str) -> Iterator[None]:
+    """`folder` first on sys.path, as torchtitan_run.sh puts the plan's folder first on
+    PYTHONPATH when it holds `module`'s file (`module` imported afresh, and forgotten after: each
+    plan's folder has its own)."""
+    if not (folder / f"{module}.py").is_file():
+        yield
+        return
+    sys.path.insert(0, str(folder))
+    sys.modules.pop(module, None)
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        sys.modules.pop(module, None)
+        sys.path.remove(str(folder))
 
 
 def _value(args: list[str], flag: str) -> str:
@@ -101,3 +138,34 @@ def scheduled_lrs(reading: TorchtitanReading, at_steps: list[int]) -> list[float
     )
     first = schedulers.schedulers[0]
     return [first.base_lrs[0] * first.lr_lambdas[0](step) for step in at_steps]
+
+
+def float8_read(reading: TorchtitanReading) -> dict[str, Any]:
+    """How torchtitan's parsed config builds the model's linear layers: the converted layers'
+    class (Float8Linear, MXFP8Linear; None: none converted), the torchao Float8 recipe their
+    config is (Float8LinearConfig.from_recipe_name of which recipe), whether FSDP all-gathers
+    their weights in float8, whether the LM head stays 16-bit, and whether the model compiles."""
+    quantization = consumer("torchtitan.components.quantization")
+    linear = consumer("torchtitan.models.common.linear")
+    torchao = consumer("torchao.float8.config")
+    model = reading.parsed.model_spec.model
+    kinds = {quantization.Float8Linear.Config: "Float8Linear"}
+    kinds[quantization.MXFP8Linear.Config] = "MXFP8Linear"
+    found = [(fqn, c) for fqn, c, _, _ in model.traverse(linear.Linear.Config)]
+    converted = {kinds[type(c)] for _, c in found if type(c) in kinds}
+    configs = [c._torchao_config for _, c in found if type(c) is quantization.Float8Linear.Config]
+    recipes = {
+        next(
+            (r.value for r in torchao.Float8LinearRecipeName
+             if torchao.Float8LinearConfig.from_recipe_name(r) == config),
+            None,
+        )
+        for config in configs
+    }  # fmt: skip
+    return {
+        "converted": converted.pop() if len(converted) == 1 else sorted(converted) or None,
+        "recipe": recipes.pop() if len(recipes) == 1 else sorted(recipes) or None,
+        "fsdp_float8_all_gather": any(c.enable_fsdp_float8_all_gather for c in configs),
+        "lm_head_16bit": any(f == "lm_head" and type(c) is linear.Linear.Config for f, c in found),
+        "compile": reading.parsed.compile.enable,
+    }

@@ -56,9 +56,9 @@ def test_plan_out_writes_the_deepspeed_and_torchrun_files(cli, tmp_path):
 
 
 def test_plan_out_refuses_a_megatron_version_for_a_graph_model(cli, tmp_path):
-    run = cli("plan", *RESNET, "--out", tmp_path / "run", "--megatron-version", "core_r0.13")
+    run = cli("plan", *RESNET, "--out", tmp_path / "run", "--megatron-version", "core_v0.16")
     assert run.code == 1
-    assert "--megatron-version 'core_r0.13': resnet-50 is an op-graph model" in run.err
+    assert "--megatron-version 'core_v0.16': resnet-50 is an op-graph model" in run.err
     assert not (tmp_path / "run").exists()
 
 

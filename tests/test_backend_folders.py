@@ -7,6 +7,7 @@ its reader takes the rules of the check (`parplan_gen.check(from_...=)`)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from conftest import REPO, Run
 BACKENDS_DIR = REPO / "parplan_gen" / "backends"
 SHARED_MAPPING = REPO / "templates" / "mapping.yaml"
 H100S = {"gpus": 8, "gpu": "h100"}
-BACKENDS = ("deepspeed", "megatron", "torchtitan")  # the backends with a mapping section
+BACKENDS = ("accelerate", "deepspeed", "megatron", "torchtitan")  # with a mapping section
 
 
 def where_from(file: str) -> str:
@@ -39,10 +40,12 @@ def where_from(file: str) -> str:
 
 def test_the_constraints_keep_their_order_with_each_backends_own_in_its_folder() -> None:
     # A backend's rules load where rules/constraints/<name>.yaml sorts (inputs/resources.py):
-    # DeepSpeed's before the shared ones, Megatron-LM's layout rules after them and before
-    # memory.fits, torchtitan's last. The first rule a candidate breaks counts its rejection.
+    # Accelerate's and DeepSpeed's before the shared ones, Megatron-LM's layout rules after them
+    # and before memory.fits, torchtitan's last. The first rule a candidate breaks counts its
+    # rejection (a backend's own rules judge its plans only).
     files = [where_from(c.origin.where.file) for c in load_rules().constraints]
     assert list(dict.fromkeys(files)) == [
+        "accelerate/constraints.yaml",
         "deepspeed/constraints.yaml",
         "graph.yaml",
         "layout.yaml",
@@ -53,7 +56,7 @@ def test_the_constraints_keep_their_order_with_each_backends_own_in_its_folder()
     # every backend's own rule judges that backend's plans only, and no shared one is a backend's
     for constraint in load_rules().constraints:
         folder = where_from(constraint.origin.where.file).split("/")[0]
-        expected = folder if folder in ("deepspeed", "megatron", "torchtitan") else None
+        expected = folder if folder in BACKENDS else None
         assert constraint.rule.backend == expected, constraint.rule.id
 
 
@@ -70,13 +73,51 @@ def test_rules_list_names_a_backends_rules_by_their_folder(cli: Callable[..., Ru
 
 def test_the_mapping_joins_each_backends_section() -> None:
     mapping = load_mapping(SHARED_MAPPING)
-    assert sorted(mapping.data.megatron) == ["core_r0.13", "core_v0.16.1"]
-    assert list(mapping.data.deepspeed) == ["0.16"]
+    assert list(mapping.data.megatron) == ["core_v0.16"]
+    assert list(mapping.data.deepspeed) == ["0.19"]
     assert list(mapping.data.torchtitan) == ["0.3"]
-    assert mapping.doc_of(("megatron", "core_r0.13")).name.endswith(
+    assert list(mapping.data.accelerate) == ["1.16"]
+    assert mapping.doc_of(("megatron", "core_v0.16")).name.endswith(
         "backends/megatron/mapping.yaml"
     )
     assert mapping.doc_of(("nccl", "variables")).name == str(SHARED_MAPPING)
+
+
+# The distribution pyproject.toml's `consumers` extra pins for each backend (the release CI runs
+# its files against: tests/test_consumers*.py) and how the backend spells that release.
+PINNED = {
+    "megatron": ("megatron-core", "core_v{}"),
+    "deepspeed": ("deepspeed", "{}"),
+    "torchtitan": ("torchtitan", "{}"),
+    "ddp": ("torch", "torch {}"),
+    "accelerate": ("accelerate", "{}"),
+}
+
+
+def test_each_backend_follows_the_release_ci_pins() -> None:
+    """A backend's one version label (Capabilities.version: what every plan on it names, its
+    template folder and mapping section) is the major.minor of the release pyproject.toml pins
+    for CI, e.g. deepspeed==0.19.8 -> `0.19`, megatron-core==0.16.1 -> `core_v0.16`."""
+    import tomllib
+
+    from parplan_gen.planning.backends import BACKENDS as CAPABILITIES
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    specs = project["project"]["optional-dependencies"]["consumers"]
+    pins = {
+        found.group(1): found.group(2)
+        for spec in specs
+        if (found := re.fullmatch(r"([A-Za-z0-9_.-]+)==(\d+\.\d+)(\.\d+)*", spec))
+    }
+    assert set(PINNED) == set(CAPABILITIES)
+    mapping = load_mapping(SHARED_MAPPING)
+    for name, (package, label) in PINNED.items():
+        version = CAPABILITIES[name].version
+        assert version == label.format(pins[package]), name
+        if name in BACKENDS:  # its files: one mapping section and one template folder, this one
+            assert list(getattr(mapping.data, name)) == [version], name
+            folders = (BACKENDS_DIR / name / "templates").iterdir()
+            assert [p.name for p in folders] == [version], name
 
 
 def test_an_error_in_a_backends_own_section_names_its_file_and_line(tmp_path: Path) -> None:
@@ -92,7 +133,7 @@ def test_an_error_in_a_backends_own_section_names_its_file_and_line(tmp_path: Pa
     with pytest.raises(
         RenderError, match=rf"deepspeed/mapping.yaml:{line}:\d+: .*plan.global_bach"
     ):
-        deepspeed_config(mapping, "0.16", facts(doc, mapping.data), hf_trainer=False)
+        deepspeed_config(mapping, "0.19", facts(doc, mapping.data), hf_trainer=False)
 
 
 def test_a_backends_mapping_holds_its_own_section_only(tmp_path: Path) -> None:
@@ -166,6 +207,43 @@ def test_a_user_template_error_in_a_backends_template_names_its_line(tmp_path, d
     folder = user_folder(tmp_path, {name: "# fine\n# {{ megatron.no_such_key }}\n"})
     with pytest.raises(RenderError, match=rf"{name}:2: undefined value"):
         render_plan(doc_8b, templates_dir=folder)
+
+
+@pytest.fixture(scope="module")
+def doc_8b_fp8() -> PlanDocument:
+    """An fp8 plan on torchtitan: its files start from the config function they write."""
+    return parplan_gen.plan(
+        "llama-3-8b", H100S, global_batch=64, seq_len=2048, backend="torchtitan", precision="fp8"
+    ).document
+
+
+@pytest.mark.parametrize(
+    ("template", "error"),
+    [
+        ("def other():\n    pass\n",
+         "rendered torchtitan_run.sh is invalid: --config llama3_8b_float8_rowwise is no function"
+         " of parplan_torchtitan_config.py (it has other)"),
+        ("def llama3_8b_float8_rowwise(:\n",
+         "rendered parplan_torchtitan_config.py is invalid: line 1: Python syntax: invalid "
+         "syntax"),
+        ("x = {{ torchtitan.config_module.config ~ '()' | py_name }}\n",
+         "'()' is not a Python name"),
+    ],
+)  # fmt: skip
+def test_a_config_module_torchtitan_could_not_load_is_not_written(
+    tmp_path: Path, doc_8b_fp8: PlanDocument, template: str, error: str
+) -> None:
+    assert "parplan_torchtitan_config.py" in render_plan(doc_8b_fp8)
+    name = "torchtitan/0.3/parplan_torchtitan_config.py.j2"
+    with pytest.raises(RenderError, match=re.escape(error)):
+        render_plan(doc_8b_fp8, templates_dir=user_folder(tmp_path, {name: template}))
+
+
+def test_a_bf16_plan_on_its_own_config_writes_no_config_module(doc_8b: PlanDocument) -> None:
+    files = render_plan(doc_8b)
+    assert "parplan_torchtitan_config.py" not in files
+    assert "--module llama3\n    --config llama3_8b\n" in files["torchtitan_run.sh"]
+    assert "PYTHONPATH" not in files["torchtitan_run.sh"]
 
 
 # ---- no rule set loaded to render; the reader takes the check's --------------------------------

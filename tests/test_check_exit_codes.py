@@ -31,10 +31,11 @@ MEGATRON_70B_ON_ONE_NODE = """
     GPT_ARGS="--micro-batch-size 1 --global-batch-size 64 --bf16"
     torchrun pretrain_gpt.py $GPT_ARGS --tensor-model-parallel-size 8
 """
-# Megatron-LM validate_args: "Expert parallelism is not supported with fp16 training".
-# Without model parallelism Mixtral does not fit on 80 GiB either: the rule is named first.
-MEGATRON_EP_FP16 = """
-    MOE_ARGS=(--expert-model-parallel-size 2 --fp16)
+# Megatron-LM validate_args: "Number of experts should be a multiple of expert model
+# parallel_size" (Mixtral's 8 experts over ep 16). Without model parallelism Mixtral does not
+# fit on 80 GiB either: the rule is named first.
+MEGATRON_EP_16 = """
+    MOE_ARGS=(--expert-model-parallel-size 16 --bf16)
     torchrun pretrain_gpt.py --micro-batch-size 1 \\
         --global-batch-size 64 "${MOE_ARGS[@]}"
 """
@@ -49,14 +50,14 @@ CASES = {
     "invalid": (("llama-3-8b", *H100_8, "--global-batch", "64", "--sequence-parallel"), None),
     "invalid_deepspeed": (("llama-2-7b", *H100_8, "--from-deepspeed", "ds.json"), INVALID_DS),
     "invalid_megatron": (("mixtral-8x7b", *H100_64, "--from-megatron", "args.sh"),
-                         MEGATRON_EP_FP16),
+                         MEGATRON_EP_16),
 }  # fmt: skip
 # The first `invalid` rule each breaks, as rules/constraints/*.yaml words it.
 INVALID = {
     "invalid": "sequence parallelism needs tp > 1 [parallel.sequence_parallel_needs_tp, invalid]",
     "invalid_deepspeed": "DeepSpeed: ZeRO-2 does not work with pipeline parallelism "
     "[deepspeed.pipeline_zero_at_most_1, invalid]",
-    "invalid_megatron": "expert parallelism does not support fp16 [experts.not_fp16, invalid]",
+    "invalid_megatron": "experts (8) do not divide by ep (16) [experts.divisible_by_ep, invalid]",
 }
 
 

@@ -20,9 +20,11 @@ from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.layout import build_layout
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.planning.document import PlanDocument
-from parplan_gen.render.compare import compare_estimates, tie_sentences
+from parplan_gen.render.compare import compare_estimates, compare_file, tie_sentences
+from parplan_gen.render.compare_terms import shown
 from parplan_gen.render.labels import layout_labels
 from parplan_gen.render.report import md
+from parplan_gen.rules.ruleset import load_rules
 
 README = (__import__("conftest").REPO / "README.md").read_text(encoding="utf-8")
 TRANSFORMER_PARTS = (
@@ -58,10 +60,11 @@ def test_sentences_are_worked_from_the_figures():
     ((against, said),) = found.sentences
     assert against == "megatron tp4 pp1 dp32"
     x, y = "megatron tp8 pp1 dp16", "megatron tp4 pp1 dp32"
-    # 2.5 s - 0.4 s = 2.1 s; tp and dp differ among TP communication's drivers (mbs does not)
+    # 2.5 s - 0.4 s = 2.1 s; tp and the micro-batches per step (512 / 16 = 32 against 512 / 32
+    # = 16) differ among TP communication's drivers (mbs does not)
     assert (
         f"{x} spends 2.10 s less on tensor-parallel communication than {y} (400.0 ms vs 2.50 s), "
-        "with tp 8, dp 16 against tp 4, dp 32."
+        "with tp 8, 32 micro-batches per step against tp 4, 16 micro-batches per step."
     ) in said
     # 8 GiB - 4 GiB of parameters: tp is the one driver that differs
     assert (
@@ -98,7 +101,7 @@ def test_a_term_the_faster_loses_is_won_back_and_the_slower_says_by_how_much():
         SIXTEEN_NODES, [("c", b, None), ("r", a, None)], TRANSFORMER_PARTS, TRANSFORMER_DIMS
     )
     said = found.sentences[0][1]
-    step = next(s for s in said if "per step" in s)
+    step = next(s for s in said if " takes " in s)
     assert step == (
         "megatron tp4 pp1 dp32 takes 2.00 s more per step than megatron tp8 pp1 dp16 "
         "(12.000 s vs 10.000 s)."
@@ -119,7 +122,10 @@ def test_tp_beyond_the_nvlink_domain_says_so():
     )  # fmt: skip
     tp = next(s for s in found.sentences[0][1] if "tensor-parallel" in s)
     # 8 divides the 8-GPU NVLink domain, 16 does not (rules/cost/time.yaml tp_inside_nvlink)
-    assert "with tp 8 (on NVLink), dp 16 against tp 16 (on network), dp 8" in tp
+    assert (
+        "with tp 8 (on NVLink), 32 micro-batches per step against tp 16 (on network), "
+        "64 micro-batches per step"
+    ) in tp
 
 
 def test_the_link_named_is_the_one_the_cost_model_priced():
@@ -140,7 +146,8 @@ def test_the_link_named_is_the_one_the_cost_model_priced():
         rack, [("chosen", a, None), ("y", b, None)], TRANSFORMER_PARTS, TRANSFORMER_DIMS
     )
     tp = next(s for s in found.sentences[0][1] if "tensor-parallel" in s)
-    assert "with tp 12, dp 4 against tp 16, dp 3" in tp
+    # 48 / (1 x 4) = 12 and 48 / (1 x 3) = 16 micro-batches per step
+    assert "with tp 12, 12 micro-batches per step against tp 16, 16 micro-batches per step" in tp
 
 
 def test_a_layout_that_cannot_run_says_why_where_it_looks_better():
@@ -149,7 +156,7 @@ def test_a_layout_that_cannot_run_says_why_where_it_looks_better():
         SIXTEEN_NODES, [("chosen", b, None), ("yours", a, "the layout does not fit")],
         TRANSFORMER_PARTS, TRANSFORMER_DIMS,
     )  # fmt: skip
-    step = next(s for s in found.sentences[0][1] if "per step" in s)
+    step = next(s for s in found.sentences[0][1] if " takes " in s)
     assert step.endswith(
         ", but megatron tp8 pp1 dp16 cannot be used as it is: the layout does not fit."
     )
@@ -205,6 +212,64 @@ def test_with_itself_only_the_step_is_said():
     )
 
 
+def test_the_terse_lines_say_the_terms_that_decide_the_gap_with_their_drivers():
+    """pair(): a step gap of 12 - 10 = 2 s, and a material share of a tenth (compare.yaml): TP
+    communication (2.5 - 0.4 = 2.1 s) is said, DP (0.3 - 0.2 = 0.1 s < 0.2 s) is not. Memory in
+    all: 47 against 69 GiB, a gap of 22 GiB: activations (10 GiB), gradients (8) and parameters
+    (4) are said, the equal optimizer state (2) and other memory (3) are not."""
+    a, b = pair()
+    found = compare_estimates(
+        SIXTEEN_NODES, [("chosen", a, None), ("runner-up", b, None)], TRANSFORMER_PARTS,
+        TRANSFORMER_DIMS,
+    )  # fmt: skip
+    assert compare_file().material.share == 0.1
+    assert [c.key for c in found.columns] == ["A", "B"]
+    (terse,) = found.terse
+    assert terse.step == "A over B: 2.00 s (16.67%) less per step (10.000 s vs 12.000 s)"
+    assert terse.terms == ("tp_comm_s", "total", "activations", "grads", "params")
+    assert terse.lines == (
+        "TP comm: 2.10 s less (400.0 ms vs 2.50 s); tp 8 vs 4, micro-batches 32 vs 16",
+        "memory total: 22.0 GiB less per GPU (47.0 GiB vs 69.0 GiB)",
+        "activations: 10.0 GiB less per GPU (30.0 GiB vs 40.0 GiB); tp 8 vs 4",
+        "grads: 8.0 GiB less per GPU (8.0 GiB vs 16.0 GiB); tp 8 vs 4",
+        "params: 4.0 GiB less per GPU (4.0 GiB vs 8.0 GiB); tp 8 vs 4",
+    )
+    assert found.contract()["why"][0]["lines"] == [terse.step, *terse.lines]
+
+
+def test_a_smaller_share_says_more_terms(monkeypatch):
+    """The share is compare.yaml's: at 4 % (0.08 s of the 2 s gap) DP communication's 0.1 s
+    difference is said too."""
+    from parplan_gen.render import compare
+
+    spec = compare_file()
+    lower = spec.model_copy(update={"material": spec.material.model_copy(update={"share": 0.04})})
+    monkeypatch.setattr(compare, "compare_file", lambda: lower)
+    a, b = pair()
+    found = compare_estimates(
+        SIXTEEN_NODES, [("c", a, None), ("r", b, None)], TRANSFORMER_PARTS, TRANSFORMER_DIMS
+    )
+    assert "DP comm: 100.0 ms less (200.0 ms vs 300.0 ms); dp 16 vs 32, tp 8 vs 4" in (
+        found.terse[0].lines
+    )
+
+
+def test_every_driver_is_read_by_its_terms_formulas():
+    """A driver is a plan field (or the backend) that the built-in formulas of the term read,
+    directly or through the named formulas they use; compute names pp and vpp, as the last
+    pipeline rank carries the LM head and the loss (rules/cost/pipeline.yaml slowest_stage_s)."""
+    reads: dict[str, set[str]] = {}
+    for e in load_rules([]).estimate:
+        names = reads.setdefault(f"{e.section}.{e.key}", set())
+        names |= {n.removeprefix("plan.") for n in e.formula.names if n.startswith("plan.")}
+        names |= {"backend"} if "train.backend" in e.formula.names else set()
+    for t in compare_file().terms:
+        if f"{t.group}.{t.term}" in reads:
+            assert set(t.drivers) <= reads[f"{t.group}.{t.term}"], t.term
+    compute = next(t for t in compare_file().terms if t.term == "compute_s")
+    assert {"pp", "vpp"} <= set(compute.drivers)
+
+
 # ---- the API and the CLI on a real plan ------------------------------------------------------
 
 REQUEST = {"global_batch": 512, "seq_len": 8192}
@@ -258,7 +323,7 @@ def test_when_nothing_fits_the_runner_up_says_so_too():
     for column in (chosen, second):
         over = (column.estimate.memory.total - column.estimate.memory.capacity) / GIB
         assert column.problem.endswith(f"({over:.1f} GiB over)")
-    step = next(s for s in found.sentences[0][1] if "per step" in s)
+    step = next(s for s in found.sentences[0][1] if " takes " in s)
     assert step.endswith(f"cannot be used as it is: {second.problem}.")
 
 
@@ -274,14 +339,19 @@ def test_a_layout_of_yours_that_breaks_a_rule_says_which():
     )
 
 
-def test_the_cli_prints_the_table_and_why(cli, real):
+def test_the_cli_verbose_prints_every_row_and_why(cli, real):
     _, found = real
     result = cli("compare", "llama-3-8b", "--gpus", 8, "--gpu", "h100", "--global-batch", 512,
-                 "--seq-len", 8192, "--layout", "tp=2 sp=on distributed_optimizer=on")  # fmt: skip
+                 "--seq-len", 8192, "--layout", "tp=2 sp=on distributed_optimizer=on",
+                 "--verbose")  # fmt: skip
     assert result.code == 0, result.err
     first, second, yours = (c.label for c in found.columns)
     assert result.out.startswith("term ")
     assert f"{first} (chosen)" in result.out.splitlines()[0]
+    # every row, the terms that are zero for every layout (no CP, no PP, no experts) too
+    labels = [line.split("  ")[0] for line in result.out.splitlines()[2:]]
+    assert [r.label for r in found.rows] == labels[: len(found.rows)]
+    assert {"CP comm", "PP p2p", "EP all-to-all", "bubble"} <= set(labels)
     assert f"Why {first} over {second}:" in result.out
     assert f"Why {first} over {yours}:" in result.out
     for sentence in found.sentences[1][1]:
@@ -290,6 +360,47 @@ def test_the_cli_prints_the_table_and_why(cli, real):
                   "--seq-len", 8192, "--layout", "tp=2 sp=on distributed_optimizer=on",
                   "--json").json()  # fmt: skip
     assert as_json == json.loads(json.dumps(found.contract()))
+
+
+FOUR = ("--layout", "dp=8 zero=3 mbs=1", "--layout", "tp=2 dp=4 mbs=2")
+
+
+def test_the_default_view_fits_100_columns_for_four_layouts(cli):
+    """Llama 3 8B on 8 H100s with the chosen plan, the runner-up and two layouts of yours: every
+    line fits 100 columns; each layout has its letter; the rows zero for every layout (no
+    context, pipeline or expert parallelism) are left out; the tp 2 layout's gap names its
+    exposed TP traffic and what drives it, tp."""
+    request = ("llama-3-8b", "--gpus", 8, "--gpu", "h100", "--global-batch", 64, "--seq-len", 4096)
+    result = cli("compare", *request, *FOUR)
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert max(map(len, lines)) <= 100
+    found = parplan_gen.compare(
+        "llama-3-8b", H100_NODE, global_batch=64, seq_len=4096,
+        layouts=[{"dp": 8, "zero_stage": 3, "mbs": 1}, {"tp": 2, "dp": 4, "mbs": 2}],
+    )  # fmt: skip
+    assert [c.key for c in found.columns] == ["A", "B", "C", "D"]
+    for c in found.columns:
+        assert f"{c.key}  {c.label} ({c.role})" in lines
+    assert lines[lines.index("") + 1].split() == ["term", "A", "B", "C", "D"]
+    assert not [line for line in lines if line.startswith(("CP comm", "PP p2p", "EP all-to-all"))]
+    chosen, mine = found.columns[0].estimate, found.columns[3].estimate
+    assert (chosen.plan.tp, mine.plan.tp) == (1, 2)
+    against = lines.index("  A over D: " + found.terse[2].step.removeprefix("A over D: "))
+    tp_line = next(line for line in lines[against:] if "TP comm exposed" in line)
+    # 64 / (2 x 8) = 4 and 64 / (2 x 4) = 8 micro-batches per step
+    exposed = [shown("tp_comm_s", "time", e.time.tp_exposed_s) for e in (chosen, mine)]
+    assert tp_line == (
+        f"    - TP comm exposed: {exposed[1]} less ({exposed[0]} vs {exposed[1]}); tp 1 vs 2, "
+        "micro-batches 4 vs 8"
+    )
+    assert chosen.time.tp_exposed_s == 0
+    # the verbose view keeps every row, each layout's label in its header
+    verbose = cli("compare", *request, *FOUR, "--verbose").out.splitlines()
+    assert [line.split("  ")[0] for line in verbose[2 : 2 + len(found.rows)]] == [
+        r.label for r in found.rows
+    ]
+    assert max(map(len, verbose)) > 100
 
 
 @pytest.mark.parametrize(

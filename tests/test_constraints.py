@@ -42,9 +42,11 @@ def env_for(
     global_batch: int = 512,
     seq_len: int = 4096,
     precision: str = "bf16",
+    hardware: dict[str, Any] | None = None,
     **plan: Any,
 ) -> dict[str, Any]:
-    """model.*, cluster.*, train.* of a real preset and cluster, plus plan.* values."""
+    """model.*, cluster.*, train.* of a real preset and cluster (with `hardware`'s cluster.*
+    values instead), plus plan.* values."""
     env = CostModel(rules).base_env(
         load_preset(model),
         cluster_from_flags(gpus, gpu),
@@ -52,6 +54,7 @@ def env_for(
         seq_len=seq_len,
         precision=precision,
     )
+    env.update(hardware or {})
     env.update(PLAN_DEFAULTS)
     env.update({f"plan.{k}": v for k, v in plan.items()})
     return env
@@ -142,24 +145,12 @@ CASES = [
         {"model": "mixtral-8x7b"},
         "experts (8) do not divide by ep (3)",
     ),
-    (
-        "experts.not_fp16",
-        {"ep": 2},
-        {"model": "mixtral-8x7b", "precision": "fp16"},
-        "expert parallelism does not support fp16",
-    ),
     # DeepSpeed's own (backends/deepspeed/constraints.yaml, `backend: deepspeed`)
     (
         "deepspeed.pipeline_zero_at_most_1",
         {"zero_stage": 3, "pp": 2},
         {},
         "DeepSpeed: ZeRO-3 does not work with pipeline parallelism",
-    ),
-    (
-        "deepspeed.autotp_zero_at_most_2",
-        {"zero_stage": 3, "tp": 2},
-        {},
-        "DeepSpeed: AutoTP (tp 2) does not run with ZeRO-3",
     ),
     (
         "deepspeed.autotp_no_pipeline",
@@ -224,8 +215,16 @@ CASES = [
     (
         "torchtitan.config_precision",
         {},
-        {"precision": "fp8"},
-        "torchtitan 0.3's config for this model trains in bf16, not fp8",
+        {"precision": "fp16"},
+        "torchtitan 0.3 trains in bf16 (with float8 linear layers for fp8), not fp16",
+    ),
+    (
+        # components/quantization/float8.py: NVIDIA SM 8.9+ or AMD gfx942+; an A100 is SM 8.0
+        "torchtitan.float8_gpu",
+        {},
+        {"precision": "fp8", "hardware": {"cluster.architecture": "ampere"}},
+        "torchtitan 0.3's float8 linear layers run on NVIDIA SM 8.9 or later (Ada, Hopper, "
+        "Blackwell) or AMD gfx942 (MI300) or later, not on ampere",
     ),
     (
         # 32 layers + 2 = 34 weighted: ceil(34 / 20) = 2 per stage gives ceil(34 / 2) = 17
@@ -262,6 +261,22 @@ CASES = [
         {"zero_stage": 2, "dp": 1, "tp": 8},
         {},
         "optimizer sharding over a single rank (dp x cp = 1) shards nothing",
+    ),
+    (
+        # accelerate 1.16.0 parallelism_config.py _validate_accelerator: tp over all 8 GPUs
+        # leaves FSDP2 neither dp_shard nor cp to shard over
+        "accelerate.fsdp_shard_dimension",
+        {"zero_stage": 3, "dp": 1, "tp": 8},
+        {},
+        "Accelerate: with tp (8) over every GPU, FSDP has no dimension to shard across "
+        "(dp_shard x cp = 1)",
+    ),
+    (
+        "accelerate.fp8_not_planned",
+        {"zero_stage": 3},
+        {"precision": "fp8"},
+        "Accelerate's FP8 is not planned: parplan does not price the FP8 backend Accelerate picks "
+        "at run time",
     ),
 ]
 

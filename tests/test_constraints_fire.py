@@ -38,6 +38,7 @@ class Side:
     model: str = "llama-3-8b"
     gpus: int = 8
     changes: dict[str, Any] = field(default_factory=dict)
+    architecture: str | None = None  # the GPU's, in place of the catalog's
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class Case:
 
 def side(model: str = "llama-3-8b", gpus: int = 8, **layout: Any) -> Side:
     return Side(layout, model, gpus)
+
+
+FP8_8B = {"zero_stage": 3, "precision": "fp8", "global_batch": 8, "seq_len": 4096}
 
 
 CASES = [
@@ -175,14 +179,6 @@ CASES = [
         fires=side("mixtral-8x7b", gpus=16, ep=16, global_batch=16, seq_len=4096),
         holds=side("mixtral-8x7b", gpus=16, ep=8, global_batch=16, seq_len=4096),
     ),
-    # Megatron-LM core_r0.13.0 arguments.py validate_args: "Expert parallelism is not supported
-    # with fp16 training" (expert_model_parallel_size > 1).
-    Case(
-        "experts.not_fp16",
-        "megatron",
-        fires=side("mixtral-8x7b", ep=2, precision="fp16", global_batch=8, seq_len=4096),
-        holds=side("mixtral-8x7b", ep=1, precision="fp16", global_batch=8, seq_len=4096),
-    ),
     # Rajbhandari et al. 2020 (ZeRO) Sec. 5: states are partitioned over the data-parallel
     # ranks, which with context parallelism are dp x cp (Megatron-Core parallel_state
     # get_data_parallel_group(with_context_parallel=True)): dp 1 with cp 2 still shards.
@@ -267,7 +263,7 @@ CASES = [
             seq_len=4096,
         ),
     ),
-    # ---- DeepSpeed v0.16.9 ---------------------------------------------------------------
+    # ---- DeepSpeed v0.19.8 ---------------------------------------------------------------
     # deepspeed/runtime/pipe/engine.py PipelineEngine.__init__: zero_optimization_stage() <
     # ZeroStageEnum.gradients (2).
     Case(
@@ -275,14 +271,6 @@ CASES = [
         "deepspeed",
         fires=side(pp=2, zero_stage=2, global_batch=8, seq_len=4096),
         holds=side(pp=2, zero_stage=1, global_batch=8, seq_len=4096),
-    ),
-    # deepspeed/runtime/engine.py _configure_tensor_parallel_states: zero_optimization_stage()
-    # <= 2 when autotp_size > 1.
-    Case(
-        "deepspeed.autotp_zero_at_most_2",
-        "deepspeed",
-        fires=side(tp=2, zero_stage=3, global_batch=8, seq_len=4096),
-        holds=side(tp=2, zero_stage=2, global_batch=8, seq_len=4096),
     ),
     # deepspeed/runtime/pipe/topology.py (the pipeline's model-parallel axis) and
     # runtime/engine.py _configure_tensor_parallel_states (AutoTP's own mesh): nothing joins
@@ -312,13 +300,22 @@ CASES = [
         ),
         holds=Side({"zero_stage": 3, "global_batch": 8, "seq_len": 4096}),
     ),
-    # models/llama3/config_registry.py: llama3_8b builds the model without a float8 converter
-    # (bf16 mixed precision); the model spec is tyro.conf.Suppress, so no flag adds one.
+    # config/configs.py TrainingConfig.mixed_precision_param: bfloat16 or float32, no float16;
+    # fp8 is a converter the plan's config function adds (llama3_8b has none).
     Case(
         "torchtitan.config_precision",
         "torchtitan",
-        fires=side(zero_stage=3, precision="fp8", global_batch=8, seq_len=4096),
-        holds=side(zero_stage=3, precision="bf16", global_batch=8, seq_len=4096),
+        fires=side(zero_stage=3, precision="fp16", global_batch=8, seq_len=4096),
+        holds=side(zero_stage=3, precision="fp8", global_batch=8, seq_len=4096),
+    ),
+    # components/quantization/float8.py Float8LinearConverter: has_cuda_capability(8, 9) or
+    # has_rocm_capability(9, 4); an H100's FP8 peak on an Ampere part (SM 8.0) is refused, on
+    # Ada (SM 8.9, the bound) it is not.
+    Case(
+        "torchtitan.float8_gpu",
+        "torchtitan",
+        fires=Side(FP8_8B, architecture="ampere"),
+        holds=Side(FP8_8B, architecture="ada"),
     ),
     # components/loss.py ChunkedLossWrapper _chunk_local: the local sequence (seq_len / cp) %
     # num_chunks (8) == 0. With cp 2, 4104 = 16 x 256 + 8 tokens: a multiple of 8 (and of
@@ -355,6 +352,23 @@ CASES = [
         "torchtitan",
         fires=side(cp=2, zero_stage=0, global_batch=8, seq_len=4096),
         holds=side(cp=1, zero_stage=0, global_batch=8, seq_len=4096),
+    ),
+    # ---- Hugging Face Accelerate 1.16.0 ---------------------------------------------------
+    # parallelism_config.py ParallelismConfig._validate_accelerator: with FSDP2, dp_shard or cp
+    # must be > 1. tp 8 on 8 GPUs leaves neither; tp 4 leaves dp_shard 2, the least that holds.
+    Case(
+        "accelerate.fsdp_shard_dimension",
+        "accelerate",
+        fires=side(tp=8, zero_stage=3, global_batch=8, seq_len=4096),
+        holds=side(tp=4, zero_stage=3, global_batch=8, seq_len=4096),
+    ),
+    # accelerator.py fp8_backend: FP8 under Accelerate is torchao or Transformer Engine as the
+    # run finds them installed, which parplan does not price; bf16 is planned.
+    Case(
+        "accelerate.fp8_not_planned",
+        "accelerate",
+        fires=side(zero_stage=3, precision="fp8", global_batch=8, seq_len=4096),
+        holds=side(zero_stage=3, precision="bf16", global_batch=8, seq_len=4096),
     ),
     # ---- op-graph models (ResNet-50; DeepSpeed / torchrun) -------------------------------
     # rules/cost/graph.yaml prices no pipeline schedule, sequence split or experts.
@@ -423,9 +437,11 @@ def model_of(s: Side) -> Any:
 
 def broken(rules: RuleSet, case: Case, s: Side) -> set[str]:
     """The ids of every rule the side's layout breaks on the case's backend."""
-    found = parplan_gen.estimate(
-        model_of(s), {"gpus": s.gpus, "gpu": GPU}, s.layout, rules=rules, backend=case.backend
-    )
+    cluster = cluster_from_flags(s.gpus, GPU)
+    if s.architecture is not None:
+        gpu = cluster.gpu.model_copy(update={"architecture": s.architecture})
+        cluster = cluster.model_copy(update={"gpu": gpu})
+    found = parplan_gen.estimate(model_of(s), cluster, s.layout, rules=rules, backend=case.backend)
     return {v.rule_id for v in found.violations}
 
 

@@ -1,4 +1,6 @@
-"""The rendered launcher starts a real FSDP2 job (issue 13, item 4): torchtitan's ZeRO-3 plan
+"""The rendered launchers start real FSDP2 jobs (issue 13, item 4; issue 27, item 2).
+
+torchtitan's ZeRO-3 plan
 (FSDP2 full sharding over every data-parallel rank) for Llama 3 8B on 8 H100s. Its
 launch_torchrun.sh runs torchrun with 2 CPU processes over gloo; a tiny training script wraps a
 tiny model with torch.distributed.fsdp.fully_shard (FSDP2, which torch 2.13 runs on CPU over
@@ -10,6 +12,15 @@ a full shard over the plan's 8 ranks with the same batch settings as ds_config.j
 parameter ends as a DTensor sharded on dim 0 whose local shards add up to the whole model; the
 gathered parameters are equal on both ranks and equal an unsharded copy trained on both ranks'
 batches (FSDP2's reduce-scatter averages the gradients, as data parallelism must).
+
+Accelerate's plan (`--backend accelerate`) for 2 GPUs: its accelerate_launch.sh runs `accelerate
+launch --config_file accelerate_config.yaml` itself, which starts 2 CPU processes over gloo; a
+tiny training script takes the plan's micro-batch and accumulation from plan.json and trains two
+optimizer steps through Accelerator.prepare, as a transformers script does. What is checked is
+what Accelerate built from the rendered config on each rank: an FSDP2 job (fsdp_version 2,
+resharded after forward) over the plan's world size with the plan's parallelism sizes and
+16-bit type, every parameter a DTensor sharded over the 2 ranks (the shards adding up to the
+whole model), each layer checkpointed as the plan recomputes, and the plan's steps and samples.
 """
 
 from __future__ import annotations
@@ -124,4 +135,134 @@ def test_rendered_launcher_trains_fsdp2_shards_on_two_cpu_ranks(tmp_path):
         "elements": 161,
         "replicas_equal": True,
         "matches_unsharded": True,
+    }
+
+
+ACCELERATE_TRAIN = """\
+import json, os, sys
+import torch
+import accelerate.state as state
+
+# No GPU here: each CPU rank stands in for one, over gloo. Accelerate 1.16 starts FSDP only for a
+# GPU's distributed type (state.py AcceleratorState), so its device probe is answered as a CUDA
+# machine's, with gloo for NCCL and the CPU as the device.
+state.get_torch_accelerator_backend = lambda *args, **kwargs: ("cuda", torch.cuda)
+state.get_distributed_backend = lambda device_type: "gloo"
+os.environ["ACCELERATE_TORCH_DEVICE"] = "cpu"
+
+from accelerate import Accelerator
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+
+plan = json.load(open(sys.argv[1]))["chosen"]["plan"]
+mbs, accum = plan["mbs"], plan["grad_accum"]
+
+
+class Block(torch.nn.Module):  # a transformer layer: the unit TRANSFORMER_BASED_WRAP finds
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+
+class Tiny(torch.nn.Module):
+    _no_split_modules = ["Block"]  # what a transformers model names its layers by
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(Block(), Block())
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(self.layers(x))
+
+
+accelerator = Accelerator(gradient_accumulation_steps=accum)
+rank, world = accelerator.process_index, accelerator.num_processes
+torch.manual_seed(0)
+model = Tiny()
+elements = sum(p.numel() for p in model.parameters())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+model, optimizer = accelerator.prepare(model, optimizer)
+samples, steps = torch.zeros(1), 0
+for step in range(2):
+    for micro in range(accum):
+        with accelerator.accumulate(model):
+            data = torch.Generator().manual_seed(1000 * step + 10 * micro + rank)
+            x = torch.randn(mbs, 8, generator=data)
+            with accelerator.autocast():
+                loss = ((model(x).float() - x.sum(1, keepdim=True)) ** 2).mean()
+            accelerator.backward(loss)
+            optimizer.step()
+            steps += accelerator.sync_gradients
+            optimizer.zero_grad()
+            samples += mbs
+params = list(model.parameters())
+local = torch.tensor([sum(p.to_local().numel() for p in params)])
+torch.distributed.all_reduce(local)
+torch.distributed.all_reduce(samples)
+plugin, sizes = accelerator.state.fsdp_plugin, accelerator.parallelism_config
+policy = plugin.mixed_precision_policy
+checkpointed = sum("CheckpointWrapper" in type(m).__name__ for m in model.modules())
+if rank == 0:
+    json.dump({
+        "world": world, "distributed_type": str(accelerator.distributed_type),
+        "fsdp_version": plugin.fsdp_version, "reshard_after_forward": plugin.reshard_after_forward,
+        "dp_shard": sizes.dp_shard_size, "tp": sizes.tp_size, "cp": sizes.cp_size,
+        "param_dtype": str(policy.param_dtype), "reduce_dtype": str(policy.reduce_dtype),
+        "units": sum(isinstance(m, FSDPModule) for m in model.modules()),
+        "checkpointed_layers": checkpointed,
+        "sharded": all(isinstance(p, DTensor) and p.placements[0].is_shard(0)
+                       and p.device_mesh.size() == world for p in params),
+        "shard_elements": int(local.item()), "elements": elements,
+        "optimizer_steps": steps, "samples": int(samples.item()),
+        "loss_finite": bool(torch.isfinite(loss).item()),
+    }, open(sys.argv[2], "w"))
+"""
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_rendered_accelerate_launch_trains_fsdp2_shards_on_two_cpu_ranks(tmp_path):
+    consumer("accelerate")
+    folder = tmp_path / "plan"
+    # 2 GPUs, so that the parallelism config (which must multiply to num_processes) runs on 2
+    # CPU ranks as rendered; mbs 2 of 16 gives 4 accumulation steps, and full recomputation
+    # fsdp_activation_checkpointing.
+    plan = parplan_gen.plan(
+        "megatron-gpt-1.7b", {"gpus": 2, "gpu": "h100"}, global_batch=16, seq_len=2048,
+        backend="accelerate", pins={"mbs": 2, "recompute": "full"},
+    )  # fmt: skip
+    plan.write(folder)
+    chosen = plan.document.chosen.plan
+    assert (chosen.dp, chosen.tp, chosen.cp, chosen.zero_stage) == (2, 1, 1, 3)
+    script, result = tmp_path / "train.py", tmp_path / "result.json"
+    script.write_text(ACCELERATE_TRAIN, encoding="utf-8")
+    run = launch_two_cpu_ranks(
+        folder / "accelerate_launch.sh",
+        [str(folder / "plan.json"), str(result)],
+        timeout=120,
+        TRAIN_SCRIPT=str(script),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    # Block(8 -> 8) x 2 + Linear(8 -> 1): 2 * (64 + 8) + 8 + 1 = 153 parameters
+    assert json.loads(result.read_text()) == {
+        "world": chosen.dp * chosen.tp * chosen.cp,
+        "distributed_type": "DistributedType.FSDP",
+        "fsdp_version": 2,
+        "reshard_after_forward": True,
+        "dp_shard": chosen.dp,
+        "tp": chosen.tp,
+        "cp": chosen.cp,
+        "param_dtype": "torch.bfloat16",  # the plan's precision
+        "reduce_dtype": "torch.bfloat16",
+        "units": 3,  # each Block (TRANSFORMER_BASED_WRAP) and the root
+        "checkpointed_layers": 2,  # recompute full: every Block
+        "sharded": True,
+        "shard_elements": 153,
+        "elements": 153,
+        "optimizer_steps": 2,
+        "samples": 2 * 2 * chosen.mbs * chosen.grad_accum,  # 2 steps x 2 ranks x mbs x accum
+        "loss_finite": True,
     }

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 # PLANNED case -> (peak LR, total steps, warmup steps); min LR 10 % of the peak for both.
 DEEPSPEED = {
     "llama-3-8b-8xh100": (3.0e-4, 61989, 89),
-    "mixtral-8x7b-64xh100": (1.0e-4, 247956, 358),
+    "mixtral-8x7b-64xh100-deepspeed": (1.0e-4, 247956, 358),
 }
 
 

@@ -311,7 +311,16 @@ CONTRACT: dict[str, dict[str, type]] = {
         float,
     ),
     "throughput": dict.fromkeys(
-        ("tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu"), float
+        (
+            "tokens_per_s",
+            "model_tflops_per_gpu",
+            "hardware_tflops_per_gpu",
+            "mfu",
+            # the causal half of the attention scores counted (rules/cost/throughput.yaml)
+            "model_tflops_causal_per_gpu",
+            "mfu_causal",
+        ),
+        float,
     ),
 }
 

@@ -7,6 +7,15 @@ Transformer Engine's docs/features/low_precision_training/ pages:
   mxfp8 (Blackwell): one read, rowwise and columnwise copies, an E8M0 byte per 32
     elements for each: 2 + 2 + 2/32                                                   = 4.0625 B
   blockwise (Hopper): one read, two copies, an FP32 scale per 128 for each: 2 + 2 + 8/128
+
+and, for torchtitan's linear layers (torchao's, which quantize each operand once per GEMM
+layout it feeds, from its 16-bit tensor: float8/float8_linear.py matmul_with_hp_or_float8_args,
+prototype/moe_training/mxfp8_linear.py):
+
+  rowwise: two quantizations, each an amax then a cast (2 x (2 + 2)), two copies (1 + 1), an
+    FP32 scale per row of at most the hidden size (4096 for Llama 3 8B) each: 10 + 8/4096
+  mxfp8 (torchtitan): a dim-0 and a dim-1 cast kernel, one read each (2 + 2), two copies, an
+    E8M0 byte per 32 for each: 6 + 2/32
 """
 
 from __future__ import annotations
@@ -37,7 +46,11 @@ _value = formula_value
     [
         ("h100", "megatron", "tensorwise"),  # the rendered --fp8-recipe
         ("b200", "megatron", "mxfp8"),
-        ("b200", "torchtitan", "tensorwise"),  # torchao float8: dynamic tensorwise everywhere
+        # torchtitan 0.3: Float8LinearConverter's recipe_name "rowwise" (float8.py; it has no
+        # tensorwise), MXFP8LinearConverter on SM 10.0 (mx.py)
+        ("h100", "torchtitan", "rowwise"),
+        ("mi300x", "torchtitan", "rowwise"),
+        ("b200", "torchtitan", "mxfp8"),
         ("h100", "deepspeed", "delayed"),  # TE's default recipe in the model code
         ("b200", "deepspeed", "mxfp8"),
     ],
@@ -61,6 +74,30 @@ def test_a_plan_is_priced_with_the_recipe_its_files_run(
 def test_quantization_bytes_per_recipe(gpu: str, recipe: str, bytes_per_element: float) -> None:
     env = _env(gpu, "megatron") | {"train.fp8_recipe": recipe}
     assert _value("fp8_cast_bytes_per_element", env) == pytest.approx(bytes_per_element)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "bytes_per_element"),
+    [("h100", 10 + 8 / 4096), ("b200", 6 + 2 / 32), ("mi300x", 10 + 8 / 4096)],
+)
+def test_torchtitans_quantization_bytes(gpu: str, bytes_per_element: float) -> None:
+    env = _env(gpu, "torchtitan")
+    assert _value("fp8_cast_bytes_per_element", env) == pytest.approx(bytes_per_element)
+
+
+def test_torchtitan_gathers_16_bit_inputs_under_sequence_parallelism() -> None:
+    """torchtitan 0.3's tensor-parallel sharding is dtype-agnostic (protocols/sharding.py): its
+    Float8 linears quantize what a 16-bit all-gather brought, so its TP traffic is bf16's, where
+    Megatron-LM's (and torchtitan's calibration runs', train.torchao_float8_tp) gathers FP8."""
+    titan = formula_env(
+        "llama-3-8b", {"gpus": 8, "gpu": "h100"}, "torchtitan", precision="fp8", tp=8,
+        sequence_parallel=True,
+    )  # fmt: skip
+    assert titan["train.torchao_float8_tp"] is False
+    assert _value("tp_traffic_scale", titan) == 1
+    # the all-gathers move 1 byte a value where the reduce-scatters move 2: 3/4 of bf16's
+    calibrated = titan | {"train.torchao_float8_tp": True, "train.fp8_recipe": "tensorwise"}
+    assert _value("tp_traffic_scale", calibrated) == pytest.approx(0.75)
 
 
 def test_current_scaling_costs_half_again_the_casts_of_delayed_scaling() -> None:

@@ -117,7 +117,7 @@ MEGATRON_ABSENT = {
     ),
 }  # fmt: skip
 
-# ds_config.json (DeepSpeed v0.16 runtime/config.py, zero/config.py, tensor_parallel/config.py):
+# ds_config.json (DeepSpeed v0.19.8 runtime/config.py, zero/config.py, tensor_parallel/config.py):
 # each key path and the value it must carry; None: the key must be absent.
 DEEPSPEED_CONFIG = {
     "deepspeed-pipeline": {

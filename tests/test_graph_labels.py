@@ -48,8 +48,8 @@ def test_the_compare_command_shows_a_graph_layout_without_pp(capsys):
     argv = ["compare", "resnet-50", "--gpus", "16", "--gpu", "h100", "--global-batch", "1024"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    header = out.splitlines()[0]
-    assert header.startswith("term ") and "deepspeed tp1 dp16" in header, header
+    legend = out.splitlines()[0]  # the terse view names each layout by a letter first
+    assert legend.startswith("A  ") and "deepspeed tp1 dp16" in legend, legend
     assert not GRAPH_ONLY.search(out), out
 
 

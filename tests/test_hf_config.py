@@ -39,6 +39,9 @@ MINIMAL: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
     },
     "qwen3_moe": LLAMA | {"moe_intermediate_size": 32, "num_experts": 8, "num_experts_per_tok": 2},
+    # every layer is MoE (DeepseekV2Config first_k_dense_replace 0): no dense width needed
+    "deepseek_v2": LLAMA
+    | {"moe_intermediate_size": 32, "n_routed_experts": 8, "num_experts_per_tok": 2},
     "deepseek_v3": LLAMA
     | {
         "intermediate_size": 160,
@@ -75,6 +78,8 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "qwen2_moe": {"num_shared_experts": 1, "shared_expert_ffn_hidden_size": 128,
                   "shared_expert_gate": True, "qkv_bias": True},
     "qwen3_moe": {"qk_norm": True, "num_shared_experts": 0, "qkv_bias": False},
+    "deepseek_v2": {"q_lora_rank": 1536, "num_shared_experts": 2, "moe_layers": (),
+                    "shared_expert_ffn_hidden_size": 32, "max_position_embeddings": 2048},
     "deepseek_v3": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
                     "num_shared_experts": 1, "moe_layers": (False, False, False, True)},
     "gpt_oss": {"attention_sinks": True, "router_bias": True, "mlp_bias": True, "head_dim": 64,
@@ -169,6 +174,22 @@ def test_deepseek_moe_layers_and_plain_q_proj() -> None:
     # q_proj 64 x 8*(128+64) replaces q_a (64x1536) + q_a_norm (1536) + q_b (1536 x 8*192).
     saved = 64 * 1536 + 1536 + 1536 * 8 * 192 - 64 * 8 * 192
     assert spec("deepseek_v3").attention_params() - plain.attention_params() == saved
+
+
+def test_deepseek_v2_lite_counts_match_the_published_ones() -> None:
+    """examples/hf/deepseek-v2-lite.json is huggingface.co/deepseek-ai/DeepSeek-V2-Lite's
+    config.json (model_type deepseek_v2, q_lora_rank null, first_k_dense_replace 1, 2 shared and
+    64 routed experts of width 1408, 6 per token). DeepSeek-V2 paper (arXiv:2405.04434) Appendix
+    B.1 and the model card's "Model Architecture": 15.7B parameters in total, 2.4B activated for
+    each token, DeepSeek's count without the input embedding (as DeepSeek-V3's 37B)."""
+    lite = load_hf_config(EXAMPLES / "deepseek-v2-lite.json")
+    assert lite.model_type == "deepseek_v2" and lite.q_lora_rank is None
+    assert lite.moe_layer_mask == (False,) + (True,) * 26 and lite.num_shared_experts == 2
+    assert f"{lite.total_params() / 1e9:.1f}" == "15.7"
+    # printed to one decimal, truncated or rounded (test_model_spec: one unit of the last digit)
+    assert abs(lite.active_params(count_embedding=False) / 1e9 - 2.4) < 0.1
+    # an explicit null builds no shared expert (DeepseekV2Moe: `if n_shared_experts is not None`)
+    assert spec("deepseek_v2", n_shared_experts=None).num_shared_experts == 0
 
 
 def test_gpt_oss_layer_types() -> None:

@@ -106,7 +106,7 @@ def test_hostile_input_is_refused_at_once_in_one_line(case, tmp_path, monkeypatc
         ),
         (
             {"global_batch": 8, "backend": "jax"},
-            "backend: expected one of megatron, deepspeed, ddp, torchtitan, any, got 'jax'",
+            "backend: expected one of megatron, deepspeed, ddp, torchtitan, accelerate, any, got 'jax'",
         ),
     ],
 )

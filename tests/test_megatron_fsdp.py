@@ -1,7 +1,8 @@
 """Megatron-FSDP (issue 13): ZeRO-2/3 on Megatron is Megatron-FSDP's optim_grads /
-optim_grads_params, planned with Megatron-LM core_v0.16.1 (the first release with
---use-megatron-fsdp is core 0.14), priced with Megatron's fp32 main gradients, rendered with the
-flags its validate_args and user guide require, and read back as the same sharding."""
+optim_grads_params, planned with Megatron-LM core_v0.16 (core_v0.16.1, the pinned release; the
+first with --use-megatron-fsdp is core 0.14), priced with Megatron's fp32 main gradients,
+rendered with the flags its validate_args and user guide require, and read back as the same
+sharding."""
 
 from __future__ import annotations
 
@@ -40,11 +41,11 @@ def _document(layout: dict, backend: str) -> PlanDocument:
     )
 
 
-def test_zero3_on_megatron_names_core_v0_16_1_and_the_distributed_optimizer_core_r0_13():
+def test_zero3_and_the_distributed_optimizer_on_megatron_name_its_one_release():
     fsdp = _estimate(ZERO3, "megatron").estimate.backend
     dist_opt = {**ZERO3, "zero_stage": 0, "distributed_optimizer": True}
-    assert (fsdp.name, fsdp.version) == ("megatron", "core_v0.16.1")
-    assert _estimate(dist_opt, "megatron").estimate.backend.version == "core_r0.13"
+    assert (fsdp.name, fsdp.version) == ("megatron", "core_v0.16")
+    assert _estimate(dist_opt, "megatron").estimate.backend.version == "core_v0.16"
 
 
 def test_megatron_fsdp_keeps_fp32_gradients_deepspeed_zero_16_bit_ones():
@@ -70,7 +71,7 @@ def test_megatron_fsdp_with_pipeline_parallelism_is_rejected():
 def test_rendered_script_has_the_flags_megatron_fsdp_needs(tmp_path: Path):
     files = render_plan(_document(ZERO3, "megatron"))
     script = files["megatron_args.sh"]
-    assert "Megatron-LM (core_v0.16.1)" in script
+    assert "Megatron-LM (core_v0.16)" in script
     for flag in (
         "--use-megatron-fsdp",
         "--data-parallel-sharding-strategy optim_grads_params",
@@ -88,9 +89,10 @@ def test_rendered_script_has_the_flags_megatron_fsdp_needs(tmp_path: Path):
     assert read["zero_stage"] == 3 and "distributed_optimizer" not in read
 
 
-def test_megatron_fsdp_is_not_rendered_from_core_r0_13():
+def test_a_release_that_is_not_shipped_is_refused_by_name():
+    """core_r0.13, which plans named before the one release (it had no Megatron-FSDP)."""
     doc = _document(ZERO3, "megatron").with_render_options(megatron_version="core_r0.13")
-    with pytest.raises(RenderError, match=r"needs core_v0\.16\.1"):
+    with pytest.raises(RenderError, match=r"'core_r0\.13' is not available \(have: core_v0\.16\)"):
         render_plan(doc)
 
 

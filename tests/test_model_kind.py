@@ -203,7 +203,7 @@ def test_each_kind_gives_exactly_its_model_names():
         (
             "llama-3-8b", "transformer", "llama-3-8b (8.03B params)", "tokens",
             "Memory per GPU (most loaded stage)", "global batch 512 x 8192 tokens", 32,
-            ("megatron", "deepspeed", "ddp", "torchtitan"),
+            ("megatron", "deepspeed", "ddp", "torchtitan", "accelerate"),
             ("dp", "tp", "pp", "cp", "ep", "vpp", "sp"),
         ),
         (

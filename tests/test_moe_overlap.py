@@ -69,11 +69,14 @@ def test_the_all_to_all_is_exposed_where_megatron_does_not_overlap_it(
 
 
 def test_an_overlapped_plan_names_the_release_that_has_the_flag() -> None:
+    """Megatron's one release, core_v0.16 (core_v0.16.1), has the overlap: every plan names it,
+    overlapped or not."""
     megatron = BACKENDS["megatron"]
-    for vpp, release in ((12, "core_v0.16.1"), (1, "core_r0.13")):
+    for vpp in (12, 1):
         env = _env("megatron", vpp=vpp)
         layout = build_layout(16, **(QWEN3 | {"vpp": vpp, "recompute": "selective"}))
-        assert megatron.version_for(layout, lambda name, env=env: _holds(name, env)) == release
+        holds = lambda name, env=env: _holds(name, env)  # noqa: E731
+        assert megatron.version_for(layout, holds) == "core_v0.16"
 
 
 @pytest.mark.parametrize(("vpp", "overlapped"), [(12, True), (1, False)])
@@ -98,3 +101,20 @@ def test_megatron_core_takes_the_overlap_parplan_renders(
         overlapped,
     )
     assert (reading.world, reading.dp) == (16, 8)
+
+
+def test_megatron_core_takes_the_overlap_without_a_pipeline(tmp_path: Path) -> None:
+    # pp = 1: combined_1f1b_schedule_for_no_pipelining (core_v0.16.1); Qwen3-30B-A3B has no MTP
+    # layer, which TransformerConfig would refuse with the overlap at pp = 1
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster_spec({"gpus": 16, "gpu": "h100"})
+    layout = QWEN3 | {"pp": 1, "vpp": 1, "recompute": "selective", "distributed_optimizer": True}
+    plan = build_layout(16, **layout)
+    found = Evaluator(builtin_rules(), backend="megatron").evaluate(model, cluster, plan)
+    doc = PlanDocument.from_parts(
+        rules=builtin_rules(), model=model, cluster=cluster, chosen=found.estimate
+    )
+    path = tmp_path / "megatron_args.sh"
+    path.write_text(render_files(doc, RenderOptions())["megatron_args.sh"], encoding="utf-8")
+    config = consumer_megatron.megatron_reading(path).config
+    assert config.overlap_moe_expert_parallel_comm and config.delay_wgrad_compute
+    assert config.pipeline_model_parallel_size == 1

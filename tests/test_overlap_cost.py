@@ -136,8 +136,8 @@ def test_the_experts_all_to_all_where_megatron_overlaps_it() -> None:
     expected = paired * window_cost(traffic, compute)
     assert expected > 0
     assert _v("ep_overlap_cost_s", on) == pytest.approx(expected, rel=1e-9)
-    # without the pipeline (the overlap needs pp > 1 with vpp) it is all exposed: no cost
-    off = _env("megatron", gpus=16, model="mixtral-8x7b", ep=8, global_batch=256)
+    # a pipeline without interleaving (the overlap needs vpp with pp > 1): all exposed, no cost
+    off = _env("megatron", gpus=16, model="mixtral-8x7b", ep=8, pp=2, global_batch=256)
     assert _v("ep_exposed_s", off) == _v("ep_traffic_s", off) > 0
     assert _v("ep_overlap_cost_s", off) == 0
 

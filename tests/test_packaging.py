@@ -90,7 +90,7 @@ def test_installed_wheel_finds_each_backends_rules(installed, tmp_path):
     files = [Path(line) for line in found.stdout.splitlines()]
     assert all(str(p).startswith(str(installed)) for p in files), files
     own = [p for p in files if p.parent.parent.name == "backends"]
-    assert {p.parent.name for p in own} == {"deepspeed", "megatron", "torchtitan"}
+    assert {p.parent.name for p in own} == {"accelerate", "deepspeed", "megatron", "torchtitan"}
 
 
 def test_installed_wheel_runs_analyze_on_a_shipped_example(installed, tmp_path):

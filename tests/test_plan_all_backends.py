@@ -62,7 +62,7 @@ def test_the_overall_best_is_the_unrestricted_searchs_choice(
     assert run.code == 0, run.err
     data = run.json()
     assert data["best"] == unrestricted.backend.name
-    assert list(data["backends"]) == ["megatron", "deepspeed", "torchtitan"]
+    assert list(data["backends"]) == ["megatron", "deepspeed", "torchtitan", "accelerate"]
     assert data["runs_nothing"] == {"ddp": found["ddp"].message}
     for name, contract in data["backends"].items():
         # each backend's plan as plan.json holds it (`plan --json`'s shape)
@@ -95,7 +95,7 @@ def test_out_writes_one_labelled_folder_per_backend_that_runs(
     run = cli("plan", *REQUEST, "--seq-len", "4096", "--all-backends", "--out", out)
     assert run.code == 0, run.err
     assert sorted(p.name for p in out.iterdir()) == [
-        "README.md", "deepspeed", "megatron", "torchtitan",
+        "README.md", "accelerate", "deepspeed", "megatron", "torchtitan",
     ]  # fmt: skip
     assert "ddp: runs nothing: nothing fits" in run.out
     best = parplan_gen.plan("llama-3-70b", CLUSTER, **KWARGS).chosen.backend.name

@@ -22,10 +22,9 @@ def test_plan_json_is_the_contract(cli: Callable[..., Run]) -> None:
     ]  # fmt: skip
     assert set(data["chosen"]) == {"backend", "plan", "memory", "time", "throughput"}
     assert data["chosen"]["backend"] in (
-        {"name": "megatron", "version": "core_r0.13"},
-        {"name": "megatron", "version": "core_v0.16.1"},
-        {"name": "deepspeed", "version": "0.16"},
-        {"name": "ddp", "version": "torch 2"},
+        {"name": "megatron", "version": "core_v0.16"},
+        {"name": "deepspeed", "version": "0.19"},
+        {"name": "ddp", "version": "torch 2.13"},
     )
     assert data["candidates"][0] == data["chosen"]
     assert all(isinstance(n, int) and n > 0 for n in data["rejected"].values())
@@ -38,7 +37,7 @@ def test_plan_human_view_explains_the_choice(cli: Callable[..., Run]) -> None:
     run = cli("plan", "llama-2-7b", *H100_8, "--global-batch", "64", "--top", "3")
     assert run.code == 0, run.err
     for text in (
-        "Chosen: megatron core_v0.16.1: dp=",
+        "Chosen: megatron core_v0.16: dp=",
         "Memory per GPU",
         "Time per step",
         "Top 3",
@@ -199,14 +198,14 @@ def test_check_says_what_the_planner_offers(cli: Callable[..., Run]) -> None:
     # is that backend's, not DeepSpeed's: Megatron-FSDP sharding the gradients too (ZeRO-2,
     # optim_grads), which leaves room for micro-batches of 4, whose linear layers run closer to
     # the GEMM's peak than 2's (rules/cost/efficiency.yaml gemm_tokens_efficiency).
-    assert "backend: megatron core_r0.13\n" in run.out
-    better = "Better plan: megatron core_v0.16.1: dp=8 tp=1 pp=1 mbs=4 grad_accum=2"
+    assert "backend: megatron core_v0.16\n" in run.out
+    better = "Better plan: megatron core_v0.16: dp=8 tp=1 pp=1 mbs=4 grad_accum=2"
     assert better in run.out and "zero=2" in run.out
     assert "x faster)" in run.out
     # a micro-batch of 32 breaks a reject rule: the planner's plan is shown as the one that meets
     # every rule, without a speed-up over a layout that may not be chosen
     run = cli("check", "llama-3-8b", *H100_8, "--tp", "8", "--global-batch", "64", "--mbs", "32")
-    assert "Plan that meets every rule: megatron core_v0.16.1: dp=8 tp=1" in run.out
+    assert "Plan that meets every rule: megatron core_v0.16: dp=8 tp=1" in run.out
     assert "faster" not in run.out
     # 405B on one 40 GB GPU: nothing the planner could offer fits
     run = cli("check", "llama-3-405b", "--gpus", "1", "--gpu", "a100-40gb", "--global-batch", "8")
@@ -218,7 +217,7 @@ def test_advice_never_offers_what_a_rule_rules_out(cli: Callable[..., Run]) -> N
     # ZeRO-3 (Megatron-FSDP) on a single replica shards nothing (zero.needs_data_parallel), as
     # DeepSpeed's does, so it is not offered as a way to fit (advice stays on that backend).
     run = cli("plan", "llama-3-8b", "--gpus", "1", "--gpu", "h100", "--global-batch", "16")
-    assert "Closest candidate: megatron core_r0.13:" in run.out
+    assert "Closest candidate: megatron core_v0.16:" in run.out
     assert (
         "  - ZeRO-3: not possible with this layout (optimizer sharding over a single "
         "rank (dp x cp = 1) shards nothing)\n" in run.out

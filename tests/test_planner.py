@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.presets import load_preset
 from parplan_gen.planning.backend_planner import DOMINATED, Candidate, ranking_key
 from parplan_gen.planning.backends import BACKENDS
-from parplan_gen.planning.constraints import Constraints, estimate_env
+from parplan_gen.planning.constraints import Constraints, estimate_env, first_violation
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.planner import PlanError, Planner
 from parplan_gen.planning.search_space import (
@@ -49,10 +50,12 @@ def planner() -> Planner:
 
 def brute_force(p: Planner, request: Request) -> tuple[list[tuple[Any, ...]], int]:
     """Every candidate of every backend checked against every rule of that backend with the
-    full cost model: the keys of those that pass, and how many candidates there are."""
+    full cost model: the keys of those that pass, and how many candidates there are (the
+    layouts a rule that bounds the search refuses are none: the micro-batch limit)."""
     keys, total = [], 0
     for backend in request.options.backends:
         constraints, options = Constraints(p.rules, backend=backend), request.options.on(backend)
+        bounds = [c for c in constraints.layout if c.rule.bounds_search]
         cost = p.on(backend).cost
         env = cost.base_env(
             request.spec,
@@ -67,11 +70,13 @@ def brute_force(p: Planner, request: Request) -> tuple[list[tuple[Any, ...]], in
             for vpp in vpp_options(request.spec.num_layers, pp, options):
                 for mbs in mbs_options(request.global_batch, dp):
                     for mem in memory_options(tp, options):
-                        total += 1
                         accum = request.global_batch // (mbs * dp)
                         plan_ = (dp, tp, pp, cp, ep, etp, vpp, mbs, accum, *mem)
                         names = zip(PLAN_FIELDS, plan_, strict=True)
                         env.update({f"plan.{k}": v for k, v in names})
+                        if first_violation(bounds, env) is not None:
+                            continue  # outside the search
+                        total += 1
                         if constraints.check(env, "layout"):
                             continue
                         figures = cost.figures(env)
@@ -227,6 +232,50 @@ def test_rejections_are_counted_by_rule() -> None:
     assert result.searched > sum(result.rejected.values()) >= 1
 
 
+def test_the_rejections_count_only_layouts_the_search_considered(tmp_path: Path) -> None:
+    """Llama 3 8B on 8 H100s, 512 sequences: dp 1 would take micro-batches up to 512, but
+    batch.micro_batch_limit bounds the search (bounds_search) at 16 (layout.yaml mg_max_mbs):
+    the larger ones are no candidates, so no rejection counts them and no range reaches past 16.
+    The same space made by the pins instead (the rule disabled, --max-mbs 16) searches and
+    rejects exactly the same."""
+    llama = load_preset("llama-3-8b")
+    bounded = plan(llama, {"gpus": 8, "gpu": "h100"}, global_batch=512, seq_len=8192)
+    labels = list(bounded.document.rejected)
+    assert not [label for label in labels if "batch.micro_batch_limit" in label]
+    ranges = [re.search(r"\bmbs (\d+)\.\.(\d+)", label) for label in labels]
+    assert all(int(m.group(2)) <= 16 for m in ranges if m)
+    assert bounded.bounded == [
+        "micro-batch above 16 sequences (not searched) [batch.micro_batch_limit, bounds the search]"
+    ]
+    (tmp_path / "no_limit.yaml").write_text("disable: [batch.micro_batch_limit]\n")
+    pinned = plan(
+        llama, {"gpus": 8, "gpu": "h100"}, global_batch=512, seq_len=8192,
+        rules=[tmp_path], bounds={"max_mbs": 16},
+    )  # fmt: skip
+    assert (pinned.searched, pinned.document.rejected) == (
+        bounded.searched,
+        bounded.document.rejected,
+    )
+    assert pinned.bounded == []
+
+
+def test_a_pin_the_search_bound_leaves_out_names_the_bound() -> None:
+    bound = r"mbs 32: no layout .*\[batch\.micro_batch_limit, bounds the search\]$"
+    with pytest.raises(PlanError, match=bound):
+        plan("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512, pins={"mbs": 32})
+
+
+def test_a_subtree_with_no_layout_left_counts_no_rejection() -> None:
+    """--vpp 4 leaves DeepSpeed, which does not interleave, no layout: its pipeline rules
+    reject nothing rather than a subtree of none (no `0` line)."""
+    found = plan(
+        "llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512,
+        pins={"mbs": 8, "tp": 2, "pp": 2, "vpp": 4},
+    )  # fmt: skip
+    assert found.document.rejected and all(n > 0 for n in found.document.rejected.values())
+    assert not [r for r in found.document.rejected if "deepspeed." in r]
+
+
 @pytest.mark.parametrize("backend", ["megatron", "deepspeed", "ddp"])
 def test_a_backend_limits_the_search_to_what_it_runs(backend: str) -> None:
     options = SearchOptions(backends=(backend,))  # type: ignore[arg-type]
@@ -238,8 +287,7 @@ def test_a_backend_limits_the_search_to_what_it_runs(backend: str) -> None:
         p = c.plan
         if backend == "megatron":  # its distributed optimizer, or Megatron-FSDP's ZeRO-2/3
             assert p.zero_stage in (0, 2, 3) and not (p.zero_stage and p.pp > 1)
-            version = "core_v0.16.1" if p.zero_stage else "core_r0.13"
-            assert c.backend.version == version
+            assert c.backend.version == "core_v0.16"  # one release, Megatron-FSDP or not
         elif backend == "deepspeed":  # no cp, interleaving, Megatron SP or distributed optimizer
             assert (p.cp, p.vpp, p.sequence_parallel, p.distributed_optimizer) == (
                 1, 1, False, False

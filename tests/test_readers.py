@@ -1,5 +1,5 @@
-"""Reading back what `parplan` wrote: ds_config.json and megatron_args.sh give the layout they
-were rendered from, as far as each file says it (each backend's reader.py reads its mapping
+"""Reading back what `parplan` wrote: ds_config.json, megatron_args.sh, torchtitan_run.sh and
+accelerate_config.yaml give the layout they were rendered from, as far as each file says it (each backend's reader.py reads its mapping
 section backwards). The plans are test_render's hand-built scenarios with their layouts varied,
 and at the command line, the issue's scenarios through `plan --out` and `check --from-*`."""
 
@@ -13,11 +13,18 @@ from typing import Any
 import pytest
 from test_render import dense_multinode, graph_channel_parallel, moe, single_node
 
+import parplan_gen
+from parplan_gen.backends.accelerate.reader import (
+    AccelerateReading,
+    accelerate_keys,
+    accelerate_reading,
+)
 from parplan_gen.backends.deepspeed.reader import UNFILLED, deepspeed_values
 from parplan_gen.backends.megatron.reader import megatron_values
 from parplan_gen.cost.layout import Layout, build_layout
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.planning.document import PlanDocument
+from parplan_gen.render.checks import RenderError, check_accelerate
 from parplan_gen.render.mapping import MAPPING_FILE, load_mapping
 from parplan_gen.render.mapping_inverse import megatron_flags
 from parplan_gen.render.plan_files import render_plan
@@ -268,17 +275,31 @@ READERS = {
     "ds_config.json": "--from-deepspeed",
     "megatron_args.sh": "--from-megatron",
     "torchtitan_run.sh": "--from-torchtitan",
+    "accelerate_config.yaml": "--from-accelerate",
 }
 FILE_BACKEND = {"ds_config.json": "deepspeed", "megatron_args.sh": "megatron"} | {
-    "torchtitan_run.sh": "torchtitan"
+    "torchtitan_run.sh": "torchtitan",
+    "accelerate_config.yaml": "accelerate",
 }
+
+
+def flags_for(name: str, plan: dict[str, Any]) -> tuple[object, ...]:
+    """What a file leaves to the check's flags: ds_config.json holds no sequence length and no
+    expert-parallel size (DeepSpeed-MoE takes ep_size in the model code: plan.md says so);
+    accelerate_config.yaml holds no batch and no sequence (the training script's)."""
+    if name == "ds_config.json":
+        return ("--seq-len", plan["seq_len"]) + (("--ep", plan["ep"]) if plan["ep"] > 1 else ())
+    if name == "accelerate_config.yaml":
+        batch = ("--mbs", plan["mbs"], "--global-batch", plan["global_batch"])
+        return (*batch, "--seq-len", plan["seq_len"])
+    return ()
 
 
 @pytest.mark.parametrize("case", sorted(PLANNED))  # the issue's scenarios
 def test_check_reads_back_every_file_plan_writes(
     case: str, cli: Callable[..., Run], planned: Callable[[str], Path]
 ) -> None:
-    model, gpus, gpu, _, seq = PLANNED[case]
+    model, gpus, gpu, _, _ = PLANNED[case]
     cluster = ("--gpus", gpus, "--gpu", gpu)
     out = planned(case)  # `parplan plan ... --out`, once per session
     chosen = json.loads((out / "plan.json").read_text(encoding="utf-8"))["chosen"]
@@ -286,11 +307,7 @@ def test_check_reads_back_every_file_plan_writes(
     own = [file for file, backend in FILE_BACKEND.items() if backend == chosen["backend"]["name"]]
     assert own and set(own) <= set(written), "the chosen backend's file is always written"
     for name in written:
-        # ds_config.json holds no sequence length, and no expert-parallel size: DeepSpeed-MoE
-        # takes ep_size in the model code (plan.md says so); those come as flags.
-        flags = () if name != "ds_config.json" else ("--seq-len", seq)
-        if name == "ds_config.json" and chosen["plan"]["ep"] > 1:
-            flags += ("--ep", chosen["plan"]["ep"])
+        flags = flags_for(name, chosen["plan"])
         run = cli("check", model, *cluster, READERS[name], out / name, *flags, "--json")
         assert (run.code, run.err) == (0, ""), f"{name}: {run.err}"
         report = run.json()
@@ -299,3 +316,176 @@ def test_check_reads_back_every_file_plan_writes(
         # same layout (its file is written only then)
         assert report["backend"]["name"] == FILE_BACKEND[name], name
         assert report["runs_as_given"] and report["problem"] is None
+
+
+# Plans priced on Accelerate (its FSDP2 is priced apart: accelerate_config.yaml is written for
+# its own plans only, none of PLANNED's): FSDP2 alone in fp16 with every layer recomputed, with
+# tp, and with cp over a long sequence (model, GPUs, global batch, sequence, precision, pins).
+ACCELERATE_PLANS = {
+    "fsdp2_fp16_full": ("llama-3-8b", 16, 64, 4096, "fp16", {"recompute": "full"}),
+    "tp8": ("llama-3-70b", 64, 256, 4096, "bf16", {"tp": 8}),
+    "cp4": ("llama-3-8b", 16, 32, 32768, "bf16", {"cp": 4}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ACCELERATE_PLANS))
+def test_check_reads_back_accelerate_config(
+    case: str, cli: Callable[..., Run], tmp_path: Path
+) -> None:
+    model, gpus, batch, seq, precision, pins = ACCELERATE_PLANS[case]
+    cluster = {"gpus": gpus, "gpu": "h100"}
+    found = parplan_gen.plan(
+        model, cluster, global_batch=batch, seq_len=seq, precision=precision,
+        backend="accelerate", pins=pins,
+    )  # fmt: skip
+    found.write(tmp_path / "plan")
+    chosen = json.loads((tmp_path / "plan" / "plan.json").read_text(encoding="utf-8"))["chosen"]
+    assert chosen["backend"]["name"] == "accelerate"
+    assert {k: chosen["plan"][k] for k in pins} == pins and chosen["plan"]["precision"] == precision
+    path = tmp_path / "plan" / "accelerate_config.yaml"
+    flags = flags_for(path.name, chosen["plan"])
+    run = cli("check", model, "--gpus", gpus, "--gpu", "h100", "--from-accelerate", path, *flags,
+              "--json")  # fmt: skip
+    assert (run.code, run.err) == (0, ""), run.err
+    report = run.json()
+    assert report["plan"] == chosen["plan"] and report["backend"]["name"] == "accelerate"
+    if case == "fsdp2_fp16_full":  # the text view names what the file says beside the layout
+        text = cli("check", model, "--gpus", gpus, "--gpu", "h100", "--from-accelerate", path,
+                   *flags)  # fmt: skip
+        # keys.yaml: compute_environment, num_machines, machine_rank, rdzv_backend,
+        # same_network, debug; fsdp_state_dict_type, fsdp_cpu_ram_efficient_loading,
+        # fsdp_sync_module_states. Every other key written is the layout's or priced.
+        assert text.out.splitlines()[-1] == (
+            "Accelerate keys beside the layout: ignored none; read, no effect on the estimate: "
+            "9 (launcher 6, checkpoints and loading 3)"
+        )
+
+
+ACCELERATE_BASE = """\
+distributed_type: FSDP
+mixed_precision: bf16
+num_processes: 16
+fsdp_config:
+  fsdp_version: 2
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+"""
+
+
+def read_accelerate(tmp_path: Path, text: str, gpus: int = 16) -> AccelerateReading:
+    path = tmp_path / "accelerate_config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return accelerate_reading(path, load_mapping(REPO / "templates" / MAPPING_FILE), num_gpus=gpus)
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        # no parallelism config: FSDP2 over every process (fsdp2_prepare_model, mesh None)
+        ("", {"dp": 16, "tp": 1, "cp": 1, "recompute": "none"}),
+        # a parallelism config: the launcher's defaults (1) for what it leaves out
+        ("parallelism_config:\n  parallelism_config_tp_size: 2\n"
+         "  parallelism_config_dp_shard_size: 8\n", {"dp": 8, "tp": 2, "cp": 1, "recompute": "none"}),
+        # a switch as Accelerate reads it (str_to_bool of the launcher's lower-cased text)
+        ("  fsdp_activation_checkpointing: 'True'\n", {"dp": 16, "tp": 1, "cp": 1, "recompute": "full"}),
+    ],
+)  # fmt: skip
+def test_accelerate_config_layout(tmp_path: Path, extra: str, expected: dict[str, Any]) -> None:
+    values = read_accelerate(tmp_path, ACCELERATE_BASE + extra).values
+    assert set(values.pop(UNFILLED)) == {"mbs"}  # the batch is the training script's
+    assert values == {
+        "zero_stage": 3, "distributed_optimizer": False, "precision": "bf16", **expected
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("fsdp_config:", "fsdp_version: 2\nfsdp_config:"),
+         r":4:1: fsdp_version: no key of an Accelerate config"),
+        (("fsdp_version: 2", "fsdp_version: 1"),
+         r":5:3: fsdp_config.fsdp_version: 1 is not priced: FSDP1 .* \(parplan prices 2\)"),
+        (("  fsdp_version: 2\n", ""),
+         r":1:1: fsdp_config.fsdp_version left out: Accelerate's default 1 is not priced"),
+        (("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP"),
+         r"fsdp_auto_wrap_policy: 'SIZE_BASED_WRAP' is not priced: the cost model prices one"),
+        (("num_processes: 16", "num_processes: 8"), r":3:1: num_processes: 8 processes: the check's cluster has 16 GPUs"),
+        (("distributed_type: FSDP", "distributed_type: MULTI_GPU"),
+         r"distributed_type: 'MULTI_GPU' is not priced: .*ddp backend"),
+    ],
+)  # fmt: skip
+def test_accelerate_config_refusals(tmp_path: Path, change: tuple[str, str], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        read_accelerate(tmp_path, ACCELERATE_BASE.replace(*change, 1))
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ("  parallelism_config_dp_replicate_size: 2\n  parallelism_config_dp_shard_size: 8\n",
+         r"dp_replicate_size: 2 is not priced: HSDP"),
+        ("  parallelism_config_cp_size: 2\n  parallelism_config_dp_shard_size: 8\n"
+         "  parallelism_config_cp_comm_strategy: alltoall\n",
+         r"cp_comm_strategy: 'alltoall' is not priced: .*all-gather rotation"),
+        ("  parallelism_config_dp_shard_size: 4\n",
+         r"the parallelism sizes make 4 processes, not num_processes 16"),
+    ],
+)  # fmt: skip
+def test_accelerate_parallelism_refusals(tmp_path: Path, section: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        read_accelerate(tmp_path, ACCELERATE_BASE + "parallelism_config:\n" + section)
+
+
+def test_accelerate_keys_beside_the_layout_are_named_or_counted(tmp_path: Path) -> None:
+    extra = "gpu_ids: all\nmain_process_port: 29500\ndynamo_config:\n  dynamo_backend: INDUCTOR\n"
+    reading = read_accelerate(tmp_path, ACCELERATE_BASE + extra)
+    # torch.compile (dynamo_config) changes the step time: named; the launcher's keys do not
+    assert reading.ignored == ("dynamo_config",)
+    assert reading.no_effect == {"launcher": ("gpu_ids", "main_process_port")}
+
+
+def test_accelerate_fp32_is_left_to_the_precision_flag(tmp_path: Path) -> None:
+    reading = read_accelerate(tmp_path, ACCELERATE_BASE.replace("bf16", "'no'"))
+    why, where = reading.values[UNFILLED]["precision"]
+    assert "mixed_precision no: Accelerate trains in fp32" in why and where.line == 2
+
+
+def test_accelerate_priced_keys_are_what_accelerate_config_writes() -> None:
+    """keys.yaml's priced values are the constants the mapping writes (where it writes them)."""
+    mapping = load_mapping(REPO / "templates" / MAPPING_FILE)
+    written = {
+        entry.name: entry.value
+        for section in mapping.data.accelerate.values()
+        for entry in section.config
+        if entry.value is not None
+    }
+    priced = {p.key: p.value for p in accelerate_keys().priced}
+    assert {k: written[k] for k in priced if k in written} == {
+        k: v for k, v in priced.items() if k in written
+    }
+    assert set(priced) - set(written) == {
+        "parallelism_config.parallelism_config_sp_size",  # not written: Accelerate's 1
+        "fsdp_config.fsdp_activation_checkpointing_offload",  # not written: Accelerate's false
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (ACCELERATE_BASE, None),  # no parallelism config: FSDP2 over the 16 processes
+        (ACCELERATE_BASE.replace("num_processes: 16", "num_processes: 8"),
+         r"num_processes 8 is not the parallelism sizes"),
+        (ACCELERATE_BASE + "parallelism_config:\n  parallelism_config_dp_shard_size: 8\n"
+         "  parallelism_config_tp_size: 2\n", r"data-parallel sizes .* do not make dp 16"),
+        (ACCELERATE_BASE.replace("fsdp_version: 2", "fsdp_version: 1"), r"fsdp_version 2"),
+    ],
+)  # fmt: skip
+def test_a_rendered_accelerate_config_is_checked_against_the_plan(
+    text: str, message: str | None
+) -> None:
+    """render/checks.py check_accelerate: what render_plan demands of accelerate_config.yaml
+    before it is written (the plan: dp 16 on 16 GPUs)."""
+    if message is None:
+        check_accelerate(text, 16, 16)
+        return
+    with pytest.raises(RenderError, match=message):
+        check_accelerate(text, 16, 16)

@@ -107,13 +107,16 @@ def test_the_rest_of_the_world_must_divide(tmp_path: Path) -> None:
 
 def test_config_registry_covers_the_mapping_configs() -> None:
     """configs.yaml knows every config the renderer writes, and its float8 is the mapping's
-    fp8 precision."""
+    fp8 precision, its flavor the mapping's."""
     section = load_mapping(MAPPING).data.torchtitan["0.3"]
     registry = config_registry()
     assert set(section.configs) <= set(registry.configs)
     for name, config in section.configs.items():
         fp8 = registry.settings(name)["float8"]
         assert config.precision == ("fp8" if fp8 else "bf16"), name
+        assert config.flavor == registry.configs[name].flavor, name
+        # llama3_405b's Float8LinearConverter.Config gives no recipe_name: its default
+        assert config.fp8_recipe == ("rowwise" if fp8 else None), name
     assert registry.settings("llama3_70b") == {
         "local_batch_size": 8, "global_batch_size": -1, "seq_len": 8192,
         "data_parallel_replicate_degree": 1, "data_parallel_shard_degree": -1,
@@ -233,4 +236,92 @@ def test_megatron_shape_arguments(text: str, error: str | None, tmp_path: Path) 
     assert str(caught.value) == (
         f"{path}:1: the script trains another model than llama-3-8b: {error}; give the "
         "script's model as MODEL"
+    )
+
+
+# ---- the config function a plan writes (parplan_torchtitan_config.py) ---------------------------
+
+MODULE_HEAD = """from torchtitan.components.quantization import Float8LinearConverter, MXFP8LinearConverter
+from torchtitan.models.llama3 import model_registry
+from torchtitan.models.llama3.config_registry import llama3_8b, llama3_405b
+
+
+"""
+
+
+def _written(tmp_path: Path, function: str, body: str) -> Path:
+    """A torchtitan line that starts from `function` of a config module beside it."""
+    (tmp_path / "parplan_torchtitan_config.py").write_text(MODULE_HEAD + body, encoding="utf-8")
+    path = tmp_path / "run.sh"
+    path.write_text(
+        "torchrun -m torchtitan.train --module parplan_torchtitan_config --config "
+        f"{function} --parallelism.data_parallel_shard_degree 8\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("function", "body", "precision"),
+    [
+        # Float8LinearConverter's other recipe (float8.py Literal): float8 linears all the same
+        ("f", "def f():\n    c = llama3_8b()\n    c.model_spec = model_registry('8B', "
+              "converters=[Float8LinearConverter.Config(recipe_name='rowwise_with_gw_hp')])\n"
+              "    return c\n", "fp8"),
+        ("f", "def f():\n    c = llama3_8b()\n    c.model_spec = model_registry('8B', "
+              "converters=[MXFP8LinearConverter.Config(fqns=['layers'])])\n    return c\n",
+         "fp8"),
+        # llama3_405b rebuilt without converters: bf16; kept as it is: its float8
+        ("f", "def f():\n    c = llama3_405b()\n    c.model_spec = model_registry('405B')\n"
+              "    return c\n", "bf16"),
+        ("g", "def g():\n    return llama3_405b()\n", "fp8"),
+    ],
+)  # fmt: skip
+def test_a_written_config_function_is_read_from_its_file(
+    tmp_path: Path, function: str, body: str, precision: str
+) -> None:
+    path = _written(tmp_path, function, body)
+    read = torchtitan_values(path, 32, load_mapping(MAPPING), num_gpus=8)
+    assert read["precision"] == precision
+
+
+@pytest.mark.parametrize(
+    ("function", "body", "error"),
+    [
+        ("f", "def f(:\n", "{module}:6: Python syntax: invalid syntax"),
+        # Python's parser gives up on a file nested this deeply (MemoryError or RecursionError)
+        ("f", "def f():\n    return llama3_8b(" + "-" * 100_000 + "1)\n",
+         "{module}: not a Python file parplan reads: nested too deeply for Python's parser"),
+        ("h", "def f():\n    return llama3_8b()\n",
+         "{run}:1: --config: parplan_torchtitan_config.py defines no function h"),
+        ("f", "def f():\n    return dict()\n",
+         "{module}:6: f calls none of torchtitan's configs (llama3_8b, llama3_70b, llama3_405b)"),
+        ("f", "def f():\n    c = llama3_8b()\n    c.model_spec = model_registry('70B')\n",
+         "{module}:8: model_registry('70B'): llama3_8b builds the 8B model"),
+        ("f", "def f():\n    c = llama3_8b()\n    c.model_spec = model_registry('8B', "
+              "converters=[NVFP4LinearConverter.Config()])\n",
+         "{module}:8: converter NVFP4LinearConverter.Config(): torchtitan 0.3's converters "
+         "parplan prices are Float8LinearConverter.Config(...), MXFP8LinearConverter.Config(...)"),
+        ("f", "def f():\n    c = llama3_8b()\n    c.model_spec = model_registry('8B', "
+              "converters=[Float8LinearConverter.Config(recipe_name='tensorwise')])\n",
+         "{module}:8: recipe_name: 'tensorwise' is not one of ('rowwise', 'rowwise_with_gw_hp')"),
+    ],
+)  # fmt: skip
+def test_a_written_config_function_torchtitan_would_not_build_is_refused(
+    tmp_path: Path, function: str, body: str, error: str
+) -> None:
+    path = _written(tmp_path, function, body)
+    with pytest.raises(InputError) as caught:
+        torchtitan_values(path, 32, load_mapping(MAPPING), num_gpus=8)
+    module = tmp_path / "parplan_torchtitan_config.py"
+    assert str(caught.value) == error.format(module=module, run=path)
+
+
+def test_a_line_without_its_config_module_names_the_file(tmp_path: Path) -> None:
+    path = _written(tmp_path, "f", "def f():\n    return llama3_8b()\n")
+    (tmp_path / "parplan_torchtitan_config.py").unlink()
+    with pytest.raises(InputError) as caught:
+        torchtitan_values(path, 32, load_mapping(MAPPING), num_gpus=8)
+    assert str(caught.value) == (
+        f"{path}:1: --module: no {tmp_path / 'parplan_torchtitan_config.py'}: the config "
+        "function this line starts from is written beside it"
     )

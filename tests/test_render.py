@@ -512,8 +512,10 @@ def test_rendered_files_match_the_reviewed_golden_files(rendered):
 
 # Worked from each builder: nodes = GPUs / 8 per node; dp = GPUs / (tp * pp * cp);
 # grad_accum = global_batch / (mbs * dp); memory = the sum of the five hand-picked parts;
-# model TFLOP/s = mfu * the estimate's peak (989 unless given). DeepSpeed's ZeRO stage is the
-# plan's, or 1 where the plan uses Megatron's distributed optimizer (ZeRO-1's sharding).
+# model TFLOP/s = mfu * the estimate's peak (989 unless given); the hand-built estimates carry no
+# causal count, so the headline MFU is the whole-matrix one and says so (cost/mfu_convention.py).
+# DeepSpeed's ZeRO stage is the plan's, or 1 where the plan uses Megatron's distributed optimizer
+# (ZeRO-1's sharding).
 SCENARIO_VALUES = {
     "moe": {  # mixtral-8x7b (32 layers) on 16 H100s; dp = 16 / (2 * 2 * 2) = 2
         "title": "mixtral-8x7b on 16 x H100-SXM-80GB",
@@ -527,7 +529,10 @@ SCENARIO_VALUES = {
         # DeepSpeed runs no interleaved schedule, cp or Megatron's distributed optimizer
         "ds_config": False,
         # 11 + 22 + 5.5 + 20 + 3 GiB; 0.31 * 989 = 306.6 TFLOP/s
-        "summary": "| 21.50 s | 48,770 | 31.0% | 306.6 | 61.5 GiB of 80.0 GiB | yes |",
+        "summary": (
+            "| 21.50 s | 48,770 | 31.0% (the whole s x s attention scores counted) | 306.6 "
+            "| 61.5 GiB of 80.0 GiB | yes |"
+        ),
         "memory": ("params: 11.0 GiB", "grads: 22.0 GiB", "activations: 20.0 GiB"),
         "time": ("compute: 18.00 s", "ep comm: 1.10 s", "bubble: 900.0 ms"),
     },
@@ -540,7 +545,10 @@ SCENARIO_VALUES = {
         "seq_len": 4096,
         "ds": (64, 2, 4, 0, "fp16", False),  # accum 64 / (2 * 8); ZeRO-0 in fp16
         # 1.6 + 1.6 + 9.4 + 12 + 2.5 GiB; 0.52 * 989 = 514.3 TFLOP/s
-        "summary": "| 9.80 s | 26,750 | 52.0% | 514.3 | 27.1 GiB of 80.0 GiB | yes |",
+        "summary": (
+            "| 9.80 s | 26,750 | 52.0% (the whole s x s attention scores counted) | 514.3 "
+            "| 27.1 GiB of 80.0 GiB | yes |"
+        ),
         "memory": ("params: 1.6 GiB", "optimizer: 9.4 GiB", "other: 2.5 GiB"),
         "time": ("compute: 9.50 s", "dp comm: 900.0 ms"),
     },
@@ -708,7 +716,7 @@ def test_a_graph_plan_renders_no_megatron_arguments(rendered):
     assert "megatron" not in files["launch_torchrun.sh"].lower()
     assert json.loads(files["plan.json"])["render"] == {
         "megatron_version": None,
-        "deepspeed_version": "0.16",
+        "deepspeed_version": "0.19",
     }
     with pytest.raises(
         RenderError, match=r"^resnet-50 is an op-graph model: it has no Megatron-LM arguments"
@@ -717,8 +725,8 @@ def test_a_graph_plan_renders_no_megatron_arguments(rendered):
 
 
 def test_a_megatron_version_for_a_graph_plan_is_refused():
-    doc = graph_channel_parallel().with_render_options(megatron_version="core_r0.13")
-    with pytest.raises(RenderError, match=r"--megatron-version 'core_r0.13': resnet-50 is an op"):
+    doc = graph_channel_parallel().with_render_options(megatron_version="core_v0.16")
+    with pytest.raises(RenderError, match=r"--megatron-version 'core_v0.16': resnet-50 is an op"):
         render_plan(doc)
 
 
@@ -728,7 +736,7 @@ def test_graph_facts_have_every_key_with_megatron_ones_none():
     transformer = facts(moe(), mapping)
     assert graph.keys() == transformer.keys()
     megatron = [k for k in graph if k.startswith("megatron.")]
-    assert len(megatron) == 57 and all(graph[k] is None for k in megatron)
+    assert len(megatron) == 59 and all(graph[k] is None for k in megatron)
     assert transformer["megatron.one_cuda_connection"] is True  # tp 2, cp 2 on Hopper
     assert (graph["model.kind"], graph["model.nodes"], graph["model.num_layers"]) == (
         "graph",
@@ -1060,11 +1068,11 @@ def test_a_mapping_of_an_older_format_is_refused_in_one_line(tmp_path):
 
 def test_versions_default_to_what_the_plan_needs_and_an_unknown_one_is_named(tmp_path):
     templates = Templates.at(None)
-    assert templates.versions("megatron") == ["core_r0.13", "core_v0.16.1"]
-    # the base version for a plan without Megatron-FSDP (test_megatron_fsdp.py: with it)
-    assert "Megatron-LM (core_r0.13)" in render_plan(single_node())["megatron_args.sh"]
+    assert templates.versions("megatron") == ["core_v0.16"]
+    # the one release (the pinned core_v0.16.1), for every plan (test_megatron_fsdp.py too)
+    assert "Megatron-LM (core_v0.16)" in render_plan(single_node())["megatron_args.sh"]
     doc = single_node().with_render_options(megatron_version="core_r0.99")
-    have = r"\(have: core_r0.13, core_v0.16.1\)"
+    have = r"\(have: core_v0.16\)"
     with pytest.raises(RenderError, match=r"'core_r0.99' is not available " + have):
         render_plan(doc)
 

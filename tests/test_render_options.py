@@ -45,8 +45,8 @@ def test_every_render_option_is_a_flag(capsys: pytest.CaptureFixture[str]) -> No
     "options",
     [
         {},
-        {"hf_trainer": True, "force_nccl_algo": True, "megatron_version": "core_v0.16.1",
-         "deepspeed_version": "0.16"},
+        {"hf_trainer": True, "force_nccl_algo": True, "megatron_version": "core_v0.16",
+         "deepspeed_version": "0.19"},
     ],
 )  # fmt: skip
 def test_the_api_and_the_cli_write_identical_files(

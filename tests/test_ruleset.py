@@ -312,16 +312,16 @@ constraints:
 """
 
 
-def test_an_overlay_without_named_formulas_shares_the_builtin_library(write):
+def test_overlays_without_named_formulas_share_one_library(write):
     """Loading an overlay compiles its own rules, not the ~300 built-in named formulas again:
-    the library (and the formulas it compiled) is the built-in rules'; an overlay that
-    redefines a named formula gets a library of its own (test_redefining_a_named_formula_...
-    shows its users take the new value)."""
-    builtin = load_rules()
-    overlay = load_rules([write("mine/c.yaml", ONE_CONSTRAINT).parent])
-    assert overlay.library is builtin.library
+    two overlays that leave the named formulas alone share one library (and the formulas it
+    compiled); an overlay that redefines a named formula gets a library of its own
+    (test_redefining_a_named_formula_changes_every_user shows its users take the new value)."""
+    first = load_rules([write("mine/c.yaml", ONE_CONSTRAINT).parent])
+    second = load_rules([write("other/c.yaml", ONE_CONSTRAINT).parent])
+    assert second.library is first.library
     named = load_rules([write("named/n.yaml", "formulas:\n  grad_bytes: 2\n").parent])
-    assert named.library is not builtin.library
+    assert named.library is not first.library
 
 
 def test_a_rule_file_changed_between_loads_points_at_its_new_lines(write):

@@ -40,6 +40,13 @@ FAKE_TORCHRUN = """#!/usr/bin/env bash
 pwd > "$RECORD"
 printf '%s\\n' "$@" >> "$RECORD"
 """
+# The stand-in for a torchtitan plan with its own config function: the PYTHONPATH torchrun's
+# workers inherit, then the folder and arguments.
+FAKE_TORCHRUN_PYTHONPATH = """#!/usr/bin/env bash
+printf '%s\\n' "${PYTHONPATH-}" > "$RECORD"
+pwd >> "$RECORD"
+printf '%s\\n' "$@" >> "$RECORD"
+"""
 
 
 def planned(tmp_path: Path, cluster: dict | str, **kwargs: object) -> tuple[Path, dict]:
@@ -50,12 +57,14 @@ def planned(tmp_path: Path, cluster: dict | str, **kwargs: object) -> tuple[Path
     return folder, json.loads((folder / "plan.json").read_text(encoding="utf-8"))
 
 
-def run(script: Path, tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+def run(
+    script: Path, tmp_path: Path, fake_torchrun: str = FAKE_TORCHRUN, **env: str
+) -> tuple[subprocess.CompletedProcess, list[str]]:
     """`bash script` with a stand-in torchrun; what it was started with (its folder first)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "torchrun"
-    fake.write_text(FAKE_TORCHRUN, encoding="utf-8")
+    fake.write_text(fake_torchrun, encoding="utf-8")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     record = tmp_path / "torchrun.txt"
     record.unlink(missing_ok=True)
@@ -132,7 +141,7 @@ def test_megatron_needs_a_megatron_checkout(eight_gpus, tmp_path, given):
     if given == "elsewhere":  # a folder without pretrain_gpt.py
         assert re.fullmatch(
             re.escape(f"megatron_args.sh: MEGATRON_LM_DIR={tmp_path} holds no pretrain_gpt.py: ")
-            + r"set it to a Megatron-LM checkout \(core_(r0\.13|v0\.16\.1)\)",
+            + r"set it to a Megatron-LM checkout \(core_v0\.16\)",
             lines[0],
         )
     else:  # unset or empty: never the plan folder
@@ -165,6 +174,74 @@ def test_torchtitan_needs_its_checkout_and_starts_there(eight_gpus, tmp_path):
     assert done.returncode == 0, done.stderr
     assert launched[0] == str(titan)  # torchrun starts in the checkout, where its assets are
     assert value_after(launched, "-m") == "torchtitan.train"
+
+
+# ---- accelerate_launch.sh: the user's training script ------------------------------------------
+
+
+@needs_bash
+def test_accelerate_launch_needs_the_training_script(tmp_path):
+    folder, _ = planned(tmp_path, {"gpus": 8, "gpu": "h100"}, backend="accelerate")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "accelerate"  # records what `accelerate launch` is started with
+    fake.write_text(FAKE_TORCHRUN, encoding="utf-8")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    record = tmp_path / "accelerate.txt"
+    unset = ("TRAIN_SCRIPT", "MASTER_ADDR", "MASTER_PORT")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env |= {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RECORD": str(record)}
+    script = [str(folder / "accelerate_launch.sh"), "--epochs", "1"]
+    done = subprocess.run(["bash", *script], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and not record.exists()
+    assert done.stderr == (
+        "accelerate_launch.sh: TRAIN_SCRIPT is not set: set it to your training script (a "
+        "transformers model trained through accelerator.prepare)\n"
+    )
+    env["TRAIN_SCRIPT"] = "train.py"
+    done = subprocess.run(["bash", *script], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    # one node: machine 0, the rendezvous on this host and the mapping's default port
+    assert record.read_text(encoding="utf-8").splitlines()[1:] == [
+        "launch", "--config_file", str(folder / "accelerate_config.yaml"), "--machine_rank", "0",
+        "--main_process_ip", "localhost", "--main_process_port", "29500", "train.py", "--epochs",
+        "1",
+    ]  # fmt: skip
+
+
+@needs_bash
+def test_torchtitan_imports_the_plans_config_function_from_its_folder(tmp_path):
+    """An fp8 plan of llama-3-8b starts from the config function it writes (torchtitan 0.3's
+    llama3_8b has no float8 converter): torchrun's workers get the plan's folder first on
+    PYTHONPATH, where config/manager.py imports --module by its name; without the file, or in a
+    folder PYTHONPATH cannot name, the script stops with one line."""
+    plan = parplan_gen.plan(
+        "llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=64, seq_len=8192,
+        backend="torchtitan", precision="fp8",
+    )  # fmt: skip
+    folder = tmp_path / "plan"
+    plan.write(folder)
+    script, titan = folder / "torchtitan_run.sh", checkout(tmp_path, "torchtitan/train.py")
+    done, launched = run(
+        script, tmp_path, FAKE_TORCHRUN_PYTHONPATH, TORCHTITAN_DIR=str(titan), PYTHONPATH="/mine"
+    )
+    assert done.returncode == 0, done.stderr
+    assert launched[0] == f"{folder}:/mine" and launched[1] == str(titan)
+    module = value_after(launched, "--module")
+    assert (folder / f"{module}.py").is_file()
+    assert value_after(launched, "--config") == "llama3_8b_float8_rowwise"
+    (folder / f"{module}.py").unlink()
+    done, launched = run(script, tmp_path, TORCHTITAN_DIR=str(titan))
+    assert done.returncode == 2 and not launched
+    assert done.stderr == (
+        f"torchtitan_run.sh: {folder} holds no parplan_torchtitan_config.py, written with this "
+        "script: render the plan again\n"
+    )
+    colon = tmp_path / "a:b"
+    plan.write(colon)
+    done, launched = run(colon / "torchtitan_run.sh", tmp_path, TORCHTITAN_DIR=str(titan))
+    assert done.returncode == 2 and not launched
+    assert "has a ':' in its path, which PYTHONPATH cannot hold" in done.stderr
 
 
 # ---- the budget's run length in every backend's files ------------------------------------------

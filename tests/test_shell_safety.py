@@ -13,6 +13,7 @@ and no MARKER file was made, and that sourcing nccl.env sets exactly its NAME=VA
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -34,7 +35,13 @@ from parplan_gen.planning.document import (
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping import COMMUNICATION
 from parplan_gen.render.plan_files import render_plan
-from parplan_gen.render.shell_quote import argument, assignment, comment
+from parplan_gen.render.shell_quote import (
+    argument,
+    assignment,
+    comment,
+    python_literal,
+    python_name,
+)
 from parplan_gen.rules.engine import Proposal
 
 REPO = Path(__file__).resolve().parent.parent
@@ -434,6 +441,30 @@ def test_assignment_takes_only_values_that_need_no_quoting():
             assignment("NCCL_ALGO", value)
     with pytest.raises(RenderError, match="is not an environment variable name"):
         assignment("NCCL_ALGO; touch MARKER", "Ring")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["8B", "", "it's", 'a"""b', "a\\nb\n", "\u2028", "x'); __import__('os').system('x')  #",
+     0, -3, 2.5, True, None, ["lm_head", "a'b"], []],
+)  # fmt: skip
+def test_python_literal_reads_back_as_exactly_the_value(value):
+    """What parplan_torchtitan_config.py holds of a value: Python reads it back as the value
+    (ast.literal_eval runs nothing), whatever quotes, backslashes or line breaks it has."""
+    written = python_literal(value)
+    assert "\n" not in written and written.isprintable()
+    assert ast.literal_eval(written) == value
+
+
+def test_python_literal_and_name_refuse_what_they_cannot_write():
+    for value in (float("nan"), float("inf"), {"a": 1}, b"x", object()):
+        with pytest.raises(RenderError, match="has no Python literal"):
+            python_literal(value)
+    assert python_name("torchtitan.models.llama3") == "torchtitan.models.llama3"
+    assert python_name("llama3_8b_float8_rowwise") == "llama3_8b_float8_rowwise"
+    for name in ("llama3_8b()", "a b", "import", "x.class", "os; x", "", "8b", "\u0430b", "a."):
+        with pytest.raises(RenderError, match="is not a Python name"):
+            python_name(name)
 
 
 def test_the_corpora_are_large_enough():

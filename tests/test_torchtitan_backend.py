@@ -1,7 +1,9 @@
 """The torchtitan backend's capabilities and constraints (parplan_gen/backends/torchtitan/:
 capabilities.py, constraints.yaml): full sharding with pp and cp runs there and nowhere else;
-a model is torchtitan's only through one of its 0.3 configs, in that config's precision. The
-expected verdicts are worked from torchtitan 0.3.0's sources named in the YAML."""
+a model is torchtitan's only through one of its 0.3 configs, in bf16 or with float8 linear
+layers (the plan's own config function where the config has none), on a GPU torchtitan's
+float8 runs on. The expected verdicts are worked from torchtitan 0.3.0's sources named in the
+YAML."""
 
 from __future__ import annotations
 
@@ -45,11 +47,11 @@ def test_fsdp_with_tp_pp_and_cp_runs_on_torchtitan_only() -> None:
 
 
 def test_issue_layout_dp32_tp2_zero3_is_torchtitans() -> None:
-    # The issue's llama-3-70b plan on 64 H100 that DeepSpeed does not run (Megatron-LM runs it
-    # as Megatron-FSDP with core_v0.16.1, tests/test_megatron_fsdp.py).
+    # The issue's llama-3-70b plan on 64 H100 (Megatron-LM runs it as Megatron-FSDP,
+    # tests/test_megatron_fsdp.py; DeepSpeed v0.19.8 as AutoTP with ZeRO-3).
     sizes = dict(tp=2, mbs=1, global_batch=512, seq_len=4096, zero_stage=3)
     assert invalid("llama-3-70b", 64, "torchtitan", **sizes) == []
-    assert invalid("llama-3-70b", 64, "deepspeed", **sizes) == ["deepspeed.autotp_zero_at_most_2"]
+    assert invalid("llama-3-70b", 64, "deepspeed", **sizes) == []
 
 
 def test_a_model_without_a_torchtitan_config_is_refused() -> None:
@@ -62,14 +64,37 @@ def test_a_model_without_a_torchtitan_config_is_refused() -> None:
     ("model", "precision", "refused"),
     [
         ("llama-3-8b", "bf16", False),
-        ("llama-3-8b", "fp8", True),  # llama3_8b has no float8 converter
+        # llama3_8b has no float8 converter: the plan's config function adds one
+        ("llama-3-8b", "fp8", False),
         ("llama-3-405b", "fp8", False),  # llama3_405b builds Float8LinearConverter
-        ("llama-3-405b", "bf16", True),
+        ("llama-3-405b", "bf16", False),  # the plan's config function builds none
+        # config/configs.py TrainingConfig.mixed_precision_param: bfloat16 or float32
+        ("llama-3-8b", "fp16", True),
     ],
 )
-def test_precision_is_the_configs(model: str, precision: str, refused: bool) -> None:
+def test_precision_is_bf16_or_float8(model: str, precision: str, refused: bool) -> None:
     sizes = dict(tp=8, mbs=1, global_batch=64, seq_len=8192, zero_stage=3, precision=precision)
     assert ("torchtitan.config_precision" in invalid(model, 64, "torchtitan", **sizes)) is refused
+
+
+@pytest.mark.parametrize(
+    ("gpu", "architecture", "refused"),
+    [
+        ("h100", None, False),  # SM 9.0
+        ("l40s", None, False),  # Ada, SM 8.9
+        ("b200", None, False),  # SM 10.0: MXFP8 (mx.py)
+        ("mi300x", None, False),  # gfx942
+        ("h100", "ampere", True),  # an FP8 peak on a GPU float8.py refuses (SM 8.0)
+    ],
+)
+def test_float8_needs_sm89_or_gfx942(gpu: str, architecture: str | None, refused: bool) -> None:
+    spec, cluster = load_model("llama-3-8b"), load_cluster_spec({"gpus": 8, "gpu": gpu})
+    if architecture is not None:
+        hardware = cluster.gpu.model_copy(update={"architecture": architecture})
+        cluster = cluster.model_copy(update={"gpu": hardware})
+    layout = build_layout(8, mbs=1, global_batch=64, seq_len=8192, zero_stage=3, precision="fp8")
+    found = evaluate(spec, cluster, layout, _rules(), backend="torchtitan")
+    assert ("torchtitan.float8_gpu" in [v.rule_id for v in found.violations]) is refused
 
 
 @pytest.mark.parametrize(

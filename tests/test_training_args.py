@@ -9,20 +9,27 @@ from GPT-3's Table 2.1, not read from our output."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parplan_gen.cost.layout import Layout
+from parplan_gen.api import load_cluster_spec
+from parplan_gen.backends.megatron.reader import megatron_arguments, megatron_values
+from parplan_gen.cost.layout import Layout, build_layout
 from parplan_gen.inputs.errors import InputError
-from parplan_gen.models.hf_config import spec_from_hf_dict
+from parplan_gen.models.hf_config import load_hf_config, spec_from_hf_dict
 from parplan_gen.models.presets import load_preset, preset_names
+from parplan_gen.planning.document import PlanDocument
+from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.render.lr_schedule import peak_lr, schedule, schedule_rule, steps
+from parplan_gen.render.render_options import RenderOptions, render_files
 from parplan_gen.render.training_facts import training_facts
 
 import consumer_megatron
+from conftest import REPO, builtin_rules
 from consumer_support import consumer
 
 LLAMA = {
@@ -69,6 +76,82 @@ def test_deepseek_v3_router_and_mtp() -> None:
         "yarn",
         40.0,
     )
+
+
+def _v2(**changes: Any) -> dict[str, Any]:
+    """A small DeepSeek-V2 config: softmax scores, DeepseekV2Config's greedy top-k."""
+    return _deepseek_config() | {"model_type": "deepseek_v2", "num_experts_per_tok": 6} | changes
+
+
+def test_the_router_is_spelled_as_megatron_core_computes_it() -> None:
+    # Megatron-Core 0.16.1 moe_utils.py topk_routing_with_score_function: softmax after the top
+    # k sums to 1 (norm_topk_prob true); --moe-router-pre-softmax takes it over every expert,
+    # not renormalised (norm_topk_prob false); TransformerConfig wants the latter at top-1.
+    def router(config: dict[str, Any]) -> tuple[Any, ...]:
+        f = training_facts(spec_from_hf_dict(config), _layout())
+        keys = ("router_score", "router_pre_softmax", "topk_scale", "router_groups")
+        return (*(f[f"megatron.{k}"] for k in keys), f["megatron.router_unfaithful"])
+
+    # DeepSeek-V2-Lite: softmax, greedy (n_group 1 unused), norm_topk_prob false, factor 1.0
+    lite = _v2(n_group=1, topk_group=1, topk_method="greedy", norm_topk_prob=False)
+    assert router(lite) == ("softmax", True, 1.0, None, None)
+    # DeepSeek's MoEGate: renormalised or scaled, one or the other
+    normalised = router(_v2(norm_topk_prob=True, routed_scaling_factor=16.0))
+    assert normalised[:3] == ("softmax", False, None)
+    qwen3 = _deepseek_config() | {"model_type": "qwen3_moe", "num_experts": 8}
+    assert router(qwen3) == ("softmax", True, None, None, None)  # Qwen3MoeConfig: false
+    assert router(qwen3 | {"norm_topk_prob": True}) == ("softmax", False, None, None, None)
+    # top-1 renormalised weighs its expert 1.0; Megatron-Core cannot, and says so
+    one = router(qwen3 | {"norm_topk_prob": True, "num_experts_per_tok": 1})
+    assert one[1] is True and "--moe-router-pre-softmax at top-1" in one[4]
+    # DeepSeek-V2's group_limited_greedy ranks groups by their best score; Megatron-Core by the
+    # sum of the best k / topk_group = 2 (group_limited_topk)
+    v2 = router(_v2(topk_method="group_limited_greedy", n_group=4, topk_group=3))
+    assert v2[3] == 4 and "best 1 expert score(s)" in v2[4] and "6 // 3 = 2" in v2[4]
+    # DeepSeek-V3 (sigmoid, norm_topk_prob true, top-8 of 8 groups / 4: two a group) is exact;
+    # its sigmoid weights left unnormalised are not (Megatron-Core renormalises whenever k > 1)
+    v3 = _deepseek_config() | {"n_routed_experts": 32, "num_experts_per_tok": 8}
+    assert router(v3) == ("sigmoid", False, 2.5, 8, None)
+    assert "whenever k > 1" in router(v3 | {"norm_topk_prob": False})[4]
+
+
+def _megatron_script(model: Any, folder: Path, **layout: Any) -> Path:
+    """megatron_args.sh of `model` with `layout` on 8 H100s, written to `folder`."""
+    cluster = load_cluster_spec({"gpus": 8, "gpu": "h100"})
+    plan = build_layout(8, **({"mbs": 1, "global_batch": 512, "seq_len": 4096} | layout))
+    found = Evaluator(builtin_rules(), backend="megatron").evaluate(model, cluster, plan)
+    doc = PlanDocument.from_parts(
+        rules=builtin_rules(), model=model, cluster=cluster, chosen=found.estimate
+    )
+    path = folder / "megatron_args.sh"
+    path.write_text(render_files(doc, RenderOptions())["megatron_args.sh"], encoding="utf-8")
+    return path
+
+
+def test_check_reads_the_router_flags_back(tmp_path: Path) -> None:
+    # `check --from-megatron`: the router's arguments are read as the model's (mapping.yaml's
+    # "mixture of experts" group, backends/megatron/reader.py MODEL_GROUPS), none ignored, and
+    # the layout reads back as written.
+    lite = load_hf_config(REPO / "examples" / "hf" / "deepseek-v2-lite.json")
+    path = _megatron_script(lite, tmp_path, ep=8, recompute="full", distributed_optimizer=True)
+    words = path.read_text(encoding="utf-8").split()
+    router = {
+        "--moe-router-score-function", "--moe-router-pre-softmax",
+        "--moe-router-topk-scaling-factor", "--moe-router-load-balancing-type",
+        "--moe-aux-loss-coeff",
+    }  # fmt: skip
+    assert router <= set(words)
+    read = megatron_arguments(path)
+    assert router <= set(read.no_effect["model"]) and not router & set(read.ignored)
+    assert megatron_values(path, lite.num_layers)["ep"] == 8
+
+
+def test_a_router_megatron_core_cannot_compute_is_named_in_the_script(tmp_path: Path) -> None:
+    # DeepSeek-V2's group_limited_greedy (its config.json: n_group 8, topk_group 3, top-6)
+    v2 = spec_from_hf_dict(_v2(topk_method="group_limited_greedy", n_group=4, topk_group=3))
+    header = _megatron_script(v2, tmp_path).read_text(encoding="utf-8").split("set -euo")[0]
+    text = " ".join(line.lstrip("# ") for line in header.splitlines())
+    assert "not what Megatron-Core computes" in text and "group_limited_topk" in text
 
 
 def test_absent_keys_take_the_config_class_defaults() -> None:

@@ -74,17 +74,23 @@ def check(
     from_deepspeed: str | Path | None = None,
     from_megatron: str | Path | None = None,
     from_torchtitan: str | Path | None = None,
+    from_accelerate: str | Path | None = None,
 ) -> CheckReport:
     """Check an existing layout on `backend` (None: the first of the model's backends that runs
     it): every rule it breaks, its estimate (also when it cannot run), and the planner's choice
     for the same batch on the same backend (`any_backend`: on any) when that is faster.
     `layout`: a Layout or, as `estimate` takes it, a dict (a bad one: `layout.KEY: ...`). As
-    `parplan check --from-*`, `from_deepspeed` / `from_megatron` / `from_torchtitan` read the
-    layout from a backend's file (judged on that backend unless `backend` says), `layout` (a
-    dict) then changing fields of it (render/readers.py)."""
+    `parplan check --from-*`, `from_deepspeed` / `from_megatron` / `from_torchtitan` /
+    `from_accelerate` read the layout from a backend's file (judged on that backend unless
+    `backend` says), `layout` (a dict) then changing fields of it (render/readers.py)."""
     ruleset = load_ruleset(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
-    files = {"deepspeed": from_deepspeed, "megatron": from_megatron, "torchtitan": from_torchtitan}
+    files = {
+        "deepspeed": from_deepspeed,
+        "megatron": from_megatron,
+        "torchtitan": from_torchtitan,
+        "accelerate": from_accelerate,
+    }
     if any(files.values()):
         from parplan_gen.render.readers import layout_read
 

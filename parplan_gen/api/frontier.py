@@ -13,6 +13,7 @@ from typing import Any
 from parplan_gen.api.plans import Plan, plan
 from parplan_gen.api.wording import parameter_wording
 from parplan_gen.cost.layout import check_sizes, size_problem
+from parplan_gen.cost.mfu_convention import convention_of
 from parplan_gen.inputs.errors import InputError, UsageError, shown_value
 from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.kind import ANY_BACKEND
@@ -165,6 +166,8 @@ def _point(shared: _Shared, item: tuple[str, int]) -> FrontierPoint:
         layout_label=_label(found),
         step_s=chosen.time.step_s,
         mfu=chosen.throughput.mfu,
+        mfu_causal=chosen.throughput.mfu_causal,
+        mfu_convention=convention_of(chosen).attention,
         wall_days=budget.wall_days,
         gpu_hours=budget.gpu_hours,
         gpu_hour_price=budget.gpu_hour_price,

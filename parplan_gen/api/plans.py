@@ -75,6 +75,9 @@ class Plan(BaseModel):
     searched: int  # candidates in the search space
     evaluated: int  # candidates the cost model estimated
     advice: list[Advice]  # when nothing fits, each change measured; document.advice: their notes
+    # The rules that bound the search (`bounds_search`) and left layouts out of it (not
+    # candidates, not in `document.rejected`): `reason [rule id, bounds the search]`.
+    bounded: list[str] = []
 
     @property
     def chosen(self) -> Estimate:
@@ -240,6 +243,7 @@ def plan(
         searched=result.searched,
         evaluated=result.evaluated,
         advice=advice,
+        bounded=result.bounded,
     )
 
 

@@ -1,5 +1,6 @@
 """`parplan check`: a pre-flight check of a layout a user already has, given as flags or read
-from a DeepSpeed ds_config.json, Megatron-LM arguments or a torchtitan launch line (the
+from a DeepSpeed ds_config.json, Megatron-LM arguments, a torchtitan launch line or an
+Accelerate config (the
 `--from-*` readers, `layout_values`). A thin shell over `api.check`; exit 1 after the report
 when the layout does not run as given."""
 
@@ -28,7 +29,9 @@ CHECK_EXAMPLE = (
     "example:\n"
     "  parplan check llama-3-70b --gpus 64 --gpu h100 --tp 8 --pp 2 --mbs 1 --global-batch 256\n"
     "  parplan check llama-3-8b --gpus 8 --gpu h100 --from-deepspeed ds_config.json\n"
-    "  parplan check llama-3-70b --gpus 64 --gpu h100 --from-megatron train_args.sh"
+    "  parplan check llama-3-70b --gpus 64 --gpu h100 --from-megatron train_args.sh\n"
+    "  parplan check llama-3-8b --gpus 16 --gpu h100 --from-accelerate accelerate_config.yaml "
+    "--mbs 2 --global-batch 64"
 )
 
 
@@ -53,6 +56,12 @@ def add_check_command(sub: Any) -> None:
     layout.add_argument("--from-megatron", metavar="FILE", help="read Megatron-LM arguments")
     layout.add_argument(
         "--from-torchtitan", metavar="FILE", help="read torchtitan 0.3 --config and overrides"
+    )
+    layout.add_argument(
+        "--from-accelerate",
+        metavar="FILE",
+        help="read an Accelerate 1.16 accelerate_config.yaml (FSDP2; the batch from --mbs and "
+        "--global-batch)",
     )
     add_backend_option(check, search=False)
     check.add_argument(
@@ -85,6 +94,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         if args.from_megatron
         else "torchtitan"
         if args.from_torchtitan
+        else "accelerate"
+        if args.from_accelerate
         else None
     )
     report = check(
@@ -100,6 +111,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print_json(report.contract())
     else:
         read = "" if not args.from_megatron else megatron_line(args.from_megatron, report) + "\n"
+        if args.from_accelerate:
+            read += accelerate_line(args.from_accelerate, cluster.num_gpus) + "\n"
         write_view(check_text(report) + read)
     problem = report.problem()
     if problem is not None:  # the report is on stdout; the reason is the one-line error (exit 1)
@@ -162,6 +175,23 @@ def megatron_line(path: str, report: CheckReport) -> str:
     return line
 
 
+def accelerate_line(path: str, num_gpus: int) -> str:
+    """One line on what an accelerate_config.yaml says beside its layout: the keys ignored (by
+    name) and how many were read with no effect on the estimate (by group; docs/backends.md,
+    "What check reads of an Accelerate config")."""
+    from parplan_gen.backends.accelerate.reader import accelerate_reading
+    from parplan_gen.render.template_env import Templates
+
+    read = accelerate_reading(path, Templates.at(None).mapping(), num_gpus=num_gpus)
+    ignored = " ".join(read.ignored) or "none"
+    counts = ", ".join(f"{what} {len(names)}" for what, names in read.no_effect.items())
+    total = sum(len(names) for names in read.no_effect.values())
+    return (
+        f"Accelerate keys beside the layout: ignored {ignored}; "
+        f"read, no effect on the estimate: {total}" + (f" ({counts})" if counts else "")
+    )
+
+
 # ---- reading existing layouts ------------------------------------------------------------------
 
 LAYOUT_FLAGS = (*(dest for dest, _, _ in LAYOUT_SIZES), "global_batch", "seq_len")
@@ -182,6 +212,7 @@ def layout_values(
             deepspeed=args.from_deepspeed,
             megatron=args.from_megatron,
             torchtitan=args.from_torchtitan,
+            accelerate=args.from_accelerate,
             rules=rules,
             num_gpus=num_gpus,
         )

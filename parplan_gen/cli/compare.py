@@ -1,11 +1,17 @@
 """`parplan compare`: the chosen plan, the runner-up and your layouts side by side, and why.
 
-A thin shell over `api.compare` (render/compare.py builds the rows and the sentences).
+A thin shell over `api.compare` (render/compare.py builds the rows and the sentences,
+render/compare_terse.py the terse lines). By default the view fits a 100-column terminal: the
+layouts named by letters, the terms that are not zero for every layout, and the terms that
+decide each gap with their drivers; `--verbose` sets the whole labels, every row and every
+sentence.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.common import (
@@ -24,6 +30,9 @@ from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 if TYPE_CHECKING:
     from parplan_gen.render.compare import Comparison
 
+WIDTH = 100  # the terse view's lines, at most (a wider terminal shows --verbose whole)
+DRIVER = re.compile(r"(?<=[;,] )[^,;]* vs [^,;]*")  # a driver of a terse line: `tp 1 vs 2`
+NBSP = "\u00a0"  # holds a driver's words together while the line is wrapped
 COMPARE_EXAMPLE = (
     "example:\n"
     "  parplan compare llama-3-70b --gpus 64 --gpu h100 --global-batch 512 --seq-len 4096\n"
@@ -49,8 +58,10 @@ def add_compare_command(sub: Any) -> None:
         help="the chosen plan, the runner-up and your layouts side by side, and why",
         description="Plan as `parplan plan` does, then set the chosen layout, the runner-up "
         "and every --layout side by side, term by term (memory parts against the GPU's, "
-        "each time part, communication hidden by overlap, step, MFU), with one sentence per "
-        "term that differs saying why the chosen layout wins there.",
+        "each time part, communication hidden by overlap, step, MFU), and say for each "
+        "layout which terms decide its gap to the chosen one and the layout fields that make "
+        "them differ (templates/report/compare.yaml `material`). --verbose: every term, with "
+        "one sentence per term that differs.",
         epilog=COMPARE_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -67,6 +78,12 @@ def add_compare_command(sub: Any) -> None:
     )
     parser.add_argument(
         "--no-runner-up", action="store_true", help="leave the planner's runner-up out"
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="the whole view: layouts by their labels, every term, one sentence per term "
+        "that differs",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(handler=_cmd_compare)
@@ -126,12 +143,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         print_json(found.contract())
     else:
-        write_view(compare_text(found))
+        write_view(compare_text(found, verbose=args.verbose))
     return 0
 
 
-def compare_text(found: Comparison) -> str:
-    """The table (a row per term, a column per layout) and the sentences."""
+def compare_text(found: Comparison, verbose: bool = False) -> str:
+    """The terse view (`terse_text`), or with `verbose` the whole table (a row per term, a
+    column per layout) and the sentences."""
+    if not verbose:
+        return terse_text(found)
     from parplan_gen.cli.textview import table
 
     headers = ["term", *(f"{c.label} ({c.role})" for c in found.columns)]
@@ -147,3 +167,42 @@ def compare_text(found: Comparison) -> str:
             "  - the same figures in every term"
         ]
     return "\n".join(lines) + "\n"
+
+
+def terse_text(found: Comparison) -> str:
+    """A line per layout (its letter, label, role and why it cannot run as given), the rows a
+    view shows with the letters as headers, then for each layout after the first its step line
+    and the lines of the terms that decide the gap; every line at most WIDTH columns."""
+    from parplan_gen.cli.textview import table
+    from parplan_gen.render.compare import compare_file
+
+    lines: list[str] = []
+    for c in found.columns:
+        lines += _wrapped(f"{c.key}  {c.label} ({c.role})", "   ")
+        if c.problem:  # may quote a rule's reason: escaped
+            lines += _wrapped(f"   cannot run as given: {c.problem}", "     ")
+    headers = ["term", *(c.key for c in found.columns)]
+    rows = [[r.label, *r.shown] for r in found.shown_rows()]
+    lines += ["", table(headers, rows, right=set(range(1, len(headers)))).rstrip("\n")]
+    if found.terse:
+        lines += ["", f"Why {found.columns[0].key}:"]
+    for said in found.terse:
+        lines += _wrapped(f"  {said.step}", "      ")
+        for line in said.lines:
+            lines += _wrapped(f"    - {line}", "      ")
+    spec = compare_file()
+    count = found.convention
+    says = spec.terse["mfu"].format(says=count.says) + " " if count.says else ""
+    lines += ["", *_wrapped(says + spec.terse["verbose"], "  ")]
+    return "\n".join(lines) + "\n"
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    """`text` escaped (`printable`) and broken into lines of at most WIDTH columns, the lines
+    after the first indented by `indent`; a driver (`tp 1 vs 2`, after `; ` or `, `) is kept on
+    one line where it fits."""
+    kept = DRIVER.sub(lambda m: m.group(0).replace(" ", NBSP), printable(text, len(text)))
+    lines = textwrap.wrap(
+        kept, WIDTH, subsequent_indent=indent, break_long_words=True, break_on_hyphens=False
+    )
+    return [line.replace(NBSP, " ") for line in lines]

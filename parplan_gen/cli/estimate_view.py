@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.mfu_convention import convention_of, mfu_text
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.models.kind import TrainedModel
@@ -49,7 +50,7 @@ def batch_text(spec: TrainedModel, estimate: Estimate) -> str:
 
 
 def backend_text(estimate: Estimate) -> str:
-    """`megatron core_r0.13`: the backend that runs the layout and its release."""
+    """`megatron core_v0.16`: the backend that runs the layout and its release."""
     ref = estimate.backend
     return "backend not named" if ref is None else f"{ref.name} {ref.version}"
 
@@ -128,8 +129,9 @@ def estimate_text(
     )
     rates = (
         f"  {spec.unit}/s {th.tokens_per_s:,.0f}   model TFLOP/s per GPU "
-        f"{th.model_tflops_per_gpu:.1f}"
-        f"   hardware TFLOP/s per GPU {th.hardware_tflops_per_gpu:.1f}   MFU {th.mfu:.1%}"
+        f"{convention_of(estimate).model_tflops(th):.1f}"
+        f"   hardware TFLOP/s per GPU {th.hardware_tflops_per_gpu:.1f}"
+        f"   MFU {mfu_text(estimate)}"
     )
     body = [
         "",

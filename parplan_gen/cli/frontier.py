@@ -183,6 +183,7 @@ def frontier_text(result: Frontier) -> str:
         TABLE_HEADERS,
         TABLE_RIGHT,
         front_line,
+        mfu_line,
         pick_lines,
         table_rows,
     )
@@ -194,6 +195,7 @@ def frontier_text(result: Frontier) -> str:
         table(TABLE_HEADERS, table_rows(result), right=TABLE_RIGHT).rstrip("\n"),
         "",
         front_line(result),
+        mfu_line(result),
         *pick_lines(result),
     ]
     return "\n".join(lines) + "\n"

@@ -61,14 +61,14 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
         "--megatron-version",
         metavar="V",
         default=None,
-        help="Megatron-LM template version, e.g. core_r0.13 (default: the latest shipped; "
+        help="Megatron-LM template version, e.g. core_v0.16 (default: the latest shipped; "
         "not for op-graph models)",
     )
     group.add_argument(
         "--deepspeed-version",
         metavar="V",
         default=None,
-        help="DeepSpeed template version, e.g. 0.16 (default: the latest shipped)",
+        help="DeepSpeed template version, e.g. 0.19 (default: the latest shipped)",
     )
 
 

@@ -21,6 +21,7 @@ from parplan_gen.cli.common import (
 from parplan_gen.cli.out_options import add_render_options, out_folder
 from parplan_gen.cli.plan_all import cmd_plan_all
 from parplan_gen.cli.plan_request import add_request_options, plan_request
+from parplan_gen.cost.mfu_convention import convention_of, mfu_text
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.safe_text import printable
 
@@ -162,30 +163,37 @@ def plan_text(plan: Plan) -> str:
 
 
 def _throughput_line(estimate: Estimate, spec: TrainedModel) -> str:
+    """Tokens/s, and the model TFLOP/s and MFU in the count the plan's backend logs
+    (cost/mfu_convention.py), saying which."""
     th = estimate.throughput
+    count = convention_of(estimate)
     return (
         f"Throughput: {th.tokens_per_s:,.0f} {spec.unit}/s, "
-        f"{th.model_tflops_per_gpu:.1f} model "
-        f"TFLOP/s per GPU, MFU {th.mfu:.1%}"
+        f"{count.model_tflops(th):.1f} model "
+        f"TFLOP/s per GPU, MFU {mfu_text(estimate)}"
     )
 
 
 def _candidates_table(candidates: list[Estimate]) -> str:
+    """The top candidates; their MFU in the chosen plan's count (the first), named in the
+    header, so that the rows compare."""
     from parplan_gen.cli.estimate_view import layout_line
     from parplan_gen.cli.textview import table
 
+    count = convention_of(candidates[0])
     rows = [
         [
             str(i),
             f"{c.time.step_s:.3f}",
-            f"{c.throughput.mfu:.1%}",
+            f"{count.mfu(c.throughput):.1%}",
             f"{c.memory.total / GIB:.1f}",
             c.backend.name if c.backend else "-",
             layout_line(c),
         ]
         for i, c in enumerate(candidates, 1)
     ]
-    return table(["#", "step s", "MFU", "GiB/GPU", "backend", "layout"], rows, right={0, 1, 2, 3})
+    heads = ["#", "step s", count.header, "GiB/GPU", "backend", "layout"]
+    return table(heads, rows, right={0, 1, 2, 3})
 
 
 def _rejected_lines(plan: Plan) -> list[str]:
@@ -196,4 +204,7 @@ def _rejected_lines(plan: Plan) -> list[str]:
         f"model); rejected {sum(rejected.values()):,}, by rule:",
     ]
     lines += [f"  {n:>10,}  {printable(reason, len(reason))}" for reason, n in rejected.items()]
+    if plan.bounded:  # outside the search, not candidates: named, not counted
+        bounds = "; ".join(printable(b, len(b)) for b in plan.bounded)
+        lines.append(f"Not searched (a bound of the search rules, not a rejection): {bounds}")
     return lines

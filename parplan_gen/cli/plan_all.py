@@ -79,24 +79,36 @@ def summary_text(found: dict[str, BackendOutcome], best: str | None, out: str | 
     control character reaches the README or the terminal."""
     from parplan_gen.cli.estimate_view import layout_line
     from parplan_gen.cli.textview import table
+    from parplan_gen.cost.mfu_convention import convention_of
     from parplan_gen.inputs.safe_text import markdown
 
+    plans = _plans(found)
+    # one count for the column, so that the rows compare: the overall best's, else the first's
+    counted = plans.get(best or "") or next(iter(plans.values()), None)
+    count = convention_of(counted.chosen) if counted is not None else None
     rows = [
         [
             name,
             f"{p.chosen.time.step_s:.3f}",
-            f"{p.chosen.throughput.mfu:.1%}",
+            f"{count.mfu(p.chosen.throughput):.1%}" if count else "-",
             f"{p.chosen.memory.total / GIB:.1f}",
             layout_line(p.chosen),
             markdown(f"{Path(out) / name}/") if out else "-",
         ]
-        for name, p in _plans(found).items()
+        for name, p in plans.items()
     ]
     first = next(iter(found.values()))
     title = "" if isinstance(first, ParplanError) else f"{markdown(first.document.model.title)}: "
     lines = [f"{title}each backend's own best plan (the search restricted to it)", ""]
     if rows:
-        heads = ["backend", "step s", "MFU", "GiB/GPU", "layout", "files"]
+        heads = [
+            "backend",
+            "step s",
+            count.header if count else "MFU",
+            "GiB/GPU",
+            "layout",
+            "files",
+        ]
         lines += [table(heads, rows, right={1, 2, 3}).rstrip("\n"), "", f"Overall best: {best}"]
     else:
         lines.append("No backend runs a plan of this request.")

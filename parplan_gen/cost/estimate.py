@@ -43,6 +43,9 @@ TIME_PARTS = (
 EXPOSED_PARTS = {"tp_comm_s": "tp_exposed_s", "dp_comm_s": "dp_exposed_s"}
 EXPOSED_NAMES = frozenset(EXPOSED_PARTS.values())
 THROUGHPUT_PARTS = ("tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu")
+# The model FLOPs with the causal half of the attention scores (rules/cost/throughput.yaml):
+# optional figures, absent from a plan.json written before plans carried them.
+CAUSAL_PARTS = ("model_tflops_causal_per_gpu", "mfu_causal")
 REQUIRED = {"memory": MEMORY_PARTS, "time": TIME_PARTS, "throughput": THROUGHPUT_PARTS}
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -98,13 +101,23 @@ class TimeBreakdown(BaseModel):
 
 
 class Throughput(BaseModel):
-    """Rates over one step."""
+    """Rates over one step. The model FLOPs count the whole s x s attention-score matrix; the
+    `*_causal*` figures count its causal half (rules/cost/throughput.yaml). None: a plan.json
+    written before estimates carried them."""
 
     model_config = _FROZEN
     tokens_per_s: float
     model_tflops_per_gpu: float
     hardware_tflops_per_gpu: float
     mfu: float
+    model_tflops_causal_per_gpu: float | None = None
+    mfu_causal: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unknown(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A causal figure that is not known is left out (plan.json as older versions wrote it)."""
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k not in CAUSAL_PARTS}
 
 
 class BackendRef(BaseModel):
@@ -132,10 +145,20 @@ class Estimate(BaseModel):
 
 
 # What the frameworks parplan renders for can do, as the rules name it: each backend overlaps
-# TP traffic where the layout allows it (rules/cost/time.yaml tp_comm_overlapped), and
-# torchtitan 0.3's configs compute the loss in sequence chunks (rules/cost/memory.yaml
-# logits_bytes); calibration sets them for each source as its framework ran.
-FRAMEWORK_FEATURES: dict[str, Any] = {"train.tp_comm_overlap": True, "train.chunked_loss": True}
+# TP traffic where the layout allows it (rules/cost/time.yaml tp_comm_overlapped), torchtitan
+# 0.3's configs compute the loss in sequence chunks (rules/cost/memory.yaml logits_bytes), and
+# its tensor-parallel sharding gathers 16-bit inputs whatever the linear layers quantize to
+# (time.yaml tp_fp8_gathers), and interleaved schedules overlap the pipeline's transfers with
+# compute (time.yaml pp_p2p_overlapped), and Megatron-LM pairs micro-batches to hide the expert
+# all-to-alls (moe.yaml moe_a2a_overlapped); calibration sets them for each source as its
+# framework ran.
+FRAMEWORK_FEATURES: dict[str, Any] = {
+    "train.tp_comm_overlap": True,
+    "train.chunked_loss": True,
+    "train.torchao_float8_tp": False,
+    "train.p2p_overlap": True,
+    "train.moe_a2a_overlap": True,
+}
 
 
 def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
@@ -326,5 +349,11 @@ def estimate_from_figures(
                 if f"time_{p}" in figures
             },
         ),
-        throughput=Throughput(**{p: float(figures[f"throughput_{p}"]) for p in THROUGHPUT_PARTS}),
+        throughput=Throughput(
+            **{
+                p: float(figures[f"throughput_{p}"])
+                for p in (*THROUGHPUT_PARTS, *CAUSAL_PARTS)
+                if f"throughput_{p}" in figures
+            }
+        ),
     )

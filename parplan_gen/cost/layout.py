@@ -42,21 +42,24 @@ SIXTEEN_BIT: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf1
 # tensorwise, delayed, mxfp8, blockwise), as the rendered files set it: Blackwell runs MXFP8
 # block scaling (Transformer Engine MXFP8BlockScaling needs compute capability 10.0), the others
 # per-tensor current scaling (tensorwise, TE Float8CurrentScaling), the "FP8-CS" of NeMo
-# 25.11's H100 and B200 runs (Megatron-Bridge docs/performance-summary-archive.md). torchtitan's
-# float8 converter runs torchao's default dynamic tensorwise scaling on every GPU. DeepSpeed
-# leaves FP8 to Transformer Engine in the model code, whose default recipe is MXFP8 where the
-# GPU supports it and delayed scaling on Hopper and Ada (TE transformer_engine/pytorch/
-# quantization.py get_default_fp8_recipe).
+# 25.11's H100 and B200 runs (Megatron-Bridge docs/performance-summary-archive.md). torchtitan
+# 0.3's files (parplan_torchtitan_config.py) convert the linear layers with MXFP8LinearConverter
+# on Blackwell (components/quantization/mx.py: SM 10.0 and later) and Float8LinearConverter
+# elsewhere, whose recipe_name is "rowwise" or "rowwise_with_gw_hp" (float8.py
+# Float8LinearConverter.Config; default and llama3_405b's: rowwise, torchao's per-row dynamic
+# scaling; 0.3 has no tensorwise). DeepSpeed leaves FP8 to Transformer Engine in the model
+# code, whose default recipe is MXFP8 where the GPU supports it and delayed scaling on Hopper
+# and Ada (TE transformer_engine/pytorch/quantization.py get_default_fp8_recipe).
 FP8_RECIPES = {"blackwell": "mxfp8"}
 FP8_RECIPE_DEFAULT = "tensorwise"
 TE_DEFAULT_FP8_RECIPE = "delayed"
+TORCHTITAN_FP8_RECIPE = "rowwise"
+OTHER_FP8_RECIPES = {"deepspeed": TE_DEFAULT_FP8_RECIPE, "torchtitan": TORCHTITAN_FP8_RECIPE}
 
 
 def fp8_recipe(architecture: str, backend: str | None) -> str:
     """The FP8 recipe a plan on `backend` runs on GPUs of `architecture`."""
-    if backend == "torchtitan":
-        return FP8_RECIPE_DEFAULT
-    default = TE_DEFAULT_FP8_RECIPE if backend == "deepspeed" else FP8_RECIPE_DEFAULT
+    default = OTHER_FP8_RECIPES.get(backend or "", FP8_RECIPE_DEFAULT)
     return FP8_RECIPES.get(architecture, default)
 
 

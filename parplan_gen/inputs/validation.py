@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -17,7 +18,7 @@ from pydantic_core import ErrorDetails
 from parplan_gen.inputs.errors import InputError, shown_value
 from parplan_gen.inputs.key_path import KeyPath
 from parplan_gen.inputs.number_text import number_problem
-from parplan_gen.inputs.source import Document
+from parplan_gen.inputs.source import Document, parse_document
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -41,6 +42,13 @@ def validate(
         return model.model_validate(data)
     except ValidationError as exc:
         raise _first_error(exc, model, data, doc, path, error) from None
+
+
+def validated_file(path: Path, model: type[M]) -> M:
+    """A shipped YAML data file (one beside a module: a backend's reader data), parsed and
+    validated as `model`; its errors name the file and line."""
+    doc = parse_document(path.read_text(encoding="utf-8"), str(path))
+    return validate(model, doc.data, doc)
 
 
 def _first_error(

@@ -241,15 +241,20 @@ def _qwen_moe(r: ConfigReader, *, shared: bool) -> Spec:
     return s | {"qk_norm": True} | _biases(bias, bias, False)  # Qwen3MoeAttention q/k_norm
 
 
-def _deepseek_v3(r: ConfigReader) -> Spec:
+def _deepseek(r: ConfigReader, *, first_dense: int, shared: int, max_pos: int) -> Spec:
+    """DeepSeek-V2 / V3 (MLA and DeepSeekMoE); the arguments are the config class's defaults of
+    first_k_dense_replace, n_shared_experts and max_position_embeddings."""
     # head_dim=1 is a placeholder: the MLA head widths are set below
-    s = _base(r, act=_SILU, tied=False, max_pos=(_MAX_POS, 4096), norm="rmsnorm", head_dim=1)
-    first_dense = r.opt_int("first_k_dense_replace", 3)  # DeepseekV3Config default
+    pos = (_MAX_POS, max_pos)
+    s = _base(r, act=_SILU, tied=False, max_pos=pos, norm="rmsnorm", head_dim=1)
+    first = r.opt_int("first_k_dense_replace", first_dense)
     freq = r.opt_int("moe_layer_freq", 1)  # DeepSeek's own config.json; HF treats every layer as 1
-    mask = [i >= first_dense and i % max(freq, 1) == 0 for i in range(s["num_layers"])]
+    mask = [i >= first and i % max(freq, 1) == 0 for i in range(s["num_layers"])]
     s |= _moe(r, ("n_routed_experts", "num_local_experts"), "moe_intermediate_size", mask)
-    shared = r.opt_int("n_shared_experts", 1)  # DeepseekV3Config default
-    # DeepseekV3MoE: one shared MLP of width moe_intermediate_size * n_shared_experts
+    # DeepseekV2Moe / DeepseekV3MoE: one shared MLP of width moe_intermediate_size *
+    # n_shared_experts; DeepseekV2Moe builds none when the key is an explicit null.
+    if "n_shared_experts" in r.data:
+        shared = r.opt_int("n_shared_experts", 0)
     s |= {"num_shared_experts": shared, "shared_expert_ffn_hidden_size": s["moe_ffn_hidden_size"]}
     # q_lora_rank: an explicit null means a plain q_proj (DeepSeek-V2-Lite); absent means 1536.
     q_rank = r.opt_int("q_lora_rank", 0) if "q_lora_rank" in r.data else 1536
@@ -257,7 +262,7 @@ def _deepseek_v3(r: ConfigReader) -> Spec:
     s |= {"q_lora_rank": q_rank or None, "kv_lora_rank": r.opt_int("kv_lora_rank", 512)}
     s |= {"qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "head_dim": nope + rope}
     s |= {"v_head_dim": r.opt_int("v_head_dim", 128), "num_kv_heads": s["num_attention_heads"]}
-    bias = r.opt_bool("attention_bias", False)  # MLA widths above: DeepseekV3Config defaults
+    bias = r.opt_bool("attention_bias", False)  # MLA widths above: both classes' defaults
     return s | _biases(bias, bias, False)
 
 
@@ -290,7 +295,10 @@ READERS: dict[str, Callable[[ConfigReader], Spec]] = {
     "mixtral": _mixtral,
     "qwen2_moe": lambda r: _qwen_moe(r, shared=True),
     "qwen3_moe": lambda r: _qwen_moe(r, shared=False),
-    "deepseek_v3": _deepseek_v3,
+    # DeepseekV2Config: first_k_dense_replace 0, n_shared_experts 2, 2048 positions;
+    # DeepseekV3Config: 3, 1 and 4096. Their routers differ (data/hf_training.yaml).
+    "deepseek_v2": lambda r: _deepseek(r, first_dense=0, shared=2, max_pos=2048),
+    "deepseek_v3": lambda r: _deepseek(r, first_dense=3, shared=1, max_pos=4096),
     "gpt_oss": _gpt_oss,
 }
 

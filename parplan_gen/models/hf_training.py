@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from parplan_gen.inputs.errors import shown_value
 from parplan_gen.inputs.source import read_package_data
@@ -30,6 +30,14 @@ class Setting(BaseModel):
     keys: tuple[str, ...] = ()
     default: Scalar = None
     true_when: str | None = Field(default=None, description="A string key that means True.")
+    only_if: tuple[str, str] | None = Field(
+        default=None,
+        description="(config key, value): the setting is null unless the config's key has "
+        "this value (absent, the key is its class default, which is not the value).",
+    )
+    unless: str | None = Field(
+        default=None, description="Another setting of the family: where it is true, null."
+    )
 
 
 class TrainingKeys(BaseModel):
@@ -40,6 +48,14 @@ class TrainingKeys(BaseModel):
     source: str
     rope_theta_default: float = Field(gt=0)
     families: dict[str, dict[str, Setting]]
+
+    @model_validator(mode="after")
+    def _unless_names_a_setting(self) -> TrainingKeys:
+        for family, settings in self.families.items():
+            for name, setting in settings.items():
+                if setting.unless is not None and setting.unless not in settings:
+                    raise ValueError(f"{family}.{name}: unless names no setting ({setting.unless})")
+        return self
 
 
 @cache
@@ -58,6 +74,9 @@ def training_settings(r: ConfigReader, *, rope: bool, moe: bool) -> TrainingSett
     values: dict[str, Scalar | RopeScaling] = {
         name: _value(r, s) for name, s in family.items() if name != "rope_theta"
     }
+    for name, s in family.items():  # after every value: `unless` names another setting
+        if s.unless is not None and values.get(s.unless) is True:
+            values[name] = None
     if not rope:
         values.pop("rope_fraction", None)
     if not moe:
@@ -90,6 +109,8 @@ def _key(r: ConfigReader, setting: Setting) -> str | None:
 
 
 def _value(r: ConfigReader, setting: Setting) -> Scalar:
+    if setting.only_if is not None and r.data.get(setting.only_if[0]) != setting.only_if[1]:
+        return None
     found = r.first(setting.keys)
     if found is None:
         return setting.default

@@ -20,8 +20,10 @@ ModelKind = Literal["transformer", "graph"]
 MODEL_KINDS: tuple[ModelKind, ...] = ("transformer", "graph")
 # The frameworks a plan is for (docs/backends.md); each has its constraints in
 # rules/constraints/<name>.yaml and its capabilities in parplan_gen/planning/backends/<name>.py.
-BackendName = Literal["megatron", "deepspeed", "ddp", "torchtitan"]
-BACKEND_NAMES: tuple[BackendName, ...] = ("megatron", "deepspeed", "ddp", "torchtitan")
+BackendName = Literal["megatron", "deepspeed", "ddp", "torchtitan", "accelerate"]
+BACKEND_NAMES: tuple[BackendName, ...] = (
+    "megatron", "deepspeed", "ddp", "torchtitan", "accelerate",
+)  # fmt: skip
 ANY_BACKEND = "any"  # `--backend any`: every backend the model has (the default)
 WorkUnit = Literal["tokens", "samples"]
 PER_LAYER_FIELDS = frozenset({"sliding_window_layers", "moe_layers"})  # lists, not facts

@@ -61,6 +61,11 @@ class TrainingSettings(BaseModel):
         default=None, ge=0, le=MAX_RATE, description="Load-balancing loss coefficient."
     )
     seq_aux: bool = Field(default=False, description="The balance loss is per sequence.")
+    topk_norm: bool | None = Field(
+        default=None,
+        description="The routed experts' weights renormalised to sum 1 over the top k "
+        "(norm_topk_prob; None: not MoE).",
+    )
     topk_scale: float | None = Field(
         default=None, gt=0, description="Factor on the routed experts' weights."
     )
@@ -69,5 +74,11 @@ class TrainingSettings(BaseModel):
     )
     router_group_topk: int | None = Field(
         default=None, gt=0, description="Groups a token may route to."
+    )
+    group_score_experts: int | None = Field(
+        default=None,
+        gt=0,
+        description="Group-limited routing ranks a group by the sum of its best N expert "
+        "scores: 1 (its best, DeepSeek-V2) or 2 (DeepSeek-V3).",
     )
     mtp_layers: int = Field(default=0, ge=0, description="Multi-token-prediction modules.")

@@ -32,7 +32,9 @@ class ModelSpec(TransformerCounts):
         "compute_s", "overlap_cost_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
         "ep_comm_s", "bubble_s", "optimizer_s",
     )  # fmt: skip
-    backends: ClassVar[tuple[BackendName, ...]] = ("megatron", "deepspeed", "ddp", "torchtitan")
+    backends: ClassVar[tuple[BackendName, ...]] = (
+        "megatron", "deepspeed", "ddp", "torchtitan", "accelerate",
+    )  # fmt: skip
 
     @property
     def title(self) -> str:
@@ -82,6 +84,7 @@ class ModelSpec(TransformerCounts):
             "model.lm_head_flops_per_token": self.lm_head_flops_per_token(),
             "model.expert_flops_per_token": self.expert_flops_per_token() if self.is_moe else 0,
             "model.moe_ffn": self.moe_ffn_hidden_size if self.is_moe else 0,
+            "model.mtp_layers": self.training.mtp_layers,
             "model.act_layer_bytes": act / layers,
             "model.act_scores_bytes": scores,
             "model.act_linear_inputs_replicated": sum(i.replicated for i in inputs) / layers,

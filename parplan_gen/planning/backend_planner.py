@@ -22,7 +22,10 @@ stated properties of the cost model:
 Every candidate that is not ranked is counted under the first rule that removed it, with the
 values of the plan fields that rule reads (a pruned candidate counts under the verdict of the
 candidate that pruned it: the most frugal one of its (structure, vpp), or the same option at a
-smaller micro-batch).
+smaller micro-batch). A rule that bounds the search (`bounds_search`: the micro-batch limit)
+is applied to the enumeration instead: the layouts it refuses are not candidates, neither
+searched nor counted; the search keeps each such rule's refusal to name it (`SearchResult.
+bounded`), and when nothing is left at all the planner's error says which rule bounded it away.
 """
 
 from __future__ import annotations
@@ -129,6 +132,10 @@ class SearchResult(BaseModel):
     objective: Objective
     searched: int  # candidates in the search space: ranked ones plus every rejected one
     evaluated: int  # candidates the cost model estimated
+    # The rules that bound the search (`bounds_search`) and left some layout out of it: each
+    # one's reason for the first layout it left out, `[rule id, bounds the search]` (not
+    # candidates: not counted).
+    bounded: list[str] = []
 
     @property
     def chosen(self) -> Estimate:
@@ -195,6 +202,19 @@ def _level(constraint: CompiledConstraint) -> int:
     return max((LEVEL_OF[n] for n in plan_names), default=STRUCTURE)
 
 
+def _check_bound(constraint: CompiledConstraint, level: int) -> None:
+    """A rule that bounds the search reads the plan names of one level besides the layout's
+    sizes (the structure), so that it filters that level's values alone; a RuleError else."""
+    names = [n for n in _plan_names(constraint) if LEVEL_OF[n] not in (STRUCTURE, level)]
+    if names:
+        raise RuleError(
+            f"constraint '{constraint.rule.id}' bounds the search (bounds_search) but reads "
+            f"{', '.join(names)} beside its own level's plan names: split it, or drop "
+            "bounds_search",
+            constraint.origin.where,
+        )
+
+
 def _case(constraint: CompiledConstraint) -> _Case:
     plan_names = _plan_names(constraint)
     fields = tuple(n.removeprefix("plan.") for n in plan_names)
@@ -213,9 +233,16 @@ class BackendPlanner:
         self.evaluator = Evaluator(rules, kind, backend)
         self.cost, self.constraints = self.evaluator.cost, self.evaluator.constraints
         levels: list[list[CompiledConstraint]] = [[] for _ in range(MEMORY + 1)]
+        bounds: list[list[CompiledConstraint]] = [[] for _ in range(MEMORY + 1)]
         for constraint in self.constraints.layout:
-            levels[_level(constraint)].append(constraint)
+            into = bounds if constraint.rule.bounds_search else levels
+            into[_level(constraint)].append(constraint)
+        for level, found in enumerate(bounds):
+            for constraint in found:
+                _check_bound(constraint, level)
         self.levels = tuple(tuple(level) for level in levels)
+        # the rules that bound the enumeration of each level (applied before anything counts)
+        self.bounds = tuple(tuple(level) for level in bounds)
         self.level_names = tuple(
             tuple(sorted({n for c in level for n in _plan_names(c)})) for level in levels
         )
@@ -273,11 +300,42 @@ class _Search:
         self._cache: dict[Candidate, tuple[dict[str, float], Refusal | None]] = {}
         self._memo: list[dict[tuple[Any, ...], Refusal | None]] = [{} for _ in planner.levels]
         self._cases: dict[tuple[Any, ...], Refusal] = {}
+        self.bounded: dict[str, str] = {}  # rule id -> its reason for the first layout left out
 
     def run(self) -> None:
-        """Visit every structure of the cluster's world size."""
+        """Visit every structure of the cluster's world size within the search's bounds."""
         for head in structures(self.r.cluster.num_gpus, self.r.spec.is_moe, self.r.options):
-            self._structure(head)
+            self.env.update(zip(STRUCTURE_NAMES, head, strict=True))
+            if not self.p.bounds[STRUCTURE] or self._within(STRUCTURE, {}):
+                self._structure(head)
+
+    def _within(self, level: int, names: Mapping[str, object]) -> bool:
+        """Whether the rules that bound the search at `level` allow the candidate with `names`
+        set in the environment; the first that does not is kept (by id) to be named."""
+        self.env.update(names)
+        broken = first_violation(self.p.bounds[level], self.env)
+        if broken is None:
+            return True
+        self.bounded.setdefault(broken.rule_id, broken.reason)
+        return False
+
+    def _bounded_values(self, head: Structure) -> tuple[list[int], list[int], list[MemoryOption]]:
+        """The vpp, micro-batch and memory options of `head` within the search's bounds (a
+        level no rule bounds keeps them all)."""
+        vpps = vpp_options(self.r.layers, head.pp, self.r.options)
+        mbss = mbs_options(self.r.global_batch, head.dp, self.r.options.limits)
+        mems = memory_options(head.tp, self.r.options)
+        bounds, dp, batch = self.p.bounds, head.dp, self.r.global_batch
+        if bounds[VIRTUAL]:
+            vpps = [v for v in vpps if self._within(VIRTUAL, {"plan.vpp": v})]
+        if bounds[MICRO]:
+            micro = lambda m: {"plan.mbs": m, "plan.grad_accum": batch // (m * dp)}  # noqa: E731
+            mbss = [m for m in mbss if self._within(MICRO, micro(m))]
+        if bounds[MEMORY]:
+            mems = [
+                m for m in mems if self._within(MEMORY, dict(zip(MEMORY_NAMES, m, strict=True)))
+            ]
+        return vpps, mbss, mems
 
     def _refusal(self, found: Violation) -> Refusal:
         """The case of a layout rule's violation: its reason and the plan values it reads."""
@@ -296,15 +354,18 @@ class _Search:
             found = memo[key] = None if broken is None else self._refusal(broken)
         return found  # type: ignore[return-value]
 
+    def _count(self, found: Refusal, layouts: int) -> None:
+        """Count `layouts` candidates under `found` (none: nothing to count, no case made)."""
+        if layouts:
+            self.rejected[found] += layouts
+
     def _structure(self, head: Structure) -> None:
+        vpps, mbss, mems = self._bounded_values(head)
         self.env.update(zip(STRUCTURE_NAMES, head, strict=True))
-        vpps = vpp_options(self.r.layers, head.pp, self.r.options)
-        mbss = mbs_options(self.r.global_batch, head.dp, self.r.options.limits)
-        mems = memory_options(head.tp, self.r.options)
         self.searched += len(vpps) * len(mbss) * len(mems)
         found = self._first(STRUCTURE)
         if found is not None:
-            self.rejected[found] += len(vpps) * len(mbss) * len(mems)
+            self._count(found, len(vpps) * len(mbss) * len(mems))
             return
         self._cache.clear()
         self.env["plan.vpp"] = 1  # memory does not shrink with interleaving: a bound for all vpp
@@ -315,7 +376,7 @@ class _Search:
             self.env["plan.vpp"] = vpp
             found = self._first(VIRTUAL)
             if found is not None:
-                self.rejected[found] += len(mbss) * len(mems)
+                self._count(found, len(mbss) * len(mems))
                 continue
             own = vpp > 1 and not (flat and flat_kept)  # the bound of this vpp's candidates
             bound = self._memory_bound(head, vpp, mbss, mems) if own else flat
@@ -361,7 +422,7 @@ class _Search:
         for mbs in mbss:
             accum, found = self._micro(head.dp, mbs)
             if found is not None:
-                self.rejected[found] += len(mems)
+                self._count(found, len(mems))
                 continue
             live, dead = fixed or self._options(mems, bound)
             self.rejected.update(dead)
@@ -507,6 +568,9 @@ class _Search:
             objective=self.r.objective,
             searched=self.searched,
             evaluated=self.evaluated,
+            bounded=[
+                f"{reason} [{rule}, bounds the search]" for rule, reason in self.bounded.items()
+            ],
         )
 
     def estimate(self, plan: Candidate) -> Estimate:

@@ -10,12 +10,15 @@ folder there and a line here.
 
 from __future__ import annotations
 
+from parplan_gen.backends.accelerate.capabilities import ACCELERATE
 from parplan_gen.backends.capabilities import Capabilities
 from parplan_gen.backends.ddp.capabilities import DDP
 from parplan_gen.backends.deepspeed.capabilities import DEEPSPEED
 from parplan_gen.backends.megatron.capabilities import MEGATRON
 from parplan_gen.backends.torchtitan.capabilities import TORCHTITAN
 
-BACKENDS: dict[str, Capabilities] = {b.name: b for b in (MEGATRON, DEEPSPEED, DDP, TORCHTITAN)}
+BACKENDS: dict[str, Capabilities] = {
+    b.name: b for b in (MEGATRON, DEEPSPEED, DDP, TORCHTITAN, ACCELERATE)
+}
 
 __all__ = ["BACKENDS", "Capabilities"]

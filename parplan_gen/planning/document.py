@@ -74,8 +74,8 @@ class RenderOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    megatron_version: str | None = Field(None, description="e.g. `core_r0.13`.")
-    deepspeed_version: str | None = Field(None, description="e.g. `0.16`.")
+    megatron_version: str | None = Field(None, description="e.g. `core_v0.16`.")
+    deepspeed_version: str | None = Field(None, description="e.g. `0.19`.")
 
 
 class PlanDocument(BaseModel):

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.cost.estimate import BackendRef
 from parplan_gen.cost.layout import Layout
+from parplan_gen.cost.mfu_convention import Attention, backend_convention
 
 FORMAT_VERSION: Literal[1] = 1
 JSON_INDENT = 2
@@ -39,7 +40,17 @@ class FrontierPoint(BaseModel):
     layout: Layout | None = Field(description="The chosen layout (plan.json `chosen.plan`).")
     layout_label: str | None = Field(description="The layout in words, as plan.md names it.")
     step_s: float | None = Field(description="Predicted step time, s.")
-    mfu: float | None = Field(description="Model FLOPs utilisation, 0..1.")
+    mfu: float | None = Field(
+        description="Model FLOPs utilisation, 0..1, the whole s x s attention scores counted."
+    )
+    mfu_causal: float | None = Field(
+        None, description="The same with the causal half of the scores counted, 0..1."
+    )
+    mfu_convention: Attention | None = Field(
+        None,
+        description="The count the point's backend logs, which the views show: `causal` "
+        "(`mfu_causal`) or `full` (`mfu`).",
+    )
     wall_days: float | None = Field(description="Days to train (plan.json `budget.wall_days`).")
     gpu_hours: float | None = Field(description="GPU-hours (plan.json `budget.gpu_hours`).")
     gpu_hour_price: float | None = Field(description="Price of one GPU-hour (None: not given).")
@@ -49,6 +60,14 @@ class FrontierPoint(BaseModel):
     def value(self, basis: Basis) -> float | None:
         """What the point costs on `basis` (None: no plan, or no price)."""
         return self.cost if basis == "cost" else self.gpu_hours
+
+    @property
+    def shown_mfu(self) -> float | None:
+        """The MFU in the count of `mfu_convention` (the whole-matrix one when it is not
+        known)."""
+        if self.mfu_convention == "causal" and self.mfu_causal is not None:
+            return self.mfu_causal
+        return self.mfu
 
 
 class Pick(BaseModel):
@@ -182,8 +201,9 @@ def table_rows(frontier: Frontier) -> list[list[str]]:
     for p in frontier.points:
         backend = "-" if p.backend is None else f"{p.backend.name} {p.backend.version}"
         figures = ["-"] * 5
-        if p.step_s is not None and p.mfu is not None and p.wall_days is not None:
-            figures = [f"{p.step_s:.3f}", f"{p.mfu:.1%}", f"{p.wall_days:,.1f}", "-", "-"]
+        mfu = p.shown_mfu
+        if p.step_s is not None and mfu is not None and p.wall_days is not None:
+            figures = [f"{p.step_s:.3f}", f"{mfu:.1%}", f"{p.wall_days:,.1f}", "-", "-"]
         if p.gpu_hours is not None:
             figures[3] = f"{p.gpu_hours:,.0f}"
         if p.cost is not None:
@@ -200,6 +220,18 @@ def front_line(frontier: Frontier) -> str:
     basis = "cost" if frontier.basis == "cost" else "GPU-hours"
     note = f" ({frontier.basis_note})" if frontier.basis_note else ""
     return f"front: no other point trains at least as soon for as little {basis}{note}"
+
+
+def mfu_line(frontier: Frontier) -> str:
+    """Which count of the model FLOPs each backend's MFU column is in (its log's: the data file
+    parplan_gen/data/mfu_conventions.yaml)."""
+    names = dict.fromkeys(
+        p.backend.name
+        for p in frontier.points
+        if p.backend is not None and p.mfu_causal is not None and p.mfu_causal != p.mfu
+    )
+    said = "; ".join(f"{name}: {backend_convention(name).says}" for name in names)
+    return f"MFU in the count each point's backend logs ({said or 'no plan'})"
 
 
 def pick_lines(frontier: Frontier) -> list[str]:

@@ -63,8 +63,11 @@ class Planner:
             if part.feasible == feasible
             for c in part.candidates
         ]
+        bounded = list(dict.fromkeys(b for part in found for b in part.bounded))
         if not pool:
-            reasons = "; ".join(f"{r.label} ({r.layouts})" for r in rejections)
+            counted = [f"{r.label} ({r.layouts})" for r in rejections]
+            # the rules that bounded the search said too: they may leave nothing (--mbs 32)
+            reasons = "; ".join([*counted, *bounded])
             world, name = request.cluster.num_gpus, request.spec.name
             lead = _lead(rejections)
             if limits.active:
@@ -78,6 +81,7 @@ class Planner:
             objective=request.objective,
             searched=sum(p.searched for p in found),
             evaluated=sum(p.evaluated for p in found),
+            bounded=bounded,
         )
 
 

@@ -81,7 +81,9 @@ def fp8_warnings(
 def plan_causal_mfu(model: TrainedModel, estimate: Estimate) -> float:
     """The estimate's MFU on the causal count of the attention scores (the count the sanity
     check compares, `cost.published.causal_fraction`): the plan's MFU counts the whole matrix
-    (rules/cost/throughput.yaml `mfu`, model.flops_per_token)."""
+    (rules/cost/throughput.yaml `mfu`, model.flops_per_token). Worked from the model's values,
+    it equals the rules' own `mfu_causal` figure (tests/test_mfu_convention.py), which an
+    estimate of an older plan.json does not carry."""
     values = model.formula_values(estimate.plan.seq_len)
     scores = float(values["model.attention_flops_per_token"])
     causal = float(values["model.causal_attention_flops_per_token"])

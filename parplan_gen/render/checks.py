@@ -3,14 +3,16 @@
 `check_files` parses each file back the way its consumer will: JSON (ds_config.json's batch
 identity, plan.json's round trip), `bash -n` for scripts, NCCL's documented variables and value
 grammar for nccl.env (templates/nccl/nccl_env.yaml, a copy of shared/reference/nccl_env.yaml),
-DeepSpeed's hostfile grammar, well-formed SVG. Lines are split as bash and Python's file reader
-split them, at `\n` only; a text file (anything but JSON, which escapes them) may hold no other
+DeepSpeed's hostfile grammar, well-formed SVG, Python's grammar for a .py file (torchtitan's
+config function, which torchtitan_run.sh must name). Lines are split as bash and Python's file
+reader split them, at `\n` only; a text file (anything but JSON, which escapes them) may hold no other
 control, format or line-break character (safe_text.printable's set) but the tab, so no reader
 sees a line break that another does not.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -27,7 +29,7 @@ from parplan_gen.inputs.defaults import ZERO_STAGES
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.key_path import format_path
 from parplan_gen.inputs.safe_text import printable
-from parplan_gen.inputs.source import load_document
+from parplan_gen.inputs.source import load_document, parse_document
 
 BASH_CHECK_TIMEOUT_S = 30  # `bash -n` parses a short script in milliseconds
 # The characters of an nccl.env value: inert when bash sources the file (no blank, quote, `$`,
@@ -44,11 +46,15 @@ TEXT_CONTROLS = "\t\n"  # the control characters a rendered text file may hold
 _MAYBE_UNSAFE = re.compile(r"[^\t\n\x20-\x7e]")  # plain ASCII text needs no closer look
 HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")  # deepspeed/launcher/runner.py _parse_hostfile
 TORCHTITAN_DP = re.compile(r"--parallelism\.data_parallel_(replicate|shard)_degree (\d+)")
-TORCHTITAN_CONFIG = re.compile(r"^\s*--module \S+\n\s*--config \S+$", re.MULTILINE)
+TORCHTITAN_CONFIG = re.compile(r"^\s*--module (\S+)\n\s*--config (\S+)$", re.MULTILINE)
 SVG_TAG = "{http://www.w3.org/2000/svg}svg"
 AUTO = "auto"
 COMMUNICATION_TYPES = ("fp16", "bf16", "fp32")  # deepspeed/runtime/config.py
 ZERO_GRADS_STAGE = 2  # ZeRO-2 shards gradients: DeepSpeed's pipeline engine refuses it
+ACCELERATE_CONFIG = "accelerate_config.yaml"  # accelerate_launch.sh reads it beside itself
+# accelerate 1.16.0 parallelism_config.py: the sizes whose product is total_size (sp_size, not
+# written, is 1).
+ACCELERATE_SIZES = ("dp_replicate", "dp_shard", "tp", "cp")
 
 
 class RenderError(InputError):
@@ -65,6 +71,23 @@ def check_files(files: Mapping[str, str], *, nccl_reference: Path) -> None:
         except RenderError as exc:
             where = exc.where or SourceRef(name)
             raise RenderError(f"rendered {name} is invalid: {exc.message}", where) from None
+    _check_config_module(files)
+
+
+def _check_config_module(files: Mapping[str, str]) -> None:
+    """A torchtitan_run.sh whose --module is a file of the plan (its config function,
+    torchtitan config/manager.py imports it by name) names a function that file defines."""
+    named = TORCHTITAN_CONFIG.search(files.get("torchtitan_run.sh", ""))
+    if named is None or f"{named[1]}.py" not in files:
+        return
+    tree = ast.parse(files[f"{named[1]}.py"])  # parsed already (check_python)
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    if named[2] not in functions:
+        raise RenderError(
+            f"rendered torchtitan_run.sh is invalid: --config {named[2]} is no function of "
+            f"{named[1]}.py (it has {', '.join(sorted(functions)) or 'none'})",
+            SourceRef("torchtitan_run.sh"),
+        )
 
 
 def _check_one(name: str, text: str, plan: dict[str, Any], nccl_reference: Path) -> None:
@@ -82,10 +105,14 @@ def _check_one(name: str, text: str, plan: dict[str, Any], nccl_reference: Path)
             check_torchtitan(text, plan.get("dp"))
     elif name.endswith(".env"):
         check_env(text, nccl_reference)
+    elif name == ACCELERATE_CONFIG:
+        check_accelerate(text, plan.get("dp"), plan.get("gpus"))
     elif name == "hostfile":
         check_hostfile(text, plan.get("nodes"), plan.get("slots"))
     elif name.endswith(".svg"):
         check_svg(text)
+    elif name.endswith(".py"):
+        check_python(text)
 
 
 def _plan_facts(files: Mapping[str, str]) -> dict[str, Any]:
@@ -97,7 +124,8 @@ def _plan_facts(files: Mapping[str, str]) -> dict[str, Any]:
         cluster = data["cluster"]
         nodes = max(1, cluster["num_gpus"] // cluster["gpus_per_node"])
         slots = min(cluster["num_gpus"], cluster["gpus_per_node"])
-        return {"dp": data["chosen"]["plan"]["dp"], "nodes": nodes, "slots": slots}
+        gpus = cluster["num_gpus"]
+        return {"dp": data["chosen"]["plan"]["dp"], "nodes": nodes, "slots": slots, "gpus": gpus}
     except (KeyError, TypeError) as exc:
         raise RenderError(f"rendered plan.json lacks {exc}", SourceRef("plan.json")) from None
 
@@ -198,6 +226,42 @@ def check_torchtitan(text: str, dp: int | None) -> None:
         raise RenderError(f"expected one data-parallel degree > 1 at most, got {degrees}")
     if dp is not None and degrees["replicate"] * degrees["shard"] != dp:
         raise RenderError(f"data-parallel degrees {degrees} do not make dp {dp}")
+
+
+def check_accelerate(text: str, dp: int | None, gpus: int | None) -> None:
+    """accelerate_config.yaml is a YAML mapping for FSDP2 whose parallelism config spans its
+    num_processes, the plan's GPUs (accelerate 1.16.0 parallelism_config.py
+    ParallelismConfig._validate_accelerator: total_size == num_processes), with dp_replicate x
+    dp_shard = dp."""
+    try:
+        data = parse_document(text, ACCELERATE_CONFIG).data
+    except InputError as exc:
+        raise RenderError(f"not YAML: {exc.message}") from None
+    if not isinstance(data, dict) or data.get("distributed_type") != "FSDP":
+        raise RenderError("expected a YAML mapping with distributed_type FSDP")
+    if (data.get("fsdp_config") or {}).get("fsdp_version") != 2:
+        raise RenderError("expected fsdp_config.fsdp_version 2 (FSDP2)")
+    processes = data.get("num_processes")
+    section = data.get("parallelism_config") or {}
+    # each size the launcher's default, 1; no parallelism config: FSDP2 over every process
+    sizes = {k: section.get(f"parallelism_config_{k}_size", 1) for k in ACCELERATE_SIZES}
+    if not section:
+        sizes["dp_shard"] = processes
+    if not all(isinstance(v, int) and v >= 1 for v in sizes.values()):
+        raise RenderError(f"parallelism sizes {sizes} are not whole numbers from 1")
+    total = sizes["dp_replicate"] * sizes["dp_shard"] * sizes["tp"] * sizes["cp"]
+    if processes != total or (gpus is not None and processes != gpus):
+        raise RenderError(f"num_processes {processes} is not the parallelism sizes {sizes}'s")
+    if dp is not None and sizes["dp_replicate"] * sizes["dp_shard"] != dp:
+        raise RenderError(f"data-parallel sizes {sizes} do not make dp {dp}")
+
+
+def check_python(text: str) -> None:
+    """Python's grammar: the file parses (`ast.parse`; nothing in it is run)."""
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        raise RenderError(f"line {exc.lineno}: Python syntax: {exc.msg}") from None
 
 
 def check_hostfile(text: str, nodes: int | None, slots: int | None) -> None:

@@ -2,98 +2,77 @@
 
 `compare_estimates` sets two or more estimates in columns (the first is the one explained: the
 chosen plan), each memory part, time part, the communication hidden by overlap, the step and MFU
-in rows, and says for every term where the first and another column differ why, from the
-figures: the sentence templates and each term's drivers (the layout fields its formulas read)
-are in templates/report/compare.yaml. `parplan compare`, `parplan_gen.compare` and plan.md's
-"Why this plan" (the chosen plan against the runner-up) all read this.
+(both counts of the model FLOPs) in rows, and says for every term where the first and another
+column differ why, from the figures: the sentence templates and each term's drivers (the layout
+fields its formulas read) are in templates/report/compare.yaml. It also keeps, for the terse
+view, the lines of `render/compare_terse.py` (the terms that decide each gap, with their
+drivers). `parplan compare`, `parplan_gen.compare` and plan.md's "Why this plan" (the chosen
+plan against the runner-up) all read this.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from dataclasses import dataclass, replace
+from typing import Any
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.mfu_convention import MfuConvention, convention_of
 from parplan_gen.cost.published import load_published
-from parplan_gen.inputs.defaults import GIB, MIB
 from parplan_gen.inputs.safe_text import markdown
-from parplan_gen.inputs.source import load_document
-from parplan_gen.inputs.validation import validate
 from parplan_gen.planning.backend_planner import parallel_dims
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluation
 from parplan_gen.render.checks import RenderError
-from parplan_gen.render.labels import MS_PER_S, gib, layout_labels, seconds
-from parplan_gen.render.template_env import Templates
+from parplan_gen.render.compare_terms import (
+    COMPARE_FILE,
+    KEYS,
+    MFU_ROWS,
+    STEP_TERMS,
+    Column,
+    CompareFile,
+    Row,
+    Term,
+    Terse,
+    compare_file,
+    differing,
+    plan_fields,
+    shown,
+    tp_link,
+    word,
+)
+from parplan_gen.render.compare_terse import terse_lines
+from parplan_gen.render.labels import gib, layout_labels
 
-COMPARE_FILE = "report/compare.yaml"
-STEP_TERMS = ("overlap_s", "step_s")  # time rows every kind of model has
-_STRICT = ConfigDict(extra="forbid", frozen=True)
-
-
-class Term(BaseModel):
-    model_config = _STRICT
-    term: str
-    label: str
-    group: Literal["memory", "time", "throughput"]
-    what: str
-    better: Literal["low", "high"]
-    drivers: list[str]
-
-
-class CompareFile(BaseModel):
-    """templates/report/compare.yaml."""
-
-    model_config = _STRICT
-    terms: list[Term]
-    sentences: dict[str, str]
-    fields: dict[str, str]
-
-
-@lru_cache(maxsize=1)
-def compare_file() -> CompareFile:
-    """The built-in templates/report/compare.yaml, validated (read once)."""
-    doc = load_document(Templates.at().find(COMPARE_FILE))
-    return validate(CompareFile, doc.data, doc, error=RenderError)
-
-
-@dataclass(frozen=True)
-class Column:
-    """One layout compared: its label (the layout itself), its estimate, what it is (`chosen`,
-    `runner-up`, `yours`) and why the planner would not run it (None: it runs as given)."""
-
-    label: str
-    role: str
-    estimate: Estimate
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
-class Row:
-    """One term: its value in each column (bytes, seconds or a fraction) and as shown."""
-
-    term: str
-    label: str
-    group: str
-    values: tuple[float, ...]
-    shown: tuple[str, ...]
+__all__ = ["Column", "Comparison", "Row", "compare_estimates", "compare_file", "why_context"]
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Columns, rows, and for each column after the first the sentences that explain it."""
+    """Columns, rows, and for each column after the first the sentences that explain it (and
+    their terse form); `convention` is the count of the model FLOPs whose MFU row the views
+    show: the first column's backend's (cost/mfu_convention.py)."""
 
     columns: tuple[Column, ...]
     rows: tuple[Row, ...]
     sentences: tuple[tuple[str, tuple[str, ...]], ...]  # (other column's label, sentences)
+    convention: MfuConvention
+    terse: tuple[Terse, ...] = ()  # one per column after the first
+
+    def shown_rows(self) -> tuple[Row, ...]:
+        """The rows a view shows: not zero in every column, and the MFU of `convention` only,
+        named by it (`MFU (causal)`; `MFU` where the counts agree)."""
+        other_mfu = {t for k, t in MFU_ROWS.items() if k != self.convention.attention}
+        return tuple(
+            replace(r, label=self.convention.header) if r.term in MFU_ROWS.values() else r
+            for r in self.rows
+            if r.term not in other_mfu and any(v != 0 for v in r.values)
+        )
 
     def contract(self) -> dict[str, Any]:
-        """JSON: the columns (label, role, problem, estimate), the rows and the sentences."""
+        """JSON: the columns (label, role, problem, estimate, letter, the count of their MFU),
+        the rows, the sentences and their terse lines."""
         return {
             "columns": [
                 {
@@ -101,6 +80,8 @@ class Comparison:
                     "role": c.role,
                     "problem": c.problem,
                     "estimate": c.estimate.contract(),
+                    "key": c.key,
+                    "mfu_convention": convention_of(c.estimate).attention,
                 }
                 for c in self.columns
             ],
@@ -108,25 +89,28 @@ class Comparison:
                 {"term": r.term, "group": r.group, "values": list(r.values), "shown": list(r.shown)}
                 for r in self.rows
             ],
-            "why": [{"against": label, "sentences": list(s)} for label, s in self.sentences],
+            "why": [
+                {
+                    "against": label,
+                    "sentences": list(s),
+                    "material": list(t.terms),
+                    "lines": [t.step, *t.lines],
+                }
+                for (label, s), t in zip(self.sentences, self.terse, strict=True)
+            ],
+            "mfu_convention": self.convention.attention,
         }
-
-
-def _shown(term: str, group: str, value: float) -> str:
-    """Memory in GiB, time in s or ms (the step to the millisecond), fractions in %."""
-    if group == "memory":
-        return gib(value) if abs(value) >= GIB / 10 or value == 0 else f"{value / MIB:,.0f} MiB"
-    if term == "step_s":  # to a thousandth, so that close steps still differ
-        return f"{value:,.3f} s" if abs(value) >= 1 else f"{value * MS_PER_S:,.2f} ms"
-    return seconds(value) if group == "time" else f"{value:.1%}"
 
 
 def _value(e: Estimate, term: str, time_parts: Sequence[str]) -> float:
     """The term's figure in `e`; `overlap_s`: what the time parts add up to beyond the overlapped
-    step (none when the step is the longer: nothing was hidden)."""
+    step (none when the step is the longer: nothing was hidden); `mfu_causal` of an estimate
+    without it (an older plan.json): its one MFU."""
     if term == "overlap_s":
         parts = e.time.model_dump()
         return max(0.0, sum(parts[k] for k in time_parts) - e.time.step_s)
+    if term == "mfu_causal" and e.throughput.mfu_causal is None:
+        return e.throughput.mfu
     for part in (e.memory, e.time, e.throughput):
         if term in type(part).model_fields:
             return float(getattr(part, term))
@@ -147,9 +131,10 @@ def compare_estimates(
     spec = compare_file()
     labels = layout_labels([e for _, e, _ in columns], dims)
     cols = tuple(
-        Column(label, role, e, problem)
-        for label, (role, e, problem) in zip(labels, columns, strict=True)
+        Column(label, role, e, problem, _key(index))
+        for index, (label, (role, e, problem)) in enumerate(zip(labels, columns, strict=True))
     )
+    convention = convention_of(cols[0].estimate)
     rows = []
     terms = [t for t in spec.terms if t.group != "time" or t.term in (*time_parts, *STEP_TERMS)]
     for t in terms:
@@ -160,31 +145,46 @@ def compare_estimates(
                 t.label,
                 t.group,
                 values,
-                tuple(_shown(t.term, t.group, v) for v in values),
+                tuple(shown(t.term, t.group, v) for v in values),
             )
         )
+    said = [(t, r) for t, r in zip(terms, rows, strict=True) if _said(t.term, convention)]
     why = tuple(
-        (other.label, _sentences(spec, terms, cluster, cols[0], other, index, rows))
+        (other.label, _sentences(spec, said, cluster, cols[0], other, index))
         for index, other in enumerate(cols[1:], 1)
     )
-    return Comparison(cols, tuple(rows), why)
+    terse = tuple(
+        terse_lines(spec, cluster, cols[0], other, index, said)
+        for index, other in enumerate(cols[1:], 1)
+    )
+    return Comparison(cols, tuple(rows), why, convention, terse)
+
+
+def _key(index: int) -> str:
+    """`A`, `B`, ... `Z`, then `A2`, `B2`, ...: a column's letter in the terse view."""
+    letter, lap = KEYS[index % len(KEYS)], index // len(KEYS)
+    return letter + (str(lap + 1) if lap else "")
+
+
+def _said(term: str, convention: MfuConvention) -> bool:
+    """Whether a row is explained: every row but the MFU of the other count."""
+    return term not in MFU_ROWS.values() or term == MFU_ROWS[convention.attention]
 
 
 def _sentences(
     spec: CompareFile,
-    terms: Sequence[Term],
+    terms: Sequence[tuple[Term, Row]],
     cluster: Cluster,
     a: Column,
     b: Column,
     index: int,
-    rows: Sequence[Row],
 ) -> tuple[str, ...]:
     out = []
     said = spec.sentences
     a_faster = a.estimate.time.step_s < b.estimate.time.step_s
-    for t, row in zip(terms, rows, strict=True):
+    for t, row in terms:
         va, vb = row.values[0], row.values[index]
-        kind = t.term.removesuffix("_s") if t.term in ("step_s", "mfu", "overlap_s") else t.group
+        kind = _kind(t)
         if row.shown[0] == row.shown[index]:
             if kind != "step":
                 continue  # the same figure as shown: nothing to explain
@@ -194,7 +194,7 @@ def _sentences(
         fields = {
             "a": a.label, "b": b.label, "what": t.what,
             "a_value": row.shown[0], "b_value": row.shown[index],
-            "delta": _shown("", t.group, abs(va - vb)),
+            "delta": shown("", t.group, abs(va - vb)),
             "saving": f"{(vb - va) / vb:.2%}" if vb else "-",
             "because": _because(spec, cluster, t.drivers, a, b),
             "still_fits": said["still_fits"].format(capacity=gib(a.estimate.memory.capacity))
@@ -206,14 +206,16 @@ def _sentences(
     return tuple(out)
 
 
+def _kind(t: Term) -> str:
+    """The sentence family of a term: `step`, `mfu`, `overlap`, else its group."""
+    if t.term in ("step_s", "overlap_s", *MFU_ROWS.values()):
+        return "mfu" if t.term in MFU_ROWS.values() else t.term.removesuffix("_s")
+    return t.group
+
+
 def _because(spec: CompareFile, cluster: Cluster, drivers: list[str], a: Column, b: Column) -> str:
-    pa, pb = (
-        {**c.estimate.plan.model_dump(), "backend": c.estimate.backend and c.estimate.backend.name}
-        for c in (a, b)
-    )
-    # etp follows tp unless set apart: named only when one of the two sets it apart
-    own_etp = pa["etp"] != pa["tp"] or pb["etp"] != pb["tp"]
-    differ = [k for k in drivers if pa[k] != pb[k] and (k != "etp" or own_etp)]
+    pa, pb = plan_fields(a), plan_fields(b)
+    differ = differing(drivers, pa, pb)
     if not differ:
         return ""
     return spec.sentences["because"].format_map(
@@ -231,16 +233,9 @@ def _drivers(
     plan: dict[str, Any],
     other: dict[str, Any],
 ) -> str:
-    def word(value: Any) -> str:
-        return ("on" if value else "off") if isinstance(value, bool) else str(value)
-
-    def link(tp: int) -> str:
-        # rules/cost/time.yaml tp_inside_nvlink: cluster.nvlink_domain is the job's GPUs on one
-        # NVLink domain (cost/estimate.py cluster_env: Cluster.nvlink_gpus)
-        return "NVLink" if cluster.nvlink_gpus % tp == 0 else "network"
-
-    here = link(plan["tp"])
-    where = spec.sentences["link"].format(link=here) if here != link(other["tp"]) else ""
+    here = tp_link(cluster, plan["tp"])
+    same = here == tp_link(cluster, other["tp"])
+    where = "" if same else spec.sentences["link"].format(link=here)
     return ", ".join(spec.fields[k].format(value=word(plan[k]), link=where) for k in names)
 
 
@@ -257,8 +252,9 @@ def runner_up(doc: PlanDocument) -> Estimate | None:
 
 def why_context(doc: PlanDocument) -> dict[str, Any] | None:
     """plan.md's "Why this plan": the chosen plan against the runner-up, as Markdown-ready
-    strings (the table's header and rows, the sentences, each `safe_text.markdown`: a problem
-    a sentence names may quote a rule's reason); None without a runner-up."""
+    strings (the table's header and the rows a view shows, `Comparison.shown_rows`, the
+    sentences, each `safe_text.markdown`: a problem a sentence names may quote a rule's reason);
+    None without a runner-up."""
     other = runner_up(doc)
     if other is None:
         return None
@@ -271,7 +267,7 @@ def why_context(doc: PlanDocument) -> dict[str, Any] | None:
     return {
         "chosen": markdown(chosen.label),
         "runner_up": markdown(second.label),
-        "rows": [[markdown(text) for text in (r.label, *r.shown)] for r in found.rows],
+        "rows": [[markdown(text) for text in (r.label, *r.shown)] for r in found.shown_rows()],
         "sentences": [markdown(s) for s in found.sentences[0][1]],
         "tie": [markdown(s) for s in tie_sentences(doc)],
     }
@@ -298,7 +294,7 @@ def tie_sentences(doc: PlanDocument) -> list[str]:
     slowest = max(e.time.step_s for e in found)
     fields = {
         "count": len(found),
-        "a_value": _shown("step_s", "time", doc.chosen.time.step_s),
+        "a_value": shown("step_s", "time", doc.chosen.time.step_s),
         "spread": f"{slowest / doc.chosen.time.step_s - 1:.2%}",
         "error": f"{data.model_error:.1%}",
         "source": data.model_error_source,

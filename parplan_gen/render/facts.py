@@ -2,7 +2,7 @@
 
 `facts(doc, mapping)` returns one flat dict with the same keys for every plan (a value is None
 where it does not apply): model.*, plan.*, train.*, cluster.*, comm.*, and each backend's own,
-megatron.*, deepspeed.*, torchtitan.* (its folder's facts.py, parplan_gen/backends/<name>/).
+megatron.*, deepspeed.*, torchtitan.*, accelerate.* (its folder's facts.py, parplan_gen/backends/<name>/).
 A transformer has no graph-model fields and an op-graph model no transformer fields (None), and
 no Megatron-LM spelling (every megatron.* None): a mapping that names a key reads for both.
 Spellings that follow a backend's rules (its CUDA_DEVICE_MAX_CONNECTIONS assertion, DeepSpeed's
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from parplan_gen.backends.accelerate.facts import accelerate_facts
 from parplan_gen.backends.deepspeed.facts import deepspeed_facts
 from parplan_gen.backends.megatron.facts import megatron_facts
 from parplan_gen.backends.torchtitan.facts import torchtitan_facts
@@ -61,7 +62,10 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
         doc.model, layout, doc.cluster, mapping, out, fsdp=fsdp, decided=decided.get("megatron")
     )
     out |= deepspeed_facts(layout, decided.get("deepspeed"))
-    out |= torchtitan_facts(doc.model, layout, mapping, decided.get("torchtitan"))
+    out |= torchtitan_facts(
+        doc.model, layout, mapping, decided.get("torchtitan"), doc.cluster.gpu.architecture
+    )
+    out |= accelerate_facts(layout)
     out |= training_facts(doc.model, layout, doc.budget.steps if doc.budget else None)
     out |= run_facts(doc, mapping.slurm)
     out |= {

@@ -11,6 +11,7 @@ from parplan_gen.planning.frontier import (
     TABLE_RIGHT,
     Frontier,
     front_line,
+    mfu_line,
     pick_lines,
     table_rows,
     to_json,
@@ -46,6 +47,7 @@ def _markdown(frontier: Frontier) -> dict[str, object]:
         "right": sorted(TABLE_RIGHT),
         "rows": [[markdown(cell) or "-" for cell in row] for row in table_rows(frontier)],
         "picks": [markdown(line) for line in pick_lines(frontier)],
+        "mfu": markdown(mfu_line(frontier)),
         "what": "cost" if frontier.basis == "cost" else "GPU-hours",
         "format_version": str(frontier.format_version),
     }

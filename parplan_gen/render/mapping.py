@@ -146,14 +146,29 @@ def deepspeed_config(
     config: dict[str, Any] = {}
     for index, entry in enumerate(m.data.deepspeed[version].config):
         value = _enabled(m, facts, entry, ("deepspeed", version, "config", index))
-        if value is None:
-            continue
-        *parents, leaf = entry.name.split(".")
-        node = config
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = HF_AUTO if hf_trainer and entry.hf_auto else value
+        if value is not None:
+            _place(config, entry.name, HF_AUTO if hf_trainer and entry.hf_auto else value)
     return config
+
+
+def accelerate_config(m: LoadedMapping, version: str, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """accelerate_config.yaml as nested data (a key, or a section of keys), in the mapping's
+    order."""
+    config: dict[str, Any] = {}
+    for index, entry in enumerate(m.data.accelerate[version].config):
+        value = _enabled(m, facts, entry, ("accelerate", version, "config", index))
+        if value is not None:
+            _place(config, entry.name, value)
+    return config
+
+
+def _place(config: dict[str, Any], name: str, value: Scalar) -> None:
+    """Set the dotted key `name` of `config` to `value`, making its sections on the way."""
+    *parents, leaf = name.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
 
 
 def megatron_groups(

@@ -51,6 +51,19 @@ class DeepSpeedEntry(Sourced):
         return self
 
 
+class AccelerateEntry(Sourced):
+    """One accelerate_config.yaml key (a top-level key, or `section.key` for one of its
+    sections: fsdp_config, parallelism_config) and where its value comes from."""
+
+    name: str = Field(pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)?$")
+
+    @model_validator(mode="after")
+    def _has_value(self) -> AccelerateEntry:
+        if self.key is None and self.value is None:
+            raise ValueError("an Accelerate key needs `key` or `value`")
+        return self
+
+
 class MegatronArg(Sourced):
     """One Megatron-LM argument; with neither key nor value it is a switch."""
 
@@ -95,6 +108,12 @@ class DeepSpeedMapping(_Strict):
     source: str
     config: list[DeepSpeedEntry]
     notes: list[Note] = []
+
+
+class AccelerateMapping(_Strict):
+    source: str
+    config: list[AccelerateEntry]
+    notes: list[Note] = Field([], description="Shown in accelerate_launch.sh's header and plan.md.")
 
 
 class MegatronMapping(_Strict):
@@ -165,12 +184,29 @@ class TorchtitanArg(Sourced):
     flag: str = Field(pattern=r"^--[a-z][a-z0-9_]*(\.([a-z][a-z0-9_]*|[0-9]+))+$")
 
 
+# A Python name or a dotted module path the config module writes (a module's fully qualified
+# names: torchtitan's FQNs, `layers`, `lm_head`).
+FQN = r"^[a-z_][a-z0-9_]*(\.[a-z0-9_]+)*$"
+
+
 class TorchtitanConfig(_Strict):
     """A config function of the module's config_registry: the rules formula that says a model
-    is the one it builds, and the precision it trains in."""
+    is the one it builds, its model_registry flavor, the precision it trains in and, in fp8,
+    the recipe of its converter."""
 
     model: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    flavor: str | None = Field(None, pattern=r"^[A-Za-z0-9_]+$")
     precision: str
+    fp8_recipe: str | None = None
+
+
+class TorchtitanConfigModule(_Strict):
+    """parplan_torchtitan_config.py, written where no config builds the model as the plan is
+    priced: the modules each converter leaves 16-bit or converts."""
+
+    source: str
+    float8_filter_fqns: list[Annotated[str, Field(pattern=FQN)]]
+    mxfp8_fqns: list[Annotated[str, Field(pattern=FQN)]]
 
 
 class TorchtitanSubcommand(_Strict):
@@ -184,7 +220,12 @@ class TorchtitanMapping(_Strict):
     source: str
     entry: str = Field(pattern=r"^[a-z_]+(\.[a-z_]+)*$", description="python -m entry point.")
     module: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="--module")
-    configs: dict[str, TorchtitanConfig] = Field(description="--config name -> what it builds.")
+    configs: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")], TorchtitanConfig] = Field(
+        description="--config name -> what it builds."
+    )
+    config_module: TorchtitanConfigModule | None = Field(
+        None, description="The config function a plan writes where no config builds its model."
+    )
     overrides: list[TorchtitanArg]
     activation_checkpoint: TorchtitanSubcommand
     notes: list[Note] = Field([], description="Shown in torchtitan_run.sh's header and plan.md.")
@@ -234,6 +275,7 @@ class BackendSections(_Strict):
     deepspeed: dict[str, DeepSpeedMapping] = {}
     megatron: dict[str, MegatronMapping] = {}
     torchtitan: dict[str, TorchtitanMapping] = {}
+    accelerate: dict[str, AccelerateMapping] = {}
 
 
 class MappingFile(BackendSections):

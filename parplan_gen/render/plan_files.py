@@ -27,11 +27,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from parplan_gen.backends.torchtitan.facts import CONFIG_MODULE, CONFIG_MODULE_FILE
 from parplan_gen.inputs.safe_text import markdown, printable, safe_name
 from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render import mapping as render_mapping
-from parplan_gen.render.checks import RenderError, check_ds_config, check_files
+from parplan_gen.render.checks import (
+    ACCELERATE_CONFIG,
+    RenderError,
+    check_ds_config,
+    check_files,
+)
 from parplan_gen.render.facts import facts
 from parplan_gen.render.launch_context import env_var, launch_context
 from parplan_gen.render.mapping import (
@@ -41,6 +47,7 @@ from parplan_gen.render.mapping import (
     nccl_entries,
     notes,
 )
+from parplan_gen.render.mapping_schema import TorchtitanMapping
 from parplan_gen.render.report import report_context
 from parplan_gen.render.shell_quote import comment
 from parplan_gen.render.template_env import Templates, environment, render_template
@@ -51,6 +58,9 @@ OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the cho
     (DS_CONFIG, DS_CONFIG_TEMPLATE),
     ("megatron_args.sh", "megatron/{megatron}/megatron_args.sh.j2"),
     ("torchtitan_run.sh", "torchtitan/{torchtitan}/torchtitan_run.sh.j2"),
+    (CONFIG_MODULE_FILE, "torchtitan/{torchtitan}/" + CONFIG_MODULE_FILE + ".j2"),
+    (ACCELERATE_CONFIG, "accelerate/{accelerate}/accelerate_config.yaml.j2"),
+    ("accelerate_launch.sh", "accelerate/{accelerate}/accelerate_launch.sh.j2"),
     ("nccl.env", "nccl/nccl.env.j2"),
     ("launch_torchrun.sh", "launch/launch_torchrun.sh.j2"),
     ("launch_slurm.sbatch", "launch/launch_slurm.sbatch.j2"),
@@ -60,10 +70,15 @@ OUTPUTS = (  # rendered file -> template; {megatron} and {deepspeed} are the cho
     ("plan.md", "report/plan.md.j2"),
 )
 PLAN_JSON = "plan.json"
+# A file written only for some plans of its backend: the context's (section, key) that is None
+# where it is not (the torchtitan config function, where no torchtitan config builds the model
+# as the plan is priced).
+WRITTEN_WHEN = {CONFIG_MODULE_FILE: ("torchtitan", "config_module")}
 BACKEND_FILES = {
     "deepspeed": DS_CONFIG,
     "megatron": "megatron_args.sh",
     "torchtitan": "torchtitan_run.sh",
+    "accelerate": ACCELERATE_CONFIG,
 }  # a backend's own file
 
 
@@ -99,11 +114,13 @@ def resolve_versions(
         "megatron": doc.render.megatron_version,
         "deepspeed": doc.render.deepspeed_version,
         "torchtitan": None,  # the latest shipped (plan.json records no torchtitan version)
+        "accelerate": None,  # the latest shipped, as torchtitan's
     }
     sections: dict[str, Mapping[str, object]] = {
         "megatron": mapping.data.megatron,
         "deepspeed": mapping.data.deepspeed,
         "torchtitan": mapping.data.torchtitan,
+        "accelerate": mapping.data.accelerate,
     }
     used = doc.model.backends
     runs = backend_runs(doc)
@@ -143,15 +160,26 @@ def output_names() -> list[str]:
     return [PLAN_JSON, *(name for name, _ in OUTPUTS)]
 
 
-def outputs(versions: dict[str, str | None]) -> list[tuple[str, str]]:
+def outputs(
+    versions: dict[str, str | None], context: Mapping[str, Any] | None = None
+) -> list[tuple[str, str]]:
     """(file, template) of every file a plan with these backend versions renders: a backend's
-    files only when the plan uses it."""
+    files only when the plan uses it, and a WRITTEN_WHEN file only where `context` (the
+    templates' context; None: every file) has it."""
     skipped = [b for b, version in versions.items() if version is None]
     return [
         (name, template.format(**versions))
         for name, template in OUTPUTS
         if not any(f"{{{b}}}" in template for b in skipped)
+        and (context is None or _wanted(name, context))
     ]
+
+
+def _wanted(name: str, context: Mapping[str, Any]) -> bool:
+    if name not in WRITTEN_WHEN:
+        return True
+    section, key = WRITTEN_WHEN[name]
+    return context[section] is not None and context[section][key] is not None
 
 
 def build_context(
@@ -187,11 +215,17 @@ def build_context(
         if versions["torchtitan"] is None
         else _torchtitan_context(mapping, versions["torchtitan"], values)
     )
+    accelerate = (
+        None
+        if versions["accelerate"] is None
+        else _accelerate_context(mapping, versions["accelerate"], values)
+    )
     launch = launch_context(doc, mapping, values)
     cluster = doc.cluster
     all_notes = [f"megatron_args.sh: {n}" for n in (megatron["notes"] if megatron else [])]
     all_notes += [f"ds_config.json: {n}" for n in (deepspeed["notes"] if deepspeed else [])]
     all_notes += [f"torchtitan_run.sh: {n}" for n in (torchtitan["notes"] if torchtitan else [])]
+    all_notes += [f"accelerate_launch.sh: {n}" for n in (accelerate["notes"] if accelerate else [])]
     chosen_backend = doc.chosen.backend
     context = {
         "versions": versions,
@@ -208,6 +242,7 @@ def build_context(
         "deepspeed": deepspeed,
         "megatron": megatron,
         "torchtitan": torchtitan,
+        "accelerate": accelerate,
         "backend": {
             "title": BACKENDS[chosen_backend.name].title if chosen_backend else "not named",
             "version": chosen_backend.version if chosen_backend else "",
@@ -284,16 +319,61 @@ def _torchtitan_context(
     if values["torchtitan.config"] is None:  # the constraint torchtitan.has_config refuses it
         raise RenderError(f"torchtitan {version} has no config that builds this model")
     *overrides, subcommand = render_mapping.torchtitan_args(mapping, version, values)
+    written = _config_module(section, version, values)
     return {
         "version": version,
         "entry": section.entry,
         # the file `python -m ENTRY` runs, under the checkout (TORCHTITAN_DIR)
         "entry_file": section.entry.replace(".", "/") + ".py",
-        "module": section.module,
-        "config": values["torchtitan.config"],
+        # torchtitan's own config, or the config function the plan writes (config_module)
+        "module": section.module if written is None else CONFIG_MODULE,
+        "config": values["torchtitan.config"] if written is None else written["function"],
+        "config_module": written,
         "overrides": overrides,
         "subcommand": subcommand,
         "notes": notes(mapping, section.notes, values, ("torchtitan", version, "notes")),
+    }
+
+
+def _config_module(
+    section: TorchtitanMapping, version: str, values: dict[str, Any]
+) -> dict[str, Any] | None:
+    """What parplan_torchtitan_config.py says (None: torchtitan's own config is the plan's):
+    its file and function, the config it calls, the model_registry flavor and the converter
+    with the modules it leaves 16-bit (Float8) or converts (MXFP8)."""
+    function = values["torchtitan.config_function"]
+    if function is None:
+        return None
+    own = section.config_module
+    if own is None or values["torchtitan.flavor"] is None:
+        raise RenderError(
+            f"the mapping's torchtitan {version} section has no config_module (or no flavor for "
+            f"{values['torchtitan.config']}): torchtitan's {values['torchtitan.config']} does "
+            f"not build this model in {values['train.precision']}, and {CONFIG_MODULE_FILE} "
+            "would"
+        )
+    return {
+        "file": CONFIG_MODULE_FILE,
+        "function": function,
+        "config": values["torchtitan.config"],
+        "registry": f"torchtitan.models.{section.module}",
+        "flavor": values["torchtitan.flavor"],
+        "converter": values["torchtitan.converter"],
+        "recipe": values["torchtitan.fp8_recipe"],
+        "filter_fqns": own.float8_filter_fqns,
+        "fqns": own.mxfp8_fqns,
+    }
+
+
+def _accelerate_context(
+    mapping: LoadedMapping, version: str, values: dict[str, Any]
+) -> dict[str, Any]:
+    section = mapping.data.accelerate[version]
+    return {
+        "version": version,
+        "config": render_mapping.accelerate_config(mapping, version, values),
+        "config_file": ACCELERATE_CONFIG,
+        "notes": notes(mapping, section.notes, values, ("accelerate", version, "notes")),
     }
 
 
@@ -317,7 +397,7 @@ def render_plan(
     env = environment(templates)
     files = {
         out: render_template(env, template, context)
-        for out, template in outputs(context["versions"])
+        for out, template in outputs(context["versions"], context)
     }
     files[PLAN_JSON] = doc.to_json()
     check_files(files, nccl_reference=templates.builtin / NCCL_REFERENCE)

@@ -1,6 +1,7 @@
 """Layouts that users already have, read from their files: a DeepSpeed ds_config.json, a
-Megatron-LM argument list or launch script, a torchtitan launch line (`parplan check
---from-deepspeed/--from-megatron/--from-torchtitan`, and `parplan_gen.check(from_...=)`).
+Megatron-LM argument list or launch script, a torchtitan launch line, an Accelerate config
+(`parplan check --from-deepspeed/--from-megatron/--from-torchtitan/--from-accelerate`, and
+`parplan_gen.check(from_...=)`).
 
 Each backend reads its own files (parplan_gen/backends/<name>/reader.py: its section of the
 mapping read backwards, render/mapping_inverse.py, so that reading back the files `parplan`
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from parplan_gen.backends.accelerate.reader import accelerate_values
 from parplan_gen.backends.deepspeed.reader import UNFILLED, deepspeed_values
 from parplan_gen.backends.megatron.reader import megatron_shape, megatron_values
 from parplan_gen.backends.torchtitan.reader import torchtitan_values
@@ -34,17 +36,19 @@ def layout_from_files(
     deepspeed: str | Path | None = None,
     megatron: str | Path | None = None,
     torchtitan: str | Path | None = None,
+    accelerate: str | Path | None = None,
     templates_dir: str | Path | None = None,
     rules: RuleSet | None = None,
     num_gpus: int | None = None,
 ) -> dict[str, Any]:
     """Layout fields set by a ds_config.json, then a Megatron-LM argument file, then a torchtitan
-    launch line (each may be None), plus `grad_accum` when the DeepSpeed config gives one (to
+    launch line, then an accelerate_config.yaml (each may be None), plus `grad_accum` when the DeepSpeed config gives one (to
     check against the layout) and `unfilled` when it leaves fields to the flags
     (`require_given`). Megatron-LM arguments describe transformers: for an op-graph model, an
     InputError, as is a script whose model shape is not `model`'s. `rules`: the check's (None:
     the built-in ones, loaded if a torchtitan line needs a named formula); `num_gpus`: the
-    world size a torchtitan line runs on (its data-parallel degree -1 is the rest of it)."""
+    world size a torchtitan line runs on (its data-parallel degree -1 is the rest of it), which
+    an Accelerate config's num_processes must be."""
     values: dict[str, Any] = {}
     if deepspeed:
         values.update(deepspeed_values(deepspeed, templates_dir=templates_dir))
@@ -64,6 +68,19 @@ def layout_from_files(
         mapping = Templates.at(templates_dir).mapping()
         layers = model.pipeline_layers
         values.update(torchtitan_values(torchtitan, layers, mapping, rules, num_gpus=num_gpus))
+    if accelerate:
+        if "accelerate" not in model.backends:
+            raise InputError(
+                f"--from-accelerate: Accelerate's FSDP2 plans do not train {model.name}"
+            )
+        if num_gpus is None:
+            raise TypeError("layout_from_files: an Accelerate config needs num_gpus")
+        mapping = Templates.at(templates_dir).mapping()
+        read = accelerate_values(accelerate, mapping, num_gpus=num_gpus)
+        unfilled = values.pop(UNFILLED, {}) | read.pop(UNFILLED, {})
+        values.update(read)
+        if unfilled:
+            values[UNFILLED] = unfilled
     return values
 
 
@@ -85,6 +102,7 @@ def layout_read(
     deepspeed: str | Path | None = None,
     megatron: str | Path | None = None,
     torchtitan: str | Path | None = None,
+    accelerate: str | Path | None = None,
 ) -> Layout:
     """The layout a check of these files judges, as `parplan check --from-*` reads it: tp 1 and
     pp 1, then what the files say, then the fields `given`; the sequence length defaults to the
@@ -95,6 +113,7 @@ def layout_read(
         deepspeed=deepspeed,
         megatron=megatron,
         torchtitan=torchtitan,
+        accelerate=accelerate,
         rules=rules,
         num_gpus=num_gpus,
     )

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
+from parplan_gen.cost.mfu_convention import MfuConvention, convention_of, mfu_text
 from parplan_gen.inputs.safe_text import markdown
 from parplan_gen.planning.budget import COUNT_CHOICE, GIGA, HOUR_S, Budget, Deadline
 from parplan_gen.planning.document import PlanDocument
@@ -54,7 +55,12 @@ def report_context(
         "memory_capacity": gib(chosen.memory.capacity),
         "time": _part_rows(chosen.time.model_dump(), time_parts, seconds),
         "step": seconds(chosen.time.step_s),
-        "candidates": [_candidate_row(i, e, e == chosen) for i, e in enumerate(doc.candidates)],
+        # the candidates' MFU in the chosen plan's count, so that the rows compare
+        "mfu_header": convention_of(chosen).header,
+        "candidates": [
+            _candidate_row(i, e, e == chosen, convention_of(chosen))
+            for i, e in enumerate(doc.candidates)
+        ],
         "rejected": [
             {"reason": markdown(reason), "count": str(count)}
             for reason, count in sorted(doc.rejected.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -169,11 +175,13 @@ def md(text: str) -> str:
 
 
 def _headline(e: Estimate) -> dict[str, str]:
+    """The chosen plan's figures; its MFU and model TFLOP/s in the count its backend logs,
+    saying which (cost/mfu_convention.py)."""
     return {
         "step": seconds(e.time.step_s),
         "per_s": f"{e.throughput.tokens_per_s:,.0f}",  # tokens or samples (report `unit`)
-        "mfu": f"{e.throughput.mfu:.1%}",
-        "model_tflops": f"{e.throughput.model_tflops_per_gpu:,.1f}",
+        "mfu": mfu_text(e),
+        "model_tflops": f"{convention_of(e).model_tflops(e.throughput):,.1f}",
         "memory": f"{gib(e.memory.total)} of {gib(e.memory.capacity)}",
         "fits": "yes" if e.memory.fits else "NO",
     }
@@ -213,7 +221,7 @@ def _part_rows(values: Mapping[str, float], parts: Iterable[str], fmt: Any) -> l
     return [[PART_LABELS[p], fmt(values[p]), f"{values[p] / total:.0%}"] for p in parts]
 
 
-def _candidate_row(index: int, e: Estimate, chosen: bool) -> list[str]:
+def _candidate_row(index: int, e: Estimate, chosen: bool, count: MfuConvention) -> list[str]:
     p = e.plan
     return [
         f"{index + 1}{' (chosen)' if chosen else ''}",
@@ -225,5 +233,5 @@ def _candidate_row(index: int, e: Estimate, chosen: bool) -> list[str]:
         gib(e.memory.total),
         seconds(e.time.step_s),
         f"{e.throughput.tokens_per_s:,.0f}",
-        f"{e.throughput.mfu:.1%}",
+        f"{count.mfu(e.throughput):.1%}",
     ]

@@ -18,8 +18,8 @@ such as an object's address, reaches a file. An attribute the sandbox finds unsa
 where it is reached, not turned into an undefined value. Templates are read from inside their
 folder only: a link that leads out of it (to /etc/passwd, say) is refused, and its content
 never shown. A template's name is looked up in each `TemplateRoot` in turn: a folder, and the
-first part of the names it serves (a backend's templates: `megatron/core_r0.13/x.j2` is
-`parplan_gen/backends/megatron/templates/core_r0.13/x.j2`), or every name.
+first part of the names it serves (a backend's templates: `megatron/core_v0.16/x.j2` is
+`parplan_gen/backends/megatron/templates/core_v0.16/x.j2`), or every name.
 """
 
 from __future__ import annotations

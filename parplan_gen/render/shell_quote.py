@@ -18,10 +18,17 @@ value reaches a shell-read file through the one function for the place it stands
   starting with `-`): any other is refused.
 
 Names shown in comments are reduced further, to `safe_text.safe_name`'s character set (render.py).
+
+The one Python file a plan may write (torchtitan's config function, parplan_torchtitan_config.py)
+takes a value through `python_literal` (a literal that Python reads back as the value) or
+`python_name` (a module or function name, refused unless it is one), and free text through
+`comment` in a `#` comment: Python ends a comment only at the end of its line.
 """
 
 from __future__ import annotations
 
+import keyword
+import math
 import shlex
 
 from parplan_gen.inputs.safe_text import printable
@@ -70,3 +77,28 @@ def directive(option: str, value: object) -> str:
     """`#SBATCH --OPTION=VALUE` for launch_slurm.sbatch; RenderError for a value that is not
     one plain word (`name_word`)."""
     return f"#SBATCH --{option}={name_word(value, f'--{option}')}"
+
+
+def python_literal(value: object) -> str:
+    """`value` (text, a whole or finite number, a truth value, None, or a list of them) as a
+    Python literal that reads back as exactly `value` (`repr`, which escapes every quote,
+    backslash and unprintable character); RenderError for anything else."""
+    if value is None or isinstance(value, bool | int | str):
+        return repr(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(python_literal(item) for item in value) + "]"
+    raise RenderError(f"{printable(repr(value))} has no Python literal parplan writes")
+
+
+def python_name(value: object) -> str:
+    """`value` when it is a Python name, or a dotted module path of them, that is no keyword
+    (what a Python file imports or calls), else a RenderError."""
+    text = str(value)
+    parts = text.split(".")
+    if not all(
+        part.isidentifier() and part.isascii() and not keyword.iskeyword(part) for part in parts
+    ):
+        raise RenderError(f"'{printable(text)}' is not a Python name (letters, digits and _)")
+    return text

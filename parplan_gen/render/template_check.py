@@ -32,7 +32,7 @@ INTERNAL = "_"  # prefix of the filters the sandbox adds (a template cannot name
 
 FILTERS = frozenset(
     {
-        "json", "sh",  # parplan's own
+        "json", "sh", "py", "py_name",  # parplan's own
         "abs", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
         "first", "float", "format", "int", "items", "join", "last", "length",
         "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace", "reverse",

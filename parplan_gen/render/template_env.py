@@ -32,7 +32,7 @@ from parplan_gen.render.sandbox import (
     TemplateBudgetError,
     TemplateRoot,
 )
-from parplan_gen.render.shell_quote import argument
+from parplan_gen.render.shell_quote import argument, python_literal, python_name
 from parplan_gen.render.template_check import TemplateRefused
 
 JSON_INDENT = 2
@@ -105,6 +105,8 @@ def environment(templates: Templates) -> BoundedEnvironment:
     )
     env.filters["json"] = lambda value: json.dumps(value, indent=JSON_INDENT, ensure_ascii=False)
     env.filters["sh"] = argument
+    env.filters["py"] = python_literal
+    env.filters["py_name"] = python_name
     return env
 
 
@@ -139,8 +141,8 @@ def render_template(env: BoundedEnvironment, name: str, context: dict[str, Any])
 
 def _template_line(tb: TracebackType | None, name: str, env: BoundedEnvironment) -> str:
     """`name:LINE` of the innermost traceback frame inside the template file `name` is read
-    from (a backend's is not named as it is stored: megatron/core_r0.13/x.j2 is
-    backends/megatron/templates/core_r0.13/x.j2)."""
+    from (a backend's is not named as it is stored: megatron/core_v0.16/x.j2 is
+    backends/megatron/templates/core_v0.16/x.j2)."""
     file, line = env.template_file(name), None
     while tb is not None:
         found = tb.tb_frame.f_code.co_filename

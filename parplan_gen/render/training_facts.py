@@ -19,6 +19,17 @@ megatron/training/arguments.py (core_r0.13.0 and core_v0.16.1):
   --mscale and --mscale-all-dim, any other is a note;
 - validate_args refuses multi-token prediction with context parallelism;
 - TransformerConfig accepts --moe-router-enable-expert-bias only with the sigmoid score.
+
+The router, by Megatron-Core 0.16.1's own code (megatron/core/transformer/moe/moe_utils.py
+`topk_routing_with_score_function`, which router.py TopKRouter.routing calls): a softmax score
+takes the top k of the logits and a softmax over those k (the weights sum to 1: the HF models'
+norm_topk_prob), or with --moe-router-pre-softmax a softmax over all experts before the top k
+(not renormalised: norm_topk_prob false); TransformerConfig.__post_init__ refuses the former at
+k = 1 ("Please use --moe-router-pre-softmax when topk is 1"). A sigmoid score is renormalised
+whenever k > 1, never at k = 1, whatever the flags. --moe-router-topk-scaling-factor multiplies
+the weights after that. `group_limited_topk` ranks a group by the sum of its best
+k / --moe-router-group-topk scores. What of the config's routing Megatron-Core cannot compute is
+`megatron.router_unfaithful`, a note in the script's header.
 """
 
 from __future__ import annotations
@@ -54,6 +65,8 @@ FACT_NAMES = (
     "megatron.aux_loss_coeff",
     "megatron.aux_loss_unsaid",
     "megatron.load_balancing",
+    "megatron.router_pre_softmax",
+    "megatron.router_unfaithful",
     "megatron.topk_scale",
     "megatron.router_groups",
     "megatron.router_group_topk",
@@ -78,6 +91,9 @@ FACT_NAMES = (
     "train.lr_gpt3",
     "train.lr_published",
 )
+
+
+ROUTER_FACTS = ("megatron.router_pre_softmax", "megatron.router_unfaithful")
 
 
 def training_facts(
@@ -115,12 +131,42 @@ def _model_settings(model: Any, layout: Layout) -> dict[str, Any]:
         "megatron.aux_loss_coeff": t.aux_loss_coeff if moe else None,
         "megatron.aux_loss_unsaid": moe and t.aux_loss_coeff is None,
         "megatron.load_balancing": "seq_aux_loss" if moe and t.seq_aux else None,
+        **(_router(model) if moe else dict.fromkeys(ROUTER_FACTS)),
         "megatron.topk_scale": t.topk_scale if moe else None,
         "megatron.router_groups": t.router_groups if moe and t.router_group_topk else None,
         "megatron.router_group_topk": t.router_group_topk if moe and t.router_groups else None,
         "megatron.mtp_layers": mtp,
         "megatron.mtp_unpriced": mtp is not None,
         "megatron.mtp_with_cp": bool(t.mtp_layers) and layout.cp > 1,
+    }
+
+
+def _router(model: Any) -> dict[str, Any]:
+    """--moe-router-pre-softmax, and what of the config's routing Megatron-Core computes
+    otherwise (None: nothing; the module's docstring gives Megatron-Core's rules)."""
+    t, k = model.training, model.experts_per_token
+    softmax, norm = t.router_score != "sigmoid", t.topk_norm
+    differs: list[str] = []
+    if softmax and norm and k == 1:  # TransformerConfig: pre-softmax at top-1
+        differs.append(
+            "the config weighs its one expert 1.0 (renormalised); Megatron-Core "
+            "needs --moe-router-pre-softmax at top-1 and weighs it by its softmax"
+        )
+    if not softmax and norm is not None and norm != (k > 1):
+        said = "renormalises" if norm else "does not renormalise"
+        differs.append(
+            f"the config {said} the top-{k} sigmoid weights; Megatron-Core "
+            f"renormalises them {'only when k > 1' if norm else 'whenever k > 1'}"
+        )
+    groups, rank = t.router_group_topk, t.group_score_experts
+    if t.router_groups and groups and rank and k // groups != rank:
+        differs.append(
+            f"the config ranks a group by its best {rank} expert score(s); "
+            f"Megatron-Core by the sum of its best {k} // {groups} = {k // groups}"
+        )
+    return {
+        "megatron.router_pre_softmax": softmax and (norm is False or k == 1),
+        "megatron.router_unfaithful": "; ".join(differs) or None,
     }
 
 

@@ -314,6 +314,7 @@ def _library(named: Mapping[str, tuple[Value, SourceRef]]) -> FormulaLibrary:
     )
     kept = _LIBRARIES.get(key)
     if kept is not None and all(a.same_place(b) for a, b in zip(kept[1], wheres, strict=True)):
+        _LIBRARIES[key] = _LIBRARIES.pop(key)  # the most recently used is kept longest
         return kept[0]
     library = FormulaLibrary(named)
     while len(_LIBRARIES) >= LIBRARIES_KEPT:

@@ -122,6 +122,14 @@ class ConstraintRule(_Strict):
         description="`invalid`: such a layout cannot run at all (`estimate` refuses it); "
         "`reject`: it could run but the planner must not choose it (e.g. it does not fit).",
     )
+    bounds_search: bool = Field(
+        False,
+        description="`true`: a bound of the search, not of a framework: `plan` enumerates only "
+        "the layouts the rule allows (those it refuses are outside the search space, never "
+        "counted as rejected); `check` and `estimate` report it like any rule. It may read "
+        "the plan.* names of one search level (plan.mbs and plan.grad_accum, or plan.vpp, or "
+        "the memory options), with the layout's sizes.",
+    )
     model_kind: Literal["transformer", "graph", "any"] | None = Field(
         None,
         description="The models the constraint applies to: `transformer` (presets and Hugging "
@@ -161,7 +169,8 @@ class EstimateSection(_Strict):
     )
     throughput: dict[str, NumberOrFormula] = Field(
         default_factory=dict,
-        description="tokens_per_s, model_tflops_per_gpu, hardware_tflops_per_gpu, mfu.",
+        description="tokens_per_s, model_tflops_per_gpu, hardware_tflops_per_gpu, mfu; optional "
+        "model_tflops_causal_per_gpu, mfu_causal (the causal half of the attention scores).",
     )
 
 

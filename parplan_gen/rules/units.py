@@ -66,6 +66,8 @@ FIGURE_UNITS: dict[str, Unit] = {
     "throughput.model_tflops_per_gpu": "TFLOP/s",
     "throughput.hardware_tflops_per_gpu": "TFLOP/s",
     "throughput.mfu": "fraction",
+    "throughput.model_tflops_causal_per_gpu": "TFLOP/s",
+    "throughput.mfu_causal": "fraction",
 }
 
 

@@ -145,6 +145,12 @@ _TRANSFORMER_NAMES: tuple[Name, ...] = (
     Name("model.moe", "bool", "-", "True for a mixture-of-experts model."),
     Name("model.moe_ffn", "number", "elements", "Inner width of one routed expert (0: dense)."),
     Name(
+        "model.mtp_layers",
+        "number",
+        "layers",
+        "Multi-token-prediction modules the config asks for (DeepSeek-V3: 1; others 0).",
+    ),
+    Name(
         "model.max_positions",
         "number",
         "tokens",
@@ -166,14 +172,15 @@ _TRANSFORMER_NAMES: tuple[Name, ...] = (
         "number",
         "FLOP/token",
         "Training model FLOPs per token (forward + backward, no recomputation) at train.seq_len, "
-        "Megatron-LM convention (full s^2 attention); Korthikanti et al. 2022 Eq. 7 for GPT.",
+        "the whole s^2 attention scores counted (PaLM's count; Megatron-LM counts their causal "
+        "half since core_v0.12); Korthikanti et al. 2022 Eq. 7 for GPT.",
     ),
     Name(
         "model.attention_flops_per_token",
         "number",
         "FLOP/token",
         "Forward FLOPs per token of the attention scores and values (the s-dependent part), "
-        "Megatron-LM convention: the whole s x s score matrix.",
+        "the whole s x s score matrix (Megatron-LM's count before core_v0.12).",
     ),
     Name(
         "model.causal_attention_flops_per_token",
@@ -245,9 +252,10 @@ _RUN_NAMES: tuple[Name, ...] = (
         "train.fp8_recipe",
         "str",
         "-",
-        "FP8 scaling recipe an FP8 run uses: 'delayed', 'tensorwise', 'mxfp8' or 'blockwise' "
-        "(cost/layout.py fp8_recipe: the rendered Megatron --fp8-recipe, torchtitan's "
-        "tensorwise, Transformer Engine's default under DeepSpeed).",
+        "FP8 scaling recipe an FP8 run uses: 'delayed', 'tensorwise', 'rowwise', 'mxfp8' or "
+        "'blockwise' (cost/layout.py fp8_recipe: the rendered Megatron --fp8-recipe, "
+        "torchtitan's Float8 rowwise or MXFP8 converter, Transformer Engine's default under "
+        "DeepSpeed).",
     ),
     Name(
         "train.tp_comm_overlap",
@@ -264,6 +272,30 @@ _RUN_NAMES: tuple[Name, ...] = (
         "torchtitan computes the LM head and the loss a sequence chunk at a time (0.3's "
         "ChunkedLossWrapper, which its llama3 configs use): true for every plan; false for "
         "calibration runs, whose torchtitan predates it.",
+    ),
+    Name(
+        "train.torchao_float8_tp",
+        "bool",
+        "-",
+        "torchtitan's Float8 linears all-gather their sequence-parallel inputs in float8 "
+        "(torchao's Float8ColwiseParallel, which torchtitan took before 0.3): false for every "
+        "plan (0.3's sharding gathers 16-bit inputs); true for calibration runs.",
+    ),
+    Name(
+        "train.p2p_overlap",
+        "bool",
+        "-",
+        "An interleaved pipeline schedule overlaps its point-to-point transfers with compute "
+        "(Megatron-LM's default --overlap-p2p-communication, torchtitan's Interleaved1F1B): true "
+        "for every plan; false only for calibration runs whose Megatron-LM predates it.",
+    ),
+    Name(
+        "train.moe_a2a_overlap",
+        "bool",
+        "-",
+        "Megatron-LM pairs micro-batches to hide the expert all-to-alls "
+        "(--overlap-moe-expert-parallel-comm) where the layout allows it: true for every plan "
+        "(its files turn it on); false for calibration runs whose recipe left it off.",
     ),
     # --- plan.*: the layout being estimated (cost.layout.PLAN_FIELDS: the Layout's fields) ------
     Name("plan.dp", "number", "ranks", "Data-parallel size."),

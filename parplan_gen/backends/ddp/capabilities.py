@@ -10,7 +10,7 @@ from parplan_gen.backends.capabilities import Capabilities
 DDP = Capabilities(
     name="ddp",
     title="PyTorch DDP",
-    version="torch 2",
+    version="torch 2.13",
     optimizers=((0, False),),
     tensor=False,
     pipeline=False,

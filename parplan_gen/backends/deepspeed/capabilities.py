@@ -1,6 +1,7 @@
-"""DeepSpeed (templates/0.16 beside this file; constraints read from v0.16.9): ZeRO 0-3, AutoTP
-training (`tensor_parallel.autotp_size`, ZeRO <= 2), DeepSpeed-MoE (not with ZeRO-3) and the
-pipeline engine (ZeRO <= 1). No Megatron-style sequence parallelism, no ring context
+"""DeepSpeed (templates/0.19 beside this file; constraints and mapping read in v0.19.8, the
+release CI runs the files against: pyproject.toml's `consumers` extra): ZeRO 0-3, AutoTP training
+(`tensor_parallel.autotp_size`, with ZeRO-3 too since AutoTP + ZeRO-3 trains), DeepSpeed-MoE (not
+with ZeRO-3) and the pipeline engine (ZeRO <= 1). No Megatron-style sequence parallelism, no ring context
 parallelism and no interleaved pipeline schedule; `constraints.yaml` beside this file holds the
 refusals with their sources. Ulysses sequence parallelism (`sequence_parallel_size`, a ds_config
 key from v0.17.0) and ZeRO-Offload/Infinity are not planned: docs/backends.md says why."""
@@ -12,7 +13,7 @@ from parplan_gen.backends.capabilities import Capabilities
 DEEPSPEED = Capabilities(
     name="deepspeed",
     title="DeepSpeed",
-    version="0.16",
+    version="0.19",
     optimizers=((0, False), (1, False), (2, False), (3, False)),
     tensor=True,
     pipeline=True,

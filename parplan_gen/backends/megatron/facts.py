@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 MEGATRON_NORM = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 MEGATRON_POSITION = {"learned": "learned_absolute", "rope": "rope", "alibi": "none"}
 MEGATRON_ACTIVATION_FLAGS = {"swiglu": "swiglu", "squared_relu": "squared_relu", "gelu": None}
-# Megatron-FSDP's strategy for a Megatron plan's ZeRO stage (capabilities.py FSDP_VERSION;
-# Megatron-LM core_v0.16.1 arguments.py --data-parallel-sharding-strategy choices).
+# Megatron-FSDP's strategy for a Megatron plan's ZeRO stage (Megatron-LM core_v0.16.1
+# arguments.py --data-parallel-sharding-strategy choices).
 FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
 
 

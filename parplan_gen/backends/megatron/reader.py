@@ -29,8 +29,7 @@ from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
-from parplan_gen.inputs.source import parse_document
-from parplan_gen.inputs.validation import validate
+from parplan_gen.inputs.validation import validated_file
 from parplan_gen.models.transformer_shape import MAX_LAYERS
 from parplan_gen.render.mapping import LoadedMapping
 from parplan_gen.render.mapping_inverse import (
@@ -213,8 +212,7 @@ def _flags(mapping: LoadedMapping) -> dict[str, MegatronFlag]:
 @cache
 def unpriced_arguments() -> UnpricedArguments:
     """unpriced_arguments.yaml beside this module, validated."""
-    doc = parse_document(UNPRICED_FILE.read_text(encoding="utf-8"), str(UNPRICED_FILE))
-    return validate(UnpricedArguments, doc.data, doc)
+    return validated_file(UNPRICED_FILE, UnpricedArguments)
 
 
 def megatron_arguments(

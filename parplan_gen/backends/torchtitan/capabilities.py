@@ -8,7 +8,10 @@ pp and cp. `constraints.yaml` beside this file holds its refusals with their sou
 
 Not planned yet: HSDP (data_parallel_replicate_degree x data_parallel_shard_degree, both > 1),
 which a Layout cannot say (it has one dp and one ZeRO stage); ZeRO-1/2-style partial sharding,
-which torchtitan does not have.
+which torchtitan does not have. No FP8 parameters (`fp8_param_gather`, left False): 0.3's
+Float8LinearConverter.Config (components/quantization/float8.py) has no float8 all-gather for
+FSDP, and torchao's (enable_fsdp_float8_all_gather) needs tensorwise scaling, which its
+recipe_name cannot name.
 """
 
 from __future__ import annotations

@@ -21,6 +21,12 @@ constraints.yaml, compiled once per process on their own (not the whole rule set
 keeps no config, and the files are rendered from it alone). A plan made with a `--rules`
 overlay that redefines them is judged by the overlay (`torchtitan.has_config`) and rendered
 by these.
+
+Where that config does not build the model in the plan's precision with the recipe the cost
+model priced (cost/layout.py fp8_recipe), the job starts from `--module parplan_torchtitan_config
+--config <function>` instead: the config function the plan writes beside torchtitan_run.sh
+(CONFIG_MODULE_FILE), which calls torchtitan's config and sets its model's converters
+(`torchtitan.converter`; none for bf16).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from parplan_gen.cost.layout import Layout
+from parplan_gen.cost.layout import Layout, fp8_recipe
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.inputs.resources import BACKEND_CONSTRAINTS
 from parplan_gen.models.any_model import transformer_of
@@ -44,9 +50,23 @@ from parplan_gen.rules.schema import NamedFormula
 ZERO_SHARDED = 3  # FSDP2 shards parameters, gradients and optimizer states (ZeRO-3)
 # torch.distributed.pipelining schedule names (ParallelismConfig.pipeline_parallel_schedule).
 SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = "1F1B", "Interleaved1F1B"
+# The config module a plan writes where no torchtitan config builds its model as priced
+# (plan_files.py renders it; torchtitan_run.sh puts its folder on PYTHONPATH).
+CONFIG_MODULE = "parplan_torchtitan_config"
+CONFIG_MODULE_FILE = f"{CONFIG_MODULE}.py"
+# The torchtitan 0.3 model converter of each FP8 recipe a plan prices (cost/layout.py
+# fp8_recipe): components/quantization/float8.py Float8LinearConverter (recipe_name "rowwise"),
+# mx.py MXFP8LinearConverter (MXFP8: SM 10.0 and later).
+CONVERTERS = {"rowwise": "Float8LinearConverter", "mxfp8": "MXFP8LinearConverter"}
+# How the written function is named: the config's name and what it converts to.
+FUNCTION_SUFFIX = {"rowwise": "float8_rowwise", "mxfp8": "mxfp8", None: "bf16"}
 
 FACT_NAMES = (
     "torchtitan.config",
+    "torchtitan.flavor",
+    "torchtitan.fp8_recipe",
+    "torchtitan.converter",
+    "torchtitan.config_function",
     "torchtitan.dp_shard",
     "torchtitan.dp_replicate",
     "torchtitan.local_batch_size",
@@ -59,19 +79,29 @@ FACT_NAMES = (
 
 
 def torchtitan_facts(
-    model: TrainedModel, layout: Layout, mapping: MappingFile, decided: BackendDecisions | None
+    model: TrainedModel,
+    layout: Layout,
+    mapping: MappingFile,
+    decided: BackendDecisions | None,
+    architecture: str,
 ) -> dict[str, Any]:
-    """torchtitan.* for `layout` (every key; None where it does not apply). `decided`: what the
-    plan's rules decided for torchtitan's files (None where it does not run the layout: its
-    files are not written)."""
+    """torchtitan.* for `layout` on GPUs of `architecture` (every key; None where it does not
+    apply). `decided`: what the plan's rules decided for torchtitan's files (None where it does
+    not run the layout: its files are not written)."""
     if transformer_of(model) is None:
         return dict.fromkeys(FACT_NAMES)
     sharded = layout.zero_stage == ZERO_SHARDED
     pipeline, interleaved = layout.pp > 1, layout.vpp > 1
     split = layout.sequence_parallel and layout.tp > 1
+    # torchtitan_run.sh's --config, written only where torchtitan runs the layout
+    config = None if decided is None else config_name(model, layout, mapping)
+    recipe = fp8_recipe(architecture, "torchtitan") if layout.precision == "fp8" else None
     return {
-        # torchtitan_run.sh's --config, written only where torchtitan runs the layout
-        "torchtitan.config": None if decided is None else config_name(model, layout, mapping),
+        "torchtitan.config": config,
+        "torchtitan.flavor": _own(mapping, config, "flavor"),
+        "torchtitan.fp8_recipe": recipe,
+        "torchtitan.converter": None if recipe is None else CONVERTERS[recipe],
+        "torchtitan.config_function": _written_function(mapping, config, layout.precision, recipe),
         "torchtitan.dp_shard": layout.dp if sharded else 1,
         "torchtitan.dp_replicate": 1 if sharded else layout.dp,
         "torchtitan.local_batch_size": layout.mbs * (layout.grad_accum if pipeline else 1),
@@ -94,6 +124,26 @@ def config_name(model: TrainedModel, layout: Layout, mapping: MappingFile) -> st
     env = model.formula_values(layout.seq_len)
     section = mapping.torchtitan[max(mapping.torchtitan)]
     return next((name for name, c in section.configs.items() if _holds(c.model, env)), None)
+
+
+def _own(mapping: MappingFile, config: str | None, field: str) -> Any:
+    """The `field` of `config` in the latest torchtitan section (None without a config)."""
+    if config is None:
+        return None
+    return getattr(mapping.torchtitan[max(mapping.torchtitan)].configs[config], field)
+
+
+def _written_function(
+    mapping: MappingFile, config: str | None, precision: str, recipe: str | None
+) -> str | None:
+    """The function of CONFIG_MODULE_FILE the job starts from, None where torchtitan's own
+    `config` builds the model in `precision` with `recipe` (or where there is no config)."""
+    if config is None:
+        return None
+    own = mapping.torchtitan[max(mapping.torchtitan)].configs[config]
+    if own.precision == precision and own.fp8_recipe == recipe:
+        return None
+    return f"{config}_{FUNCTION_SUFFIX[recipe]}"
 
 
 def _holds(name: str, env: Mapping[str, Any]) -> bool:

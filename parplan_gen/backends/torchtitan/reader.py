@@ -3,7 +3,11 @@ torchtitan reads it: the settings of its config function (`--config llama3_70b`:
 configs.yaml beside this file, read in torchtitan's own source: local batch, sequence length,
 tensor parallelism, activation checkpointing, sequence parallelism, float8), then the tyro
 overrides of the `torchtitan` section of mapping.yaml beside this file, read backwards
-(facts.py beside it says how each is written). A later override wins, as tyro's argparse does;
+(facts.py beside it says how each is written). A line that starts from the config function a
+plan writes (`--module parplan_torchtitan_config`) is read from that file beside it, as
+torchtitan_run.sh puts its folder on PYTHONPATH: parsed, never run, for the torchtitan config
+the function calls and the converter its model_registry(...) builds the model with
+(`_written_function`). A later override wins, as tyro's argparse does;
 other arguments are ignored. `data_parallel_shard_degree -1` (the default) is the rest of the
 world size, and `global_batch_size -1` (the default) the local batch x dp, as torchtitan's
 ParallelDims and Trainer make them. How many stages the layers make is the named formula
@@ -12,6 +16,7 @@ ParallelDims and Trainer make them. How many stages the layers make is the named
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from functools import cache
 from math import ceil
@@ -20,18 +25,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from parplan_gen.backends.torchtitan.facts import ZERO_SHARDED
+from parplan_gen.backends.torchtitan.facts import CONFIG_MODULE, CONFIG_MODULE_FILE, ZERO_SHARDED
 from parplan_gen.cost.layout import SIZE_LIMITS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
+from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
-from parplan_gen.inputs.source import parse_document
-from parplan_gen.inputs.validation import validate
+from parplan_gen.inputs.validation import validated_file
 from parplan_gen.models.transformer_shape import MAX_LAYERS
 from parplan_gen.planning.evaluate import named_formula
 from parplan_gen.render.mapping import LoadedMapping
 from parplan_gen.render.mapping_inverse import CHOICES, read_choice
+from parplan_gen.render.mapping_schema import TorchtitanMapping
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 # The Layout field each override's canonical key is (plan.<field> otherwise).
@@ -66,6 +72,10 @@ ALIASES = {"--activation_checkpoint.mode": "plan.recompute"}
 REDUCE_FLAG, REDUCE_KEY = "--training.mixed_precision_reduce", "grad_reduce_dtype"
 REDUCE_DTYPES = {"float32": "default"}
 CONFIGS_FILE = Path(__file__).with_name("configs.yaml")
+# What the written config function calls to build the model (models/llama3/__init__.py
+# model_registry(flavor, ..., converters=...)), and the converter's class attribute it names.
+MODEL_REGISTRY, CONVERTERS_ARG, CONVERTER_CONFIG = "model_registry", "converters", "Config"
+RECIPE_ARG = "recipe_name"  # Float8LinearConverter.Config.recipe_name
 # torchtitan's "the rest" / "the default" value (ParallelismConfig.data_parallel_shard_degree:
 # "-1 means leftover ranks will be used"; TrainingConfig.global_batch_size: "Defaults to
 # training.local_batch_size * data-parallel degree").
@@ -121,8 +131,26 @@ class SettingsGroup(BaseModel):
     settings: Settings
 
 
+class ConfigSettings(SettingsGroup):
+    """A config function's settings and the model_registry flavor it builds."""
+
+    flavor: str = Field(min_length=1)
+
+
+class Converter(BaseModel):
+    """A model converter a config function may build the model with (an FP8 plan's), and the
+    recipe_name values it takes (none: it has no such field)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(min_length=1)
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    recipes: tuple[str, ...]
+
+
 class ConfigRegistry(BaseModel):
-    """configs.yaml: torchtitan's defaults, then each config function's own settings."""
+    """configs.yaml: torchtitan's defaults, the converters, then each config function's own
+    settings."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -130,7 +158,8 @@ class ConfigRegistry(BaseModel):
     repository: str = Field(min_length=1)
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
     defaults: tuple[SettingsGroup, ...] = Field(min_length=1)
-    configs: dict[str, SettingsGroup] = Field(min_length=1)
+    converters: tuple[Converter, ...] = Field(min_length=1)
+    configs: dict[str, ConfigSettings] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _every_default(self) -> ConfigRegistry:
@@ -153,8 +182,7 @@ class ConfigRegistry(BaseModel):
 @cache
 def config_registry() -> ConfigRegistry:
     """configs.yaml beside this module, validated."""
-    doc = parse_document(CONFIGS_FILE.read_text(encoding="utf-8"), str(CONFIGS_FILE))
-    return validate(ConfigRegistry, doc.data, doc)
+    return validated_file(CONFIGS_FILE, ConfigRegistry)
 
 
 @dataclass(frozen=True)
@@ -179,7 +207,111 @@ def torchtitan_values(
     text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
     ref = SourceRef(str(path))
     said = _said(read_script_words(text, str(path)), mapping, ref)
+    if "module" in said and said["module"].text == CONFIG_MODULE:
+        written = Path(path).parent / CONFIG_MODULE_FILE
+        if not written.is_file():  # torchtitan_run.sh puts its own folder on PYTHONPATH
+            raise InputError(
+                f"no {written}: the config function this line starts from is written beside it",
+                said["module"].where,
+            )
+        config, float8 = _written_function(written, said["config"])
+        said["config"] = _Said(config, said["config"].where)
+        if float8 is not None:
+            said["float8"] = _Said(float8, SourceRef(str(written)))
+    else:
+        _checked(said["config"].text, tuple(_latest(mapping).configs), said["config"].where)
     return _layout(said, num_layers, num_gpus, rules, ref)
+
+
+def _latest(mapping: LoadedMapping) -> TorchtitanMapping:
+    return mapping.data.torchtitan[max(mapping.data.torchtitan)]
+
+
+def _code(node: ast.AST) -> str:
+    """A node of a config module as its source, for a message (escaped and cut)."""
+    try:
+        return printable(ast.unparse(node))
+    except RecursionError:
+        return f"a {type(node).__name__} nested too deeply to show"
+
+
+def _written_function(path: Path, config: _Said) -> tuple[str, bool | None]:
+    """The torchtitan config the function `config` names in the written config module calls,
+    and whether its model_registry(...) converts the linear layers (None: it keeps the config's
+    model). Read from the file's syntax tree: nothing in it is run."""
+    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise InputError(f"Python syntax: {exc.msg}", SourceRef(str(path), exc.lineno)) from None
+    except ValueError as exc:  # a NUL byte
+        raise InputError(f"not a Python file parplan reads: {exc}", SourceRef(str(path))) from None
+    except (MemoryError, RecursionError):
+        raise InputError(
+            "not a Python file parplan reads: nested too deeply for Python's parser",
+            SourceRef(str(path)),
+        ) from None
+    name = config.text
+    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    if not found:
+        raise InputError(f"{path.name} defines no function {printable(name)}", config.where)
+    registry = config_registry()
+    calls = [
+        (n.func.id, n)
+        for n in ast.walk(found[-1])
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    ]
+    own = next((called for called, _ in calls if called in registry.configs), None)
+    if own is None:
+        raise InputError(
+            f"{printable(name)} calls none of torchtitan's configs ({', '.join(registry.configs)})",
+            SourceRef(str(path), found[-1].lineno),
+        )
+    build = next((call for called, call in calls if called == MODEL_REGISTRY), None)
+    if build is None:
+        return own, None
+    return own, _converts(build, registry, own, SourceRef(str(path), build.lineno))
+
+
+def _converts(build: ast.Call, registry: ConfigRegistry, config: str, where: SourceRef) -> bool:
+    """Whether `build` (a model_registry(flavor, converters=[...]) call) converts the model's
+    linear layers with one of registry's converters; an InputError for a flavor that is not
+    `config`'s or a converter or recipe torchtitan 0.3 does not have."""
+    flavor = build.args[0] if build.args else None
+    expected = registry.configs[config].flavor
+    if not (isinstance(flavor, ast.Constant) and flavor.value == expected):
+        shown = _code(flavor) if flavor is not None else "no flavor"
+        raise InputError(f"model_registry({shown}): {config} builds the {expected} model", where)
+    given = next((k.value for k in build.keywords if k.arg == CONVERTERS_ARG), None)
+    if given is None or (isinstance(given, ast.Constant) and given.value is None):
+        return False
+    if not isinstance(given, ast.List | ast.Tuple):
+        raise InputError(f"{CONVERTERS_ARG}={_code(given)}: not a list parplan reads", where)
+    known = {c.name: c for c in registry.converters}
+    for item in given.elts:
+        func = item.func if isinstance(item, ast.Call) else None
+        target = func.value if isinstance(func, ast.Attribute) else None
+        if not (
+            isinstance(item, ast.Call)
+            and isinstance(func, ast.Attribute)
+            and func.attr == CONVERTER_CONFIG
+            and isinstance(target, ast.Name)
+            and target.id in known
+        ):
+            raise InputError(
+                f"converter {_code(item)}: torchtitan 0.3's converters parplan prices are "
+                f"{', '.join(f'{n}.{CONVERTER_CONFIG}(...)' for n in known)}",
+                SourceRef(where.file, item.lineno),
+            )
+        recipe = next((k.value for k in item.keywords if k.arg == RECIPE_ARG), None)
+        if recipe is not None:
+            accepted = known[target.id].recipes
+            ref = SourceRef(where.file, item.lineno, path=RECIPE_ARG)
+            if not accepted:
+                raise InputError(f"{target.id}.{CONVERTER_CONFIG} has no {RECIPE_ARG}", ref)
+            value = recipe.value if isinstance(recipe, ast.Constant) else _code(recipe)
+            read_choice(value, accepted, ref)
+    return bool(given.elts)
 
 
 def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) -> dict[str, _Said]:
@@ -197,10 +329,9 @@ def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) 
     flags |= {"--module": ("module", False), "--config": ("config", False)}
     flags |= {alias: (key, False) for alias, key in ALIASES.items()}
     flags[REDUCE_FLAG] = (REDUCE_KEY, False)
-    latest = mapping.data.torchtitan[max(mapping.data.torchtitan)]
-    # Every occurrence of a choice is checked, as tyro's argparse checks each.
+    # Every occurrence of a choice is checked, as tyro's argparse checks each (--config, which
+    # config/manager.py reads before tyro, the last one given, when its module is known).
     choices = {
-        "config": tuple(latest.configs),
         "plan.recompute": CHOICES["recompute"],
         REDUCE_KEY: tuple(REDUCE_DTYPES),
     }
@@ -265,7 +396,8 @@ def _layout(
                 said[k] for k in ("torchtitan.dp_shard", "torchtitan.dp_replicate") if k in said
             ).where,
         )
-    out: dict[str, Any] = {"precision": "fp8" if settings["float8"] else "bf16", **sizes}
+    float8 = said["float8"].text if "float8" in said else settings["float8"]
+    out: dict[str, Any] = {"precision": "fp8" if float8 else "bf16", **sizes}
     out["dp"] = replicate * shard
     if out["dp"] > 1:  # with one data-parallel rank, sharding and replicating are the same
         out["zero_stage"] = ZERO_SHARDED if shard > 1 else 0

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Megatron-LM (core_r0.13) pretraining of llama-3-8b, as parplan planned it:
+# Megatron-LM (core_v0.16) pretraining of llama-3-8b, as parplan planned it:
 # dp 8 x tp 2 x pp 2 x cp 1 = 32 GPUs (4 node(s) x 8).
 # Generated from plan.json by `parplan render`: change the plan, then render again.
 #
 # Run it on every node (torchrun's c10d rendezvous numbers the nodes), or submit
 # launch_slurm.sbatch. Extra arguments are appended; a later flag overrides an earlier one.
 # Environment (required):
-#   MEGATRON_LM_DIR   Megatron-LM checkout (core_r0.13) holding pretrain_gpt.py
+#   MEGATRON_LM_DIR   Megatron-LM checkout (core_v0.16) holding pretrain_gpt.py
 #   DATA_PATH         dataset prefix(es), space-separated; or MOCK_DATA=1 instead
 # Environment (optional):
 #   MOCK_DATA=1       without DATA_PATH: synthetic batches (--mock-data, NullTokenizer), a smoke run
@@ -113,7 +113,7 @@ RUN_ARGS=(
 
 MEGATRON_LM_DIR="${MEGATRON_LM_DIR:?set MEGATRON_LM_DIR to the Megatron-LM checkout holding pretrain_gpt.py}"
 if [[ ! -f "$MEGATRON_LM_DIR/pretrain_gpt.py" ]]; then
-    echo "megatron_args.sh: MEGATRON_LM_DIR=$MEGATRON_LM_DIR holds no pretrain_gpt.py: set it to a Megatron-LM checkout (core_r0.13)" >&2
+    echo "megatron_args.sh: MEGATRON_LM_DIR=$MEGATRON_LM_DIR holds no pretrain_gpt.py: set it to a Megatron-LM checkout (core_v0.16)" >&2
     exit 2
 fi
 

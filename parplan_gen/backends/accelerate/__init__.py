@@ -1,0 +1,1 @@
+"""Hugging Face Accelerate: its capabilities, constraints, mapping, templates, facts and reader."""

@@ -1,0 +1,76 @@
+"""Accelerate's FSDP2 is priced from the same terms as torchtitan's, differing where its code
+does (docs/backends.md, "accelerate"), and its model as the other Hugging Face backends' is.
+
+Each difference is worked from the source it follows, on Llama 3 8B (V = 128256, h = 4096;
+models/llama3/__init__.py, the preset's config) on 16 H100s, FSDP2 over dp 16:
+- the shards are fp32 on both (accelerate 1.16.0 utils/fsdp_utils.py fsdp2_prepare_model
+  upcasts them; torchtitan builds the model in fp32): the same optimizer figure;
+- torchtitan's root group (embedding, final norm, LM head) stays gathered from its forward to
+  its backward, Accelerate's tail only (final norm and LM head: fsdp2_prepare_model shards the
+  untied embedding as a unit of its own, resharded after forward): 16-bit weights of the
+  embedding, 2 x V x h bytes, fewer on Accelerate;
+- torchtitan reduces gradients in fp32 and Accelerate in the mixed-precision type
+  (utils/dataclasses.py set_mixed_precision: reduce_dtype = param_dtype): a block's unsharded
+  gradients before the reduce-scatter are 4 and 2 bytes a parameter;
+- the activations of a transformers model (Korthikanti, fp32 logits) are DeepSpeed's.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import parplan_gen
+from parplan_gen.api import load_cluster_spec, load_model
+from parplan_gen.cost.estimate import CostModel
+from parplan_gen.cost.layout import build_layout
+from parplan_gen.planning.evaluate import named_formula
+from parplan_gen.rules.ruleset import load_rules
+
+CLUSTER = {"gpus": 16, "gpu": "h100"}
+LAYOUT = {"zero_stage": 3, "mbs": 1, "global_batch": 16, "seq_len": 4096, "recompute": "full"}
+VOCAB, HIDDEN, LAYERS = 128256, 4096, 32  # Llama 3 8B
+
+
+def memory(backend: str, **changes: object):
+    found = parplan_gen.estimate("llama-3-8b", CLUSTER, LAYOUT | changes, backend=backend)
+    assert found.runnable, found.violations
+    return found.estimate.memory
+
+
+def formula(name: str, backend: str, **changes: object) -> object:
+    rules = load_rules()
+    layout = build_layout(16, **(LAYOUT | changes))
+    env = CostModel(rules, "transformer", backend).layout_env(
+        load_model("llama-3-8b"), load_cluster_spec(CLUSTER), layout
+    )
+    return named_formula(rules, name).evaluate(env)
+
+
+def test_accelerate_fsdp2_differs_from_torchtitans_where_its_code_does() -> None:
+    titan, accelerate = memory("torchtitan"), memory("accelerate")
+    assert accelerate.optimizer == pytest.approx(titan.optimizer)  # fp32 shards, 8 B moments
+    # the embedding, gathered all step on torchtitan, resharded after forward on Accelerate
+    assert titan.params - accelerate.params == pytest.approx(2 * VOCAB * HIDDEN)
+    spec = load_model("llama-3-8b").formula_values(4096)
+    per_layer = (spec["model.params"] - spec["model.params_embedding"]
+                 - spec["model.params_output"]) / LAYERS  # fmt: skip
+    # two 16-bit bytes less a parameter for the one block whose gradients wait for the reduce
+    assert titan.grads - accelerate.grads == pytest.approx((4 - 2) * per_layer)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_accelerate_reduces_in_its_mixed_precision_type(precision: str) -> None:
+    assert formula("zero3_reduce_bytes", "torchtitan") == 4
+    assert formula("zero3_reduce_bytes", "accelerate", precision=precision) == 2
+    assert formula("fsdp2_fp32_shards", "accelerate") is True
+
+
+def test_accelerate_runs_a_transformers_model_as_deepspeed_does() -> None:
+    assert memory("accelerate").activations == pytest.approx(memory("deepspeed").activations)
+
+
+def test_accelerate_context_parallelism_is_torchs_allgather_rotation() -> None:
+    cp = {"cp": 2, "seq_len": 8192}
+    assert formula("cp_allgather_rotation", "accelerate", **cp) is True
+    assert formula("cp_allgather_rotation", "torchtitan", **cp) is True
+    assert formula("cp_allgather_rotation", "megatron", **cp) is False
