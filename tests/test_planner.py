@@ -397,3 +397,16 @@ def test_cluster_dicts_are_checked() -> None:
     with pytest.raises(InputError, match=r"unknown keys \['gpu_count'\]"):
         plan("llama-2-7b", {"gpu_count": 8, "gpus": 8, "gpu": "h100"}, global_batch=8)
     assert isinstance(cluster_from_flags(8, "h100"), Cluster)
+
+
+def test_the_same_request_on_the_same_rules_is_searched_once(tmp_path):
+    """A repeated request gives the result searched before (planner._SEARCHED); a rule set
+    loaded anew (an overlay, even an empty one) is searched again, and gives the same plan."""
+    request = Request(load_preset("llama-3-8b"), cluster_from_flags(8, "h100"), 64, 4096)
+    rules = builtin_rules()
+    first = Planner(rules).plan(request)
+    assert Planner(rules).plan(request) is first
+    (tmp_path / "empty").mkdir()
+    again = Planner(load_rules([tmp_path / "empty"])).plan(request)
+    assert again is not first
+    assert again.chosen.plan == first.chosen.plan

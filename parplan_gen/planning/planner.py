@@ -10,6 +10,7 @@ of the model (`TrainedModel.backends`), so the result is deterministic.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -34,6 +35,15 @@ class PlanError(InputError):
         super().__init__(message)
 
 
+# The last searches' results, by rule set and request: a process that asks for one plan again
+# (a notebook, `plan --days` and `frontier` trying counts a plan already tried, the API's
+# users) gets the same result without searching again. A request is a frozen dataclass of
+# frozen values (model, cluster, options), and a RuleSet never changes once loaded: the rule
+# set is kept with its results, so its identity is never reused while they are.
+_SEARCHED: OrderedDict[tuple[int, ModelKind, Request], tuple[RuleSet, SearchResult]] = OrderedDict()
+SEARCHES_KEPT = 32
+
+
 class Planner:
     """Plans for one RuleSet and one kind of model, on every backend a request asks for."""
 
@@ -49,7 +59,20 @@ class Planner:
 
     def plan(self, request: Request) -> SearchResult:
         """Search each backend of the request, merge, and rank (module docstring); a PlanError
-        when no backend has a candidate at all."""
+        when no backend has a candidate at all. The same request on the same rules gives the
+        result searched before (`_SEARCHED`)."""
+        key = (id(self.rules), self.kind, request)
+        kept = _SEARCHED.get(key)
+        if kept is not None and kept[0] is self.rules:
+            _SEARCHED.move_to_end(key)
+            return kept[1]
+        result = self._search(request)
+        _SEARCHED[key] = (self.rules, result)
+        while len(_SEARCHED) > SEARCHES_KEPT:
+            _SEARCHED.popitem(last=False)
+        return result
+
+    def _search(self, request: Request) -> SearchResult:
         order, limits = request.options.backends, request.options.limits
         problem = limits.world_problem(request.cluster.num_gpus, request.global_batch)
         if problem:
