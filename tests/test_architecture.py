@@ -29,7 +29,12 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
 
 
 # A backend's folder (parplan_gen/backends/<name>/) holds modules of two layers, by their name.
-BACKEND_PARTS = {"capabilities": "planning", "facts": "render", "reader": "render"}
+BACKEND_PARTS = {
+    "capabilities": "planning",
+    "facts": "render",
+    "reader": "render",
+    "model_from_script": "render",  # Megatron-LM's: the model a script trains
+}
 
 
 def layer_of(path: Path) -> str | None:

@@ -2,7 +2,7 @@
 upstream launch files in tests/data/upstream/ (README.md there names each file's upstream path
 and commit). torchtitan: the config function's settings, then the overrides (-1 = the rest);
 DeepSpeed: "auto" and fp32 left to the flags, ZeRO-Offload refused; Megatron-LM: a script of
-another model refused."""
+another model refused, and without MODEL the model the script trains."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 
 import parplan_gen
+from parplan_gen.api import load_model
+from parplan_gen.backends.megatron.model_from_script import megatron_model
+from parplan_gen.backends.megatron.reader import megatron_arguments
 from parplan_gen.backends.torchtitan.reader import config_registry, torchtitan_values
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.render.mapping import load_mapping
@@ -27,6 +30,7 @@ Z3 = UPSTREAM / "deepspeedexamples_autotuning_ds_config_z3.json"
 PIPELINE = UPSTREAM / "deepspeedexamples_pipeline_ds_config.json"
 OFFLOAD = UPSTREAM / "deepspeed_chat_zero3_offload.json"
 GPT3 = UPSTREAM / "megatron_train_gpt3_175b_distributed.sh"
+LLAMA3 = UPSTREAM / "megatron_train_llama3_8b_h100_fp8.sh"
 H100 = ("--gpu", "h100")
 FP32 = (
     "no bf16 or fp16 section enabled: DeepSpeed trains in fp32, which parplan does not price "
@@ -236,6 +240,73 @@ def test_megatron_shape_arguments(text: str, error: str | None, tmp_path: Path) 
     assert str(caught.value) == (
         f"{path}:1: the script trains another model than llama-3-8b: {error}; give the "
         "script's model as MODEL"
+    )
+
+
+def test_the_llama3_example_states_its_model(cli: Callable[..., Run]) -> None:
+    """Without MODEL: Llama 3 8B as the script builds it. The script at core_v0.16.1 gives no
+    --normalization, so Megatron-LM builds LayerNorm (TransformerConfig default): a shift
+    beside each scale, 2 norms a layer and the final one, over Meta's count (the preset's)."""
+    run = cli("check", "--gpus", 8, *H100, "--from-megatron", LLAMA3)
+    assert (run.code, run.err) == (0, "")
+    assert run.out.startswith(
+        f"model: read from {LLAMA3.name}: 32 layers, hidden 4096, 32 heads (8 query groups, "
+        "width 128), swiglu FFN 14336, layernorm, rope positions 8192, vocabulary 128256 untied "
+        "(8.03B params)\n"
+    )
+    groups = megatron_arguments(LLAMA3).no_effect  # with MODEL, the model's are "no effect"
+    others = sum(len(names) for group, names in groups.items() if group != "model")
+    assert (
+        f"read into the model: {len(groups['model'])}; read, no effect on the estimate: "
+        f"{others} (optimizer " in run.out
+    )
+    cluster = {"gpus": 8, "gpu": "h100"}
+    read = parplan_gen.check(None, cluster, from_megatron=LLAMA3)
+    named = parplan_gen.check("llama-3-8b", cluster, from_megatron=LLAMA3)
+    preset = load_model("llama-3-8b")
+    assert read.model.total_params() - preset.total_params() == (2 * 32 + 1) * 4096
+    assert (read.runs_as_given, read.problem(), read.violations) == (
+        named.runs_as_given, named.problem(), named.violations,
+    )  # fmt: skip
+    assert read.estimate.plan == named.estimate.plan
+
+
+def test_the_gpt3_example_needs_its_tokenizer_type(cli: Callable[..., Run], tmp_path: Path) -> None:
+    """--vocab-file and --merge-file without --tokenizer-type: Megatron-LM core_v0.16.1 builds
+    no tokenizer (build_tokenizer raises NotImplementedError), so no vocabulary is stated. With
+    GPT2BPETokenizer (GPT-2's 50,257 tokens, padded to 128 x tp 8): GPT-3 175B as the preset
+    has it (Narayanan et al. 2021's 174.6B, vocabulary 51,200)."""
+    run = cli("check", "--gpus", 1024, "--gpu", "a100-80gb", "--from-megatron", GPT3)
+    assert (run.code, run.out) == (1, "")
+    assert run.err == (
+        f"parplan: error: {GPT3}:33: the script gives no --tokenizer-type (Megatron-LM builds "
+        "no tokenizer without one: tokenizer.py build_tokenizer) and no --vocab-size, so the "
+        "model's vocabulary is unknown: add --tokenizer-type (GPT2BPETokenizer for GPT-2's "
+        "gpt2-vocab.json and gpt2-merges.txt) or --vocab-size to the script, or give MODEL\n"
+    )
+    script = tmp_path / GPT3.name
+    text = GPT3.read_text(encoding="utf-8")
+    script.write_text(
+        text.replace("--split 949,50,1", "--split 949,50,1 --tokenizer-type GPT2BPETokenizer")
+    )
+    model = megatron_model(script)
+    preset = load_model("gpt3-175b")
+    assert model.model_dump(exclude={"name", "model_type", "training"}) == preset.model_dump(
+        exclude={"name", "model_type", "training"}
+    )
+    assert (model.vocab_size, round(model.total_params() / 1e9, 1)) == (51200, 174.6)
+
+
+def test_check_without_a_model_or_a_megatron_script(cli: Callable[..., Run]) -> None:
+    run = cli("check", "--gpus", 8, *H100, "--global-batch", 64)
+    assert (run.code, run.out) == (2, "")
+    assert run.err == (
+        "parplan: error: the following arguments are required: MODEL (see 'parplan check --help')\n"
+    )
+    with pytest.raises(InputError) as caught:
+        parplan_gen.check(None, {"gpus": 8, "gpu": "h100"}, {"global_batch": 64})
+    assert str(caught.value) == (
+        "give a model, or from_megatron: a Megatron-LM script, which states the model it trains"
     )
 
 

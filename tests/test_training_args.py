@@ -146,6 +146,23 @@ def test_check_reads_the_router_flags_back(tmp_path: Path) -> None:
     assert megatron_values(path, lite.num_layers)["ep"] == 8
 
 
+def test_a_gated_shared_expert_is_written_and_read_back(tmp_path: Path) -> None:
+    # Qwen1.5-MoE (Qwen2MoeSparseMoeBlock: shared_expert_gate, a sigmoid gate h -> 1 on the
+    # shared expert); core_v0.16.1 TransformerConfig.moe_shared_expert_gate is off by default,
+    # so without --moe-shared-expert-gate Megatron-LM builds the shared expert ungated.
+    qwen = load_hf_config(REPO / "examples" / "hf" / "qwen1.5-moe-a2.7b.json")
+    assert qwen.shared_expert_gate
+    path = _megatron_script(qwen, tmp_path, ep=4, distributed_optimizer=True)  # 60 experts
+    words = path.read_text(encoding="utf-8").split()
+    assert "--moe-shared-expert-gate" in words
+    read = megatron_arguments(path)
+    assert "--moe-shared-expert-gate" not in read.ignored
+    mixtral = load_preset("mixtral-8x7b")  # no shared expert: no gate
+    (tmp_path / "m").mkdir()
+    other = _megatron_script(mixtral, tmp_path / "m", ep=8, distributed_optimizer=True)
+    assert "--moe-shared-expert-gate" not in other.read_text(encoding="utf-8").split()
+
+
 def test_a_router_megatron_core_cannot_compute_is_named_in_the_script(tmp_path: Path) -> None:
     # DeepSeek-V2's group_limited_greedy (its config.json: n_group 8, topk_group 3, top-6)
     v2 = spec_from_hf_dict(_v2(topk_method="group_limited_greedy", n_group=4, topk_group=3))

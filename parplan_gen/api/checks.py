@@ -61,9 +61,26 @@ class CheckReport(Evaluation):
         }
 
 
+def check_model(
+    model: AnyModelSpec | str | Path | None, from_megatron: str | Path | None
+) -> AnyModelSpec:
+    """The model a check judges: `model` loaded, else (None) the one the Megatron-LM script at
+    `from_megatron` trains (backends/megatron/model_from_script.py)."""
+    if model is not None:
+        return load_model(model)
+    if not from_megatron:
+        raise InputError(
+            "give a model, or --from-megatron: a Megatron-LM script, which states the model it "
+            "trains"
+        )
+    from parplan_gen.backends.megatron.model_from_script import megatron_model
+
+    return megatron_model(from_megatron)
+
+
 @parameter_wording
 def check(
-    model: AnyModelSpec | str | Path,
+    model: AnyModelSpec | str | Path | None,
     cluster: Cluster | Mapping[str, Any] | str | Path,
     layout: Layout | Mapping[str, Any] | None = None,
     *,
@@ -82,9 +99,11 @@ def check(
     `layout`: a Layout or, as `estimate` takes it, a dict (a bad one: `layout.KEY: ...`). As
     `parplan check --from-*`, `from_deepspeed` / `from_megatron` / `from_torchtitan` /
     `from_accelerate` read the layout from a backend's file (judged on that backend unless
-    `backend` says), `layout` (a dict) then changing fields of it (render/readers.py)."""
+    `backend` says), `layout` (a dict) then changing fields of it (render/readers.py).
+    `model` None: the model the Megatron-LM script `from_megatron` trains, read from its
+    arguments (a script of another model than a `model` given is refused)."""
     ruleset = load_ruleset(rules)
-    spec, machines = load_model(model), load_cluster_spec(cluster)
+    spec, machines = check_model(model, from_megatron), load_cluster_spec(cluster)
     files = {
         "deepspeed": from_deepspeed,
         "megatron": from_megatron,

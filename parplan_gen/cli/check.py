@@ -30,6 +30,7 @@ CHECK_EXAMPLE = (
     "  parplan check llama-3-70b --gpus 64 --gpu h100 --tp 8 --pp 2 --mbs 1 --global-batch 256\n"
     "  parplan check llama-3-8b --gpus 8 --gpu h100 --from-deepspeed ds_config.json\n"
     "  parplan check llama-3-70b --gpus 64 --gpu h100 --from-megatron train_args.sh\n"
+    "  parplan check --gpus 8 --gpu h100 --from-megatron train_llama3_8b_h100_fp8.sh\n"
     "  parplan check llama-3-8b --gpus 16 --gpu h100 --from-accelerate accelerate_config.yaml "
     "--mbs 2 --global-batch 64"
 )
@@ -47,7 +48,13 @@ def add_check_command(sub: Any) -> None:
         epilog=CHECK_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    check.add_argument("model", metavar="MODEL", help=TRAINED_MODEL_HELP)
+    check.add_argument(
+        "model",
+        metavar="MODEL",
+        nargs="?",
+        help=f"{TRAINED_MODEL_HELP}; with --from-megatron it may be left out: the model the "
+        "script trains",
+    )
     add_cluster_options(check)
     layout = add_layout_options(
         check, title="layout (flags override --from-* files)", defaults=False
@@ -75,14 +82,19 @@ def add_check_command(sub: Any) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from parplan_gen.api import check, load_model
+    from parplan_gen.api import check
+    from parplan_gen.api.checks import check_model
+    from parplan_gen.cli.exits import PROG
     from parplan_gen.cli.textview import write_view
     from parplan_gen.cost.layout import build_layout
+    from parplan_gen.inputs.errors import UsageError
     from parplan_gen.render.readers import check_accumulation
     from parplan_gen.rules.ruleset import load_rules
 
+    if args.model is None and not args.from_megatron:  # argparse's own error, MODEL optional
+        raise UsageError(f"the following arguments are required: MODEL (see '{PROG} check --help')")
     rules = load_rules(args.rules)
-    spec, cluster = load_model(args.model), cluster_from_args(args)
+    spec, cluster = check_model(args.model, args.from_megatron), cluster_from_args(args)
     values = layout_values(args, spec, rules, cluster.num_gpus)
     accum = values.pop("grad_accum", None)
     layout = build_layout(cluster.num_gpus, **values)
@@ -110,10 +122,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.contract())
     else:
-        read = "" if not args.from_megatron else megatron_line(args.from_megatron, report) + "\n"
+        read, head = "", ""
+        if args.from_megatron:
+            model_read = args.model is None
+            head = model_line(args.from_megatron, spec) + "\n" if model_read else ""
+            read = megatron_line(args.from_megatron, report, model_read=model_read) + "\n"
         if args.from_accelerate:
             read += accelerate_line(args.from_accelerate, cluster.num_gpus) + "\n"
-        write_view(check_text(report) + read)
+        write_view(head + check_text(report) + read)
     problem = report.problem()
     if problem is not None:  # the report is on stdout; the reason is the one-line error (exit 1)
         from parplan_gen.inputs.errors import InputError
@@ -151,21 +167,54 @@ def check_text(report: CheckReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def megatron_line(path: str, report: CheckReport) -> str:
+def model_line(path: str, model: TrainedModel) -> str:
+    """One line on the model read from a Megatron-LM script (check without MODEL): its shape as
+    the script's arguments give it, and its parameters."""
+    from parplan_gen.inputs.safe_text import printable
+    from parplan_gen.models.any_model import transformer_of
+
+    spec = transformer_of(model)
+    if spec is None:  # a script states a transformer (backends/megatron/model_from_script.py)
+        return f"model: read from {printable(path)}: {model.title}"
+    shape = [
+        f"{spec.num_layers} layers",
+        f"hidden {spec.hidden_size}",
+        f"{spec.num_attention_heads} heads ({spec.num_kv_heads} query groups, width "
+        f"{spec.head_dim})",
+        f"{spec.mlp_kind} FFN {spec.ffn_hidden_size}" if spec.ffn_hidden_size else "",
+        f"{spec.num_experts} experts (top {spec.experts_per_token}, FFN "
+        f"{spec.moe_ffn_hidden_size}, {spec.num_moe_layers} MoE layers)"
+        if spec.is_moe
+        else "",
+        f"{spec.norm}",
+        f"{spec.position_embedding} positions {spec.max_position_embeddings}",
+        f"vocabulary {spec.vocab_size}" + (" tied" if spec.tied_embeddings else " untied"),
+    ]
+    described = ", ".join(part for part in shape if part)
+    name = printable(spec.name)
+    return f"model: read from {name}: {described} ({spec.total_params() / 1e9:.2f}B params)"
+
+
+def megatron_line(path: str, report: CheckReport, *, model_read: bool = False) -> str:
     """One line on what a Megatron-LM script says beside its layout: the arguments ignored (by
-    name), how many were read with no effect on the estimate (by group), and the FP8 recipe the
+    name), how many were read with no effect on the estimate (by group; with `model_read`, the
+    model's arguments are counted as read into the model instead), and the FP8 recipe the
     script runs where the estimate prices another (docs/backends.md, "What check reads of a
     Megatron-LM script")."""
-    from parplan_gen.backends.megatron.reader import megatron_arguments
+    from parplan_gen.backends.megatron.reader import MODEL_SHAPE, megatron_arguments
     from parplan_gen.cost.layout import fp8_recipe
 
     read = megatron_arguments(path)
     ignored = " ".join(read.ignored) or "none"
-    counts = ", ".join(f"{what} {len(names)}" for what, names in read.no_effect.items())
-    total = sum(len(names) for names in read.no_effect.values())
+    no_effect = dict(read.no_effect)
+    model = len(no_effect.pop(MODEL_SHAPE, ())) if model_read else 0
+    counts = ", ".join(f"{what} {len(names)}" for what, names in no_effect.items())
+    total = sum(len(names) for names in no_effect.values())
     line = (
         f"Megatron-LM arguments beside the layout: ignored {ignored}; "
-        f"read, no effect on the estimate: {total}" + (f" ({counts})" if counts else "")
+        + (f"read into the model: {model}; " if model_read else "")
+        + f"read, no effect on the estimate: {total}"
+        + (f" ({counts})" if counts else "")
     )
     estimate = report.estimate
     if estimate.plan.precision == "fp8" and estimate.backend is not None:

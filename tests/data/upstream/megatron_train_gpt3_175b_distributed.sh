@@ -1,8 +1,8 @@
 #!/bin/bash
 # A small copy of NVIDIA/Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh at tag
-# core_v0.16.1 (commit 55ac7082517c3878ae653c07c09c534b8aed49f6): its model, training and
-# model-parallel arguments and its torchrun line, as upstream writes them (the data and logging
-# arguments left out). tests/test_readers_upstream.py reads it.
+# core_v0.16.1 (commit 55ac7082517c3878ae653c07c09c534b8aed49f6): its model, training, parallel
+# and data arguments and torchrun line as upstream writes them (logging left out, the data
+# paths set above DATA_ARGS, not at the top). tests/test_readers_upstream.py reads it.
 
 GPT_MODEL_ARGS=(
     --num-layers 96 
@@ -24,7 +24,19 @@ MODEL_PARALLEL_ARGS=(
 	--pipeline-model-parallel-size 16 
 )
 
+VOCAB_FILE=$3 #<Specify path to file>/gpt2-vocab.json
+MERGE_FILE=$4 #<Specify path to file>/gpt2-merges.txt
+DATA_PATH=$5 #<Specify path and file prefix>_text_document
+
+DATA_ARGS=(
+    --data-path $DATA_PATH 
+    --vocab-file $VOCAB_FILE 
+    --merge-file $MERGE_FILE 
+    --split 949,50,1
+)
+
 torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py \
     ${GPT_MODEL_ARGS[@]} \
     ${TRAINING_ARGS[@]} \
-    ${MODEL_PARALLEL_ARGS[@]}
+    ${MODEL_PARALLEL_ARGS[@]} \
+    ${DATA_ARGS[@]}
