@@ -33,9 +33,13 @@ OTHER = [  # (model, gpus, gpu, global batch, seq len; None for a graph model)
 
 
 def best_of(repeat: int, fn: Callable[[], Any]) -> tuple[float, float, Any]:
-    """(best wall s, best CPU s, last result) over `repeat` runs."""
+    """(best wall s, best CPU s, last result) over `repeat` runs, each searching anew (the
+    planner's memo of repeated requests is emptied before each)."""
+    from parplan_gen.planning.planner import forget_searches
+
     walls, cpus, result = [], [], None
     for _ in range(repeat):
+        forget_searches()
         wall, cpu = time.perf_counter(), time.process_time()
         result = fn()
         walls.append(time.perf_counter() - wall)

@@ -21,7 +21,7 @@ import pytest
 
 from parplan_gen.cli.main import main
 from parplan_gen.inputs.safe_text import markdown, printable, printable_lines
-from parplan_gen.render.report import pin_text
+from parplan_gen.render.report_rows import pin_text
 
 from hostile_support import REPO, corpus
 

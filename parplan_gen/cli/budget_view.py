@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 def search_line(doc: PlanDocument) -> str | None:
     """`Search: pinned tp=2; bounds none; headroom 9.2 GiB per GPU (default: ...)`."""
-    from parplan_gen.render.report import search_rows
+    from parplan_gen.render.report_rows import search_rows
 
     rows = search_rows(doc)
     return "Search: " + "; ".join(f"{k} {v}" for k, v in rows) if rows else None
@@ -19,7 +19,7 @@ def search_line(doc: PlanDocument) -> str | None:
 
 def budget_lines(doc: PlanDocument) -> list[str]:
     """The budget section of the text view (empty without --tokens)."""
-    from parplan_gen.render.report import budget_rows
+    from parplan_gen.render.report_rows import budget_rows
 
     rows = budget_rows(doc)
     if not rows:
