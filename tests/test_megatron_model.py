@@ -169,8 +169,9 @@ QWEN3_MOE = {
 
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "llama-3-8b", "qwen3-moe-with-dense-layers"])
 def test_a_rendered_script_reads_back_as_its_model(name: str, tmp_path: Path) -> None:
-    """megatron_args.sh (MOCK_DATA: NullTokenizer with --vocab-size V) builds the model it was
-    rendered from, with V + 1 tokens padded up to a multiple of 128 (tp 1)."""
+    """megatron_args.sh (MOCK_DATA: NullTokenizer with --vocab-size V - 1, which adds its
+    end-of-document token) builds the model it was rendered from: V tokens, padded up to a
+    multiple of 128 (tp 1) as Megatron-LM pads any vocabulary."""
     model = spec_from_hf_dict(QWEN3_MOE, name=name) if "qwen" in name else load_model(name)
     cluster = load_cluster_spec({"gpus": 8, "gpu": "h100"})
     layout = build_layout(8, mbs=1, global_batch=64, seq_len=4096)
@@ -181,6 +182,6 @@ def test_a_rendered_script_reads_back_as_its_model(name: str, tmp_path: Path) ->
     path = tmp_path / "megatron_args.sh"
     path.write_text(render_files(doc, RenderOptions())["megatron_args.sh"], encoding="utf-8")
     read = megatron_model(path)
-    assert read.vocab_size == math.ceil((model.vocab_size + 1) / 128) * 128
+    assert read.vocab_size == math.ceil(model.vocab_size / 128) * 128
     mine = read.model_dump(exclude={"name", "model_type", "vocab_size"})
     assert mine == model.model_dump(exclude={"name", "model_type", "vocab_size"})

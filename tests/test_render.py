@@ -697,7 +697,8 @@ def test_megatron_arguments_follow_validate_args(rendered):
     assert "--moe-grouped-gemm" in args and "--bf16" in args  # grouped GEMM is bf16 only
     script = rendered["moe"]["megatron_args.sh"]
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in script  # tp 2, cp 2 on Hopper
-    assert "--mock-data --tokenizer-type NullTokenizer --vocab-size 32000" in script
+    # NullTokenizer adds its end-of-document token to --vocab-size: 31,999 + 1 = Mixtral's 32,000
+    assert "--mock-data --tokenizer-type NullTokenizer --vocab-size 31999" in script
 
 
 def test_deepspeed_config_api_matches_the_file(rendered):
@@ -736,7 +737,7 @@ def test_graph_facts_have_every_key_with_megatron_ones_none():
     transformer = facts(moe(), mapping)
     assert graph.keys() == transformer.keys()
     megatron = [k for k in graph if k.startswith("megatron.")]
-    assert len(megatron) == 59 and all(graph[k] is None for k in megatron)
+    assert len(megatron) == 60 and all(graph[k] is None for k in megatron)
     assert transformer["megatron.one_cuda_connection"] is True  # tp 2, cp 2 on Hopper
     assert (graph["model.kind"], graph["model.nodes"], graph["model.num_layers"]) == (
         "graph",

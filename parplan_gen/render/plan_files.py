@@ -296,6 +296,7 @@ def _megatron_context(
         "ub_skip_multicast": values["megatron.ub_skip_multicast"],
         "fsdp": values["megatron.fsdp"],
         "fsdp_many_connections": values["megatron.fsdp_many_connections"],
+        "mock_vocab_size": values["megatron.mock_vocab_size"],
         "notes": notes(mapping, meg.notes, values, ("megatron", version, "notes")),
     }
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+from parplan_gen.backends.megatron.model_from_script import NULL_EOD_TOKENS
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, fp8_recipe
 from parplan_gen.models.any_model import transformer_of
@@ -53,6 +54,7 @@ class MegatronSpelling:
     disable_bias_linear: bool
     add_qkv_bias: bool
     shared_expert_size: int | None
+    mock_vocab_size: int  # --vocab-size of the mock data's NullTokenizer (model_from_script)
     moe_layer_pattern: str | None  # None: every layer is MoE (or none is)
     grouped_gemm: bool
     alibi: bool
@@ -126,6 +128,9 @@ def _megatron_shape(spec: ModelSpec, layout: Layout, known: dict[str, Any]) -> d
         "disable_bias_linear": not spec.mlp_bias,
         "add_qkv_bias": spec.qkv_bias and not spec.mlp_bias,
         "shared_expert_size": shared if spec.is_moe and shared else None,
+        # NullTokenizer's size is --vocab-size plus its end-of-document token: one less gives
+        # the embedding the model's rows (padded as the priced model is).
+        "mock_vocab_size": spec.vocab_size - NULL_EOD_TOKENS,
         "moe_layer_pattern": _moe_pattern(spec),
         # validate_args: grouped GEMM needs bf16; it pays off with several experts per rank.
         "grouped_gemm": spec.is_moe and known["train.bf16"] and spec.num_experts // layout.ep > 1,

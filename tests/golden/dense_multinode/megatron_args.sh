@@ -127,7 +127,7 @@ if [[ -n "${DATA_PATH:-}" ]]; then
     )
 elif [[ "${MOCK_DATA:-}" == 1 ]]; then
     # Asked for: synthetic batches, so the script validates and smoke-runs without data.
-    DATA_ARGS=(--mock-data --tokenizer-type NullTokenizer --vocab-size 128256)
+    DATA_ARGS=(--mock-data --tokenizer-type NullTokenizer --vocab-size 128255)
 else
     echo "megatron_args.sh: DATA_PATH is not set: set it to the dataset prefix(es), or MOCK_DATA=1 for a smoke run on synthetic data" >&2
     exit 2
