@@ -53,7 +53,9 @@ def side(model: str = "llama-3-8b", gpus: int = 8, **layout: Any) -> Side:
     return Side(layout, model, gpus)
 
 
-FP8_8B = {"zero_stage": 3, "precision": "fp8", "global_batch": 8, "seq_len": 4096}
+# The small FP8 run most FP8 rules are judged on (its batch and length fit 8 H100s).
+FP8 = {"precision": "fp8", "global_batch": 8, "seq_len": 4096}
+FP8_8B = {"zero_stage": 3, **FP8}
 
 
 CASES = [
@@ -210,7 +212,7 @@ CASES = [
         "megatron.grad_reduce_bf16_needs_bf16",
         "megatron",
         fires=side(grad_reduce_dtype="bf16", precision="fp16", global_batch=8, seq_len=4096),
-        holds=side(grad_reduce_dtype="bf16", precision="fp8", global_batch=8, seq_len=4096),
+        holds=side(grad_reduce_dtype="bf16", **FP8),
     ),
     # megatron/core/transformer/transformer_config.py __post_init__: "fp8_param must be used
     # together with fp8 mode." (arguments.py passes --fp8-param-gather as fp8_param).
@@ -227,9 +229,7 @@ CASES = [
         holds=side(
             fp8_param_gather=True,
             distributed_optimizer=True,
-            precision="fp8",
-            global_batch=8,
-            seq_len=4096,
+            **FP8,
         ),
     ),
     # arguments.py validate_args: "--fp8-param-gather only supported with distributed optimizer,
@@ -237,13 +237,11 @@ CASES = [
     Case(
         "megatron.fp8_param_gather_needs_distributed_optimizer",
         "megatron",
-        fires=side(fp8_param_gather=True, precision="fp8", global_batch=8, seq_len=4096),
+        fires=side(fp8_param_gather=True, **FP8),
         holds=side(
             fp8_param_gather=True,
             distributed_optimizer=True,
-            precision="fp8",
-            global_batch=8,
-            seq_len=4096,
+            **FP8,
         ),
     ),
     # Megatron-LM runs --fp8-param-gather with Megatron-FSDP too; the rules price FP8 weights
@@ -252,15 +250,11 @@ CASES = [
     Case(
         "megatron.fp8_param_gather_not_with_fsdp",
         "megatron",
-        fires=side(
-            fp8_param_gather=True, zero_stage=2, precision="fp8", global_batch=8, seq_len=4096
-        ),
+        fires=side(fp8_param_gather=True, zero_stage=2, **FP8),
         holds=side(
             fp8_param_gather=True,
             distributed_optimizer=True,
-            precision="fp8",
-            global_batch=8,
-            seq_len=4096,
+            **FP8,
         ),
     ),
     # ---- DeepSpeed v0.19.8 ---------------------------------------------------------------
@@ -306,7 +300,7 @@ CASES = [
         "torchtitan.config_precision",
         "torchtitan",
         fires=side(zero_stage=3, precision="fp16", global_batch=8, seq_len=4096),
-        holds=side(zero_stage=3, precision="fp8", global_batch=8, seq_len=4096),
+        holds=side(zero_stage=3, **FP8),
     ),
     # components/quantization/float8.py Float8LinearConverter: has_cuda_capability(8, 9) or
     # has_rocm_capability(9, 4); an H100's FP8 peak on an Ampere part (SM 8.0) is refused, on
@@ -367,7 +361,7 @@ CASES = [
     Case(
         "accelerate.fp8_not_planned",
         "accelerate",
-        fires=side(zero_stage=3, precision="fp8", global_batch=8, seq_len=4096),
+        fires=side(zero_stage=3, **FP8),
         holds=side(zero_stage=3, precision="bf16", global_batch=8, seq_len=4096),
     ),
     # ---- op-graph models (ResNet-50; DeepSpeed / torchrun) -------------------------------
