@@ -38,6 +38,7 @@ from parplan_gen.render.compare_terms import (
     compare_file,
     differing,
     plan_fields,
+    saving,
     shown,
     tp_link,
     word,
@@ -195,7 +196,7 @@ def _sentences(
             "a": a.label, "b": b.label, "what": t.what,
             "a_value": row.shown[0], "b_value": row.shown[index],
             "delta": shown("", t.group, abs(va - vb)),
-            "saving": f"{(vb - va) / vb:.2%}" if vb else "-",
+            "saving": saving(va, vb),
             "because": _because(spec, cluster, t.drivers, a, b),
             "still_fits": said["still_fits"].format(capacity=gib(a.estimate.memory.capacity))
             if a.estimate.memory.fits else "",

@@ -111,6 +111,11 @@ def shown(term: str, group: str, value: float) -> str:
     return seconds(value) if group == "time" else f"{value:.1%}"
 
 
+def saving(va: float, vb: float) -> str:
+    """How much of `vb` the first value saves, in % (`-` where `vb` is 0)."""
+    return f"{(vb - va) / vb:.2%}" if vb else "-"
+
+
 def plan_fields(c: Column) -> dict[str, Any]:
     """The column's plan fields and its backend's name (`backend`), as drivers read them."""
     backend = c.estimate.backend and c.estimate.backend.name

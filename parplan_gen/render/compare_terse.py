@@ -24,6 +24,7 @@ from parplan_gen.render.compare_terms import (
     Terse,
     differing,
     plan_fields,
+    saving,
     shown,
     tp_link,
     word,
@@ -90,7 +91,7 @@ def _step(spec: CompareFile, a: Column, b: Column) -> str:
         "a_value": shown("step_s", "time", va),
         "b_value": shown("step_s", "time", vb),
         "delta": shown("", "time", abs(va - vb)),
-        "saving": f"{(vb - va) / vb:.2%}" if vb else "-",
+        "saving": saving(va, vb),
         "b_problem": spec.terse["b_problem"].format(b=b.key) if b.problem else "",
     }
     if fields["a_value"] == fields["b_value"]:

@@ -14,11 +14,15 @@ communication settings) is ignored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, get_args
 
 from parplan_gen.cost.layout import Layout
 from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
+from parplan_gen.inputs.reading import read_text
+from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, Seg, read_script_words
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping import LoadedMapping
 from parplan_gen.render.mapping_schema import MegatronArg, Scalar
@@ -78,6 +82,20 @@ def read_choice(value: Any, choices: tuple[Any, ...], where: SourceRef) -> Any:
         return value
     shown = ", ".join(repr(choice) for choice in choices)
     raise InputError(f"{shown_value(value)} is not one of ({shown})", where)
+
+
+def script_words(path: str | Path) -> list[Seg]:
+    """The words (and lines) of the launch script or argument list at `path` as bash expands
+    them, nothing run, the file capped at MAX_ARGUMENT_SCRIPT_BYTES (inputs/shell_script.py)."""
+    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
+    return read_script_words(text, str(path))
+
+
+def argument_value(words: Sequence[Seg], i: int) -> str:
+    """The value argparse gives the argument `words[i]`: its inline `--flag=value`, else the next
+    word ("" after the last)."""
+    _, eq, inline = words[i][0].partition("=")
+    return inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from parplan_gen.cost.layout import SIXTEEN_BIT, size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.source import Document, load_document
+from parplan_gen.planning.decisions import GRADIENT_BYTES, TYPE_BYTES
 from parplan_gen.planning.evaluate import named_formula
+from parplan_gen.render.checks import AUTO, COMMUNICATION_TYPES
 from parplan_gen.render.mapping_inverse import CHOICES, DeepSpeedKey, deepspeed_keys, read_choice
 from parplan_gen.render.template_env import Templates
 
@@ -34,7 +36,8 @@ if TYPE_CHECKING:
     from parplan_gen.rules.ruleset import RuleSet
 
 UNFILLED = "unfilled"  # {field: (why, where)}: the fields the check's flags must give
-AUTO = "auto"  # transformers integrations/deepspeed.py fills "auto" from the Trainer's arguments
+# AUTO (render/checks.py): transformers integrations/deepspeed.py fills "auto" from the
+# Trainer's arguments.
 # The sections that turn 16-bit training on (runtime/precision_config.py: bf16, or its older
 # name bfloat16 where bf16 is absent; fp16) and the precision each gives.
 PRECISION_SECTIONS = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16"}
@@ -45,13 +48,11 @@ OFFLOADS = ("offload_optimizer", "offload_param")
 OFFLOAD_DEVICES, NOT_OFFLOADED = ("none", "cpu", "nvme"), "none"
 OFFLOAD_SWITCHES = {"cpu_offload": "offload_optimizer", "cpu_offload_param": "offload_param"}
 ZERO = "zero_optimization"
-# ds_config.json's reduce type (DeepSpeed runtime/config.py get_communication_data_type: fp16,
-# bf16 or fp32) and its element sizes; GRAD_DEFAULT gives the size parplan writes for a layout
-# that names no reduce type (planning/decisions.py).
+# ds_config.json's reduce type (render/checks.py COMMUNICATION_TYPES: DeepSpeed runtime/config.py
+# get_communication_data_type) and its element sizes (planning/decisions.py TYPE_BYTES);
+# GRADIENT_BYTES (rules/cost/memory.yaml) gives the size parplan writes for a layout that names
+# no reduce type.
 COMMUNICATION_TYPE = ("communication_data_type",)
-COMMUNICATION_TYPES = ("fp16", "bf16", "fp32")
-TYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
-GRAD_DEFAULT = "grad_reduce_bytes"  # rules/cost/memory.yaml
 
 
 def deepspeed_values(
@@ -146,7 +147,7 @@ def _reduce_type(
         "plan.zero_stage": stage,
         "plan.grad_reduce_dtype": "default",
     }
-    default = named_formula(rules, GRAD_DEFAULT).evaluate(env)
+    default = named_formula(rules, GRADIENT_BYTES).evaluate(env)
     if TYPE_BYTES[said] == default and said in ("fp32", sixteen):
         return {}  # the layout's default
     if said == "fp16":

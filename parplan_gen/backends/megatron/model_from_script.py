@@ -37,13 +37,11 @@ from pydantic import ValidationError
 
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import ascii_decimal, whole_number
-from parplan_gen.inputs.reading import read_text
 from parplan_gen.inputs.safe_text import name_from_path
-from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
 from parplan_gen.models.training_settings import TrainingSettings
 from parplan_gen.models.transformer import ModelSpec
 from parplan_gen.models.transformer_shape import MAX_LAYERS, MAX_WIDTH
-from parplan_gen.render.mapping_inverse import read_choice
+from parplan_gen.render.mapping_inverse import argument_value, read_choice, script_words
 
 # What the model is read as: Megatron-LM's GPT model (pretrain_gpt.py, gpt_builders.py GPTModel).
 MODEL_TYPE = "gpt"
@@ -110,15 +108,14 @@ class _Arguments:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        words = read_script_words(read_text(path, max_bytes=MAX_ARGUMENT_SCRIPT_BYTES), path)
+        words = script_words(path)
         self.words = [word for word, _ in words]
         self.last: dict[str, tuple[str, int]] = {}
         self.index: dict[str, int] = {}  # flag -> the position of its last word
         for i, (word, line) in enumerate(words):
-            flag, eq, inline = word.partition("=")
+            flag = word.partition("=")[0]
             if flag.startswith("--"):
-                raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
-                self.last[flag] = (raw, line)
+                self.last[flag] = (argument_value(words, i), line)
                 self.index[flag] = i
 
     def said(self, flag: str) -> bool:

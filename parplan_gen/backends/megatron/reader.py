@@ -27,8 +27,6 @@ from parplan_gen.backends.megatron.facts import FSDP_STRATEGIES
 from parplan_gen.cost.layout import SIZE_LIMITS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
-from parplan_gen.inputs.reading import read_text
-from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
 from parplan_gen.inputs.validation import validated_file
 from parplan_gen.models.transformer_shape import MAX_LAYERS
 from parplan_gen.render.mapping import LoadedMapping
@@ -39,8 +37,10 @@ from parplan_gen.render.mapping_inverse import (
     LAYERS_PER_VIRTUAL_STAGE,
     MEGATRON_FSDP,
     MegatronFlag,
+    argument_value,
     megatron_flags,
     read_choice,
+    script_words,
 )
 from parplan_gen.render.template_env import Templates
 
@@ -118,17 +118,16 @@ def megatron_values(
 ) -> dict[str, Any]:
     """Layout fields set by a Megatron-LM argument list or launch script (other args ignored; a
     later argument overrides an earlier one, as Megatron-LM's argparse does)."""
-    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
 
     def where(line: int, flag: str = "") -> SourceRef:
         return SourceRef(str(path), line, path=flag)
 
-    words = read_script_words(text, str(path))
+    words = script_words(path)
     flags = _flags(Templates.at(templates_dir).mapping())
     out: dict[str, Any] = {}
     fp8 = False
     for i, (word, line) in enumerate(words):
-        flag, eq, inline = word.partition("=")
+        flag = word.partition("=")[0]
         reading = flags.get(flag)
         if reading is None:
             continue
@@ -136,7 +135,7 @@ def megatron_values(
         if reading.sets is not None and not reading.values:
             out.update([reading.sets])
             continue
-        raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
+        raw = argument_value(words, i)
         out.update(_megatron_value(flag, reading, raw, where(line), where(line, flag)))
     if fp8:  # an FP8 run keeps --bf16 for the rest (arguments.py: --fp8-format with --bf16)
         out.update([FP8])
@@ -221,8 +220,7 @@ def megatron_arguments(
     """What the script at `path` says beside its layout (`ArgumentsRead`): each `--name`
     argument of its commands, once, as the layout's (not listed), the model's shape (the
     mapping's MODEL_GROUPS), one of unpriced_arguments.yaml's groups, or ignored."""
-    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
-    words = read_script_words(text, str(path))
+    words = script_words(path)
     mapping = Templates.at(templates_dir).mapping()
     layout = set(_flags(mapping)) | {FP8_RECIPE_FLAG}
     group_of = {
@@ -239,11 +237,10 @@ def megatron_arguments(
     recipe = MEGATRON_FP8_RECIPE
     seen: set[str] = set()
     for i, (word, line) in enumerate(words):
-        flag, eq, inline = word.partition("=")
+        flag = word.partition("=")[0]
         if flag == FP8_RECIPE_FLAG:
-            raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
             where = SourceRef(str(path), line, path=flag)
-            recipe = read_choice(raw, FP8_RECIPE_CHOICES, where)
+            recipe = read_choice(argument_value(words, i), FP8_RECIPE_CHOICES, where)
         if len(flag) < 3 or not flag.startswith("--") or flag in seen or flag in layout:
             continue
         seen.add(flag)
@@ -260,17 +257,15 @@ def megatron_shape(path: str | Path, model: TrainedModel) -> None:
     """An InputError where the script at `path` states a model shape (SHAPE_ARGUMENTS, the last
     of each as argparse takes it; a value that is no whole number is not compared) that is not
     `model`'s, naming both and the line of the first that differs."""
-    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
-    words = read_script_words(text, str(path))
+    words = script_words(path)
     said = {word.partition("=")[0] for word, _ in words}
     stated: dict[str, tuple[int, int]] = {}  # flag -> (value, line)
     for i, (word, line) in enumerate(words):
-        flag, eq, inline = word.partition("=")
+        flag = word.partition("=")[0]
         if flag not in SHAPE_ARGUMENTS or NEEDS_SWITCH.get(flag, flag) not in said:
             continue
-        raw = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
         try:
-            stated[flag] = (whole_number(raw, sys.maxsize, minimum=0), line)
+            stated[flag] = (whole_number(argument_value(words, i), sys.maxsize, minimum=0), line)
         except ValueError:
             stated.pop(flag, None)
     facts = model.facts()

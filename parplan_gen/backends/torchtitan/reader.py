@@ -31,12 +31,12 @@ from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.inputs.safe_text import printable
-from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES, read_script_words
+from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES
 from parplan_gen.inputs.validation import validated_file
 from parplan_gen.models.transformer_shape import MAX_LAYERS
 from parplan_gen.planning.evaluate import named_formula
 from parplan_gen.render.mapping import LoadedMapping
-from parplan_gen.render.mapping_inverse import CHOICES, read_choice
+from parplan_gen.render.mapping_inverse import CHOICES, argument_value, read_choice, script_words
 from parplan_gen.render.mapping_schema import TorchtitanMapping
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
@@ -204,9 +204,8 @@ def torchtitan_values(
     """Layout fields (and precision) of a torchtitan launch line on `num_gpus` GPUs, for a model
     of `num_layers` layers: its config function's settings, then its overrides, under `rules`
     (the check's; None: the built-in rules, loaded only if the line needs a named formula)."""
-    text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
     ref = SourceRef(str(path))
-    said = _said(read_script_words(text, str(path)), mapping, ref)
+    said = _said(script_words(path), mapping, ref)
     if "module" in said and said["module"].text == CONFIG_MODULE:
         written = Path(path).parent / CONFIG_MODULE_FILE
         if not written.is_file():  # torchtitan_run.sh puts its own folder on PYTHONPATH
@@ -337,7 +336,7 @@ def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) 
     }
     out: dict[str, _Said] = {}
     for i, (word, line) in enumerate(words):
-        flag, eq, inline = word.partition("=")
+        flag = word.partition("=")[0]
         flag = flag.replace("-", "_").replace("__", "--", 1)  # tyro takes either spelling
         if flag in flags:
             key, switch = flags[flag]
@@ -345,7 +344,7 @@ def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) 
             if switch:
                 out["sequence_parallel"] = _Said(SWITCHES[key], where)
             else:
-                value = inline if eq else (words[i + 1][0] if i + 1 < len(words) else "")
+                value = argument_value(words, i)
                 out[key] = _Said(_checked(value, choices.get(key), where), where)
         for prefix, key in subcommands.items():
             if word.startswith(prefix):
