@@ -4,13 +4,12 @@ budget, and the front and the `days` / `budget` picks marked (planning/frontier.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from parplan_gen.api.plans import Plan, plan
+from parplan_gen.api.plans import Plan, plan, positive_number
 from parplan_gen.api.wording import parameter_wording
 from parplan_gen.cost.layout import check_sizes, size_problem
 from parplan_gen.cost.mfu_convention import convention_of
@@ -208,9 +207,5 @@ def _counts(gpus: int | Sequence[int]) -> list[int]:
 
 def _check_limit(flag: str, value: float | None) -> None:
     """`--days` / `--budget`: a number above 0 when given."""
-    if value is None:
-        return
-    if not (
-        isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
-    ):
+    if value is not None and not positive_number(value):
         raise InputError(f"{flag}: expected a number above 0, got {shown_value(value)}")

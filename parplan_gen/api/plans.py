@@ -304,8 +304,13 @@ def _check_deadline(days: float, tokens: float | str | None) -> None:
     """`days` is a number of days above 0, given with `tokens`."""
     if tokens is None:
         raise InputError("days: give tokens too (the deadline is for training that many tokens)")
-    if not (isinstance(days, int | float) and not isinstance(days, bool) and 0 < days < math.inf):
+    if not positive_number(days):
         raise InputError(f"days: expected a number of days above 0, got {days!r}")
+
+
+def positive_number(value: object) -> bool:
+    """`value` is a finite number above 0 (a bool is not a number here)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
 
 
 def _plan_by_deadline(

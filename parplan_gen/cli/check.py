@@ -7,6 +7,7 @@ when the layout does not run as given."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.common import (
@@ -99,17 +100,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     accum = values.pop("grad_accum", None)
     layout = build_layout(cluster.num_gpus, **values)
     check_accumulation(args.from_deepspeed, accum, layout)
-    read_from = (
-        "deepspeed"
-        if args.from_deepspeed
-        else "megatron"
-        if args.from_megatron
-        else "torchtitan"
-        if args.from_torchtitan
-        else "accelerate"
-        if args.from_accelerate
-        else None
-    )
+    read_from = next((name for name in READ_FROM if getattr(args, f"from_{name}")), None)
     report = check(
         spec,
         cluster,
@@ -208,13 +199,10 @@ def megatron_line(path: str, report: CheckReport, *, model_read: bool = False) -
     ignored = " ".join(read.ignored) or "none"
     no_effect = dict(read.no_effect)
     model = len(no_effect.pop(MODEL_SHAPE, ())) if model_read else 0
-    counts = ", ".join(f"{what} {len(names)}" for what, names in no_effect.items())
-    total = sum(len(names) for names in no_effect.values())
     line = (
         f"Megatron-LM arguments beside the layout: ignored {ignored}; "
         + (f"read into the model: {model}; " if model_read else "")
-        + f"read, no effect on the estimate: {total}"
-        + (f" ({counts})" if counts else "")
+        + _no_effect(no_effect)
     )
     estimate = report.estimate
     if estimate.plan.precision == "fp8" and estimate.backend is not None:
@@ -233,17 +221,22 @@ def accelerate_line(path: str, num_gpus: int) -> str:
 
     read = accelerate_reading(path, Templates.at(None).mapping(), num_gpus=num_gpus)
     ignored = " ".join(read.ignored) or "none"
-    counts = ", ".join(f"{what} {len(names)}" for what, names in read.no_effect.items())
-    total = sum(len(names) for names in read.no_effect.values())
-    return (
-        f"Accelerate keys beside the layout: ignored {ignored}; "
-        f"read, no effect on the estimate: {total}" + (f" ({counts})" if counts else "")
-    )
+    return f"Accelerate keys beside the layout: ignored {ignored}; {_no_effect(read.no_effect)}"
+
+
+def _no_effect(groups: Mapping[str, Sequence[str]]) -> str:
+    """`read, no effect on the estimate: 5 (logging 3, data 2)`: the names a reader read with no
+    effect on the estimate, counted in all and by group."""
+    counts = ", ".join(f"{what} {len(names)}" for what, names in groups.items())
+    total = sum(len(names) for names in groups.values())
+    return f"read, no effect on the estimate: {total}" + (f" ({counts})" if counts else "")
 
 
 # ---- reading existing layouts ------------------------------------------------------------------
 
 LAYOUT_FLAGS = (*(dest for dest, _, _ in LAYOUT_SIZES), "global_batch", "seq_len")
+# The backends whose file `--from-NAME` reads, in the order the first given names the backend.
+READ_FROM = ("deepspeed", "megatron", "torchtitan", "accelerate")
 
 
 def layout_values(

@@ -284,23 +284,14 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
 
 
 def search_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The search options given (`plan(search=...)`)."""
-    overlap = None if args.overlap_grad_reduce is None else args.overlap_grad_reduce == "on"
-    given = (
-        args.interleave,
-        args.sequence_parallel_with_tp,
-        overlap,
-        args.grad_reduce_dtype,
-        args.fp8_param_gather,
-    )
-    names = (
-        "interleave",
-        "sequence_parallel",
-        "overlap_grad_reduce",
-        "grad_reduce_dtype",
-        "fp8_param_gather",
-    )
-    return {k: v for k, v in zip(names, given, strict=True) if v is not None}
+    """The search options given (`plan(search=...)`), each read from its flag
+    (`search_choices.FLAGS`)."""
+    from parplan_gen.planning.search_choices import FLAGS
+
+    given = {name: getattr(args, flag[2:].replace("-", "_")) for name, flag in FLAGS.items()}
+    if given["overlap_grad_reduce"] is not None:
+        given["overlap_grad_reduce"] = given["overlap_grad_reduce"] == "on"
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def add_budget_options(parser: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ from parplan_gen.cli.common import (
     positive_int,
 )
 from parplan_gen.cli.exits import PROG
-from parplan_gen.cli.out_options import out_folder
+from parplan_gen.cli.out_options import add_force_option, out_folder
 from parplan_gen.models.kind import ANY_BACKEND
 
 if TYPE_CHECKING:
@@ -91,9 +91,7 @@ def add_frontier_command(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="plan the points in N processes (default: the CPUs this process may use)",
     )
-    parser.add_argument(
-        "--force", action="store_true", help="replace existing files whose content differs"
-    )
+    add_force_option(parser)
     parser.set_defaults(handler=_cmd_frontier)
 
 

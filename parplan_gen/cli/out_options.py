@@ -34,6 +34,13 @@ def add_render_commands(sub: Any) -> None:
     render.set_defaults(handler=_cmd_render)
 
 
+def add_force_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--force: what a command that writes into a folder does with the files already there."""
+    parser.add_argument(
+        "--force", action="store_true", help="replace existing files whose content differs"
+    )
+
+
 def add_render_options(parser: argparse.ArgumentParser) -> None:
     """--templates --force --hf-trainer --force-nccl-algo --megatron-version --deepspeed-version."""
     group = parser.add_argument_group("rendering")
@@ -44,9 +51,7 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
         help="folder of templates that override the built-in ones by relative name "
         "(e.g. DIR/nccl/nccl.env.j2, DIR/mapping.yaml)",
     )
-    group.add_argument(
-        "--force", action="store_true", help="replace existing files whose content differs"
-    )
+    add_force_option(group)
     group.add_argument(
         "--hf-trainer",
         action="store_true",

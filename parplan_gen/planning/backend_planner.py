@@ -587,11 +587,12 @@ def _least_per_sharding(options: list[MemoryOption]) -> list[MemoryOption]:
     best: dict[tuple[int, bool], MemoryOption] = {}
     for mem in options:
         key = (mem.zero_stage, mem.distributed_optimizer)
-        rank = (_GRAD_FRUGALITY.index(mem.grad_reduce_dtype), not mem.fp8_param_gather)
         held = best.get(key)
-        if held is None or rank < (
-            _GRAD_FRUGALITY.index(held.grad_reduce_dtype),
-            not held.fp8_param_gather,
-        ):
+        if held is None or _frugality(mem) < _frugality(held):
             best[key] = mem
     return list(best.values())
+
+
+def _frugality(mem: MemoryOption) -> tuple[int, bool]:
+    """How much memory `mem`'s gradients and parameters hold, least first."""
+    return _GRAD_FRUGALITY.index(mem.grad_reduce_dtype), not mem.fp8_param_gather
