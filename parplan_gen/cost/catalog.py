@@ -284,7 +284,7 @@ def _alias_map(doc: Document, section: str, entries: dict[str, Any]) -> dict[str
     names: dict[str, str] = {}
     for name, entry in entries.items():
         for alias in (name, *entry.aliases):
-            key = _normalize(alias)
+            key = normal_name(alias)
             if names.setdefault(key, name) != name:
                 raise InputError(f"name '{alias}' is used twice", doc.ref((section, name)))
     return names
@@ -372,13 +372,14 @@ def load_catalog() -> Catalog:
     )
 
 
-def _normalize(name: str) -> str:
+def normal_name(name: str) -> str:
+    """`name` as the catalog's name tables key it: case-insensitive, `_` and spaces as `-`."""
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
 def lookup(kind: str, name: str, names: dict[str, str], where: SourceRef | None = None) -> str:
     """The canonical name for `name` (case-insensitive, aliases allowed), or an InputError."""
-    key = _normalize(name)
+    key = normal_name(name)
     if key in names:
         return names[key]
     known = ", ".join(sorted(set(names.values())))

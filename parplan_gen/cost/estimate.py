@@ -11,8 +11,8 @@ to say (`planning.evaluate`), not for this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
@@ -64,10 +64,23 @@ class MemoryBreakdown(BaseModel):
     fits: bool  # the memory rules hold (planning.evaluate), not total <= capacity
 
 
-class TimeBreakdown(BaseModel):
-    """Seconds per optimizer step; step_s is what the parts add up to once overlap is applied."""
+class _Figures(BaseModel):
+    """Figures of which those named in OPTIONAL may be unknown (None: a plan.json written before
+    estimates carried them); an unknown one is left out (plan.json as older versions wrote it)."""
 
     model_config = _FROZEN
+    OPTIONAL: ClassVar[Collection[str]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_unknown(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k not in self.OPTIONAL}
+
+
+class TimeBreakdown(_Figures):
+    """Seconds per optimizer step; step_s is what the parts add up to once overlap is applied."""
+
+    OPTIONAL = EXPOSED_NAMES
     step_s: float
     compute_s: float
     tp_comm_s: float
@@ -85,12 +98,6 @@ class TimeBreakdown(BaseModel):
     tp_exposed_s: float | None = None
     dp_exposed_s: float | None = None
 
-    @model_serializer(mode="wrap")
-    def _without_unknown(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """An exposed part that is not known is left out (plan.json as older versions wrote it)."""
-        data = handler(self)
-        return {k: v for k, v in data.items() if v is not None or k not in EXPOSED_NAMES}
-
     @property
     def sync_batchnorm(self) -> bool:
         """Whether the plan synchronises BatchNorm statistics (PyTorch SyncBatchNorm), as the cost
@@ -100,24 +107,18 @@ class TimeBreakdown(BaseModel):
         return self.bn_comm_s > 0
 
 
-class Throughput(BaseModel):
+class Throughput(_Figures):
     """Rates over one step. The model FLOPs count the whole s x s attention-score matrix; the
     `*_causal*` figures count its causal half (rules/cost/throughput.yaml). None: a plan.json
     written before estimates carried them."""
 
-    model_config = _FROZEN
+    OPTIONAL = CAUSAL_PARTS
     tokens_per_s: float
     model_tflops_per_gpu: float
     hardware_tflops_per_gpu: float
     mfu: float
     model_tflops_causal_per_gpu: float | None = None
     mfu_causal: float | None = None
-
-    @model_serializer(mode="wrap")
-    def _without_unknown(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A causal figure that is not known is left out (plan.json as older versions wrote it)."""
-        data = handler(self)
-        return {k: v for k, v in data.items() if v is not None or k not in CAUSAL_PARTS}
 
 
 class BackendRef(BaseModel):

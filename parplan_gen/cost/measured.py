@@ -60,11 +60,15 @@ def rate(count: float, time_s: float, unit: float) -> float:
     return significant(count / time_s / unit)
 
 
-def _rate_problem(name: str, given: float, count: float, time_s: float, unit: float) -> str | None:
+def _check_rate(name: str, given: float, count: float, time_s: float, unit: float) -> None:
+    """ValueError when the rate `given` is not `count` / `time_s` in `unit` to the digits
+    written."""
     expected = count / time_s / unit
     if abs(given - expected) <= RATE_TOLERANCE * expected:
-        return None
-    return f"{name} ({given:g}) is not its count over time_s ({expected:.{SIGNIFICANT_DIGITS}g})"
+        return
+    raise ValueError(
+        f"{name} ({given:g}) is not its count over time_s ({expected:.{SIGNIFICANT_DIGITS}g})"
+    )
 
 
 def _unique(points: Sequence[P], key: Callable[[P], Hashable], what: str) -> None:
@@ -105,9 +109,7 @@ class GemmPoint(RawData):
 
     @model_validator(mode="after")
     def _consistent(self) -> GemmPoint:
-        problem = _rate_problem("tflops", self.tflops, self.flops, self.time_s, TERA)
-        if problem:
-            raise ValueError(problem)
+        _check_rate("tflops", self.tflops, self.flops, self.time_s, TERA)
         return self
 
 
@@ -140,9 +142,7 @@ class AttentionPoint(RawData):
 
     @model_validator(mode="after")
     def _consistent(self) -> AttentionPoint:
-        problem = _rate_problem("tflops", self.tflops, self.flops, self.time_s, TERA)
-        if problem:
-            raise ValueError(problem)
+        _check_rate("tflops", self.tflops, self.flops, self.time_s, TERA)
         return self
 
 
@@ -155,9 +155,7 @@ class MemoryBandwidth(RawData):
 
     @model_validator(mode="after")
     def _consistent(self) -> MemoryBandwidth:
-        problem = _rate_problem("gb_per_s", self.gb_per_s, self.bytes, self.time_s, GIGA)
-        if problem:
-            raise ValueError(problem)
+        _check_rate("gb_per_s", self.gb_per_s, self.bytes, self.time_s, GIGA)
         return self
 
 
@@ -173,9 +171,7 @@ class CollectivePoint(RawData):
 
     @model_validator(mode="after")
     def _consistent(self) -> CollectivePoint:
-        problem = _rate_problem("alg_gb_per_s", self.alg_gb_per_s, self.bytes, self.time_s, GIGA)
-        if problem:
-            raise ValueError(problem)
+        _check_rate("alg_gb_per_s", self.alg_gb_per_s, self.bytes, self.time_s, GIGA)
         return self
 
 

@@ -28,8 +28,6 @@ from parplan_gen.models.kind import BACKEND_NAMES
 
 DATA_FILE = "mfu_conventions.yaml"
 Attention = Literal["causal", "full"]
-# How a table header names each count (its cells all in one count).
-SHORT = {"causal": "causal", "full": "full"}
 
 
 class _Convention(RawData):
@@ -54,8 +52,9 @@ class MfuConvention:
 
     @property
     def short(self) -> str:
-        """`causal` or `full` (empty when the counts agree)."""
-        return SHORT[self.attention] if self.says else ""
+        """`causal` or `full`, as a table header names the count (empty when the counts
+        agree)."""
+        return self.attention if self.says else ""
 
     @property
     def header(self) -> str:

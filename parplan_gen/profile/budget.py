@@ -37,8 +37,8 @@ class Budget:
         """Whether a point of `sweep` may start now."""
         return time.monotonic() < self._deadline[sweep]
 
-    def left_out(self, sweep: str, count: int) -> str:
-        """Record that `count` points of `sweep` were not measured; the reason."""
+    def left_out(self, count: int) -> str:
+        """Record that `count` points were not measured; the reason."""
         self.stopped_early = True
         return f"{count} point(s) not measured: the budget of {self.budget_s:g} s ran out"
 

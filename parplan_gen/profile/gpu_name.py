@@ -6,13 +6,14 @@ or in the table of reported names the catalog does not spell (profile_sweeps.yam
 
 from __future__ import annotations
 
-from parplan_gen.cost.catalog import Catalog, load_catalog, lookup
+from parplan_gen.cost.catalog import Catalog, load_catalog, lookup, normal_name
 from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
 from parplan_gen.profile.sweeps import sweeps
 
 
 def _normal(name: str) -> str:
-    return "-".join(name.strip().lower().replace("_", "-").split())
+    # the catalog's key, with a run of white space (as a device may report it) one `-`
+    return normal_name(" ".join(name.split()))
 
 
 def catalog_gpu(given: str | None, device_name: str | None) -> str:

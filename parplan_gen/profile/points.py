@@ -70,4 +70,4 @@ def measure_points(
         finally:
             device.free()
     for curve, count in left_out.items():
-        results.skip(curve, budget.left_out(curve, count))
+        results.skip(curve, budget.left_out(count))
