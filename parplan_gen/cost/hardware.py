@@ -67,7 +67,11 @@ from parplan_gen.cost.launch_site import (
 from parplan_gen.cost.layout import MAX_GPUS, size_problem
 from parplan_gen.cost.measured import MeasuredFigures, measured_figures, validate_measured
 from parplan_gen.inputs.errors import InputError, SourceRef, UsageError, shown_value
-from parplan_gen.inputs.source import Document, is_finite_number, load_document
+from parplan_gen.inputs.source import (
+    Document,
+    is_finite_number,
+    load_mapping_document,
+)
 from parplan_gen.inputs.validation import validate
 
 FLAG_CLUSTER_NAME = "{gpus}x{gpu}"  # a cluster made from flags, e.g. 8xh100-sxm-80gb
@@ -329,10 +333,7 @@ def load_cluster(path: str | Path) -> Cluster:
 def load_cluster_file(path: str | Path) -> ClusterSetup:
     """Read a cluster file into its hardware, launch site and budget inputs; every mistake is
     an InputError at `file:line:col`."""
-    doc = load_document(path)
-    if not isinstance(doc.data, dict):
-        got = "an empty file" if doc.data is None else type(doc.data).__name__
-        raise InputError(f"a cluster file is a mapping of keys (got {got})", doc.ref())
+    doc = load_mapping_document(path, "a cluster file is a mapping of keys")
     spec = validate(ClusterFile, doc.data, doc)
     catalog = load_catalog()
     gpu_name = lookup("GPU", spec.gpu, catalog.gpu_names, doc.ref(("gpu",)))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from parplan_gen.inputs.defaults import MIB
-from parplan_gen.inputs.errors import SourceError, SourceRef
+from parplan_gen.inputs.errors import InputError, SourceError, SourceRef
 from parplan_gen.inputs.key_path import KeyPath, format_path
 from parplan_gen.inputs.number_text import number_problem
 from parplan_gen.inputs.reading import MAX_FILE_BYTES, read_text
@@ -196,6 +196,18 @@ def load_document(path: str | Path, *, max_bytes: int | None = None) -> Document
     cap = MAX_FILE_BYTES if max_bytes is None else max_bytes
     text = read_text(path, max_bytes=min(cap, MAX_YAML_BYTES) if kind == "yaml" else cap)
     return parse_document(text, str(path), kind)
+
+
+def load_mapping_document(
+    path: str | Path, expected: str, error: type[InputError] = InputError
+) -> Document:
+    """`load_document(path)` of a file whose top level must be a mapping; else `error`
+    `"<expected> (got an empty file | <type>)"` at the file's start."""
+    doc = load_document(path)
+    if not isinstance(doc.data, dict):
+        got = "an empty file" if doc.data is None else type(doc.data).__name__
+        raise error(f"{expected} (got {got})", doc.ref())
+    return doc
 
 
 def read_package_data(filename: str) -> Document:

@@ -35,7 +35,7 @@ from parplan_gen.cost.layout import Layout
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.key_path import KeyPath, format_path
 from parplan_gen.inputs.safe_text import NOT_PLAIN_NAME, is_plain, printable
-from parplan_gen.inputs.source import load_document
+from parplan_gen.inputs.source import load_mapping_document
 from parplan_gen.inputs.validation import validate
 from parplan_gen.models.any_model import AnyModelSpec, DocumentModel
 from parplan_gen.models.kind import BackendName
@@ -276,10 +276,7 @@ class PlanDocument(BaseModel):
 
 def load_plan_document(path: str | Path) -> PlanDocument:
     """Read plan.json; every mistake is a PlanDocumentError at `file:line:col`."""
-    doc = load_document(path)
-    if not isinstance(doc.data, dict):
-        got = "an empty file" if doc.data is None else type(doc.data).__name__
-        raise PlanDocumentError(f"plan.json holds one JSON object (got {got})", doc.ref())
+    doc = load_mapping_document(path, "plan.json holds one JSON object", PlanDocumentError)
     version = doc.data.get("format_version")
     if version != FORMAT_VERSION:
         raise PlanDocumentError(

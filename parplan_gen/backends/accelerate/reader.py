@@ -29,7 +29,7 @@ from parplan_gen.backends.accelerate.capabilities import FSDP2
 from parplan_gen.backends.deepspeed.reader import UNFILLED
 from parplan_gen.cost.layout import size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
-from parplan_gen.inputs.source import Document, load_document
+from parplan_gen.inputs.source import Document, load_mapping_document
 from parplan_gen.inputs.validation import validated_file
 from parplan_gen.render.mapping import LoadedMapping
 from parplan_gen.render.mapping_inverse import CHOICES, layout_field, read_choice
@@ -113,10 +113,7 @@ def accelerate_reading(
     path: str | Path, mapping: LoadedMapping, *, num_gpus: int
 ) -> AccelerateReading:
     """The whole reading of an accelerate_config.yaml (module docstring)."""
-    doc = load_document(str(path))
-    if not isinstance(doc.data, dict):
-        got = "an empty file" if doc.data is None else type(doc.data).__name__
-        raise InputError(f"an Accelerate config is a YAML mapping (got {got})", doc.ref())
+    doc = load_mapping_document(str(path), "an Accelerate config is a YAML mapping")
     said = _keys(doc)
     keys = accelerate_keys()
     for priced in keys.priced:

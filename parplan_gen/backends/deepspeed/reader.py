@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cost.layout import SIXTEEN_BIT, size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef
-from parplan_gen.inputs.source import Document, load_document
+from parplan_gen.inputs.source import Document, load_mapping_document
 from parplan_gen.planning.decisions import GRADIENT_BYTES, TYPE_BYTES
 from parplan_gen.planning.evaluate import named_formula
 from parplan_gen.render.checks import AUTO, COMMUNICATION_TYPES
@@ -64,10 +64,7 @@ def deepspeed_values(
     """Batch, pipeline stages, ZeRO stage, precision, (with a pipeline) recompute and the
     gradients' reduce type of a DeepSpeed ds_config.json; `rules`: the check's (None: the
     built-in ones, loaded only if the file names a communication_data_type)."""
-    doc = load_document(str(path))
-    if not isinstance(doc.data, dict):
-        got = "an empty file" if doc.data is None else type(doc.data).__name__
-        raise InputError(f"a DeepSpeed config is a JSON object (got {got})", doc.ref())
+    doc = load_mapping_document(str(path), "a DeepSpeed config is a JSON object")
     _refuse_offload(doc)
     out: dict[str, Any] = {}
     unfilled: dict[str, tuple[str, SourceRef]] = {}
