@@ -17,7 +17,13 @@ stated properties of the cost model:
   gradients and FP8 parameters: if the most frugal candidates of a (structure, vpp) do not fit,
   none does; once an option does not fit at some mbs, it does not fit at a larger one;
 * recomputation never makes a fixed layout faster: with objective `time`, a recomputing variant
-  of a layout that fits with less recomputation is counted as dominated.
+  of a layout that fits with less recomputation is counted as dominated;
+* the cost model's optional `time.floor_s` never exceeds `time.step_s` (checked on every
+  candidate estimated in full): given a `cutoff` (the planner's K-th best step time on the
+  backends searched before), a candidate that fits but whose floor already exceeds it cannot
+  rank and is counted as outranked, without its other time figures. A candidate without
+  context parallelism is kept to the slower of the cutoff and `cutoff_no_cp` (the best such
+  step found before), so that the best layout without it (`SearchResult.without_cp`) is exact.
 
 Every candidate that is not ranked is counted under the first rule that removed it, with the
 values of the plan fields that rule reads (a pruned candidate counts under the verdict of the
@@ -33,9 +39,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, NamedTuple, Protocol
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any, NamedTuple
 
 from parplan_gen.cost.estimate import Estimate, Figures
 from parplan_gen.cost.layout import plan_values
@@ -43,11 +47,11 @@ from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind
 from parplan_gen.planning.constraints import Violation, figures_read, first_violation, names_read
 from parplan_gen.planning.evaluate import Evaluator
-from parplan_gen.planning.rejections import Refusal, Rejection, tally
+from parplan_gen.planning.rejections import Refusal, tally
+from parplan_gen.planning.search_result import SearchResult, ranking_key
 from parplan_gen.planning.search_space import (
     RECOMPUTE,
     MemoryOption,
-    Objective,
     Request,
     Structure,
     layout_of,
@@ -60,6 +64,9 @@ from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 DOMINATED = "dominated: fits with less recomputation, which is never slower"
 _DOMINATED = Refusal(None, DOMINATED)  # the search's own pruning: no rule, no plan field
+OUTRANKED = "outranked: fits, but slower than the best plans of the backends searched first"
+_OUTRANKED = Refusal(None, OUTRANKED)
+FLOOR, STEP = "time_floor_s", "time_step_s"  # a time the step never goes below; the step
 STRUCTURE, VIRTUAL, MICRO, MEMORY = range(4)  # search levels
 # The plan.* names each level sets: a Structure, vpp, the micro-batch split, a MemoryOption.
 STRUCTURE_NAMES, MEMORY_NAMES = (
@@ -104,73 +111,11 @@ _GRAD_FRUGALITY = ("bf16", "default", "fp32")
 _UNSEEN = object()
 
 
-class Sizes(Protocol):
-    """The parallel sizes of a layout (a Layout, or a candidate of the search)."""
-
-    @property
-    def dp(self) -> int: ...
-    @property
-    def tp(self) -> int: ...
-    @property
-    def pp(self) -> int: ...
-    @property
-    def cp(self) -> int: ...
-    @property
-    def ep(self) -> int: ...
-    @property
-    def vpp(self) -> int: ...
-
-
-class SearchResult(BaseModel):
-    """What one search found, before `api.plan` makes it a plan document: the best K estimates
-    (the closest when nothing fits), the rejections by rule and how much was searched."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    candidates: list[Estimate]  # best first; empty only for one backend's part of a search
-    rejections: list[Rejection]  # by rule, most first
-    feasible: bool  # False: nothing fits; the candidates are the closest, least memory first
-    objective: Objective
-    searched: int  # candidates in the search space: ranked ones plus every rejected one
-    evaluated: int  # candidates the cost model estimated
-    # The rules that bound the search (`bounds_search`) and left some layout out of it: each
-    # one's reason for the first layout it left out, `[rule id, bounds the search]` (not
-    # candidates: not counted).
-    bounded: list[str] = []
-
-    @property
-    def chosen(self) -> Estimate:
-        """The best candidate."""
-        return self.candidates[0]
-
-    @property
-    def rejected(self) -> dict[str, int]:
-        """Each rule's rejections as plan.json counts them: label -> candidates, most first."""
-        return {r.label: r.layouts for r in self.rejections}
-
-
 class _Scored(NamedTuple):
     key: tuple[float, ...]
     order: int
     plan: Candidate
     figures: dict[str, float]
-
-
-PARALLEL_DIMS = ("dp", "tp", "pp", "vpp", "cp", "ep")  # etp is tensor parallelism
-
-
-def parallel_dims(plan: Sizes) -> tuple[str, ...]:
-    """The layout's parallel dimensions above 1 (`dp`, `tp`, ...): the fewer, the simpler to run
-    and to debug; the ranking's last key."""
-    return tuple(name for name in PARALLEL_DIMS if getattr(plan, name) > 1)
-
-
-def ranking_key(
-    figures: Mapping[str, float], plan: Sizes, objective: Objective
-) -> tuple[float, ...]:
-    """Objective first, then the other figure, then fewer parallel dimensions."""
-    dims = len(parallel_dims(plan))
-    time, memory = figures["time_step_s"], figures["memory_total"]
-    return (time, memory, dims) if objective == "time" else (memory, time, dims)
 
 
 # ---- figures and rules as the search uses them -----------------------------------------------
@@ -260,18 +205,28 @@ class BackendPlanner:
             )
         memory_needs = {n for c in self.memory_rules for n in figures_read(c)}
         self.memory_figures = Figures(self.cost, memory_needs, memory=True)
-        self.time_figures = Figures(self.cost, needed - memory_needs, memory=False)
+        # the step's floor, where the cost model gives one (none: every candidate in full)
+        self.floored = ("time", FLOOR.removeprefix("time_")) in self.cost.formulas
+        floor = {FLOOR} if self.floored else set()
+        self.time_figures = Figures(self.cost, (needed - memory_needs) | floor, memory=False)
+        self.floor_figures = Figures(self.cost, floor, memory=False)
         self.cases = {c.rule.id: _case(c) for c in self.constraints.all}
 
-    def plan(self, request: Request) -> SearchResult:
+    def plan(
+        self, request: Request, cutoff: float | None = None, cutoff_no_cp: float | None = None
+    ) -> SearchResult:
         """Search the request's candidates on this backend and rank those that pass (module
-        docstring); no candidate at all is an empty result. No advice: `planning.advice.advise`
-        adds it."""
+        docstring); no candidate at all is an empty result. With a `cutoff` (a step time that
+        `request.top` candidates of other backends reach), a candidate whose compute alone
+        exceeds it is outranked (one with cp 1: only beyond `cutoff_no_cp` too, the best step
+        without context parallelism found elsewhere). No advice: `planning.advice.advise` adds
+        it."""
         if request.spec.kind != self.kind:
             raise ValueError(f"a planner for {self.kind} models got {request.spec.name}")
         if request.options.backend != self.backend:
             raise ValueError(f"a {self.backend} planner got options for {request.options.backend}")
-        search = _Search(self, request)
+        floored = self.floored and request.objective == "time"
+        search = _Search(self, request, cutoff if floored else None, cutoff_no_cp)
         search.run()
         return search.result()
 
@@ -282,8 +237,19 @@ class BackendPlanner:
 class _Search:
     """One run: the environment it mutates, the counts, and the scored candidates."""
 
-    def __init__(self, planner: BackendPlanner, request: Request) -> None:
-        self.p, self.r = planner, request
+    def __init__(
+        self,
+        planner: BackendPlanner,
+        request: Request,
+        cutoff: float | None,
+        cutoff_no_cp: float | None,
+    ) -> None:
+        self.p, self.r, self.cutoff = planner, request, cutoff
+        # a candidate with cp 1 is outranked only past both (none found elsewhere: never)
+        self.cutoff_no_cp = (
+            None if cutoff is None or cutoff_no_cp is None else max(cutoff, cutoff_no_cp)
+        )
+        self.no_cp: _Scored | None = None  # the best fitting candidate with cp 1
         self.env: dict[str, object] = planner.cost.base_env(
             request.spec,
             request.cluster,
@@ -296,7 +262,7 @@ class _Search:
         self.rejected: Counter[Refusal] = Counter()
         self.fitting: list[_Scored] = []
         self.unfit: list[_Scored] = []  # broke a memory rule only: the closest candidates
-        self.evaluated = self.searched = 0
+        self.evaluated = self.searched = self.outranked = 0
         self._cache: dict[Candidate, tuple[dict[str, float], Refusal | None]] = {}
         self._memo: list[dict[tuple[Any, ...], Refusal | None]] = [{} for _ in planner.levels]
         self._cases: dict[tuple[Any, ...], Refusal] = {}
@@ -457,18 +423,24 @@ class _Search:
         self._set_memory(mem)
         plan = Candidate(*prefix, *mem)
         figures, found = self._assess(plan)
-        if found is None:
-            self._keep(self.fitting, plan, figures)
+        if found is None or found is _OUTRANKED:
+            if found is None:
+                self._keep(self.fitting, plan, figures)
+                if plan.cp == 1 and (self.no_cp is None or self.fitting[-1].key < self.no_cp.key):
+                    self.no_cp = self.fitting[-1]
+            else:
+                self.rejected[found] += 1
+                self.outranked += 1
             fitted.add(sharding)
             return
         self.rejected[found] += 1
-        if "time_step_s" not in figures:  # broke a memory rule
+        if STEP not in figures:  # broke a memory rule
             failed[mem] = found
             self._keep(self.unfit, plan, figures)
 
     def _assess(self, plan: Candidate) -> tuple[dict[str, float], Refusal | None]:
-        """The candidate's figures and the first estimate rule it breaks; the time figures are
-        computed only when the memory rules hold."""
+        """The candidate's figures and the first estimate rule it breaks (or `_OUTRANKED`); the
+        time figures are computed only when the memory rules hold."""
         cached = self._cache.get(plan)
         if cached is not None:
             return cached
@@ -477,10 +449,25 @@ class _Search:
         figures = self.p.memory_figures(self.env, memo)
         found = self._check(self.p.memory_rules, figures, memo)
         if found is None:
-            figures.update(self.p.time_figures(self.env, memo))
-            found = self._check(self.p.other_rules, figures, memo)
+            found = self._time(figures, memo)
         self._cache[plan] = figures, found
         return figures, found
+
+    def _time(self, figures: dict[str, float], memo: dict[str, object]) -> Refusal | None:
+        """Add the time figures of a candidate that fits and check the other estimate rules;
+        `_OUTRANKED` when its compute alone passes the cutoff (module docstring)."""
+        cutoff = self.cutoff if self.env["plan.cp"] != 1 else self.cutoff_no_cp
+        if cutoff is not None:
+            figures.update(self.p.floor_figures(self.env, memo))
+            if figures[FLOOR] > cutoff:
+                return _OUTRANKED
+        figures.update(self.p.time_figures(self.env, memo))
+        if FLOOR in figures and figures[FLOOR] > figures[STEP] * (1 + 1e-9):
+            raise RuleError(
+                f"the estimate figure time.step_s ({figures[STEP]:.6g} s) is below time.floor_s "
+                f"({figures[FLOOR]:.6g} s), which must never exceed it (docs/rules.md, estimate)"
+            )
+        return self._check(self.p.other_rules, figures, memo)
 
     def _check(
         self,
@@ -548,7 +535,7 @@ class _Search:
             self._set_memory(mem)
             plan = Candidate(*head, vpp, mbs, accum, *mem)
             figures, found = self._assess(plan)
-            if "time_step_s" in figures:  # it fits memory: no bound
+            if found is _OUTRANKED or STEP in figures:  # it fits memory: no bound
                 return None
             broken.append((figures["memory_total"], found, plan))  # type: ignore[arg-type]
         for _, _, plan in broken if keep else ():
@@ -558,9 +545,10 @@ class _Search:
     def result(self) -> SearchResult:
         """The ranked result; the closest candidates (least memory) when nothing fits."""
         top = heapq.nsmallest(self.r.top, self.fitting, key=lambda s: (s.key, s.order))
-        feasible = bool(top)
+        feasible = bool(top) or self.outranked > 0  # outranked ones fit: no candidate to show
         if not feasible:
             top = heapq.nsmallest(self.r.top, self.unfit, key=lambda s: (s.key, s.order))
+        no_cp = self.no_cp if top and top[0].plan.cp > 1 and feasible else None
         return SearchResult(
             candidates=[self.estimate(s.plan) for s in top],
             rejections=tally(self.rejected),
@@ -571,6 +559,7 @@ class _Search:
             bounded=[
                 f"{reason} [{rule}, bounds the search]" for rule, reason in self.bounded.items()
             ],
+            without_cp=None if no_cp is None else self.estimate(no_cp.plan),
         )
 
     def estimate(self, plan: Candidate) -> Estimate:

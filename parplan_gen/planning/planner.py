@@ -17,8 +17,9 @@ from typing import NamedTuple
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.kind import BackendName, ModelKind
-from parplan_gen.planning.backend_planner import BackendPlanner, SearchResult, ranking_key
+from parplan_gen.planning.backend_planner import BackendPlanner
 from parplan_gen.planning.rejections import Rejection, merge
+from parplan_gen.planning.search_result import SearchResult, ranking_key
 from parplan_gen.planning.search_space import Objective, Request
 from parplan_gen.rules.ruleset import RuleSet
 
@@ -83,7 +84,12 @@ class Planner:
         problem = limits.world_problem(request.cluster.num_gpus, request.global_batch)
         if problem:
             raise PlanError(f"no layout meets the pins: {problem}")
-        found = [self.on(b).plan(replace(request, options=request.options.on(b))) for b in order]
+        found: list[SearchResult] = []
+        for backend in order:  # each backend's search skips what the ones before outrank
+            part = replace(request, options=request.options.on(backend))
+            no_cp = _best_without_cp(found, request.objective)
+            step = None if no_cp is None else no_cp.time.step_s
+            found.append(self.on(backend).plan(part, _cutoff(found, request.top), step))
         rejections = merge(part.rejections for part in found)
         feasible = any(part.feasible and part.candidates for part in found)
         pool = [
@@ -103,6 +109,10 @@ class Planner:
                 raise PlanError(pinned_out(limits.describe(), world, name, reasons, order), lead)
             raise PlanError(f"no layout of {world} GPUs can run {name}: {reasons}", lead)
         top = heapq.nsmallest(request.top, pool, key=lambda r: (r.rank, r.backend))
+        best = top[0].estimate
+        no_cp = (
+            _best_without_cp(found, request.objective) if feasible and best.plan.cp > 1 else None
+        )
         return SearchResult(
             candidates=[r.estimate for r in top],
             rejections=rejections,
@@ -111,7 +121,28 @@ class Planner:
             searched=sum(p.searched for p in found),
             evaluated=sum(p.evaluated for p in found),
             bounded=bounded,
+            without_cp=no_cp,
         )
+
+
+def _cutoff(found: list[SearchResult], top: int) -> float | None:
+    """The step time that `top` fitting candidates of the backends searched so far reach (the
+    `top`-th best), or None while fewer fit: a later candidate slower than it cannot rank."""
+    steps = sorted(c.time.step_s for part in found if part.feasible for c in part.candidates)
+    return steps[top - 1] if len(steps) >= top else None
+
+
+def _best_without_cp(found: list[SearchResult], objective: Objective) -> Estimate | None:
+    """The best fitting candidate with cp 1 of the backends searched so far: among their
+    candidates, and each one's `without_cp` (None: none has one)."""
+    pool = [
+        e
+        for part in found
+        if part.feasible
+        for e in (*part.candidates, *([part.without_cp] if part.without_cp else []))
+        if e.plan.cp == 1
+    ]
+    return min(pool, key=lambda e: candidate_rank(e, objective, True), default=None)
 
 
 def _lead(rejections: list[Rejection]) -> str | None:

@@ -21,9 +21,9 @@ from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.mfu_convention import MfuConvention, convention_of
 from parplan_gen.cost.published import load_published
 from parplan_gen.inputs.safe_text import markdown
-from parplan_gen.planning.backend_planner import parallel_dims
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.evaluate import Evaluation
+from parplan_gen.planning.search_result import parallel_dims
 from parplan_gen.render.checks import RenderError
 from parplan_gen.render.compare_terms import (
     COMPARE_FILE,
@@ -284,7 +284,7 @@ def tied(doc: PlanDocument, error: float) -> list[Estimate]:
 def tie_sentences(doc: PlanDocument) -> list[str]:
     """When the top candidates' steps are within the cost model's cross-validated error
     (parplan_gen/data/published_best.yaml `model_error`): that they are tied, and which of
-    them has the fewest parallel dimensions (planning/backend_planner.parallel_dims), the one
+    them has the fewest parallel dimensions (planning/search_result.parallel_dims), the one
     to prefer; the chosen plan stays the planner's. Empty when the runner-up is outside it."""
     data = load_published()
     found = tied(doc, data.model_error)
