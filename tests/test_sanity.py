@@ -35,6 +35,7 @@ from parplan_gen.planning.sanity import (
     fp8_warnings,
     mfu_warning,
     sanity_warnings,
+    short_context_warning,
 )
 
 from conftest import VENDORED_RUNS, run_entries
@@ -355,3 +356,35 @@ def test_each_best_runs_shape_and_mfu_are_its_calibration_rows() -> None:
         assert found == tuple(shape.values()), best["run"]
         checked += 1
     assert checked == 9
+
+
+# ---- context parallelism at short sequences ---------------------------------------------------
+
+
+def test_context_parallelism_below_8k_tokens_per_rank_says_what_it_is_worth() -> None:
+    """The Megatron Core guide names CP for 8K+ token sequences: cp 2 at seq 8192 (4,096 per
+    rank) is explained against the search's best layout without CP (its step, its slowdown and
+    the recomputation it needs), or said to be the only one that fits; cp 2 at seq 16384
+    (8,192 per rank) and cp 1 are not; without a search the note points at `parplan plan`."""
+    data = load_published()
+    assert data.cp_min_tokens == 8192 and "8K+ Tokens" in data.cp_source
+    cp2 = _estimate("llama-3-8b", "h100", 16, 0.3, global_batch=64, seq_len=8192, cp=2)
+    no_cp = _estimate(
+        "llama-3-8b", "h100", 16, 0.3, global_batch=64, seq_len=8192, recompute="full"
+    )
+    # the figures as given, whatever the cost model says of these two layouts
+    cp2 = cp2.model_copy(update={"time": cp2.time.model_copy(update={"step_s": 2.0})})
+    no_cp = no_cp.model_copy(update={"time": no_cp.time.model_copy(update={"step_s": 2.5})})
+    said = short_context_warning(cp2, data, True, no_cp)
+    assert said is not None and "(cp 2) at 4,096 tokens per rank" in said
+    assert said.endswith(
+        "the best layout without it (dp 16 tp 1 pp 1) takes 2.5 s per step, with full "
+        "recomputation (+25% against 2 s), so the planner keeps it"
+    )
+    alone = short_context_warning(cp2, data, True, None)
+    assert alone is not None and alone.endswith("no layout without it fits in memory")
+    unsearched = short_context_warning(cp2, data, False, None)
+    assert unsearched is not None and "`parplan plan` without a cp pin" in unsearched
+    long = _estimate("llama-3-8b", "h100", 16, 0.3, global_batch=64, seq_len=16384, cp=2)
+    assert short_context_warning(long, data, True, None) is None
+    assert short_context_warning(no_cp, data, True, None) is None

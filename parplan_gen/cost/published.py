@@ -96,6 +96,14 @@ class ModelError(RawData):
     source: str = Field(min_length=1)
 
 
+class ContextParallel(RawData):
+    min_tokens_per_rank: PositiveInt = Field(
+        description="Tokens per rank (sequence / cp) below which a plan with context "
+        "parallelism says what the best layout without it gives."
+    )
+    source: str = Field(min_length=1)
+
+
 class _File(RawData):
     margin: Margin
     classes: dict[str, SizeClass]
@@ -103,6 +111,7 @@ class _File(RawData):
     fp8_calibrated: FP8Calibrated
     calibrated: Calibrated
     model_error: ModelError
+    context_parallel: ContextParallel
 
 
 @dataclass(frozen=True)
@@ -196,6 +205,8 @@ class Published:
     calibrated_generations: dict[Architecture, str]  # generation -> the runs fitted on it
     model_error: float  # the cost model's cross-validated MAPE, a fraction
     model_error_source: str
+    cp_min_tokens: int  # tokens per rank below which context parallelism is explained
+    cp_source: str
     origin: str  # the data file, for the warnings' text
 
     def size_class(self, params: float, moe: bool) -> str:
@@ -277,6 +288,8 @@ def published_from(doc: Document) -> Published:
         calibrated_generations=dict(data.calibrated.generations),
         model_error=data.model_error.mape_pct / PERCENT,
         model_error_source=" ".join(data.model_error.source.split()),
+        cp_min_tokens=data.context_parallel.min_tokens_per_rank,
+        cp_source=" ".join(data.context_parallel.source.split()),
         origin=doc.name,
     )
 

@@ -1,13 +1,15 @@
 """Sanity warnings on a plan or an estimate: visible lines, never errors.
 
-Four checks, each against data with its sources (`cost.published`, the shipped
+Five checks, each against data with its sources (`cost.published`, the shipped
 `parplan_gen/data/published_best.yaml`):
   - the sequence length is beyond the model's trained context (its `max_position_embeddings`);
   - a transformer on a GPU generation that no calibration run of the cost model ran on;
   - FP8 on a GPU generation or a model family that no published FP8 run covers;
   - the predicted MFU is above the best published run of the plan's class (GPU generation,
     model-size class, precision) by more than the file's margin, both counted on the causal
-    half of the attention scores (the file's header says why).
+    half of the attention scores (the file's header says why);
+  - context parallelism at fewer tokens per rank than the file's `context_parallel` bound: what
+    the best layout without it gives (a plan's search found it), or that none fits.
 plan.json keeps them (`PlanDocument.warnings`); the text views of plan, estimate and check and
 plan.md show them.
 """
@@ -123,11 +125,51 @@ def mfu_warning(
     )
 
 
-def sanity_warnings(model: TrainedModel, cluster: Cluster, estimate: Estimate) -> list[str]:
-    """Every sanity warning on `estimate` of `model` on `cluster`, in the order above."""
+def short_context_warning(
+    estimate: Estimate, data: Published, searched: bool, without_cp: Estimate | None
+) -> str | None:
+    """(e) Context parallelism below the file's tokens per rank: where a search that allowed
+    cp 1 chose the plan (`searched`), what the best layout without it gives (`without_cp`;
+    None: none fits)."""
+    layout = estimate.plan
+    tokens = layout.seq_len // layout.cp
+    if layout.cp == 1 or tokens >= data.cp_min_tokens:
+        return None
+    said = (
+        f"context parallelism (cp {layout.cp}) at {tokens:,} tokens per rank, below the "
+        f"{data.cp_min_tokens:,}-token sequences it is meant for ({data.cp_source}): "
+    )
+    if not searched:
+        return said + (
+            "a search that allows cp 1 (`parplan plan` without a cp pin) compares it with the "
+            "best layout without it"
+        )
+    if without_cp is None:
+        return said + "no layout without it fits in memory"
+    step, other, best = estimate.time.step_s, without_cp.time.step_s, without_cp.plan
+    needs = "" if best.recompute == "none" else f", with {best.recompute} recomputation"
+    sizes = f"dp {best.dp} tp {best.tp} pp {best.pp}"
+    return said + (
+        f"the best layout without it ({sizes}) takes {other:.3g} s per step{needs} "
+        f"({other / step - 1:+.0%} against {step:.3g} s), so the planner keeps it"
+    )
+
+
+def sanity_warnings(
+    model: TrainedModel,
+    cluster: Cluster,
+    estimate: Estimate,
+    *,
+    searched: bool = False,
+    without_cp: Estimate | None = None,
+) -> list[str]:
+    """Every sanity warning on `estimate` of `model` on `cluster`, in the order above;
+    `searched`: the chosen layout of a plan whose search allowed cp 1, `without_cp` that
+    search's best layout with cp 1."""
     data = load_published()
     layout = estimate.plan
     found = [context_warning(model, layout.seq_len), generation_warning(model, cluster, data)]
     found += fp8_warnings(model, cluster, layout.precision, data)
     found.append(mfu_warning(model, cluster, estimate, data))
+    found.append(short_context_warning(estimate, data, searched, without_cp))
     return [w for w in found if w is not None]
