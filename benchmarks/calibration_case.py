@@ -303,6 +303,8 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         notes.append(facts.p2p_overlap_reason)
     if not facts.moe_a2a_overlap and layout.ep > 1:
         notes.append(facts.moe_a2a_overlap_reason)
+    if not facts.zero3_overlap and layout.zero_stage == 3:
+        notes.append(facts.zero3_overlap_reason)
     memory = (entry.get("measured") or {}).get("memory_gib_per_gpu")
     return Case(
         entry["name"],
@@ -323,6 +325,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         tp_comm_overlap=facts.tp_comm_overlap,
         p2p_overlap=facts.p2p_overlap,
         moe_a2a_overlap=facts.moe_a2a_overlap,
+        zero3_overlap=facts.zero3_overlap,
         chunked_loss=facts.chunked_loss,
         validation=facts.validation,
     )

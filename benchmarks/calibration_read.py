@@ -109,6 +109,7 @@ class Case:
     tp_comm_overlap: bool = True  # the source's framework could overlap TP traffic
     p2p_overlap: bool = True  # the source's Megatron-LM could overlap pipeline transfers
     moe_a2a_overlap: bool = True  # the source's recipe hid the expert all-to-alls where it could
+    zero3_overlap: bool = True  # the source's DeepSpeed ran ZeRO-3 traffic beside compute
     chunked_loss: bool = False  # the source's torchtitan computed the loss in sequence chunks
     validation: bool = False  # a validation row (its source says so): never fitted on
 
@@ -128,6 +129,8 @@ class Case:
             env["train.p2p_overlap"] = False
         if not self.moe_a2a_overlap:
             env["train.moe_a2a_overlap"] = False
+        if not self.zero3_overlap:
+            env["train.zero3_overlap"] = False
         env["train.chunked_loss"] = self.chunked_loss
         # every torchtitan source predates 0.3: its Float8 linears took torchao's float8 TP
         # styles (rules/cost/time.yaml tp_fp8_gathers)
@@ -165,6 +168,9 @@ class RowFacts:
     # False: the source's recipe left Megatron's EP all-to-all overlap off
     moe_a2a_overlap: bool = True
     moe_a2a_overlap_reason: str = ""
+    # False: the source's DeepSpeed fetched ZeRO-3 parameters blocking (its first ZeRO-3)
+    zero3_overlap: bool = True
+    zero3_overlap_reason: str = ""
     # torchtitan's ChunkedLossWrapper (components/loss.py, since 786e26f8e, 2026-04-27), which
     # every plan's torchtitan 0.3 runs: no published run used it (calibration_rows.yaml
     # `chunked_loss`, default false)
@@ -222,6 +228,8 @@ def row_facts(name: str) -> RowFacts:
         moe_a2a_overlap_reason=" ".join(
             str(row.get("moe_a2a_overlap_reason", source.get("moe_a2a_overlap_reason", ""))).split()
         ),
+        zero3_overlap=bool(source.get("zero3_overlap", True)),
+        zero3_overlap_reason=" ".join(str(source.get("zero3_overlap_reason", "")).split()),
         chunked_loss=bool(source.get("chunked_loss", False)),
         tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),
         interleaved_reason=str(source.get("interleaved_reason", "")).strip(),

@@ -158,6 +158,7 @@ FRAMEWORK_FEATURES: dict[str, Any] = {
     "train.chunked_loss": True,
     "train.torchao_float8_tp": False,
     "train.p2p_overlap": True,
+    "train.zero3_overlap": True,
     "train.moe_a2a_overlap": True,
 }
 

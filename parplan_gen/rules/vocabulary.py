@@ -290,6 +290,15 @@ _RUN_NAMES: tuple[Name, ...] = (
         "for every plan; false only for calibration runs whose Megatron-LM predates it.",
     ),
     Name(
+        "train.zero3_overlap",
+        "bool",
+        "-",
+        "ZeRO-3 / FSDP gathers and reduce-scatters run beside compute (every backend parplan "
+        "renders for prefetches on its own streams; rules/cost/sharding.yaml zero3_overlapped): "
+        "true for every plan; false only for calibration runs on DeepSpeed's first ZeRO-3 "
+        "(2021), whose blocking fetch synchronised the device before each sub-module.",
+    ),
+    Name(
         "train.moe_a2a_overlap",
         "bool",
         "-",
