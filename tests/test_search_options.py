@@ -256,3 +256,28 @@ def test_the_record_gives_back_the_options_searched() -> None:
     chosen = doc.search.options()
     assert chosen.interleave == "off"
     assert chosen.model_dump().items() <= doc.search.model_dump().items()
+
+
+def test_fp8_parameters_asked_of_a_backend_without_them_are_an_error_not_dropped() -> None:
+    """torchtitan 0.3 cannot gather FP8 parameters (docs/backends.md: torchao's all-gather
+    needs tensorwise scaling, which its Float8 converter cannot name): asked outright on it
+    alone, the request is refused with the backend that can; `search` plans without them, and
+    every backend together plans them on Megatron-LM."""
+    fp8 = {"global_batch": 64, "precision": "fp8"}
+    with pytest.raises(InputError) as caught:
+        parplan_gen.plan(
+            "llama-3-8b", H100_8, **fp8, backend="torchtitan", search={"fp8_param_gather": "on"}
+        )
+    # the API's wording of the flag (api/wording.py); the CLI says --fp8-param-gather on
+    assert caught.value.message == (
+        "fp8_param_gather on: torchtitan cannot gather FP8 parameters (only megatron does; "
+        "docs/backends.md)"
+    )
+    searched = parplan_gen.plan(
+        "llama-3-8b", H100_8, **fp8, backend="torchtitan", search={"fp8_param_gather": "search"}
+    )
+    assert not searched.document.chosen.plan.fp8_param_gather
+    anywhere = parplan_gen.plan("llama-3-8b", H100_8, **fp8, search={"fp8_param_gather": "on"})
+    chosen = anywhere.document.chosen
+    assert chosen.plan.fp8_param_gather and chosen.backend is not None
+    assert chosen.backend.name == "megatron"

@@ -99,6 +99,8 @@ class SearchOptions:
         option: a pinned vpp > 1 turns interleaving on, a pinned sequence_parallel fixes it).
         An InputError for a backend that does not train it."""
         dims = model.layout_dims
+        searched = backends_for(model, backends)
+        _check_memory_options(chosen, searched)
         interleave = chosen.interleave == "search" or (limits.pins.vpp or 1) > 1
         sp_pin = limits.pins.sequence_parallel
         sequence_parallel = chosen.sequence_parallel != "off" or sp_pin is True
@@ -106,13 +108,28 @@ class SearchOptions:
             limits=limits,
             interleave=interleave and "vpp" in dims,
             sequence_parallel_fixed=chosen.sequence_parallel == "on" and "sp" in dims,
-            backends=backends_for(model, backends),
+            backends=searched,
             pipeline="pp" in dims,
             sequence_parallel=sequence_parallel and "sp" in dims,
             recompute=model.recompute_choices,
             grad_reduce_dtypes=GRAD_REDUCE_DTYPES[chosen.grad_reduce_dtype],
             fp8_param_gather=FP8_PARAM_GATHER[chosen.fp8_param_gather],
         )
+
+
+def _check_memory_options(chosen: ChosenOptions, backends: tuple[BackendName, ...]) -> None:
+    """FP8 parameters asked for outright (`--fp8-param-gather on`) where none of `backends`
+    gathers them: an InputError naming the backends that do, rather than a plan that silently
+    leaves them out (`SearchOptions.on` drops what a backend lacks). The gradients' reduce type
+    is not checked so: a backend without the choice reduces in its own type, which may be the
+    one asked (Accelerate's FSDP2 reduces in 16 bits)."""
+    if chosen.fp8_param_gather != "on" or any(BACKENDS[b].fp8_param_gather for b in backends):
+        return
+    others = [b for b in BACKEND_NAMES if BACKENDS[b].fp8_param_gather]
+    raise InputError(
+        f"--fp8-param-gather on: {', '.join(backends)} cannot gather FP8 parameters (only "
+        f"{', '.join(others)} does; docs/backends.md)"
+    )
 
 
 def backends_for(model: TrainedModel, asked: str | Iterable[str]) -> tuple[BackendName, ...]:
