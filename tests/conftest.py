@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import io
 import json
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
@@ -22,6 +24,8 @@ from ruamel.yaml import YAML
 import parplan_gen
 from parplan_gen.cli.main import main
 from parplan_gen.rules.ruleset import RuleSet
+
+from launch_support import TORCHRUN, JobOutcome
 
 REPO = Path(__file__).resolve().parent.parent
 # The calibration files next to the repository (not shipped: tests that read them skip without).
@@ -40,23 +44,49 @@ FIT_RUNS = (*VENDORED_RUNS, REPO / "benchmarks" / "data" / "fitting_runs.yaml")
 # folder of their own (per worker), never the user's, and every run they start inherits it.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="parplan-state-")
 
+# The cyclic collector's oldest generation, collected at most once every 100 collections of the
+# middle one rather than every 10 (gc.set_threshold's default 700, 10, 10). A test process holds
+# ever more long-lived objects (the collected items, the imported frameworks, the built-in
+# RuleSet, the search memo, the modules' cached plans), and each full collection rescans all of
+# them: ~50 per xdist worker at ~0.15 s, ~15 s of CPU per run; with 100, ~10 (~5 s). The young
+# generations, where most reference cycles die, are collected as often as before; the tests
+# that count garbage collect it themselves (gc.collect).
+gc.set_threshold(700, 10, 100)
+
 
 # The modules that load the frameworks themselves (tests/consumer_*.py: Megatron-Core ~4 s to
-# import, torchtitan's registry, DeepSpeed, torch): xdist runs each module's tests on one worker
-# (`--dist loadgroup`, pyproject.toml), and all of them on the same one, so each framework is
-# imported once per run rather than once per worker.
+# import, torchtitan's registry, DeepSpeed, torch): xdist runs all of their tests on one worker
+# (`--dist loadgroup`, pyproject.toml), so each framework is imported once per run rather than
+# once per worker, and the torchrun jobs share one launch (`torchrun_jobs`).
 FRAMEWORK_GROUP = "frameworks"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if _loads_frameworks(str(item.path)):
-            item.add_marker(pytest.mark.xdist_group(FRAMEWORK_GROUP))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """For `--dist loadgroup`: xdist's own scheduler, with the framework modules' tests as one
+    unit of work (FRAMEWORK_GROUP), each other test a unit of its own.
+
+    Not by an `xdist_group` mark: xdist 3.8 groups by a suffix it writes into each item's
+    `_nodeid`, which pytest 9.2's structured node ids no longer read, so the marked tests were
+    spread over both workers, each importing the frameworks (pytest-dev/pytest-xdist#1386)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None  # xdist's own choice
+    from xdist.scheduler import LoadGroupScheduling
+
+    class FrameworkGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if _loads_frameworks(str(config.rootpath / nodeid.split("::", 1)[0])):
+                return FRAMEWORK_GROUP
+            return super()._split_scope(nodeid)
+
+    return FrameworkGroupScheduling(config, log)
 
 
 @cache
 def _loads_frameworks(path: str) -> bool:
     """Whether a test module imports a consumer (tests/consumer_*.py), at its top or in a test."""
+    if not path.endswith(".py") or not Path(path).is_file():
+        return False
     text = Path(path).read_text(encoding="utf-8")
     return re.search(r"^\s*(from|import) consumer_", text, re.MULTILINE) is not None
 
@@ -174,3 +204,12 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
         return done[name]
 
     return folder
+
+
+@pytest.fixture(scope="session")
+def torchrun_jobs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], JobOutcome]:
+    """torchrun_jobs(name) -> what the shared torchrun launch did for the job `name` registered
+    with launch_support.TORCHRUN: every registered job is planned and launched once per session
+    (their modules are all in FRAMEWORK_GROUP, so on one worker)."""
+    root = tmp_path_factory.mktemp("torchrun")
+    return lambda name: TORCHRUN.outcome(name, root)

@@ -5,7 +5,9 @@ ds_config.json for two optimizer steps.
 
 NPROC_PER_NODE and NNODES, which the launcher documents as overridable, make it 2 ranks on one
 node here (the plan's 8 GPUs are not present); MASTER_ADDR/MASTER_PORT point the rendezvous at
-this machine's loopback.
+this machine's loopback. The job runs in the torchrun launch it shares with the FSDP2 and
+DeepSpeed jobs (tests/launch_support.py TORCHRUN: one start of torchrun for the three, whose
+launchers must start torchrun alike), on the process group that launch initializes.
 """
 
 from __future__ import annotations
@@ -17,14 +19,13 @@ import pytest
 import parplan_gen
 
 from consumer_support import consumer
-from launch_support import launch_two_cpu_ranks
+from launch_support import TORCHRUN, TorchrunJob
 
 TRAIN = """\
 import contextlib, json, sys
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 config = json.load(open(sys.argv[1]))
 mbs, accum = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
@@ -52,31 +53,30 @@ if rank == 0:
     json.dump({"world": world, "samples": int(samples.item()),
                "replicas_equal": all(torch.equal(r, weights) for r in replicas)},
               open(sys.argv[2], "w"))
-dist.destroy_process_group()
 """
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
-def test_rendered_torchrun_launcher_trains_two_cpu_ranks_over_gloo(tmp_path):
-    consumer("torch.distributed.run")  # torchrun
-    folder = tmp_path / "plan"
+def _plan(folder):
     plan = parplan_gen.plan("llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=512)
     plan.write(folder)
-    chosen = plan.document.chosen.plan
+    return plan
+
+
+TORCHRUN.register(TorchrunJob("ddp", _plan, TRAIN, needs=("torch.distributed.run",)))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_rendered_torchrun_launcher_trains_two_cpu_ranks_over_gloo(torchrun_jobs):
+    consumer("torch.distributed.run")  # torchrun
+    job = torchrun_jobs("ddp")
+    chosen = job.plan.document.chosen.plan
     assert (chosen.dp, chosen.tp, chosen.pp) == (8, 1, 1)  # a plan plain DDP runs
-    script, result = tmp_path / "train.py", tmp_path / "result.json"
-    script.write_text(TRAIN, encoding="utf-8")
-    run = launch_two_cpu_ranks(
-        folder / "launch_torchrun.sh",
-        [str(script), str(folder / "ds_config.json"), str(result)],
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    ds = json.loads((folder / "ds_config.json").read_text(encoding="utf-8"))
+    assert job.run.returncode == 0, job.run.stderr[-3000:]
+    ds = json.loads((job.folder / "ds_config.json").read_text(encoding="utf-8"))
     mbs, accum = ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
     assert (mbs, accum) == (chosen.mbs, chosen.grad_accum)
     # 2 steps x 2 ranks x mbs x grad_accum samples, and DDP kept the replicas equal
-    assert json.loads(result.read_text()) == {
+    assert job.result == {
         "world": 2,
         "samples": 2 * 2 * mbs * accum,
         "replicas_equal": True,

@@ -11,18 +11,22 @@ the first collective: nothing is compiled. The plan is made for 2
 GPUs so that DeepSpeed's batch assertion (train_batch_size == micro batch x accumulation x
 data-parallel ranks, deepspeed/runtime/config.py _batch_assertion) holds on the 2 processes
 as rendered; MASTER_ADDR/MASTER_PORT point the rendezvous at this machine's loopback.
+
+The job runs last in the torchrun launch it shares with the DDP and FSDP2 jobs
+(tests/launch_support.py TORCHRUN: one start of torchrun for the three, whose launchers must
+start torchrun alike): `deepspeed.init_distributed` finds the gloo process group that launch
+initialized and builds its communication backend on it (deepspeed/comm/comm.py, "The user
+initialized torch.dist themselves"), and the launch tears the group down after the last job.
 """
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 import parplan_gen
 
 from consumer_support import consumer
-from launch_support import launch_two_cpu_ranks
+from launch_support import TORCHRUN, TorchrunJob
 
 TRAIN = """\
 import json, sys
@@ -57,24 +61,28 @@ if engine.global_rank == 0:
                "steps": engine.global_steps, "micro_steps": micro, "samples": int(total.item()),
                "loss_finite": bool(torch.isfinite(loss))},
               open(sys.argv[2], "w"))
-# Tear the gloo group down before the interpreter exits, as the other launch tests do: left to
-# exit, its threads can abort the process ("terminate called without an active exception").
-dist.barrier()
-dist.destroy_process_group()
 """
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
-def test_rendered_ds_config_starts_the_deepspeed_engine_on_two_cpu_ranks(tmp_path):
-    consumer("deepspeed")
-    consumer("torch.distributed.run")  # torchrun
-    folder = tmp_path / "plan"
+def _plan(folder):
     plan = parplan_gen.plan(
         "llama-3-8b", {"gpus": 2, "gpu": "h100"}, global_batch=8, seq_len=1024,
         backend="deepspeed", pins={"dp": 2},
     )  # fmt: skip
     plan.write(folder)
-    chosen = plan.document.chosen
+    return plan
+
+
+NEEDS = ("deepspeed", "torch.distributed.run")
+TORCHRUN.register(TorchrunJob("deepspeed", _plan, TRAIN, NEEDS, env={"DS_ACCELERATOR": "cpu"}))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_rendered_ds_config_starts_the_deepspeed_engine_on_two_cpu_ranks(torchrun_jobs):
+    consumer("deepspeed")
+    consumer("torch.distributed.run")  # torchrun
+    job = torchrun_jobs("deepspeed")
+    chosen = job.plan.document.chosen
     layout = chosen.plan
     # A data-parallel plan on DeepSpeed: 8B parameters' model states (16 B each, ZeRO Sec. 3)
     # need sharding over the 2 ranks, so ZeRO-2 or 3; mbs x accumulation x 2 = 8.
@@ -82,17 +90,9 @@ def test_rendered_ds_config_starts_the_deepspeed_engine_on_two_cpu_ranks(tmp_pat
     assert (layout.dp, layout.tp, layout.pp) == (2, 1, 1)
     assert layout.zero_stage in (2, 3)
     assert layout.mbs * layout.grad_accum * 2 == 8
-    script, result = tmp_path / "train.py", tmp_path / "result.json"
-    script.write_text(TRAIN, encoding="utf-8")
-    run = launch_two_cpu_ranks(
-        folder / "launch_torchrun.sh",
-        [str(script), str(folder / "ds_config.json"), str(result)],
-        timeout=240,
-        DS_ACCELERATOR="cpu",
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    assert job.run.returncode == 0, job.run.stderr[-3000:]
     # 2 optimizer steps of grad_accum micro-batches on each rank; 2 steps x global batch 8
-    assert json.loads(result.read_text()) == {
+    assert job.result == {
         "accelerator": "cpu",
         "world": 2,
         "zero_stage": layout.zero_stage,
