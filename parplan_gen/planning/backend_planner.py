@@ -217,8 +217,8 @@ class BackendPlanner:
     ) -> SearchResult:
         """Search the request's candidates on this backend and rank those that pass (module
         docstring); no candidate at all is an empty result. With a `cutoff` (a step time that
-        `request.top` candidates of other backends reach), a candidate whose compute alone
-        exceeds it is outranked (one with cp 1: only beyond `cutoff_no_cp` too, the best step
+        `request.top` candidates of other backends reach), a candidate whose floor
+        (`time.floor_s`) exceeds it is outranked (one with cp 1: only beyond `cutoff_no_cp` too, the best step
         without context parallelism found elsewhere). No advice: `planning.advice.advise` adds
         it."""
         if request.spec.kind != self.kind:
@@ -262,7 +262,7 @@ class _Search:
         self.rejected: Counter[Refusal] = Counter()
         self.fitting: list[_Scored] = []
         self.unfit: list[_Scored] = []  # broke a memory rule only: the closest candidates
-        self.evaluated = self.searched = self.outranked = 0
+        self.evaluated = self.searched = 0
         self._cache: dict[Candidate, tuple[dict[str, float], Refusal | None]] = {}
         self._memo: list[dict[tuple[Any, ...], Refusal | None]] = [{} for _ in planner.levels]
         self._cases: dict[tuple[Any, ...], Refusal] = {}
@@ -430,7 +430,6 @@ class _Search:
                     self.no_cp = self.fitting[-1]
             else:
                 self.rejected[found] += 1
-                self.outranked += 1
             fitted.add(sharding)
             return
         self.rejected[found] += 1
@@ -455,7 +454,7 @@ class _Search:
 
     def _time(self, figures: dict[str, float], memo: dict[str, object]) -> Refusal | None:
         """Add the time figures of a candidate that fits and check the other estimate rules;
-        `_OUTRANKED` when its compute alone passes the cutoff (module docstring)."""
+        `_OUTRANKED` when its floor passes the cutoff (module docstring)."""
         cutoff = self.cutoff if self.env["plan.cp"] != 1 else self.cutoff_no_cp
         if cutoff is not None:
             figures.update(self.p.floor_figures(self.env, memo))
@@ -545,7 +544,7 @@ class _Search:
     def result(self) -> SearchResult:
         """The ranked result; the closest candidates (least memory) when nothing fits."""
         top = heapq.nsmallest(self.r.top, self.fitting, key=lambda s: (s.key, s.order))
-        feasible = bool(top) or self.outranked > 0  # outranked ones fit: no candidate to show
+        feasible = bool(top) or _OUTRANKED in self.rejected  # outranked ones fit: none to show
         if not feasible:
             top = heapq.nsmallest(self.r.top, self.unfit, key=lambda s: (s.key, s.order))
         no_cp = self.no_cp if top and top[0].plan.cp > 1 and feasible else None
