@@ -63,6 +63,7 @@ DEFAULT_RUNS = SHARED / "published_runs.yaml"
 MODERN_RUNS = SHARED / "published_runs_modern.yaml"
 # Fitting rows found since, kept here with their sources (benchmarks/data/fitting_runs.yaml).
 FITTING_RUNS = REPO / "benchmarks" / "data" / "fitting_runs.yaml"
+MS = 1000  # milliseconds a second
 __all__ = [
     "Case",
     "NotEvaluableError",
@@ -215,23 +216,61 @@ BREAKDOWN_COLUMNS = (
 )
 
 
+def case_figures(rules: RuleSet, case: Case) -> tuple[dict[str, Any], Mapping[str, float]]:
+    """The formula environment of `case` on its backend and the estimate's figures."""
+    model = CostModel(rules, backend=case.backend)
+    env = case.with_facts(
+        model.layout_env(case.spec, case.cluster, case.layout, flash_attention=case.flash_attention)
+    )
+    return env, model.figures(env)
+
+
 def format_breakdown(rules: RuleSet, cases: Sequence[Case]) -> str:
     """Each run's predicted step time and its parts in seconds (dp_comm_s before overlap;
     compute_s includes elementwise_s, the memory-bound kernels)."""
     width = max([len(c.name) for c in cases] + [4])
     lines = [f"{'run':<{width}} " + " ".join(f"{c:>13}" for c in BREAKDOWN_COLUMNS)]
     for case in cases:
-        layout = case.layout
-        model = CostModel(rules, backend=case.backend)
-        env = case.with_facts(
-            model.layout_env(case.spec, case.cluster, layout, flash_attention=case.flash_attention)
-        )
-        figures = model.figures(env)
+        env, figures = case_figures(rules, case)
         values = [
             named_value(rules, c, env) if c == "elementwise_s" else figures[f"time_{c}"]
             for c in BREAKDOWN_COLUMNS
         ]
         lines.append(f"{case.name:<{width}} " + " ".join(f"{v:13.3f}" for v in values))
+    return "\n".join(lines) + "\n"
+
+
+def step_s(rules: RuleSet, case: Case) -> float:
+    """The predicted step time of `case`, seconds (the estimate's `time.step_s`)."""
+    return float(case_figures(rules, case)[1]["time_step_s"])
+
+
+def format_per_layer(rules: RuleSet, rows: Sequence[Row]) -> str:
+    """Each measured run's step spread over the layers one GPU holds and the micro-batches of a
+    step, priced and published, in ms: a cost the model misses that is fixed per layer and
+    micro-batch (a host's launches) reads the same across rows of one host whatever their
+    tokens, where a per-token one grows with the micro-batch. The published step is the
+    priced one scaled by predicted / published TFLOP/s (both count the same FLOPs)."""
+    measured = [r for r in rows if r.case.measured]
+    width = max([len(r.case.name) for r in measured] + [4])
+    head = ("layers/GPU", "micro-batches", "tokens/mb", "priced ms", "published ms", "missing ms")
+    lines = [f"{'run':<{width}} " + " ".join(f"{c:>13}" for c in head)]
+    for row in measured:
+        layout, published = row.case.layout, row.case.published_tflops
+        assert published is not None, "a measured row has a published figure"
+        priced = step_s(rules, row.case)
+        slices = row.case.spec.num_layers / layout.pp * layout.grad_accum
+        priced_ms = priced / slices * MS
+        published_ms = priced * row.predicted_tflops / published / slices * MS
+        values = (
+            f"{row.case.spec.num_layers / layout.pp:13.2f}",
+            f"{layout.grad_accum:13d}",
+            f"{layout.mbs * layout.seq_len // layout.cp:13d}",
+            f"{priced_ms:13.2f}",
+            f"{published_ms:13.2f}",
+            f"{published_ms - priced_ms:13.2f}",
+        )
+        lines.append(f"{row.case.name:<{width}} " + " ".join(values))
     return "\n".join(lines) + "\n"
 
 
@@ -385,6 +424,11 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
     )
     parser.add_argument("--breakdown", action="store_true", help="print each run's step time parts")
     parser.add_argument(
+        "--per-layer",
+        action="store_true",
+        help="print each run's step per layer and micro-batch, priced and published (ms)",
+    )
+    parser.add_argument(
         "--validate",
         action="store_true",
         help=f"predict the validation rows (default {VALIDATION_RUNS.name}); error per family",
@@ -424,6 +468,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], object] = print
         out(family_table(report.rows, FAMILIES))
     if args.breakdown:
         out(format_breakdown(rules, cases))
+    if args.per_layer:
+        out(format_per_layer(rules, report.rows))
     return 0
 
 

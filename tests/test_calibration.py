@@ -659,3 +659,22 @@ def test_validate_prints_each_family(calibration: ModuleType) -> None:
     # runs, mean |error| and its %, memory error (and %, or "-"), fit
     assert rows["FSDP2"][0] == "27" and rows["FSDP2"][4] == "%"  # torchtitan's peak memory
     assert rows["MoE"][3] == "-"  # no Megatron-Bridge row publishes memory
+
+
+def test_per_layer_spreads_each_step_over_layers_and_micro_batches(
+    calibration: ModuleType,
+) -> None:
+    cases, _ = calibration.load_cases(calibration.VALIDATION_RUNS)
+    case = next(c for c in cases if c.name == "mbridge2602_h100_qwen3_30b_a3b_16gpus_fp8")
+    rules = calibration.builtin_cost_rules()
+    [row] = calibration.evaluate(rules, [case])
+    line = calibration.format_per_layer(rules, [row]).splitlines()[1].split()
+    # The table's figures: 1024 sequences of 4096 tokens a step at 5,113 tokens/s on each of 16
+    # GPUs; pp 2 of 48 layers, and mbs 1 over dp 8 makes 128 micro-batches a step.
+    slices = 48 / 2 * 128
+    published_ms = 1024 * 4096 / (5113 * 16) / slices * 1000
+    priced_ms = calibration.step_s(rules, case) / slices * 1000
+    assert line[1:4] == ["24.00", "128", "4096"]
+    assert float(line[5]) == pytest.approx(published_ms, abs=0.01)
+    assert float(line[4]) == pytest.approx(priced_ms, abs=0.01)
+    assert float(line[6]) == pytest.approx(published_ms - priced_ms, abs=0.02)
