@@ -156,6 +156,15 @@ def _fill(cls: type, args: dict[str, Any], used: set[str]) -> dict[str, Any]:
     return kwargs
 
 
+def _dtypes(args: dict[str, Any], torch: Any) -> dict[str, Any]:
+    """The precision-aware optimizer's types as torch dtypes, as arguments.py parse_args maps
+    them (map_dtype: fp32, bf16, fp16, fp8 -> float32, bfloat16, float16, uint8)."""
+    names = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    names["fp8"] = torch.uint8
+    fields = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+    return {field: names[args[field]] for field in fields if field in args}
+
+
 def _derived(args: dict[str, Any], torch: Any) -> dict[str, Any]:
     """What core_transformer_config_from_args and validate_args derive rather than copy."""
     out: dict[str, Any] = {"num_query_groups": None}
@@ -213,7 +222,7 @@ def megatron_reading(path: Path) -> MegatronReading:
     used: set[str] = set()
     config = cls(**(_fill(cls, named, used) | _derived(args, torch)))
     ddp = ddp_class(**_fill(ddp_class, named, used))
-    optimizer = optimizer_class(**_fill(optimizer_class, named, used))
+    optimizer = optimizer_class(**(_fill(optimizer_class, named, used) | _dtypes(args, torch)))
     world = int(args["nnodes"]) * int(args["nproc_per_node"])
     dp, micro = _parallel_state(
         config, world, int(args["micro_batch_size"]), int(args["global_batch_size"])

@@ -25,6 +25,7 @@ PLAN_DEFAULTS: dict[str, Any] = {
     "plan.mbs": 1, "plan.grad_accum": 64, "plan.zero_stage": 0,
     "plan.distributed_optimizer": False, "plan.sequence_parallel": False, "plan.recompute": "none",
     "plan.grad_reduce_dtype": "default", "plan.fp8_param_gather": False,
+    "plan.precision_aware_optimizer": False,
 }  # fmt: skip
 
 
@@ -204,6 +205,21 @@ CASES = [
         {"precision": "fp8"},
         "FP8 parameters with Megatron-FSDP (ZeRO-3) are not priced: the rules price them with the"
         " distributed optimizer",
+    ),
+    (
+        # optimizer_config.py: "--use-precision-aware-optimizer only supported with distributed
+        # optimizer"
+        "megatron.precision_aware_optimizer_needs_distributed_optimizer",
+        {"precision_aware_optimizer": True},
+        {},
+        "--use-precision-aware-optimizer needs the distributed optimizer",
+    ),
+    (
+        "megatron.precision_aware_optimizer_not_with_fsdp",
+        {"precision_aware_optimizer": True, "zero_stage": 3},
+        {},
+        "the precision-aware optimizer with Megatron-FSDP (ZeRO-3) is not priced: the rules price"
+        " its states as the distributed optimizer shards them",
     ),
     (
         # torchtitan 0.3's llama3 flavors are 8B, 70B and 405B; GPT-3's 96 layers are none.

@@ -257,6 +257,26 @@ CASES = [
             **FP8,
         ),
     ),
+    # megatron/core/optimizer/optimizer_config.py OptimizerConfig.__post_init__:
+    # "--use-precision-aware-optimizer only supported with distributed optimizer".
+    Case(
+        "megatron.precision_aware_optimizer_needs_distributed_optimizer",
+        "megatron",
+        fires=side(precision_aware_optimizer=True, global_batch=8, seq_len=4096),
+        holds=side(
+            precision_aware_optimizer=True, distributed_optimizer=True, global_batch=8, seq_len=4096
+        ),
+    ),
+    # The rules price FusedAdam's bf16 states on the distributed optimizer's shards; Megatron-FSDP
+    # (ZeRO-2/3 on Megatron) with it is refused.
+    Case(
+        "megatron.precision_aware_optimizer_not_with_fsdp",
+        "megatron",
+        fires=side(precision_aware_optimizer=True, zero_stage=3, global_batch=8, seq_len=4096),
+        holds=side(
+            precision_aware_optimizer=True, distributed_optimizer=True, global_batch=8, seq_len=4096
+        ),
+    ),
     # ---- DeepSpeed v0.19.8 ---------------------------------------------------------------
     # deepspeed/runtime/pipe/engine.py PipelineEngine.__init__: zero_optimization_stage() <
     # ZeroStageEnum.gradients (2).

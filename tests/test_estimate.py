@@ -285,6 +285,7 @@ CONTRACT: dict[str, dict[str, type]] = {
         **dict.fromkeys(("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "global_batch"), int),
         **dict.fromkeys(("grad_accum", "zero_stage", "seq_len"), int),
         **dict.fromkeys(("distributed_optimizer", "sequence_parallel", "fp8_param_gather"), bool),
+        "precision_aware_optimizer": bool,
         **dict.fromkeys(("recompute", "grad_reduce_dtype", "precision"), str),
     },
     "memory": {

@@ -39,7 +39,7 @@ def test_plan_values_give_every_plan_name() -> None:
         "plan.mbs": 2, "plan.grad_accum": 16, "plan.zero_stage": 0,
         "plan.distributed_optimizer": False, "plan.sequence_parallel": False,
         "plan.recompute": "none", "plan.grad_reduce_dtype": "default",
-        "plan.fp8_param_gather": False,
+        "plan.fp8_param_gather": False, "plan.precision_aware_optimizer": False,
     }  # fmt: skip
 
 

@@ -52,6 +52,9 @@ class Capabilities:
     # FP8 parameters, all-gathered in FP8 (Layout.fp8_param_gather; Megatron-LM
     # --fp8-param-gather).
     fp8_param_gather: bool = False
+    # Adam's moments in bf16 (Layout.precision_aware_optimizer; Megatron-LM
+    # --use-precision-aware-optimizer with Transformer Engine's FusedAdam).
+    precision_aware_optimizer: bool = False
 
     @property
     def ref(self) -> BackendRef:
@@ -101,6 +104,8 @@ class Capabilities:
             return f"{self.title} has no switch to reduce gradients in {layout.grad_reduce_dtype}"
         if layout.fp8_param_gather and not self.fp8_param_gather:
             return f"{self.title} has no FP8 parameters (fp8_param_gather)"
+        if layout.precision_aware_optimizer and not self.precision_aware_optimizer:
+            return f"{self.title} has no bf16 optimizer states (precision_aware_optimizer)"
         return None
 
 

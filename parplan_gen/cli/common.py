@@ -273,6 +273,13 @@ SEARCH_FLAGS = (  # `plan`'s search options: flag, choices, help
         "FP8 parameters (Megatron-LM --fp8-param-gather; with --precision fp8 and the "
         "distributed optimizer): off, on, or both (default: off)",
     ),
+    (
+        "--precision-aware-optimizer",
+        ("off", "on", "search"),
+        "Adam's moments in bf16 (Megatron-LM --use-precision-aware-optimizer --exp-avg-dtype "
+        "bf16 --exp-avg-sq-dtype bf16; with the distributed optimizer): off, on, or both "
+        "(default: off)",
+    ),
 )
 
 

@@ -76,6 +76,8 @@ def layout_line(estimate: Estimate) -> str:
         parts.append(f"grad_reduce={p.grad_reduce_dtype}")
     if p.fp8_param_gather:
         parts.append("fp8_param_gather")
+    if p.precision_aware_optimizer:
+        parts.append("precision_aware_optimizer")
     return " ".join(parts)
 
 

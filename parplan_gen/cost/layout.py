@@ -163,6 +163,13 @@ class Layout(BaseModel):
         "Transformer Engine linear weights in FP8 instead of BF16 and the distributed "
         "optimizer all-gathers them in FP8.",
     )
+    precision_aware_optimizer: bool = Field(
+        False,
+        description="Megatron-LM's precision-aware optimizer with Adam's moments in bf16 "
+        "(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16): "
+        "Transformer Engine's FusedAdam keeps both moments in bf16 and, in a BF16 run or one "
+        "with delayed-scaling FP8, the fp32 master weights as the 16 bits a bf16 weight lacks.",
+    )
     seq_len: int = Field(ge=1, le=SIZE_LIMITS["seq_len"], description="Tokens per sequence.")
     precision: Precision = Field("bf16", description="Compute precision of the matmuls.")
 

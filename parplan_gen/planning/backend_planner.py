@@ -99,12 +99,13 @@ class Candidate(NamedTuple):
     recompute: str
     grad_reduce_dtype: str
     fp8_param_gather: bool
+    precision_aware_optimizer: bool
 
 
 # A candidate's fields before its memory option: its structure, vpp, mbs and grad_accum.
 _Prefix = tuple[int, int, int, int, int, int, int, int, int]
 # A memory option less its recomputation: what a recomputing variant is dominated within.
-_Sharding = tuple[int, bool, bool, str, bool]
+_Sharding = tuple[int, bool, bool, str, bool, bool]
 # The gradients' reduce types, least memory first (bf16 gradients take no more memory than a
 # backend's default, and fp32 no less; rules/cost/memory.yaml grad_bytes).
 _GRAD_FRUGALITY = ("bf16", "default", "fp32")
@@ -416,6 +417,7 @@ class _Search:
             mem.sequence_parallel,
             mem.grad_reduce_dtype,
             mem.fp8_param_gather,
+            mem.precision_aware_optimizer,
         )
         if self.r.objective == "time" and sharding in fitted:
             self.rejected[_DOMINATED] += 1
@@ -532,7 +534,7 @@ class _Search:
         broken: list[tuple[float, Refusal, Candidate]] = []
         for mem in reps:
             self._set_memory(mem)
-            plan = Candidate(*head, vpp, mbs, accum, *mem)
+            plan = Candidate(*(*head, vpp, mbs, accum), *mem)
             figures, found = self._assess(plan)
             if found is _OUTRANKED or STEP in figures:  # it fits memory: no bound
                 return None
@@ -571,7 +573,8 @@ class _Search:
 def _least_per_sharding(options: list[MemoryOption]) -> list[MemoryOption]:
     """For each (zero stage, distributed optimizer) of `options`, its option that holds the
     least memory: the smallest gradients (_GRAD_FRUGALITY), then FP8 parameters (1-byte
-    weights: rules/cost/memory.yaml held_weight_bytes), in their first order."""
+    weights: rules/cost/memory.yaml held_weight_bytes), then bf16 optimizer states
+    (memory.yaml optimizer_bytes), in their first order."""
     best: dict[tuple[int, bool], MemoryOption] = {}
     for mem in options:
         key = (mem.zero_stage, mem.distributed_optimizer)
@@ -581,6 +584,10 @@ def _least_per_sharding(options: list[MemoryOption]) -> list[MemoryOption]:
     return list(best.values())
 
 
-def _frugality(mem: MemoryOption) -> tuple[int, bool]:
-    """How much memory `mem`'s gradients and parameters hold, least first."""
-    return _GRAD_FRUGALITY.index(mem.grad_reduce_dtype), not mem.fp8_param_gather
+def _frugality(mem: MemoryOption) -> tuple[int, bool, bool]:
+    """How much memory `mem`'s gradients, parameters and optimizer states hold, least first."""
+    return (
+        _GRAD_FRUGALITY.index(mem.grad_reduce_dtype),
+        not mem.fp8_param_gather,
+        not mem.precision_aware_optimizer,
+    )

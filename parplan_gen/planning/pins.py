@@ -34,6 +34,7 @@ from parplan_gen.planning.search_choices import (
     Fp8ParamGatherChoice,
     GradReduceChoice,
     InterleaveChoice,
+    PrecisionAwareOptimizerChoice,
     SequenceParallelChoice,
 )
 from parplan_gen.rules.request_names import MEMORY_HEADROOM_DEFAULT
@@ -290,6 +291,12 @@ class SearchRecord(HeadroomRecord):
         description="FP8 parameters searched: `off`, `on` or `search` (both)."
     )
     fp8_param_gather_source: str = Field(description="Where `fp8_param_gather` came from.")
+    precision_aware_optimizer: PrecisionAwareOptimizerChoice = Field(
+        description="bf16 optimizer states searched: `off`, `on` or `search` (both)."
+    )
+    precision_aware_optimizer_source: str = Field(
+        description="Where `precision_aware_optimizer` came from."
+    )
 
     def options(self) -> ChosenOptions:
         """The search options recorded."""

@@ -13,8 +13,11 @@ Five choices, each a field of `SearchChoices` (None: the rule's default):
   their gradients in (Layout.grad_reduce_dtype): the backend's own, bf16 (Megatron-LM
   --grad-reduce-in-bf16, DeepSpeed communication_data_type bf16) where the backend can, or both;
 * `fp8_param_gather` (`--fp8-param-gather off|on|search`): FP8 parameters (Megatron-LM
-  --fp8-param-gather) on the layouts of a backend that has them, off, or both.
-The last two change the numerics of the run, so their defaults (rules/search/defaults.yaml)
+  --fp8-param-gather) on the layouts of a backend that has them, off, or both;
+* `precision_aware_optimizer` (`--precision-aware-optimizer off|on|search`): Adam's moments in
+  bf16 (Megatron-LM --use-precision-aware-optimizer, Layout.precision_aware_optimizer) on the
+  layouts of a backend that has it, off, or both.
+The last three change the numerics of the run, so their defaults (rules/search/defaults.yaml)
 are the frameworks' own: a request that does not name them is planned as the frameworks run.
 
 `choose` resolves them once per request: a value the request gives, else the named formula of
@@ -44,12 +47,14 @@ InterleaveChoice = Literal["search", "off"]
 SequenceParallelChoice = Literal["search", "on", "off"]
 GradReduceChoice = Literal["default", "bf16", "search"]
 Fp8ParamGatherChoice = Literal["off", "on", "search"]
+PrecisionAwareOptimizerChoice = Literal["off", "on", "search"]
 CHOICES: dict[str, tuple[object, ...]] = {
     "interleave": get_args(InterleaveChoice),
     "sequence_parallel": get_args(SequenceParallelChoice),
     "overlap_grad_reduce": (True, False),
     "grad_reduce_dtype": get_args(GradReduceChoice),
     "fp8_param_gather": get_args(Fp8ParamGatherChoice),
+    "precision_aware_optimizer": get_args(PrecisionAwareOptimizerChoice),
 }
 # The named formula that gives each default, and the file that defines it.
 DEFAULT_FORMULAS: dict[str, str] = {
@@ -58,6 +63,7 @@ DEFAULT_FORMULAS: dict[str, str] = {
     "overlap_grad_reduce": "search_overlap_grad_reduce_default",
     "grad_reduce_dtype": "search_grad_reduce_dtype_default",
     "fp8_param_gather": "search_fp8_param_gather_default",
+    "precision_aware_optimizer": "search_precision_aware_optimizer_default",
 }
 DEFAULTS_FILE = "rules/search/defaults.yaml"
 # The flag of each choice, for messages (`plan --interleave off`).
@@ -67,9 +73,10 @@ FLAGS: dict[str, str] = {
     "overlap_grad_reduce": "--overlap-grad-reduce",
     "grad_reduce_dtype": "--grad-reduce-dtype",
     "fp8_param_gather": "--fp8-param-gather",
+    "precision_aware_optimizer": "--precision-aware-optimizer",
 }
-# The Layout values each choice of the two memory options searches (Layout.grad_reduce_dtype,
-# Layout.fp8_param_gather), before a backend keeps those it runs (search_space.SearchOptions.on).
+# The Layout values each choice of the memory options searches (Layout.grad_reduce_dtype,
+# Layout.fp8_param_gather, Layout.precision_aware_optimizer), before a backend keeps those it runs (search_space.SearchOptions.on).
 GRAD_REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
     "default": ("default",),
     "bf16": ("bf16",),
@@ -80,6 +87,7 @@ FP8_PARAM_GATHER: dict[str, tuple[bool, ...]] = {
     "on": (True,),
     "search": (False, True),
 }
+PRECISION_AWARE_OPTIMIZER = FP8_PARAM_GATHER  # the same off / on / search over a switch
 # The training precisions each memory option can be used with: bf16 gradients with 16-bit
 # BF16 training (an FP8 run keeps --bf16; Megatron-LM arguments.py validate_args reads
 # --grad-reduce-in-bf16 only under `if args.bf16:`), FP8 parameters with FP8 training
@@ -126,6 +134,11 @@ class SearchChoices(BaseModel):
         description="FP8 parameters (Megatron-LM --fp8-param-gather, precision fp8): `off`, "
         "`on` (on every layout of a backend that has them) or `search` (both).",
     )
+    precision_aware_optimizer: PrecisionAwareOptimizerChoice | None = Field(
+        None,
+        description="Adam's moments in bf16 (Megatron-LM --use-precision-aware-optimizer): "
+        "`off`, `on` (on every layout of a backend that has it) or `search` (both).",
+    )
 
     def given(self) -> dict[str, object]:
         """The choices the request makes, in field order."""
@@ -147,6 +160,8 @@ class ChosenOptions(BaseModel):
     grad_reduce_dtype_source: str
     fp8_param_gather: Fp8ParamGatherChoice
     fp8_param_gather_source: str
+    precision_aware_optimizer: PrecisionAwareOptimizerChoice
+    precision_aware_optimizer_source: str
 
 
 def search_choices(value: SearchChoices | Mapping[str, Any] | None) -> SearchChoices:

@@ -25,7 +25,13 @@ from parplan_gen.inputs.validation import check_choice
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES, BackendName, TrainedModel
 from parplan_gen.planning.backends import BACKENDS, Capabilities
 from parplan_gen.planning.pins import SearchLimits
-from parplan_gen.planning.search_choices import FP8_PARAM_GATHER, GRAD_REDUCE_DTYPES, ChosenOptions
+from parplan_gen.planning.search_choices import (
+    FLAGS,
+    FP8_PARAM_GATHER,
+    GRAD_REDUCE_DTYPES,
+    PRECISION_AWARE_OPTIMIZER,
+    ChosenOptions,
+)
 
 Objective = Literal["time", "memory"]
 NO_LIMITS = SearchLimits()  # a request with no pin and no bound
@@ -50,6 +56,7 @@ class SearchOptions:
     # frameworks' defaults unless the request asks), each kept where the backend runs it.
     grad_reduce_dtypes: tuple[str, ...] = ("default",)
     fp8_param_gather: tuple[bool, ...] = (False,)
+    precision_aware_optimizer: tuple[bool, ...] = (False,)
 
     @property
     def runs(self) -> Capabilities:
@@ -80,6 +87,10 @@ class SearchOptions:
             or ("default",),
             fp8_param_gather=tuple(
                 f for f in self.fp8_param_gather if runs.fp8_param_gather or not f
+            )
+            or (False,),
+            precision_aware_optimizer=tuple(
+                f for f in self.precision_aware_optimizer if runs.precision_aware_optimizer or not f
             )
             or (False,),
         )
@@ -114,22 +125,34 @@ class SearchOptions:
             recompute=model.recompute_choices,
             grad_reduce_dtypes=GRAD_REDUCE_DTYPES[chosen.grad_reduce_dtype],
             fp8_param_gather=FP8_PARAM_GATHER[chosen.fp8_param_gather],
+            precision_aware_optimizer=PRECISION_AWARE_OPTIMIZER[chosen.precision_aware_optimizer],
         )
 
 
+# The switches a request can ask for outright, and what a backend without them cannot do.
+_SWITCHES = {
+    "fp8_param_gather": "cannot gather FP8 parameters",
+    "precision_aware_optimizer": "has no precision-aware optimizer",
+}
+
+
 def _check_memory_options(chosen: ChosenOptions, backends: tuple[BackendName, ...]) -> None:
-    """FP8 parameters asked for outright (`--fp8-param-gather on`) where none of `backends`
-    gathers them: an InputError naming the backends that do, rather than a plan that silently
-    leaves them out (`SearchOptions.on` drops what a backend lacks). The gradients' reduce type
-    is not checked so: a backend without the choice reduces in its own type, which may be the
-    one asked (Accelerate's FSDP2 reduces in 16 bits)."""
-    if chosen.fp8_param_gather != "on" or any(BACKENDS[b].fp8_param_gather for b in backends):
-        return
-    others = [b for b in BACKEND_NAMES if BACKENDS[b].fp8_param_gather]
-    raise InputError(
-        f"--fp8-param-gather on: {', '.join(backends)} cannot gather FP8 parameters (only "
-        f"{', '.join(others)} does; docs/backends.md)"
-    )
+    """FP8 parameters or bf16 optimizer states asked for outright (`--fp8-param-gather on`,
+    `--precision-aware-optimizer on`) where none of `backends` has them: an InputError naming
+    the backends that do, rather than a plan that silently leaves them out
+    (`SearchOptions.on` drops what a backend lacks). The gradients' reduce type is not checked
+    so: a backend without the choice reduces in its own type, which may be the one asked
+    (Accelerate's FSDP2 reduces in 16 bits)."""
+    for field, lacks in _SWITCHES.items():
+        if getattr(chosen, field) != "on":
+            continue
+        if any(getattr(BACKENDS[b], field) for b in backends):
+            continue
+        others = [b for b in BACKEND_NAMES if getattr(BACKENDS[b], field)]
+        raise InputError(
+            f"{FLAGS[field]} on: {', '.join(backends)} {lacks} (only {', '.join(others)} "
+            "does; docs/backends.md)"
+        )
 
 
 def backends_for(model: TrainedModel, asked: str | Iterable[str]) -> tuple[BackendName, ...]:
@@ -190,7 +213,7 @@ class Structure(NamedTuple):
 
 class MemoryOption(NamedTuple):
     """How a candidate saves memory: optimizer sharding, sequence parallelism, recomputation,
-    the gradients' reduce type and FP8 parameters."""
+    the gradients' reduce type, FP8 parameters and bf16 optimizer states."""
 
     zero_stage: int
     distributed_optimizer: bool
@@ -198,6 +221,7 @@ class MemoryOption(NamedTuple):
     recompute: str
     grad_reduce_dtype: str
     fp8_param_gather: bool
+    precision_aware_optimizer: bool
 
 
 def prime_factors(n: int) -> dict[int, int]:
@@ -282,7 +306,7 @@ def mbs_options(global_batch: int, dp: int, limits: SearchLimits = NO_LIMITS) ->
 
 def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
     """Optimizer sharding x sequence parallelism x recomputation (least first) x the
-    gradients' reduce type x FP8 parameters (innermost)."""
+    gradients' reduce type x FP8 parameters x bf16 optimizer states (innermost)."""
     pinned_sp = options.limits.pins.sequence_parallel
     if tp == 1 or not options.sequence_parallel:
         sp_choices = [False]
@@ -292,7 +316,7 @@ def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
         sp_choices = [True] if options.sequence_parallel_fixed else [False, True]
     ok = options.limits.allows
     return [
-        MemoryOption(zero, dist, sp, recompute, grad, fp8)
+        MemoryOption(zero, dist, sp, recompute, grad, fp8, states)
         for zero, dist in options.optimizers
         if ok("zero_stage", zero) and ok("distributed_optimizer", dist)
         for sp in sp_choices
@@ -301,6 +325,7 @@ def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
         if ok("recompute", recompute)
         for grad in options.grad_reduce_dtypes
         for fp8 in options.fp8_param_gather
+        for states in options.precision_aware_optimizer
     ]
 
 
@@ -334,6 +359,7 @@ def outside_search(layout: Layout, request: Request) -> str | None:
         layout.recompute,
         layout.grad_reduce_dtype,
         layout.fp8_param_gather,
+        layout.precision_aware_optimizer,
     )
     if mem not in memory_options(layout.tp, options):
         if layout.grad_reduce_dtype not in options.grad_reduce_dtypes:
@@ -346,6 +372,12 @@ def outside_search(layout: Layout, request: Request) -> str | None:
             return (
                 f"FP8 parameters {state} are not searched on {options.backend} "
                 "(search option --fp8-param-gather)"
+            )
+        if layout.precision_aware_optimizer not in options.precision_aware_optimizer:
+            state = "on" if layout.precision_aware_optimizer else "off"
+            return (
+                f"the precision-aware optimizer {state} is not searched on {options.backend} "
+                "(search option --precision-aware-optimizer)"
             )
         with_tp = layout.tp > 1 and options.limits.pins.sequence_parallel is None
         if with_tp and options.sequence_parallel_fixed and not layout.sequence_parallel:

@@ -335,6 +335,14 @@ _RUN_NAMES: tuple[Name, ...] = (
         "FP8 parameters (Megatron-LM --fp8-param-gather): FP8 linear weights, all-gathered in "
         "FP8 by the distributed optimizer.",
     ),
+    Name(
+        "plan.precision_aware_optimizer",
+        "bool",
+        "-",
+        "Megatron-LM's precision-aware optimizer with bf16 moments "
+        "(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16): "
+        "rules/cost/memory.yaml optimizer_bytes.",
+    ),
     # --- estimate.*: figures of this plan's estimate (constraints only) ------------------------
     Name(
         "estimate.<figure>",

@@ -15,7 +15,7 @@ check would price another model than the one trained.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -27,6 +27,7 @@ from parplan_gen.backends.megatron.facts import FSDP_STRATEGIES
 from parplan_gen.cost.layout import SIZE_LIMITS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
+from parplan_gen.inputs.shell_script import Seg
 from parplan_gen.inputs.validation import validated_file
 from parplan_gen.models.transformer_shape import MAX_LAYERS
 from parplan_gen.render.mapping import LoadedMapping
@@ -53,6 +54,24 @@ if TYPE_CHECKING:
 READ_SWITCHES: dict[str, tuple[str, Any]] = {
     "megatron.grad_reduce_in_bf16": ("grad_reduce_dtype", "bf16"),
     "plan.fp8_param_gather": ("fp8_param_gather", True),
+    "plan.precision_aware_optimizer": ("precision_aware_optimizer", True),
+}
+# The optimizer's types (core_v0.16.1 arguments.py, "Args of precision-aware optimizer": each
+# argument's choices, its default first). --main-grads-dtype bf16 keeps the gradients in bf16
+# whatever the optimizer (validate_args, under --bf16: fp32 accumulation only "when
+# args.main_grads_dtype == torch.float32"), as --grad-reduce-in-bf16 does; the others take
+# effect with --use-precision-aware-optimizer, and a plan prices bf16 moments over fp32 main
+# parameters (Layout.precision_aware_optimizer).
+OPTIMIZER_TYPES: dict[str, tuple[str, ...]] = {
+    "--main-grads-dtype": ("fp32", "bf16"),
+    "--main-params-dtype": ("fp32", "fp16"),
+    "--exp-avg-dtype": ("fp32", "fp16", "bf16", "fp8"),
+    "--exp-avg-sq-dtype": ("fp32", "fp16", "bf16", "fp8"),
+}
+PRICED_OPTIMIZER_TYPES = {
+    "--main-params-dtype": "fp32",
+    "--exp-avg-dtype": "bf16",
+    "--exp-avg-sq-dtype": "bf16",
 }
 FP8 = ("precision", "fp8")  # what --fp8-format sets, whatever 16-bit switch comes after it
 # --fp8-recipe (arguments.py, core_r0.13 and core_v0.16.1: choices tensorwise, delayed, mxfp8,
@@ -139,6 +158,7 @@ def megatron_values(
         out.update(_megatron_value(flag, reading, raw, where(line), where(line, flag)))
     if fp8:  # an FP8 run keeps --bf16 for the rest (arguments.py: --fp8-format with --bf16)
         out.update([FP8])
+    _optimizer_types(words, out, path)
     if out.get("tp", 1) == 1:  # Megatron-LM validate_args: "Disabling sequence parallelism
         out.pop("sequence_parallel", None)  # because tensor model parallelism is disabled"
     _fsdp_sharding(out)
@@ -179,6 +199,33 @@ def _megatron_value(
             else ""
         )
         raise InputError(f"{flag}: {exc}{hint}", where) from None
+
+
+def _optimizer_types(words: Sequence[Seg], out: dict[str, Any], path: str | Path) -> None:
+    """The layout fields the optimizer's types set (OPTIMIZER_TYPES; the last of each, as
+    argparse takes it): bf16 gradients for --main-grads-dtype bf16, and with the
+    precision-aware optimizer an InputError naming the argument where its types are not the
+    ones a plan prices."""
+    given: dict[str, tuple[str, SourceRef]] = {}
+    for i, (word, line) in enumerate(words):
+        flag = word.partition("=")[0]
+        if flag in OPTIMIZER_TYPES:
+            where = SourceRef(str(path), line, path=flag)
+            value = read_choice(argument_value(words, i), OPTIMIZER_TYPES[flag], where)
+            given[flag] = (value, where)
+    if given.get("--main-grads-dtype", ("fp32",))[0] == "bf16":
+        out["grad_reduce_dtype"] = "bf16"
+    if not out.get("precision_aware_optimizer"):
+        return
+    for flag, priced in PRICED_OPTIMIZER_TYPES.items():
+        value, where = given.get(flag, (OPTIMIZER_TYPES[flag][0], SourceRef(str(path))))
+        if value != priced:
+            raise InputError(
+                f"--use-precision-aware-optimizer with {flag} {value}: a plan prices bf16 "
+                "moments over fp32 main parameters only (--exp-avg-dtype bf16 "
+                "--exp-avg-sq-dtype bf16 --main-params-dtype fp32)",
+                where,
+            )
 
 
 def _fsdp_sharding(out: dict[str, Any]) -> None:
@@ -222,7 +269,7 @@ def megatron_arguments(
     mapping's MODEL_GROUPS), one of unpriced_arguments.yaml's groups, or ignored."""
     words = script_words(path)
     mapping = Templates.at(templates_dir).mapping()
-    layout = set(_flags(mapping)) | {FP8_RECIPE_FLAG}
+    layout = set(_flags(mapping)) | {FP8_RECIPE_FLAG} | set(OPTIMIZER_TYPES)
     group_of = {
         arg.flag: MODEL_SHAPE
         for version in mapping.data.megatron.values()
