@@ -259,11 +259,12 @@ def format_per_layer(rules: RuleSet, rows: Sequence[Row]) -> str:
         layout, published = row.case.layout, row.case.published_tflops
         assert published is not None, "a measured row has a published figure"
         priced = step_s(rules, row.case)
-        slices = row.case.spec.num_layers / layout.pp * layout.grad_accum
+        layers = row.case.spec.num_layers / layout.pp
+        slices = layers * layout.grad_accum
         priced_ms = priced / slices * MS
         published_ms = priced * row.predicted_tflops / published / slices * MS
         values = (
-            f"{row.case.spec.num_layers / layout.pp:13.2f}",
+            f"{layers:13.2f}",
             f"{layout.grad_accum:13d}",
             f"{layout.mbs * layout.seq_len // layout.cp:13d}",
             f"{priced_ms:13.2f}",

@@ -534,7 +534,7 @@ class _Search:
         broken: list[tuple[float, Refusal, Candidate]] = []
         for mem in reps:
             self._set_memory(mem)
-            plan = Candidate(*(*head, vpp, mbs, accum), *mem)
+            plan = Candidate(*(*head, vpp, mbs, accum), *mem)  # one prefix: mypy counts it
             figures, found = self._assess(plan)
             if found is _OUTRANKED or STEP in figures:  # it fits memory: no bound
                 return None

@@ -76,7 +76,8 @@ FLAGS: dict[str, str] = {
     "precision_aware_optimizer": "--precision-aware-optimizer",
 }
 # The Layout values each choice of the memory options searches (Layout.grad_reduce_dtype,
-# Layout.fp8_param_gather, Layout.precision_aware_optimizer), before a backend keeps those it runs (search_space.SearchOptions.on).
+# Layout.fp8_param_gather, Layout.precision_aware_optimizer), before a backend keeps those it
+# runs (search_space.SearchOptions.on).
 GRAD_REDUCE_DTYPES: dict[str, tuple[str, ...]] = {
     "default": ("default",),
     "bf16": ("bf16",),

@@ -60,19 +60,17 @@ READ_SWITCHES: dict[str, tuple[str, Any]] = {
 # argument's choices, its default first). --main-grads-dtype bf16 keeps the gradients in bf16
 # whatever the optimizer (validate_args, under --bf16: fp32 accumulation only "when
 # args.main_grads_dtype == torch.float32"), as --grad-reduce-in-bf16 does; the others take
-# effect with --use-precision-aware-optimizer, and a plan prices bf16 moments over fp32 main
-# parameters (Layout.precision_aware_optimizer).
+# effect with --use-precision-aware-optimizer, and a plan prices the types its files write
+# (mapping.yaml beside this file, under plan.precision_aware_optimizer), the others at their
+# defaults (Layout.precision_aware_optimizer).
 OPTIMIZER_TYPES: dict[str, tuple[str, ...]] = {
     "--main-grads-dtype": ("fp32", "bf16"),
     "--main-params-dtype": ("fp32", "fp16"),
     "--exp-avg-dtype": ("fp32", "fp16", "bf16", "fp8"),
     "--exp-avg-sq-dtype": ("fp32", "fp16", "bf16", "fp8"),
 }
-PRICED_OPTIMIZER_TYPES = {
-    "--main-params-dtype": "fp32",
-    "--exp-avg-dtype": "bf16",
-    "--exp-avg-sq-dtype": "bf16",
-}
+PRECISION_AWARE = "plan.precision_aware_optimizer"  # the mapping's `when` of its arguments
+GRADS_TYPE = "--main-grads-dtype"
 FP8 = ("precision", "fp8")  # what --fp8-format sets, whatever 16-bit switch comes after it
 # --fp8-recipe (arguments.py, core_r0.13 and core_v0.16.1: choices tensorwise, delayed, mxfp8,
 # blockwise; default='delayed'): the recipe an FP8 script runs.
@@ -142,7 +140,8 @@ def megatron_values(
         return SourceRef(str(path), line, path=flag)
 
     words = script_words(path)
-    flags = _flags(Templates.at(templates_dir).mapping())
+    mapping = Templates.at(templates_dir).mapping()
+    flags = _flags(mapping)
     out: dict[str, Any] = {}
     fp8 = False
     for i, (word, line) in enumerate(words):
@@ -158,7 +157,7 @@ def megatron_values(
         out.update(_megatron_value(flag, reading, raw, where(line), where(line, flag)))
     if fp8:  # an FP8 run keeps --bf16 for the rest (arguments.py: --fp8-format with --bf16)
         out.update([FP8])
-    _optimizer_types(words, out, path)
+    _optimizer_types(words, out, path, _priced_optimizer_types(mapping))
     if out.get("tp", 1) == 1:  # Megatron-LM validate_args: "Disabling sequence parallelism
         out.pop("sequence_parallel", None)  # because tensor model parallelism is disabled"
     _fsdp_sharding(out)
@@ -201,11 +200,28 @@ def _megatron_value(
         raise InputError(f"{flag}: {exc}{hint}", where) from None
 
 
-def _optimizer_types(words: Sequence[Seg], out: dict[str, Any], path: str | Path) -> None:
+def _priced_optimizer_types(mapping: LoadedMapping) -> dict[str, str]:
+    """The optimizer's types a plan with the precision-aware optimizer runs: those its files
+    write (the mapping's arguments under PRECISION_AWARE), the others at Megatron-LM's default;
+    not the gradients' (GRADS_TYPE: a layout field of its own)."""
+    written = {
+        arg.flag: str(arg.value)
+        for version in mapping.data.megatron.values()
+        for group in version.groups
+        for arg in group.args
+        if arg.when == PRECISION_AWARE and arg.flag in OPTIMIZER_TYPES and arg.value is not None
+    }
+    defaults = {f: choices[0] for f, choices in OPTIMIZER_TYPES.items() if f != GRADS_TYPE}
+    return defaults | written
+
+
+def _optimizer_types(
+    words: Sequence[Seg], out: dict[str, Any], path: str | Path, priced: Mapping[str, str]
+) -> None:
     """The layout fields the optimizer's types set (OPTIMIZER_TYPES; the last of each, as
     argparse takes it): bf16 gradients for --main-grads-dtype bf16, and with the
     precision-aware optimizer an InputError naming the argument where its types are not the
-    ones a plan prices."""
+    ones a plan prices (`priced`)."""
     given: dict[str, tuple[str, SourceRef]] = {}
     for i, (word, line) in enumerate(words):
         flag = word.partition("=")[0]
@@ -213,17 +229,17 @@ def _optimizer_types(words: Sequence[Seg], out: dict[str, Any], path: str | Path
             where = SourceRef(str(path), line, path=flag)
             value = read_choice(argument_value(words, i), OPTIMIZER_TYPES[flag], where)
             given[flag] = (value, where)
-    if given.get("--main-grads-dtype", ("fp32",))[0] == "bf16":
+    if given.get(GRADS_TYPE, ("fp32",))[0] == "bf16":
         out["grad_reduce_dtype"] = "bf16"
     if not out.get("precision_aware_optimizer"):
         return
-    for flag, priced in PRICED_OPTIMIZER_TYPES.items():
+    for flag, wanted in priced.items():
         value, where = given.get(flag, (OPTIMIZER_TYPES[flag][0], SourceRef(str(path))))
-        if value != priced:
+        if value != wanted:
+            spelled = " ".join(f"{f} {v}" for f, v in sorted(priced.items()))
             raise InputError(
                 f"--use-precision-aware-optimizer with {flag} {value}: a plan prices bf16 "
-                "moments over fp32 main parameters only (--exp-avg-dtype bf16 "
-                "--exp-avg-sq-dtype bf16 --main-params-dtype fp32)",
+                f"moments over fp32 main parameters only ({spelled})",
                 where,
             )
 
