@@ -218,9 +218,21 @@ def layout_and_notes(
         distributed_optimizer=distributed_optimizer,
         sequence_parallel=bool(sequence_parallel),
         recompute=_recompute(entry.get("activation_recompute"), notes),
+        offload_layers=_offload_layers(entry, notes),
         precision=_precision(entry, notes),
     )
     return layout, notes
+
+
+def _offload_layers(entry: Mapping[str, Any], notes: list[str]) -> int:
+    """The layers whose activations the run offloads to the host (`activation_offload_layers`,
+    with the `activation_offload_reason` that says where the count comes from); 0 unstated."""
+    layers = entry.get("activation_offload_layers") or 0
+    if layers:
+        notes.append(
+            f"{layers} layers' activations offloaded: {entry['activation_offload_reason']}"
+        )
+    return int(layers)
 
 
 def layout_from_entry(entry: Mapping[str, Any]) -> Layout:

@@ -192,6 +192,8 @@ def _derived(args: dict[str, Any], torch: Any) -> dict[str, Any]:
         out["virtual_pipeline_model_parallel_size"] = int(
             args["num_virtual_stages_per_pipeline_rank"]
         )
+    if int(args.get("cpu_offloading_num_layers", 0)) > 0:  # validate_args (core_v0.16.0)
+        out["cpu_offloading"] = True
     return out
 
 

@@ -135,7 +135,7 @@ def test_a_megatron_plan_renders_async_save_with_torch_dist(tmp_path):
         ("llama-3-8b", 64, "h100", {"backend": "deepspeed"}, "deepspeed has no asynchronous"),
         ("llama-3-8b", 64, "h100", {"backend": "megatron", "pins": {"zero_stage": 2}},
          "Megatron-FSDP saves --ckpt-format fsdp_dtensor"),
-        ("llama-3-8b", 72, "gb200", {"backend": "torchtitan"}, "no host link figure for gb200"),
+        ("llama-3-8b", 64, "b200", {"backend": "torchtitan"}, "no host link figure for b200"),
     ],
 )  # fmt: skip
 def test_a_blocking_plan_says_why_and_renders_no_async_flag(model, gpus, gpu, request_, why):

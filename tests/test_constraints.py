@@ -25,7 +25,7 @@ PLAN_DEFAULTS: dict[str, Any] = {
     "plan.mbs": 1, "plan.grad_accum": 64, "plan.zero_stage": 0,
     "plan.distributed_optimizer": False, "plan.sequence_parallel": False, "plan.recompute": "none",
     "plan.grad_reduce_dtype": "default", "plan.fp8_param_gather": False,
-    "plan.precision_aware_optimizer": False,
+    "plan.precision_aware_optimizer": False, "plan.offload_layers": 0,
 }  # fmt: skip
 
 
@@ -220,6 +220,32 @@ CASES = [
         {},
         "the precision-aware optimizer with Megatron-FSDP (ZeRO-3) is not priced: the rules price"
         " its states as the distributed optimizer shards them",
+    ),
+    (
+        # transformer_config.py: "CPU offloading can be done only for layers less than" 32
+        "megatron.offload_fewer_than_layers",
+        {"offload_layers": 32},
+        {},
+        "--cpu-offloading-num-layers 32 must be below the model's 32 layers",
+    ),
+    (
+        "megatron.offload_no_pipeline",
+        {"offload_layers": 8, "pp": 2},
+        {},
+        "Megatron-LM offloads activations to the CPU only without a pipeline (pp 2)",
+    ),
+    (
+        "megatron.offload_no_recompute",
+        {"offload_layers": 8, "recompute": "selective"},
+        {},
+        "Megatron-LM does not offload activations with selective recomputation",
+    ),
+    (
+        "megatron.offload_needs_host_link",
+        {"offload_layers": 8},
+        {"hardware": {"cluster.host_bandwidth": 0}},
+        "offloaded activations are priced over the GPU's host link, and "
+        "parplan_gen/data/host_links.yaml has no figure for this GPU",
     ),
     (
         # torchtitan 0.3's llama3 flavors are 8B, 70B and 405B; GPT-3's 96 layers are none.

@@ -39,6 +39,7 @@ class Side:
     gpus: int = 8
     changes: dict[str, Any] = field(default_factory=dict)
     architecture: str | None = None  # the GPU's, in place of the catalog's
+    gpu: str = GPU
 
 
 @dataclass(frozen=True)
@@ -277,6 +278,34 @@ CASES = [
             precision_aware_optimizer=True, distributed_optimizer=True, global_batch=8, seq_len=4096
         ),
     ),
+    # megatron/core/transformer/transformer_config.py __post_init__ (core_v0.16.0): offloading
+    # fewer layers than the model has (Llama 3 8B: 32), without a pipeline or recomputation.
+    Case(
+        "megatron.offload_fewer_than_layers",
+        "megatron",
+        fires=side(offload_layers=32, global_batch=8, seq_len=4096),
+        holds=side(offload_layers=31, global_batch=8, seq_len=4096),
+    ),
+    Case(
+        "megatron.offload_no_pipeline",
+        "megatron",
+        fires=side(offload_layers=8, pp=2, global_batch=8, seq_len=4096),
+        holds=side(offload_layers=8, global_batch=8, seq_len=4096),
+    ),
+    Case(
+        "megatron.offload_no_recompute",
+        "megatron",
+        fires=side(offload_layers=8, recompute="full", global_batch=8, seq_len=4096),
+        holds=side(offload_layers=8, global_batch=8, seq_len=4096),
+    ),
+    # The copies are priced over the host link of data/host_links.yaml, which gives none for
+    # the B200 (its datasheet figure is not there) and PCIe Gen5's for the H100.
+    Case(
+        "megatron.offload_needs_host_link",
+        "megatron",
+        fires=Side({"offload_layers": 8, "global_batch": 8, "seq_len": 4096}, gpu="b200"),
+        holds=side(offload_layers=8, global_batch=8, seq_len=4096),
+    ),
     # ---- DeepSpeed v0.19.8 ---------------------------------------------------------------
     # deepspeed/runtime/pipe/engine.py PipelineEngine.__init__: zero_optimization_stage() <
     # ZeroStageEnum.gradients (2).
@@ -451,7 +480,7 @@ def model_of(s: Side) -> Any:
 
 def broken(rules: RuleSet, case: Case, s: Side) -> set[str]:
     """The ids of every rule the side's layout breaks on the case's backend."""
-    cluster = cluster_from_flags(s.gpus, GPU)
+    cluster = cluster_from_flags(s.gpus, s.gpu)
     if s.architecture is not None:
         gpu = cluster.gpu.model_copy(update={"architecture": s.architecture})
         cluster = cluster.model_copy(update={"gpu": gpu})

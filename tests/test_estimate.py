@@ -286,6 +286,7 @@ CONTRACT: dict[str, dict[str, type]] = {
         **dict.fromkeys(("grad_accum", "zero_stage", "seq_len"), int),
         **dict.fromkeys(("distributed_optimizer", "sequence_parallel", "fp8_param_gather"), bool),
         "precision_aware_optimizer": bool,
+        "offload_layers": int,
         **dict.fromkeys(("recompute", "grad_reduce_dtype", "precision"), str),
     },
     "memory": {
@@ -304,6 +305,7 @@ CONTRACT: dict[str, dict[str, type]] = {
             "ep_comm_s",
             "bn_comm_s",
             "overlap_cost_s",  # what hidden communication costs the compute beside it
+            "offload_s",  # activation offload copies not hidden behind compute
             "bubble_s",
             "optimizer_s",
             "tp_exposed_s",  # the parts of tp_comm_s / dp_comm_s not hidden behind compute

@@ -40,6 +40,7 @@ def test_plan_values_give_every_plan_name() -> None:
         "plan.distributed_optimizer": False, "plan.sequence_parallel": False,
         "plan.recompute": "none", "plan.grad_reduce_dtype": "default",
         "plan.fp8_param_gather": False, "plan.precision_aware_optimizer": False,
+        "plan.offload_layers": 0,
     }  # fmt: skip
 
 

@@ -172,6 +172,7 @@ def test_the_megatron_table_is_the_mapping_read_backwards() -> None:
         "--virtual-pipeline-model-parallel-size": "vpp",  # its older name
         "--num-layers-per-virtual-pipeline-stage": "layers_per_virtual_stage",
         "--recompute-granularity": "recompute",
+        "--cpu-offloading-num-layers": "offload_layers",
         # read into the ZeRO stage with --use-megatron-fsdp (readers._fsdp_sharding)
         "--data-parallel-sharding-strategy": "fsdp_strategy",
     }

@@ -55,6 +55,9 @@ class Capabilities:
     # Adam's moments in bf16 (Layout.precision_aware_optimizer; Megatron-LM
     # --use-precision-aware-optimizer with Transformer Engine's FusedAdam).
     precision_aware_optimizer: bool = False
+    # Activations offloaded to host memory between forward and backward (Layout.offload_layers;
+    # Megatron-LM --cpu-offloading-num-layers with Transformer Engine's CPU offload).
+    activation_offload: bool = False
 
     @property
     def ref(self) -> BackendRef:
@@ -106,6 +109,8 @@ class Capabilities:
             return f"{self.title} has no FP8 parameters (fp8_param_gather)"
         if layout.precision_aware_optimizer and not self.precision_aware_optimizer:
             return f"{self.title} has no bf16 optimizer states (precision_aware_optimizer)"
+        if layout.offload_layers and not self.activation_offload:
+            return f"{self.title} does not offload activations (offload_layers)"
         return None
 
 

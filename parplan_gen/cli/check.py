@@ -260,7 +260,7 @@ def layout_values(
         )
     )
     flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}
-    options = ("recompute", "precision", "sequence_parallel")
+    options = ("recompute", "precision", "sequence_parallel", "offload_layers")
     flags.update({k: getattr(args, k) for k in options if getattr(args, k) is not None})
     if args.zero is not None:
         flags.update(zero_stage=args.zero, distributed_optimizer=False)

@@ -225,7 +225,32 @@ def add_layout_options(
         action="store_false",
         help="sequence parallelism off",
     )
+    group.add_argument(
+        "--offload-layers",
+        type=offload_layers_type,
+        default=0 if defaults else None,
+        metavar="N",
+        help=shown(
+            "layers whose activations are offloaded to host memory (Megatron-LM "
+            "--cpu-offloading-num-layers; default 0)"
+        ),
+    )
     return group
+
+
+def offload_layers_type(text: str) -> int:
+    """`--offload-layers N`: a whole number from 0 to the most layers a model may have."""
+    from parplan_gen.models.transformer_shape import MAX_LAYERS
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_LAYERS:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 0 to {MAX_LAYERS}, got {text!r}"
+        )
+    return value
 
 
 # Sizes `plan` bounds with --min-<size> / --max-<size>, in the order of the layout flags.
@@ -279,6 +304,13 @@ SEARCH_FLAGS = (  # `plan`'s search options: flag, choices, help
         "Adam's moments in bf16 (Megatron-LM --use-precision-aware-optimizer --exp-avg-dtype "
         "bf16 --exp-avg-sq-dtype bf16; with the distributed optimizer): off, on, or both "
         "(default: off)",
+    ),
+    (
+        "--activation-offload",
+        ("off", "search"),
+        "offload some layers' activations to host memory (Megatron-LM "
+        "--cpu-offloading-num-layers; pp 1, no recomputation): off, or try each eighth of the "
+        "layers (default: off); --offload-layers N pins the count",
     ),
 )
 
@@ -341,6 +373,7 @@ def pins_from_args(args: argparse.Namespace) -> dict[str, Any]:
     pins.update(zero_stage=args.zero, recompute=args.recompute)
     pins.update(sequence_parallel=args.sequence_parallel)
     pins.update(distributed_optimizer=args.distributed_optimizer)
+    pins.update(offload_layers=args.offload_layers)
     return {k: v for k, v in pins.items() if v is not None}
 
 
@@ -364,6 +397,7 @@ def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) ->
         distributed_optimizer=args.distributed_optimizer,
         sequence_parallel=args.sequence_parallel,
         recompute=args.recompute,
+        offload_layers=args.offload_layers,
         precision=args.precision,
     )
 

@@ -24,6 +24,7 @@ TIME_LABELS = {
     "dp_comm_s": "data-parallel comm (before overlap)",
     "ep_comm_s": "expert all-to-all",
     "bn_comm_s": "SyncBatchNorm statistics",
+    "offload_s": "activation offload (exposed)",
     "bubble_s": "pipeline bubble",
     "optimizer_s": "optimizer step",
 }
@@ -78,6 +79,8 @@ def layout_line(estimate: Estimate) -> str:
         parts.append("fp8_param_gather")
     if p.precision_aware_optimizer:
         parts.append("precision_aware_optimizer")
+    if p.offload_layers:
+        parts.append(f"offload_layers={p.offload_layers}")
     return " ".join(parts)
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 from parplan_gen.cost.catalog import Precision
 from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.host_links import host_link
 from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe, plan_values
 from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
@@ -35,6 +36,7 @@ TIME_PARTS = (
     "ep_comm_s",
     "bn_comm_s",
     "overlap_cost_s",
+    "offload_s",
     "bubble_s",
     "optimizer_s",
 )
@@ -91,6 +93,8 @@ class TimeBreakdown(_Figures):
     bn_comm_s: float = 0.0  # SyncBatchNorm statistics (graph models); absent in older plan.json
     # What hidden communication costs the compute beside it (absent in older plan.json).
     overlap_cost_s: float = 0.0
+    # The host-link copies of offloaded activations left exposed (absent in older plan.json).
+    offload_s: float = 0.0
     bubble_s: float
     optimizer_s: float
     # What of tp_comm_s / dp_comm_s is exposed (not hidden behind compute); None: a plan.json
@@ -181,10 +185,17 @@ def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
         "cluster.intra_latency": cluster.intra_node_latency_s,
         "cluster.inter_bandwidth": cluster.inter_node_bytes_per_s,
         "cluster.inter_latency": cluster.inter_node_latency_s,
+        "cluster.host_bandwidth": _host_bandwidth(cluster),
         "cluster.nvswitch": cluster.nvswitch,
         "cluster.architecture": cluster.gpu.architecture,
         **_measured_env(cluster, precision),
     }
+
+
+def _host_bandwidth(cluster: Cluster) -> float:
+    """The GPU's host link, bytes/s in one direction (data/host_links.yaml), 0 when unknown."""
+    link = host_link(cluster.gpu.name)
+    return 0.0 if link is None else link.bytes_per_s
 
 
 # cluster.measured_* name -> the MeasuredFigures field it reads (cost/measured.py), `{p}`: the

@@ -170,6 +170,14 @@ class Layout(BaseModel):
         "Transformer Engine's FusedAdam keeps both moments in bf16 and, in a BF16 run or one "
         "with delayed-scaling FP8, the fp32 master weights as the 16 bits a bf16 weight lacks.",
     )
+    offload_layers: int = Field(
+        0,
+        ge=0,
+        le=MAX_LAYERS,
+        description="Transformer layers whose activations are offloaded to host memory after "
+        "their forward and reloaded for their backward (Megatron-LM --cpu-offloading-num-layers, "
+        "Transformer Engine's CPU offload); 0: none.",
+    )
     seq_len: int = Field(ge=1, le=SIZE_LIMITS["seq_len"], description="Tokens per sequence.")
     precision: Precision = Field("bf16", description="Compute precision of the matmuls.")
 

@@ -30,7 +30,7 @@ class ModelSpec(TransformerCounts):
     recompute_choices: ClassVar[tuple[str, ...]] = ("none", "selective", "full")
     time_parts: ClassVar[tuple[str, ...]] = (
         "compute_s", "overlap_cost_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "dp_comm_s",
-        "ep_comm_s", "bubble_s", "optimizer_s",
+        "ep_comm_s", "offload_s", "bubble_s", "optimizer_s",
     )  # fmt: skip
     backends: ClassVar[tuple[BackendName, ...]] = (
         "megatron", "deepspeed", "ddp", "torchtitan", "accelerate",

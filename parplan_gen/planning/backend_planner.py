@@ -100,12 +100,14 @@ class Candidate(NamedTuple):
     grad_reduce_dtype: str
     fp8_param_gather: bool
     precision_aware_optimizer: bool
+    offload_layers: int
 
 
 # A candidate's fields before its memory option: its structure, vpp, mbs and grad_accum.
 _Prefix = tuple[int, int, int, int, int, int, int, int, int]
-# A memory option less its recomputation: what a recomputing variant is dominated within.
-_Sharding = tuple[int, bool, bool, str, bool, bool]
+# A memory option less its recomputation and with only whether it offloads activations: what a
+# recomputing variant, or one offloading more layers, is dominated within.
+_Sharding = tuple[int, bool, bool, str, bool, bool, bool]
 # The gradients' reduce types, least memory first (bf16 gradients take no more memory than a
 # backend's default, and fp32 no less; rules/cost/memory.yaml grad_bytes).
 _GRAD_FRUGALITY = ("bf16", "default", "fp32")
@@ -418,6 +420,7 @@ class _Search:
             mem.grad_reduce_dtype,
             mem.fp8_param_gather,
             mem.precision_aware_optimizer,
+            mem.offload_layers > 0,
         )
         if self.r.objective == "time" and sharding in fitted:
             self.rejected[_DOMINATED] += 1
@@ -574,7 +577,7 @@ def _least_per_sharding(options: list[MemoryOption]) -> list[MemoryOption]:
     """For each (zero stage, distributed optimizer) of `options`, its option that holds the
     least memory: the smallest gradients (_GRAD_FRUGALITY), then FP8 parameters (1-byte
     weights: rules/cost/memory.yaml held_weight_bytes), then bf16 optimizer states
-    (memory.yaml optimizer_bytes), in their first order."""
+    (memory.yaml optimizer_bytes), then the most layers offloaded, in their first order."""
     best: dict[tuple[int, bool], MemoryOption] = {}
     for mem in options:
         key = (mem.zero_stage, mem.distributed_optimizer)
@@ -584,10 +587,12 @@ def _least_per_sharding(options: list[MemoryOption]) -> list[MemoryOption]:
     return list(best.values())
 
 
-def _frugality(mem: MemoryOption) -> tuple[int, bool, bool]:
-    """How much memory `mem`'s gradients, parameters and optimizer states hold, least first."""
+def _frugality(mem: MemoryOption) -> tuple[int, bool, bool, int]:
+    """How much memory `mem`'s gradients, parameters, optimizer states and activations hold,
+    least first."""
     return (
         _GRAD_FRUGALITY.index(mem.grad_reduce_dtype),
         not mem.fp8_param_gather,
         not mem.precision_aware_optimizer,
+        -mem.offload_layers,
     )

@@ -29,7 +29,9 @@ from parplan_gen.cost.layout import SIZE_LIMITS, Precision, Recompute
 from parplan_gen.inputs.defaults import BOUNDED_SIZES, GIB, ZERO_STAGES
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.validation import check_choice
+from parplan_gen.models.transformer_shape import MAX_LAYERS
 from parplan_gen.planning.search_choices import (
+    ActivationOffloadChoice,
     ChosenOptions,
     Fp8ParamGatherChoice,
     GradReduceChoice,
@@ -65,6 +67,7 @@ class Pins(BaseModel):
     distributed_optimizer: StrictBool | None = None
     sequence_parallel: StrictBool | None = None
     recompute: Recompute | None = None
+    offload_layers: StrictInt | None = Field(None, ge=0, le=MAX_LAYERS)
 
     def given(self) -> dict[str, object]:
         """The pinned fields, in the Layout's order."""
@@ -297,6 +300,10 @@ class SearchRecord(HeadroomRecord):
     precision_aware_optimizer_source: str = Field(
         description="Where `precision_aware_optimizer` came from."
     )
+    activation_offload: ActivationOffloadChoice = Field(
+        description="Activation offloading searched: `off` or `search`."
+    )
+    activation_offload_source: str = Field(description="Where `activation_offload` came from.")
 
     def options(self) -> ChosenOptions:
         """The search options recorded."""

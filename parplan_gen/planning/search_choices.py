@@ -1,7 +1,7 @@
 """What a planning request asks of the search's optional parts, and the rules' defaults for
 what it leaves out.
 
-Five choices, each a field of `SearchChoices` (None: the rule's default):
+Seven choices, each a field of `SearchChoices` (None: the rule's default):
 
 * `interleave` (`plan --interleave search|off`): whether layouts with vpp > 1 are searched;
 * `sequence_parallel` (`--sequence-parallel-with-tp search|on|off`): sequence parallelism on
@@ -16,9 +16,13 @@ Five choices, each a field of `SearchChoices` (None: the rule's default):
   --fp8-param-gather) on the layouts of a backend that has them, off, or both;
 * `precision_aware_optimizer` (`--precision-aware-optimizer off|on|search`): Adam's moments in
   bf16 (Megatron-LM --use-precision-aware-optimizer, Layout.precision_aware_optimizer) on the
-  layouts of a backend that has it, off, or both.
-The last three change the numerics of the run, so their defaults (rules/search/defaults.yaml)
-are the frameworks' own: a request that does not name them is planned as the frameworks run.
+  layouts of a backend that has it, off, or both;
+* `activation_offload` (`--activation-offload off|search`): layouts that offload some layers'
+  activations to host memory (Megatron-LM --cpu-offloading-num-layers, Layout.offload_layers)
+  tried beside those that do not, or not.
+The three before it change the numerics of the run, so their defaults
+(rules/search/defaults.yaml) are the frameworks' own: a request that does not name them is
+planned as the frameworks run.
 
 `choose` resolves them once per request: a value the request gives, else the named formula of
 `rules/search/defaults.yaml` (`DEFAULT_FORMULAS`) evaluated with the request's rules (built-in
@@ -48,6 +52,7 @@ SequenceParallelChoice = Literal["search", "on", "off"]
 GradReduceChoice = Literal["default", "bf16", "search"]
 Fp8ParamGatherChoice = Literal["off", "on", "search"]
 PrecisionAwareOptimizerChoice = Literal["off", "on", "search"]
+ActivationOffloadChoice = Literal["off", "search"]
 CHOICES: dict[str, tuple[object, ...]] = {
     "interleave": get_args(InterleaveChoice),
     "sequence_parallel": get_args(SequenceParallelChoice),
@@ -55,6 +60,7 @@ CHOICES: dict[str, tuple[object, ...]] = {
     "grad_reduce_dtype": get_args(GradReduceChoice),
     "fp8_param_gather": get_args(Fp8ParamGatherChoice),
     "precision_aware_optimizer": get_args(PrecisionAwareOptimizerChoice),
+    "activation_offload": get_args(ActivationOffloadChoice),
 }
 # The named formula that gives each default, and the file that defines it.
 DEFAULT_FORMULAS: dict[str, str] = {
@@ -64,6 +70,7 @@ DEFAULT_FORMULAS: dict[str, str] = {
     "grad_reduce_dtype": "search_grad_reduce_dtype_default",
     "fp8_param_gather": "search_fp8_param_gather_default",
     "precision_aware_optimizer": "search_precision_aware_optimizer_default",
+    "activation_offload": "search_activation_offload_default",
 }
 DEFAULTS_FILE = "rules/search/defaults.yaml"
 # The flag of each choice, for messages (`plan --interleave off`).
@@ -74,6 +81,7 @@ FLAGS: dict[str, str] = {
     "grad_reduce_dtype": "--grad-reduce-dtype",
     "fp8_param_gather": "--fp8-param-gather",
     "precision_aware_optimizer": "--precision-aware-optimizer",
+    "activation_offload": "--activation-offload",
 }
 # The Layout values each choice of the memory options searches (Layout.grad_reduce_dtype,
 # Layout.fp8_param_gather, Layout.precision_aware_optimizer), before a backend keeps those it
@@ -140,6 +148,12 @@ class SearchChoices(BaseModel):
         description="Adam's moments in bf16 (Megatron-LM --use-precision-aware-optimizer): "
         "`off`, `on` (on every layout of a backend that has it) or `search` (both).",
     )
+    activation_offload: ActivationOffloadChoice | None = Field(
+        None,
+        description="Activation offloading to host memory (Megatron-LM "
+        "--cpu-offloading-num-layers): `off`, or `search` (layouts that offload eighths of the "
+        "layers tried beside those that do not).",
+    )
 
     def given(self) -> dict[str, object]:
         """The choices the request makes, in field order."""
@@ -163,6 +177,8 @@ class ChosenOptions(BaseModel):
     fp8_param_gather_source: str
     precision_aware_optimizer: PrecisionAwareOptimizerChoice
     precision_aware_optimizer_source: str
+    activation_offload: ActivationOffloadChoice
+    activation_offload_source: str
 
 
 def search_choices(value: SearchChoices | Mapping[str, Any] | None) -> SearchChoices:

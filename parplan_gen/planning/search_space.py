@@ -57,6 +57,8 @@ class SearchOptions:
     grad_reduce_dtypes: tuple[str, ...] = ("default",)
     fp8_param_gather: tuple[bool, ...] = (False,)
     precision_aware_optimizer: tuple[bool, ...] = (False,)
+    # Layers offloaded to host memory (Layout.offload_layers), none first.
+    offload_layers: tuple[int, ...] = (0,)
 
     @property
     def runs(self) -> Capabilities:
@@ -93,6 +95,9 @@ class SearchOptions:
                 f for f in self.precision_aware_optimizer if runs.precision_aware_optimizer or not f
             )
             or (False,),
+            # a pinned count a backend cannot offload leaves it nothing to search
+            offload_layers=tuple(n for n in self.offload_layers if runs.activation_offload or not n)
+            or ((0,) if self.limits.pins.offload_layers is None else ()),
         )
 
     @classmethod
@@ -111,7 +116,7 @@ class SearchOptions:
         An InputError for a backend that does not train it."""
         dims = model.layout_dims
         searched = backends_for(model, backends)
-        _check_memory_options(chosen, searched)
+        _check_memory_options(chosen, searched, limits)
         interleave = chosen.interleave == "search" or (limits.pins.vpp or 1) > 1
         sp_pin = limits.pins.sequence_parallel
         sequence_parallel = chosen.sequence_parallel != "off" or sp_pin is True
@@ -126,7 +131,27 @@ class SearchOptions:
             grad_reduce_dtypes=GRAD_REDUCE_DTYPES[chosen.grad_reduce_dtype],
             fp8_param_gather=FP8_PARAM_GATHER[chosen.fp8_param_gather],
             precision_aware_optimizer=PRECISION_AWARE_OPTIMIZER[chosen.precision_aware_optimizer],
+            offload_layers=offload_options(model.pipeline_layers, chosen, limits),
         )
+
+
+# Activation offloading is searched at whole eighths of the layers: close enough to the least
+# that fits for the step it costs (NeMo's GB200/B200 recipes offload 6-73 % of the layers:
+# Megatron-Bridge v0.2.0 scripts/performance/configs/llama3*/workload_base_configs.py), at most
+# seven more candidates for each that can offload.
+OFFLOAD_PARTS = 8
+
+
+def offload_options(layers: int, chosen: ChosenOptions, limits: SearchLimits) -> tuple[int, ...]:
+    """The layers offloaded that the search tries: the pinned count, else none, and with
+    `--activation-offload search` each whole eighth of `layers` below all of them."""
+    pinned = limits.pins.offload_layers
+    if pinned is not None:
+        return (pinned,)
+    if chosen.activation_offload == "off":
+        return (0,)
+    parts = (layers * k // OFFLOAD_PARTS for k in range(1, OFFLOAD_PARTS))
+    return (0, *sorted({n for n in parts if 0 < n < layers}))
 
 
 # The switches a request can ask for outright, and what a backend without them cannot do.
@@ -136,13 +161,22 @@ _SWITCHES = {
 }
 
 
-def _check_memory_options(chosen: ChosenOptions, backends: tuple[BackendName, ...]) -> None:
+def _check_memory_options(
+    chosen: ChosenOptions, backends: tuple[BackendName, ...], limits: SearchLimits
+) -> None:
     """FP8 parameters or bf16 optimizer states asked for outright (`--fp8-param-gather on`,
     `--precision-aware-optimizer on`) where none of `backends` has them: an InputError naming
     the backends that do, rather than a plan that silently leaves them out
     (`SearchOptions.on` drops what a backend lacks). The gradients' reduce type is not checked
     so: a backend without the choice reduces in its own type, which may be the one asked
-    (Accelerate's FSDP2 reduces in 16 bits)."""
+    (Accelerate's FSDP2 reduces in 16 bits). So are layers offloaded by a pin (`--offload-layers
+    N`) where none of `backends` offloads activations."""
+    if limits.pins.offload_layers and not any(BACKENDS[b].activation_offload for b in backends):
+        others = [b for b in BACKEND_NAMES if BACKENDS[b].activation_offload]
+        raise InputError(
+            f"--offload-layers {limits.pins.offload_layers}: {', '.join(backends)} does not "
+            f"offload activations (only {', '.join(others)} does; docs/backends.md)"
+        )
     for field, lacks in _SWITCHES.items():
         if getattr(chosen, field) != "on":
             continue
@@ -222,6 +256,7 @@ class MemoryOption(NamedTuple):
     grad_reduce_dtype: str
     fp8_param_gather: bool
     precision_aware_optimizer: bool
+    offload_layers: int
 
 
 def prime_factors(n: int) -> dict[int, int]:
@@ -305,8 +340,9 @@ def mbs_options(global_batch: int, dp: int, limits: SearchLimits = NO_LIMITS) ->
 
 
 def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
-    """Optimizer sharding x sequence parallelism x recomputation (least first) x the
-    gradients' reduce type x FP8 parameters x bf16 optimizer states (innermost)."""
+    """Optimizer sharding x sequence parallelism x recomputation (least first) x layers
+    offloaded (none first) x the gradients' reduce type x FP8 parameters x bf16 optimizer
+    states (innermost)."""
     pinned_sp = options.limits.pins.sequence_parallel
     if tp == 1 or not options.sequence_parallel:
         sp_choices = [False]
@@ -316,13 +352,14 @@ def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
         sp_choices = [True] if options.sequence_parallel_fixed else [False, True]
     ok = options.limits.allows
     return [
-        MemoryOption(zero, dist, sp, recompute, grad, fp8, states)
+        MemoryOption(zero, dist, sp, recompute, grad, fp8, states, offload)
         for zero, dist in options.optimizers
         if ok("zero_stage", zero) and ok("distributed_optimizer", dist)
         for sp in sp_choices
         if ok("sequence_parallel", sp)
         for recompute in options.recompute
         if ok("recompute", recompute)
+        for offload in options.offload_layers
         for grad in options.grad_reduce_dtypes
         for fp8 in options.fp8_param_gather
         for states in options.precision_aware_optimizer
@@ -360,6 +397,7 @@ def outside_search(layout: Layout, request: Request) -> str | None:
         layout.grad_reduce_dtype,
         layout.fp8_param_gather,
         layout.precision_aware_optimizer,
+        layout.offload_layers,
     )
     if mem not in memory_options(layout.tp, options):
         if layout.grad_reduce_dtype not in options.grad_reduce_dtypes:
@@ -378,6 +416,12 @@ def outside_search(layout: Layout, request: Request) -> str | None:
             return (
                 f"the precision-aware optimizer {state} is not searched on {options.backend} "
                 "(search option --precision-aware-optimizer)"
+            )
+        if layout.offload_layers not in options.offload_layers:
+            return (
+                f"{layout.offload_layers} layers offloaded are not searched on {options.backend} "
+                f"(search option --activation-offload, pin --offload-layers; searched: "
+                f"{', '.join(map(str, options.offload_layers))})"
             )
         with_tp = layout.tp > 1 and options.limits.pins.sequence_parallel is None
         if with_tp and options.sequence_parallel_fixed and not layout.sequence_parallel:

@@ -31,7 +31,7 @@ NICE_STEPS = (1, 2, 5, 10)
 # what follows it; a kind's parts keep this order.
 STEP_ORDER = (
     "compute_s", "overlap_cost_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "bn_comm_s",
-    "bubble_s", "pp_comm_s", "dp_comm_s", "optimizer_s",
+    "offload_s", "bubble_s", "pp_comm_s", "dp_comm_s", "optimizer_s",
 )  # fmt: skip
 # Where hidden communication sits under compute: TP's in the GEMMs from the first layer on,
 # DP's gradient reduction in the backward, which ends the compute.

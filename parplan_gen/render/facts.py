@@ -91,6 +91,7 @@ def _plan_facts(layout: Layout) -> dict[str, Any]:
         "plan.expert_parallel": layout.ep > 1,
         "plan.recompute_enabled": layout.recompute != "none",
         "plan.recompute_full": layout.recompute == "full",
+        "plan.offload_enabled": layout.offload_layers > 0,
         # Megatron-LM validate_args turns sequence parallelism off when tp == 1.
         "plan.sequence_parallel": layout.sequence_parallel and layout.tp > 1,
     }

@@ -86,6 +86,13 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
     ("cluster.intra_latency", "number", "s", "Latency of one step over the intra-node link."),
     ("cluster.inter_bandwidth", "number", "bytes/s", "Network bandwidth per GPU, one direction."),
     ("cluster.inter_latency", "number", "s", "Latency of one step over the network."),
+    (
+        "cluster.host_bandwidth",
+        "number",
+        "bytes/s",
+        "Host link of one GPU, one direction (parplan_gen/data/host_links.yaml: PCIe, or "
+        "GB200/GB300's share of NVLink-C2C); 0 when the GPU has no figure there.",
+    ),
     ("cluster.nvswitch", "bool", "-", "The node has an NVSwitch (all-to-all NVLink)."),
     (
         "cluster.architecture",

@@ -343,6 +343,14 @@ _RUN_NAMES: tuple[Name, ...] = (
         "(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16): "
         "rules/cost/memory.yaml optimizer_bytes.",
     ),
+    Name(
+        "plan.offload_layers",
+        "number",
+        "layers",
+        "Transformer layers whose activations go to host memory between their forward and "
+        "backward (Megatron-LM --cpu-offloading-num-layers): rules/cost/memory.yaml "
+        "offloaded_layers, rules/cost/time.yaml offload_exposed_s.",
+    ),
     # --- estimate.*: figures of this plan's estimate (constraints only) ------------------------
     Name(
         "estimate.<figure>",

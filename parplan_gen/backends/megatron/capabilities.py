@@ -28,9 +28,11 @@ MEGATRON = Capabilities(
     recompute=("none", "selective", "full"),
     expert_tensor=True,
     own_pricing=((2, False), (3, False)),
-    # --grad-reduce-in-bf16, --fp8-param-gather and --use-precision-aware-optimizer
-    # (core_v0.16.1 megatron/training/arguments.py; rendered from mapping.yaml beside this file).
+    # --grad-reduce-in-bf16, --fp8-param-gather, --use-precision-aware-optimizer and
+    # --cpu-offloading-num-layers (core_v0.16.1 megatron/training/arguments.py; rendered from
+    # mapping.yaml beside this file).
     grad_reduce_dtypes=("default", "fp32", "bf16"),
     fp8_param_gather=True,
     precision_aware_optimizer=True,
+    activation_offload=True,
 )
