@@ -339,6 +339,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         moe_a2a_overlap=facts.moe_a2a_overlap,
         zero3_overlap=facts.zero3_overlap,
         chunked_loss=facts.chunked_loss,
+        fused_cross_entropy=facts.fused_cross_entropy,
         validation=facts.validation,
     )
 

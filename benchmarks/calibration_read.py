@@ -111,6 +111,7 @@ class Case:
     moe_a2a_overlap: bool = True  # the source's recipe hid the expert all-to-alls where it could
     zero3_overlap: bool = True  # the source's DeepSpeed ran ZeRO-3 traffic beside compute
     chunked_loss: bool = False  # the source's torchtitan computed the loss in sequence chunks
+    fused_cross_entropy: bool = False  # the source's Megatron-LM ran TE's fused cross-entropy
     validation: bool = False  # a validation row (its source says so): never fitted on
 
     @property
@@ -132,6 +133,7 @@ class Case:
         if not self.zero3_overlap:
             env["train.zero3_overlap"] = False
         env["train.chunked_loss"] = self.chunked_loss
+        env["train.fused_cross_entropy"] = self.fused_cross_entropy
         # every torchtitan source predates 0.3: its Float8 linears took torchao's float8 TP
         # styles (rules/cost/time.yaml tp_fp8_gathers)
         env["train.torchao_float8_tp"] = True
@@ -175,6 +177,9 @@ class RowFacts:
     # every plan's torchtitan 0.3 runs: no published run used it (calibration_rows.yaml
     # `chunked_loss`, default false)
     chunked_loss: bool = False
+    # Transformer Engine's fused cross-entropy, which NeMo's Megatron-Bridge recipes set and
+    # parplan's files do not (calibration_rows.yaml `fused_cross_entropy`, default false)
+    fused_cross_entropy: bool = False
     # why the source's TFLOP/s is not on the model FLOPs' count, or "" when it is; the row
     # is then compared on its tokens per second (x model FLOPs) where it gives them
     tflops_count_reason: str = ""
@@ -231,6 +236,7 @@ def row_facts(name: str) -> RowFacts:
         zero3_overlap=bool(source.get("zero3_overlap", True)),
         zero3_overlap_reason=" ".join(str(source.get("zero3_overlap_reason", "")).split()),
         chunked_loss=bool(source.get("chunked_loss", False)),
+        fused_cross_entropy=bool(source.get("fused_cross_entropy", False)),
         tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),
         interleaved_reason=str(source.get("interleaved_reason", "")).strip(),
         validation=bool(source.get("validation", False)),

@@ -122,12 +122,16 @@ def compare(case: Case, rules: RuleSet, repeat: int = 1) -> Comparison:
     published, violations = estimate_published(rules, case)
     layout = case.layout
 
+    # A run that offloaded activations is planned with offloading searched (off by default,
+    # as in Megatron-LM: rules/search/defaults.yaml), so that its layout is in the search.
+    search = {"activation_offload": "search"} if layout.offload_layers else {}
+
     def planned() -> Plan:
         # headroom 0: the published layout is judged against the whole GPU, so is the plan
         return plan(
             case.spec, case.cluster, global_batch=layout.global_batch, seq_len=layout.seq_len,
             precision=layout.precision, flash_attention=case.flash_attention, rules=rules,
-            headroom=0,
+            headroom=0, search=search,
         )  # fmt: skip
 
     try:

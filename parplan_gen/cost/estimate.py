@@ -155,11 +155,13 @@ class Estimate(BaseModel):
 # its tensor-parallel sharding gathers 16-bit inputs whatever the linear layers quantize to
 # (time.yaml tp_fp8_gathers), and interleaved schedules overlap the pipeline's transfers with
 # compute (time.yaml pp_p2p_overlapped), and Megatron-LM pairs micro-batches to hide the expert
-# all-to-alls (moe.yaml moe_a2a_overlapped); calibration sets them for each source as its
-# framework ran.
+# all-to-alls (moe.yaml moe_a2a_overlapped), but its files leave the loss to Megatron-LM's own
+# cross-entropy (memory.yaml logits_bytes_per_vocab); calibration sets them for each source as
+# its framework ran.
 FRAMEWORK_FEATURES: dict[str, Any] = {
     "train.tp_comm_overlap": True,
     "train.chunked_loss": True,
+    "train.fused_cross_entropy": False,
     "train.torchao_float8_tp": False,
     "train.p2p_overlap": True,
     "train.zero3_overlap": True,

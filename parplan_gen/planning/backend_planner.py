@@ -422,7 +422,9 @@ class _Search:
             mem.precision_aware_optimizer,
             mem.offload_layers > 0,
         )
-        if self.r.objective == "time" and sharding in fitted:
+        # offloading only adds time (time.yaml offload_exposed_s): dominated by not offloading
+        kept = (*sharding[:-1], False)
+        if self.r.objective == "time" and (sharding in fitted or kept in fitted):
             self.rejected[_DOMINATED] += 1
             return
         self._set_memory(mem)

@@ -274,6 +274,15 @@ _RUN_NAMES: tuple[Name, ...] = (
         "calibration runs, whose torchtitan predates it.",
     ),
     Name(
+        "train.fused_cross_entropy",
+        "bool",
+        "-",
+        "Megatron-LM computes the loss with Transformer Engine's fused cross-entropy "
+        "(--cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which writes the "
+        "gradient into the 16-bit logits in place: false for every plan (the files do not set "
+        "it); true for calibration runs whose recipe did (NeMo's Megatron-Bridge).",
+    ),
+    Name(
         "train.torchao_float8_tp",
         "bool",
         "-",
