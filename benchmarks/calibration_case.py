@@ -219,9 +219,19 @@ def layout_and_notes(
         sequence_parallel=bool(sequence_parallel),
         recompute=_recompute(entry.get("activation_recompute"), notes),
         offload_layers=_offload_layers(entry, notes),
+        grad_reduce_dtype=_grad_reduce_dtype(facts, notes),
         precision=_precision(entry, notes),
     )
     return layout, notes
+
+
+def _grad_reduce_dtype(facts: RowFacts, notes: list[str]) -> str:
+    """The type the source's runs reduced their gradients in (its `grad_reduce_dtype`)."""
+    if facts.grad_reduce_dtype != "default":
+        notes.append(
+            f"gradients reduced in {facts.grad_reduce_dtype}: {facts.grad_reduce_dtype_reason}"
+        )
+    return facts.grad_reduce_dtype
 
 
 def _offload_layers(entry: Mapping[str, Any], notes: list[str]) -> int:

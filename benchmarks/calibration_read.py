@@ -180,6 +180,10 @@ class RowFacts:
     # Transformer Engine's fused cross-entropy, which NeMo's Megatron-Bridge recipes set and
     # parplan's files do not (calibration_rows.yaml `fused_cross_entropy`, default false)
     fused_cross_entropy: bool = False
+    # the type the source's runs reduced gradients in (Layout.grad_reduce_dtype; "default": the
+    # backend's own), and why (calibration_rows.yaml `grad_reduce_dtype`)
+    grad_reduce_dtype: str = "default"
+    grad_reduce_dtype_reason: str = ""
     # why the source's TFLOP/s is not on the model FLOPs' count, or "" when it is; the row
     # is then compared on its tokens per second (x model FLOPs) where it gives them
     tflops_count_reason: str = ""
@@ -237,6 +241,8 @@ def row_facts(name: str) -> RowFacts:
         zero3_overlap_reason=" ".join(str(source.get("zero3_overlap_reason", "")).split()),
         chunked_loss=bool(source.get("chunked_loss", False)),
         fused_cross_entropy=bool(source.get("fused_cross_entropy", False)),
+        grad_reduce_dtype=str(source.get("grad_reduce_dtype", "default")),
+        grad_reduce_dtype_reason=" ".join(str(source.get("grad_reduce_dtype_reason", "")).split()),
         tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),
         interleaved_reason=str(source.get("interleaved_reason", "")).strip(),
         validation=bool(source.get("validation", False)),
