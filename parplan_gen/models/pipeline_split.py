@@ -140,3 +140,44 @@ def slowest_stage(
     if pp > 2:
         stages.append(middle * layer_s)
     return max(stages)
+
+
+# The formula function of rules/cost/memory.yaml (rules/vocabulary.py).
+PEAK_SIGNATURE = "pipeline_peak_layers(layers, pp, vpp, micro_batches)"
+PEAK_DOC = (
+    "Transformer-layer forwards the most loaded rank of Megatron-LM's pipeline schedule holds "
+    "at once (models/pipeline_split.py peak_layers)."
+)
+
+
+def peak_layers(layers: float, pp: float, vpp: float, micro_batches: float) -> float:
+    """The transformer-layer forwards whose activations the most loaded pipeline rank holds at
+    once under Megatron-LM's schedules (core_v0.16.0 pipeline_parallel/schedules.py
+    get_pp_rank_microbatches): rank r runs its warm-up forwards and one more before its first
+    backward, p - r - 1 + 1 micro-batches without interleaving, and 2 (p - r - 1) + (v - 1) p + 1
+    model chunks with it, never more than the step has (m, or m v chunks). Each holds the
+    rank's layers of the split `pipeline_split` picks (an interleaved chunk its average), so
+    with an even split rank 0 holds Korthikanti et al. 2022's Eq. 5 (L, interleaved
+    L (1 + (p - 1) / (p v))), and a rank after it may hold more when the first rank has fewer
+    layers. A split that does not exist (a plan the constraint refuses) counts layers / pp each.
+    With one stage: one micro-batch's layers."""
+    stages, chunks = max(int(pp), 1), max(int(vpp), 1)
+    held_micro = max(int(micro_batches), 1)
+    if stages == 1:
+        return float(layers)
+    if pipeline_split_ok(layers, stages, chunks):
+        first, middle, last = stage_layers(int(layers), stages, chunks)
+    else:
+        first = middle = last = layers / stages  # type: ignore[assignment]
+    # in-flight falls with the rank and the middle ranks hold equal layers: ranks 0, 1, p - 1
+    ranks = {0: first, 1: last if stages == 2 else middle, stages - 1: last}
+    peak = 0.0
+    for rank, held in ranks.items():
+        if chunks > 1:
+            in_flight = min(
+                2 * (stages - rank - 1) + (chunks - 1) * stages + 1, held_micro * chunks
+            )
+            peak = max(peak, in_flight * held / chunks)
+        else:
+            peak = max(peak, float(min(stages - rank, held_micro) * held))
+    return peak

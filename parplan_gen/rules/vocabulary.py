@@ -443,6 +443,15 @@ FUNCTIONS: tuple[Function, ...] = (
     Function(
         "pipeline_slowest_stage", split.SIGNATURE, 7, 7, "number", split.DOC, split.slowest_stage
     ),
+    Function(
+        "pipeline_peak_layers",
+        split.PEAK_SIGNATURE,
+        4,
+        4,
+        "number",
+        split.PEAK_DOC,
+        split.peak_layers,
+    ),
 )
 
 # Which namespaces a formula may read, by the place it appears in a rule file.
