@@ -122,9 +122,14 @@ def compare(case: Case, rules: RuleSet, repeat: int = 1) -> Comparison:
     published, violations = estimate_published(rules, case)
     layout = case.layout
 
-    # A run that offloaded activations is planned with offloading searched (off by default,
-    # as in Megatron-LM: rules/search/defaults.yaml), so that its layout is in the search.
-    search = {"activation_offload": "search"} if layout.offload_layers else {}
+    # A run that offloaded activations or reduced bf16 gradients is planned with them searched
+    # (off by default, as in Megatron-LM: rules/search/defaults.yaml), so that its layout is in
+    # the search: the request asks for what the run used.
+    search: dict[str, str] = {}
+    if layout.offload_layers:
+        search["activation_offload"] = "search"
+    if layout.grad_reduce_dtype != "default":
+        search["grad_reduce_dtype"] = layout.grad_reduce_dtype
 
     def planned() -> Plan:
         # headroom 0: the published layout is judged against the whole GPU, so is the plan
