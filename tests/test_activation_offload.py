@@ -210,3 +210,16 @@ def test_the_logits_are_what_the_cross_entropy_keeps(
     env = formula_env("llama-3-8b", {"gpus": 8, "gpu": "h100"}, backend)
     env["train.fused_cross_entropy"] = fused
     assert formula_value("logits_bytes", env) == bytes_per_entry * 8_192 * 128_256
+
+
+def test_compare_takes_and_labels_an_offloading_layout() -> None:
+    import argparse
+
+    from parplan_gen.cli.compare import layout_text
+    from parplan_gen.render.labels import layout_labels
+
+    assert layout_text("tp=1 pp=1 offload=40") == {"tp": 1, "pp": 1, "offload_layers": 40}
+    with pytest.raises(argparse.ArgumentTypeError, match="offload=x: expected a whole number"):
+        layout_text("offload=x")
+    estimate = _estimate(GB200_64, offload_layers=40)
+    assert layout_labels([estimate], ("dp", "tp", "pp"))[0].endswith("zero3 offload40")

@@ -19,6 +19,7 @@ from parplan_gen.cli.common import (
     PRECISIONS,
     RECOMPUTE,
     cluster_from_args,
+    offload_layers_type,
     print_json,
     size_type,
     zero_stage,
@@ -43,6 +44,7 @@ SWITCHES = {"on": True, "true": True, "off": False, "false": False}
 # --layout keys: the layout sizes, then these (key -> Layout field, allowed words or None: int)
 LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "zero": ("zero_stage", None),
+    "offload": ("offload_layers", None),
     "recompute": ("recompute", RECOMPUTE),
     "precision": ("precision", PRECISIONS),
     "sp": ("sequence_parallel", tuple(SWITCHES)),
@@ -101,6 +103,8 @@ def layout_text(text: str) -> dict[str, Any]:
             fields[key] = size_type(key)(value)
         elif key == "zero":
             fields["zero_stage"] = _zero(value)
+        elif key == "offload":
+            fields["offload_layers"] = _offload(value)
         elif key in LAYOUT_WORDS:
             name, allowed = LAYOUT_WORDS[key]
             if value not in (allowed or ()):
@@ -114,6 +118,14 @@ def layout_text(text: str) -> dict[str, Any]:
     if not fields:
         raise argparse.ArgumentTypeError("empty layout: give key=value words, e.g. tp=8 pp=2")
     return fields
+
+
+def _offload(value: str) -> int:
+    """`offload=<layers>`: the --offload-layers flag's parser, its error prefixed with the word."""
+    try:
+        return offload_layers_type(value)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"offload={value}: {exc}") from None
 
 
 def _zero(value: str) -> int:
