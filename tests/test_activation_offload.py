@@ -223,3 +223,22 @@ def test_compare_takes_and_labels_an_offloading_layout() -> None:
         layout_text("offload=x")
     estimate = _estimate(GB200_64, offload_layers=40)
     assert layout_labels([estimate], ("dp", "tp", "pp"))[0].endswith("zero3 offload40")
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "h100"])
+def test_searching_offloads_never_plans_slower(gpu: str) -> None:
+    """`--activation-offload search` adds candidates and prunes an offloading one only where its
+    sharding fits without offloading (offloading only adds time), so its best step is at most
+    the default search's, on a C2C host link and over PCIe alike."""
+    request = {
+        "global_batch": 256, "seq_len": 8192, "precision": "fp8", "backend": "megatron",
+    }  # fmt: skip
+    cluster = {"gpus": 64, "gpu": gpu}
+    off = parplan_gen.plan("llama-3-70b", cluster, **request).document.chosen
+    on = parplan_gen.plan(
+        "llama-3-70b", cluster, **request, search={"activation_offload": "search"}
+    ).document.chosen
+    assert on.time.step_s <= off.time.step_s
+    assert on.memory.fits and off.memory.fits
+    if gpu == "gb200":  # NeMo's layout family wins once it may offload (docs/benchmarks.md)
+        assert on.plan.offload_layers > 0 and on.time.step_s < off.time.step_s
