@@ -65,6 +65,11 @@ def test_offloaded_layers_leave_the_gpu_and_one_layer_stays_while_the_forward_en
     logits = 4 * 16_384 * 128_256
     assert 2**30 < layer < logits
     assert none.memory.activations - half.memory.activations == pytest.approx(40 * layer)
+    # they wait in pinned host memory, one micro-batch's, reported beside the GPU's total
+    assert half.memory.host_offload == pytest.approx(40 * layer, rel=1e-9)
+    assert none.memory.host_offload == 0
+    m = half.memory
+    assert m.total == m.params + m.grads + m.optimizer + m.activations + m.other
     # nothing but the activations moves
     assert (half.memory.params, half.memory.grads, half.memory.optimizer) == (
         none.memory.params,
@@ -157,6 +162,8 @@ def test_searched_it_offloads_eighths_of_the_layers_when_memory_asks(offload_pla
 
 def test_the_script_offloads_what_was_priced_and_reads_back(offload_plan) -> None:
     plan, folder = offload_plan
+    report = (folder / "plan.md").read_text(encoding="utf-8")
+    assert "of pinned host memory per GPU beside this" in report
     words = (folder / "megatron_args.sh").read_text(encoding="utf-8").split()
     n = plan.document.chosen.plan.offload_layers
     assert words[words.index("--cpu-offloading-num-layers") + 1] == str(n)

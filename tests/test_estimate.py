@@ -293,6 +293,7 @@ CONTRACT: dict[str, dict[str, type]] = {
         **dict.fromkeys(("params", "grads", "optimizer", "activations", "other"), int),
         **dict.fromkeys(("total", "capacity"), int),
         "fits": bool,
+        "host_offload": int,  # pinned host memory of offloaded activations, not in the total
     },
     "time": dict.fromkeys(
         (

@@ -101,6 +101,11 @@ def memory_lines(estimate: Estimate) -> list[str]:
     else:  # an overlay's memory rule asks for more headroom
         verdict = f"DOES NOT FIT the memory rules, {free:.2f} GiB free"
     lines.append(f"  {'total':<12} {m.total / GIB:8.2f} GiB of {m.capacity / GIB:.2f}: {verdict}")
+    if m.host_offload:
+        lines.append(
+            f"  {'host':<12} {m.host_offload / GIB:8.2f} GiB pinned for offloaded activations "
+            "(not in the total)"
+        )
     return lines
 
 

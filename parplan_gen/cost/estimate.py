@@ -26,6 +26,9 @@ from parplan_gen.rules.layers import figure_label
 from parplan_gen.rules.ruleset import RuleSet
 
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "other")
+# Memory figures that are not the GPU's (not in the total; 0 where the rules give none): the
+# pinned host memory offloaded activations take (rules/cost/memory.yaml offload_host_bytes).
+HOST_PARTS = ("host_offload",)
 TIME_PARTS = (
     "step_s",
     "compute_s",
@@ -64,6 +67,8 @@ class MemoryBreakdown(BaseModel):
     total: int
     capacity: int
     fits: bool  # the memory rules hold (planning.evaluate), not total <= capacity
+    # Host memory per GPU, not in `total` (HOST_PARTS; absent in older plan.json).
+    host_offload: int = 0
 
 
 class _Figures(BaseModel):
@@ -351,11 +356,12 @@ def estimate_from_figures(
     (`planning.evaluate`), which this module does not judge."""
     memory = {p: round(figures[f"memory_{p}"]) for p in MEMORY_PARTS}
     total = sum(memory.values())
+    host = {p: round(figures.get(f"memory_{p}", 0)) for p in HOST_PARTS}
     capacity = int(figures["memory_capacity"])
     return Estimate(
         backend=backend,
         plan=layout,
-        memory=MemoryBreakdown(**memory, total=total, capacity=capacity, fits=fits),
+        memory=MemoryBreakdown(**memory, total=total, capacity=capacity, fits=fits, **host),
         time=TimeBreakdown(
             **{p: float(figures[f"time_{p}"]) for p in TIME_PARTS},
             **{

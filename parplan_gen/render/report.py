@@ -53,6 +53,7 @@ def report_context(
         "memory": _part_rows(chosen.memory.model_dump(), MEMORY_PARTS, gib),
         "memory_total": gib(chosen.memory.total),
         "memory_capacity": gib(chosen.memory.capacity),
+        "memory_host": gib(chosen.memory.host_offload) if chosen.memory.host_offload else "",
         "time": _part_rows(chosen.time.model_dump(), time_parts, seconds),
         "step": seconds(chosen.time.step_s),
         # the candidates' MFU in the chosen plan's count, so that the rows compare
