@@ -129,9 +129,9 @@ def test_other_backends_do_not_offload() -> None:
 # ---- planning with it, the files and reading them back ----------------------------------------
 
 
-@pytest.fixture(scope="module")
-def offload_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
-    plan = parplan_gen.plan(
+def _preset_plan(**options: Any) -> Any:
+    """NeMo's GB200 70B layout planned with offloading searched (the count is the search's)."""
+    return parplan_gen.plan(
         "llama-3-70b",
         GB200_64,
         global_batch=256,
@@ -140,7 +140,13 @@ def offload_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
         backend="megatron",
         pins={"tp": 1, "pp": 1, "cp": 1, "mbs": 2, "zero_stage": 3},
         search={"activation_offload": "search"},
+        **options,
     )
+
+
+@pytest.fixture(scope="module")
+def offload_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    plan = _preset_plan()
     folder = tmp_path_factory.mktemp("offload_plan")
     plan.write(folder)
     return plan, folder
@@ -249,3 +255,27 @@ def test_searching_offloads_never_plans_slower(gpu: str) -> None:
     assert on.memory.fits and off.memory.fits
     if gpu == "gb200":  # NeMo's layout family wins once it may offload (docs/benchmarks.md)
         assert on.plan.offload_layers > 0 and on.time.step_s < off.time.step_s
+
+
+def _parts_overlay(write, value: str) -> Path:
+    text = f"formulas:\n  search_activation_offload_parts: {value}\n"
+    return write(f"parts_{value}/overlay.yaml", text).parent
+
+
+def test_the_grid_is_a_rule(write) -> None:
+    """rules/search/defaults.yaml search_activation_offload_parts sets the grid: quarters of
+    Llama 3 70B's 80 layers are 20, 40 and 60."""
+    plan = _preset_plan(rules=[_parts_overlay(write, "4")])
+    search = plan.document.search
+    assert search is not None and search.activation_offload_parts == 4
+    assert search.activation_offload_parts_source.endswith("(a --rules overlay)")
+    assert plan.document.chosen.plan.offload_layers in (20, 40, 60)
+
+
+@pytest.mark.parametrize("value", ["1", "2.5", "65", "true"])
+def test_a_grid_that_is_no_whole_number_of_parts_is_refused(write, value: str) -> None:
+    with pytest.raises(InputError, match=r"search_activation_offload_parts gives .*2 to 64"):
+        parplan_gen.plan(
+            "llama-3-8b", {"gpus": 8, "gpu": "h100"}, global_batch=64,
+            rules=[_parts_overlay(write, value)],
+        )  # fmt: skip

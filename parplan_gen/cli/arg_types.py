@@ -44,6 +44,14 @@ def size_type(field: str) -> Callable[[str], int]:
     return argument_type(parse, field)
 
 
+def _offload_layers(text: str) -> int:
+    from parplan_gen.models.transformer_shape import MAX_LAYERS
+
+    return whole_number(text, MAX_LAYERS, 0)
+
+
+# Layers whose activations are offloaded (Layout.offload_layers): 0 to the most a model has.
+offload_layers = argument_type(_offload_layers, "offload_layers")
 # Counts of GPUs, devices or ranks, and of candidates shown: 1 to layout.MAX_GPUS.
 positive_int = size_type("gpus")
 zero_stage = argument_type(lambda text: whole_number(text, max(ZERO_STAGES), 0), "zero_stage")

@@ -12,6 +12,7 @@ from parplan_gen.cli.arg_types import (
     cpu_count_type,
     gpu_hour_price_type,
     headroom_type,
+    offload_layers,
     positive_float,
     positive_int,
     size_type,
@@ -227,7 +228,7 @@ def add_layout_options(
     )
     group.add_argument(
         "--offload-layers",
-        type=offload_layers_type,
+        type=offload_layers,
         default=0 if defaults else None,
         metavar="N",
         help=shown(
@@ -236,21 +237,6 @@ def add_layout_options(
         ),
     )
     return group
-
-
-def offload_layers_type(text: str) -> int:
-    """`--offload-layers N`: a whole number from 0 to the most layers a model may have."""
-    from parplan_gen.models.transformer_shape import MAX_LAYERS
-
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= MAX_LAYERS:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number from 0 to {MAX_LAYERS}, got {text!r}"
-        )
-    return value
 
 
 # Sizes `plan` bounds with --min-<size> / --max-<size>, in the order of the layout flags.
@@ -309,8 +295,9 @@ SEARCH_FLAGS = (  # `plan`'s search options: flag, choices, help
         "--activation-offload",
         ("off", "search"),
         "offload some layers' activations to host memory (Megatron-LM "
-        "--cpu-offloading-num-layers; pp 1, no recomputation): off, or try each eighth of the "
-        "layers (default: off); --offload-layers N pins the count",
+        "--cpu-offloading-num-layers; pp 1, no recomputation): off, or try each whole 1/8 of the "
+        "layers (rule search_activation_offload_parts; default: off); --offload-layers N pins "
+        "the count",
     ),
 )
 

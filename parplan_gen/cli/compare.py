@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 import textwrap
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.common import (
@@ -19,7 +20,7 @@ from parplan_gen.cli.common import (
     PRECISIONS,
     RECOMPUTE,
     cluster_from_args,
-    offload_layers_type,
+    offload_layers,
     print_json,
     size_type,
     zero_stage,
@@ -41,10 +42,13 @@ COMPARE_EXAMPLE = (
     '--layout "tp=4 pp=4 mbs=1 recompute=selective"'
 )
 SWITCHES = {"on": True, "true": True, "off": False, "false": False}
-# --layout keys: the layout sizes, then these (key -> Layout field, allowed words or None: int)
-LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...] | None]] = {
-    "zero": ("zero_stage", None),
-    "offload": ("offload_layers", None),
+# --layout keys whose value is a number: key -> Layout field, the flag's argparse type
+LAYOUT_NUMBERS: dict[str, tuple[str, Callable[[str], int]]] = {
+    "zero": ("zero_stage", zero_stage),
+    "offload": ("offload_layers", offload_layers),
+}
+# --layout keys: the layout sizes, the numbers above, then these (key -> Layout field, words)
+LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "recompute": ("recompute", RECOMPUTE),
     "precision": ("precision", PRECISIONS),
     "sp": ("sequence_parallel", tuple(SWITCHES)),
@@ -75,7 +79,8 @@ def add_compare_command(sub: Any) -> None:
         default=[],
         metavar='"tp=8 pp=2 ..."',
         help="a layout of yours to compare (repeatable): key=value words, the keys "
-        f"{', '.join(d for d, _, _ in LAYOUT_SIZES)}, {', '.join(LAYOUT_WORDS)}; dp defaults "
+        f"{', '.join(d for d, _, _ in LAYOUT_SIZES)}, {', '.join([*LAYOUT_NUMBERS, *LAYOUT_WORDS])}; "
+        "dp defaults "
         "to what the others leave, the batch to --global-batch / --seq-len",
     )
     parser.add_argument(
@@ -101,39 +106,30 @@ def layout_text(text: str) -> dict[str, Any]:
             raise argparse.ArgumentTypeError(f"{word!r}: expected key=value, e.g. tp=8")
         if key in sizes:
             fields[key] = size_type(key)(value)
-        elif key == "zero":
-            fields["zero_stage"] = _zero(value)
-        elif key == "offload":
-            fields["offload_layers"] = _offload(value)
+        elif key in LAYOUT_NUMBERS:
+            name, parse = LAYOUT_NUMBERS[key]
+            fields[name] = _number(key, parse, value)
         elif key in LAYOUT_WORDS:
             name, allowed = LAYOUT_WORDS[key]
-            if value not in (allowed or ()):
+            if value not in allowed:
                 raise argparse.ArgumentTypeError(
-                    f"{key}={value}: expected one of {', '.join(allowed or ())}"
+                    f"{key}={value}: expected one of {', '.join(allowed)}"
                 )
             fields[name] = SWITCHES.get(value, value)
         else:
-            known = ", ".join([*(d for d, _, _ in LAYOUT_SIZES), *LAYOUT_WORDS])
+            known = ", ".join([*(d for d, _, _ in LAYOUT_SIZES), *LAYOUT_NUMBERS, *LAYOUT_WORDS])
             raise argparse.ArgumentTypeError(f"{key!r}: unknown layout key (known: {known})")
     if not fields:
         raise argparse.ArgumentTypeError("empty layout: give key=value words, e.g. tp=8 pp=2")
     return fields
 
 
-def _offload(value: str) -> int:
-    """`offload=<layers>`: the --offload-layers flag's parser, its error prefixed with the word."""
+def _number(key: str, parse: Callable[[str], int], value: str) -> int:
+    """`key=<value>` through its flag's parser, the error prefixed with the word."""
     try:
-        return offload_layers_type(value)
+        return parse(value)
     except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"offload={value}: {exc}") from None
-
-
-def _zero(value: str) -> int:
-    """`zero=<stage>`: the --zero flag's parser, its error prefixed with the word."""
-    try:
-        return zero_stage(value)
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"zero={value}: {exc}") from None
+        raise argparse.ArgumentTypeError(f"{key}={value}: {exc}") from None
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 from parplan_gen.cost.catalog import Precision
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.host_links import host_link
+from parplan_gen.cost.host_links import host_bytes_per_s
 from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe, plan_values
 from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
@@ -192,17 +192,11 @@ def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
         "cluster.intra_latency": cluster.intra_node_latency_s,
         "cluster.inter_bandwidth": cluster.inter_node_bytes_per_s,
         "cluster.inter_latency": cluster.inter_node_latency_s,
-        "cluster.host_bandwidth": _host_bandwidth(cluster),
+        "cluster.host_bandwidth": host_bytes_per_s(cluster.gpu.name),
         "cluster.nvswitch": cluster.nvswitch,
         "cluster.architecture": cluster.gpu.architecture,
         **_measured_env(cluster, precision),
     }
-
-
-def _host_bandwidth(cluster: Cluster) -> float:
-    """The GPU's host link, bytes/s in one direction (data/host_links.yaml), 0 when unknown."""
-    link = host_link(cluster.gpu.name)
-    return 0.0 if link is None else link.bytes_per_s
 
 
 # cluster.measured_* name -> the MeasuredFigures field it reads (cost/measured.py), `{p}`: the

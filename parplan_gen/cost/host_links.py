@@ -54,3 +54,10 @@ def _links() -> dict[str, HostLink]:
 def host_link(gpu: str) -> HostLink | None:
     """The host link of the catalog GPU named `gpu` (its catalog name), None when not listed."""
     return _links().get(gpu)
+
+
+def host_bytes_per_s(gpu: str) -> float:
+    """The host link of `gpu`, bytes/s in one direction, 0 when not listed: the value of the
+    formula names cluster.host_bandwidth and budget.host_bytes_per_s."""
+    link = host_link(gpu)
+    return 0.0 if link is None else link.bytes_per_s

@@ -20,7 +20,7 @@ from parplan_gen.cost.budget_figures import BudgetInputs, budget_figure_problem
 from parplan_gen.cost.catalog import GIGA
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import FLAG_CLUSTER_NAME, Cluster
-from parplan_gen.cost.host_links import host_link
+from parplan_gen.cost.host_links import host_bytes_per_s, host_link
 from parplan_gen.cost.layout import MAX_GPUS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import token_count
@@ -180,7 +180,7 @@ def budget_values(
         "budget.mtbf_gpu_hours": mtbf,
         "budget.storage_bytes_per_s": storage,
         "budget.gpu_hour_price": price or 0.0,
-        "budget.host_bytes_per_s": 0.0 if link is None else link.bytes_per_s,
+        "budget.host_bytes_per_s": host_bytes_per_s(cluster.gpu.name),
     }
     host_from = None if link is None else link.source
     return values, {

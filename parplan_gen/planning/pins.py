@@ -304,6 +304,13 @@ class SearchRecord(HeadroomRecord):
         description="Activation offloading searched: `off` or `search`."
     )
     activation_offload_source: str = Field(description="Where `activation_offload` came from.")
+    activation_offload_parts: StrictInt = Field(
+        description="With `activation_offload` `search`, the layers offloaded tried are each "
+        "whole 1/parts of them."
+    )
+    activation_offload_parts_source: str = Field(
+        description="Where `activation_offload_parts` came from."
+    )
 
     def options(self) -> ChosenOptions:
         """The search options recorded."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, cast, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from parplan_gen.cost.estimate import CostModel
 from parplan_gen.cost.hardware import Cluster
@@ -73,6 +73,11 @@ DEFAULT_FORMULAS: dict[str, str] = {
     "activation_offload": "search_activation_offload_default",
 }
 DEFAULTS_FILE = "rules/search/defaults.yaml"
+# Not a choice: the grid `--activation-offload search` tries (each whole 1/parts of the layers),
+# a named formula of DEFAULTS_FILE too, a whole number in OFFLOAD_PARTS_RANGE (at least two
+# parts, or no count below all the layers; at most 64, which bounds the candidates it adds).
+OFFLOAD_PARTS_FORMULA = "search_activation_offload_parts"
+OFFLOAD_PARTS_RANGE = (2, 64)
 # The flag of each choice, for messages (`plan --interleave off`).
 FLAGS: dict[str, str] = {
     "interleave": "--interleave",
@@ -179,6 +184,8 @@ class ChosenOptions(BaseModel):
     precision_aware_optimizer_source: str
     activation_offload: ActivationOffloadChoice
     activation_offload_source: str
+    activation_offload_parts: StrictInt
+    activation_offload_parts_source: str
 
 
 def search_choices(value: SearchChoices | Mapping[str, Any] | None) -> SearchChoices:
@@ -239,20 +246,47 @@ def choose(
         else:
             value, source = _default(rules, formula, field, env), _default_source(rules, formula)
         resolved |= {field: value, f"{field}_source": source}
+    resolved |= {
+        "activation_offload_parts": _offload_parts(rules, env),
+        "activation_offload_parts_source": _default_source(rules, OFFLOAD_PARTS_FORMULA),
+    }
     return ChosenOptions.model_validate(resolved)
 
 
-def _default(rules: RuleSet, formula: str, field: str, env: Mapping[str, Any]) -> object:
-    """The value of `formula` for the request, checked to be one of the choice's values."""
-    allowed = CHOICES[field]
+def _evaluated(rules: RuleSet, formula: str, env: Mapping[str, Any]) -> object:
+    """The value of the named formula `formula` for the request."""
     try:
-        value = named_formula(rules, formula).evaluate(env)
+        return named_formula(rules, formula).evaluate(env)
     except FormulaError as exc:
         raise InputError(
             f"{exc.message} (a search default is evaluated once per request, on its model.*, "
             "cluster.* and train.* values: no plan.*)",
             _overlay_where(rules, formula) or exc.where,
         ) from None
+
+
+def _offload_parts(rules: RuleSet, env: Mapping[str, Any]) -> int:
+    """OFFLOAD_PARTS_FORMULA for the request, a whole number in OFFLOAD_PARTS_RANGE."""
+    value = _evaluated(rules, OFFLOAD_PARTS_FORMULA, env)
+    low, high = OFFLOAD_PARTS_RANGE
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not low <= value <= high
+        or value != int(value)
+    ):
+        raise InputError(
+            f"{OFFLOAD_PARTS_FORMULA} gives {value!r}; it must be a whole number from {low} to "
+            f"{high}",
+            _overlay_where(rules, OFFLOAD_PARTS_FORMULA),
+        )
+    return int(value)
+
+
+def _default(rules: RuleSet, formula: str, field: str, env: Mapping[str, Any]) -> object:
+    """The value of `formula` for the request, checked to be one of the choice's values."""
+    allowed = CHOICES[field]
+    value = _evaluated(rules, formula, env)
     if not any(value == a and type(value) is type(a) for a in allowed):
         shown = ", ".join(repr(a) if isinstance(a, str) else str(a).lower() for a in allowed)
         raise InputError(

@@ -87,17 +87,16 @@ class SearchOptions:
                 d for d in self.grad_reduce_dtypes if d in runs.grad_reduce_dtypes
             )
             or ("default",),
-            fp8_param_gather=tuple(
-                f for f in self.fp8_param_gather if runs.fp8_param_gather or not f
-            )
-            or (False,),
-            precision_aware_optimizer=tuple(
-                f for f in self.precision_aware_optimizer if runs.precision_aware_optimizer or not f
-            )
-            or (False,),
+            fp8_param_gather=_run(self.fp8_param_gather, runs.fp8_param_gather),
+            precision_aware_optimizer=_run(
+                self.precision_aware_optimizer, runs.precision_aware_optimizer
+            ),
             # a pinned count a backend cannot offload leaves it nothing to search
-            offload_layers=tuple(n for n in self.offload_layers if runs.activation_offload or not n)
-            or ((0,) if self.limits.pins.offload_layers is None else ()),
+            offload_layers=_run(
+                self.offload_layers,
+                runs.activation_offload,
+                (0,) if self.limits.pins.offload_layers is None else (),
+            ),
         )
 
     @classmethod
@@ -135,23 +134,26 @@ class SearchOptions:
         )
 
 
-# Activation offloading is searched at whole eighths of the layers: close enough to the least
-# that fits for the step it costs (NeMo's GB200/B200 recipes offload 6-73 % of the layers:
-# Megatron-Bridge v0.2.0 scripts/performance/configs/llama3*/workload_base_configs.py), at most
-# seven more candidates for each that can offload.
-OFFLOAD_PARTS = 8
+def _run(
+    values: tuple[Any, ...], has_it: bool, otherwise: tuple[Any, ...] = (False,)
+) -> tuple[Any, ...]:
+    """The values of a memory option a backend runs: all where it `has_it`, else only the off
+    value (False, 0), and `otherwise` when none is left."""
+    return tuple(v for v in values if has_it or not v) or otherwise
 
 
 def offload_options(layers: int, chosen: ChosenOptions, limits: SearchLimits) -> tuple[int, ...]:
     """The layers offloaded that the search tries: the pinned count, else none, and with
-    `--activation-offload search` each whole eighth of `layers` below all of them."""
+    `--activation-offload search` each whole 1/parts of `layers` below all of them (parts:
+    rules/search/defaults.yaml search_activation_offload_parts)."""
     pinned = limits.pins.offload_layers
     if pinned is not None:
         return (pinned,)
     if chosen.activation_offload == "off":
         return (0,)
-    parts = (layers * k // OFFLOAD_PARTS for k in range(1, OFFLOAD_PARTS))
-    return (0, *sorted({n for n in parts if 0 < n < layers}))
+    parts = chosen.activation_offload_parts
+    counts = (layers * k // parts for k in range(1, parts))
+    return (0, *sorted({n for n in counts if 0 < n < layers}))
 
 
 # The switches a request can ask for outright, and what a backend without them cannot do.
