@@ -16,8 +16,8 @@ stated properties of the cost model:
   (higher ZeRO stage or the distributed optimizer), recomputation, sequence parallelism, bf16
   gradients and FP8 parameters: if the most frugal candidates of a (structure, vpp) do not fit,
   none does; once an option does not fit at some mbs, it does not fit at a larger one;
-* recomputation never makes a fixed layout faster: with objective `time`, a recomputing variant
-  of a layout that fits with less recomputation is counted as dominated;
+* recomputation and offloading never make a fixed layout faster: with objective `time`, a
+  variant of a layout that fits recomputing less (or offloading fewer layers) is dominated;
 * the cost model's optional `time.floor_s` never exceeds `time.step_s` (checked on every
   candidate estimated in full): given a `cutoff` (the planner's K-th best step time on the
   backends searched before), a candidate that fits but whose floor already exceeds it cannot
@@ -64,6 +64,8 @@ from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 DOMINATED = "dominated: fits with less recomputation, which is never slower"
 _DOMINATED = Refusal(None, DOMINATED)  # the search's own pruning: no rule, no plan field
+DOMINATED_OFFLOAD = "dominated: fits offloading fewer layers, or none (time.yaml offload_s)"
+_DOMINATED_OFFLOAD = Refusal(None, DOMINATED_OFFLOAD)
 OUTRANKED = "outranked: fits, but slower than the best plans of the backends searched first"
 _OUTRANKED = Refusal(None, OUTRANKED)
 FLOOR, STEP = "time_floor_s", "time_step_s"  # a time the step never goes below; the step
@@ -422,10 +424,8 @@ class _Search:
             mem.precision_aware_optimizer,
             mem.offload_layers > 0,
         )
-        # offloading only adds time (time.yaml offload_exposed_s): dominated by not offloading
-        kept = (*sharding[:-1], False)
-        if self.r.objective == "time" and (sharding in fitted or kept in fitted):
-            self.rejected[_DOMINATED] += 1
+        if self.r.objective == "time" and (sharding in fitted or (*sharding[:-1], False) in fitted):
+            self.rejected[_DOMINATED_OFFLOAD if mem.offload_layers else _DOMINATED] += 1
             return
         self._set_memory(mem)
         plan = Candidate(*prefix, *mem)
