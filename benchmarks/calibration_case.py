@@ -220,9 +220,22 @@ def layout_and_notes(
         recompute=_recompute(entry.get("activation_recompute"), notes),
         offload_layers=_offload_layers(entry, notes),
         grad_reduce_dtype=_grad_reduce_dtype(facts, notes),
+        cross_entropy_fusion=_cross_entropy_fusion(facts, notes),
         precision=_precision(entry, notes),
     )
     return layout, notes
+
+
+def _cross_entropy_fusion(facts: RowFacts, notes: list[str]) -> str | None:
+    """The loss kernel the source's Megatron-LM ran (its `cross_entropy_fusion`; Megatron-LM's
+    own unless it says), None on other backends (their framework's own loss)."""
+    if facts.backend != "megatron":
+        return None
+    if facts.cross_entropy_fusion != "off":
+        notes.append(
+            f"cross-entropy fusion {facts.cross_entropy_fusion}: {facts.cross_entropy_fusion_reason}"
+        )
+    return facts.cross_entropy_fusion
 
 
 def _grad_reduce_dtype(facts: RowFacts, notes: list[str]) -> str:
@@ -349,7 +362,6 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         moe_a2a_overlap=facts.moe_a2a_overlap,
         zero3_overlap=facts.zero3_overlap,
         chunked_loss=facts.chunked_loss,
-        fused_cross_entropy=facts.fused_cross_entropy,
         validation=facts.validation,
     )
 

@@ -111,7 +111,6 @@ class Case:
     moe_a2a_overlap: bool = True  # the source's recipe hid the expert all-to-alls where it could
     zero3_overlap: bool = True  # the source's DeepSpeed ran ZeRO-3 traffic beside compute
     chunked_loss: bool = False  # the source's torchtitan computed the loss in sequence chunks
-    fused_cross_entropy: bool = False  # the source's Megatron-LM ran TE's fused cross-entropy
     validation: bool = False  # a validation row (its source says so): never fitted on
 
     @property
@@ -133,7 +132,6 @@ class Case:
         if not self.zero3_overlap:
             env["train.zero3_overlap"] = False
         env["train.chunked_loss"] = self.chunked_loss
-        env["train.fused_cross_entropy"] = self.fused_cross_entropy
         # every torchtitan source predates 0.3: its Float8 linears took torchao's float8 TP
         # styles (rules/cost/time.yaml tp_fp8_gathers)
         env["train.torchao_float8_tp"] = True
@@ -177,9 +175,10 @@ class RowFacts:
     # every plan's torchtitan 0.3 runs: no published run used it (calibration_rows.yaml
     # `chunked_loss`, default false)
     chunked_loss: bool = False
-    # Transformer Engine's fused cross-entropy, which NeMo's Megatron-Bridge recipes set and
-    # parplan's files do not (calibration_rows.yaml `fused_cross_entropy`, default false)
-    fused_cross_entropy: bool = False
+    # the loss kernel the source's Megatron-LM ran (Layout.cross_entropy_fusion), and why
+    # (calibration_rows.yaml `cross_entropy_fusion`; default `off`, Megatron-LM's own)
+    cross_entropy_fusion: str = "off"
+    cross_entropy_fusion_reason: str = ""
     # the type the source's runs reduced gradients in (Layout.grad_reduce_dtype; "default": the
     # backend's own), and why (calibration_rows.yaml `grad_reduce_dtype`)
     grad_reduce_dtype: str = "default"
@@ -240,7 +239,10 @@ def row_facts(name: str) -> RowFacts:
         zero3_overlap=bool(source.get("zero3_overlap", True)),
         zero3_overlap_reason=" ".join(str(source.get("zero3_overlap_reason", "")).split()),
         chunked_loss=bool(source.get("chunked_loss", False)),
-        fused_cross_entropy=bool(source.get("fused_cross_entropy", False)),
+        cross_entropy_fusion=str(source.get("cross_entropy_fusion", "off")),
+        cross_entropy_fusion_reason=" ".join(
+            str(source.get("cross_entropy_fusion_reason", "")).split()
+        ),
         grad_reduce_dtype=str(source.get("grad_reduce_dtype", "default")),
         grad_reduce_dtype_reason=" ".join(str(source.get("grad_reduce_dtype_reason", "")).split()),
         tflops_count_reason=str(source.get("tflops_count_reason", "")).strip(),

@@ -204,27 +204,6 @@ def test_a_pinned_count_outside_the_search_says_why(cli) -> None:
     assert run.json()["chosen"]["plan"]["offload_layers"] == 20
 
 
-# ---- the loss beside them: which cross-entropy keeps what -------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("backend", "fused", "bytes_per_entry"),
-    [("megatron", False, 4), ("megatron", True, 2), ("deepspeed", True, 4)],
-)
-def test_the_logits_are_what_the_cross_entropy_keeps(
-    backend: str, fused: bool, bytes_per_entry: int
-) -> None:
-    """Megatron-LM's own cross-entropy keeps fp32 exp-logits (Korthikanti Sec. 4.3: 4 bytes a
-    vocabulary entry); Transformer Engine's fused one (NeMo's recipes: --cross-entropy-fusion-impl
-    te) writes the gradient into the 16-bit logits in place (TE v2.9 triton/cross_entropy.py):
-    2. Llama 3 8B: vocabulary 128,256; 8,192 tokens a micro-batch; tp 1, pp 1."""
-    from formula_env import formula_env, formula_value
-
-    env = formula_env("llama-3-8b", {"gpus": 8, "gpu": "h100"}, backend)
-    env["train.fused_cross_entropy"] = fused
-    assert formula_value("logits_bytes", env) == bytes_per_entry * 8_192 * 128_256
-
-
 def test_compare_takes_and_labels_an_offloading_layout() -> None:
     import argparse
 

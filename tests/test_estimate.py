@@ -288,6 +288,7 @@ CONTRACT: dict[str, dict[str, type]] = {
         "precision_aware_optimizer": bool,
         "offload_layers": int,
         **dict.fromkeys(("recompute", "grad_reduce_dtype", "precision"), str),
+        "cross_entropy_fusion": str,  # Megatron-LM's loss kernel (null on other backends)
     },
     "memory": {
         **dict.fromkeys(("params", "grads", "optimizer", "activations", "other"), int),

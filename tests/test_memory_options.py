@@ -41,7 +41,7 @@ LAYOUT_ARGS = {
     "--seq-length", "--micro-batch-size", "--global-batch-size", "--bf16",
     "--grad-reduce-in-bf16", "--fp8-format", "--fp8-param-gather",
     "--tensor-model-parallel-size", "--context-parallel-size", "--sequence-parallel",
-    "--use-distributed-optimizer",
+    "--use-distributed-optimizer", "--cross-entropy-loss-fusion",
 }  # fmt: skip
 EXAMPLE_LAYOUT = {
     "mbs": 1, "global_batch": 128, "seq_len": 8192, "precision": "fp8",
@@ -120,8 +120,9 @@ def test_every_argument_of_the_example_is_read_or_reported(cli) -> None:
     flags = _flags(EXAMPLE.read_text(encoding="utf-8"))
     assert flags >= LAYOUT_ARGS and not LAYOUT_ARGS & set(ignored)
     assert len(flags) == len(LAYOUT_ARGS) + len(ignored) + no_effect
-    # The loss fusion and the allocator settings change memory and time: named, not priced.
-    assert {"--cross-entropy-loss-fusion", "--empty-unused-memory-level"} <= set(ignored)
+    # The allocator settings change memory and time: named, not priced. The loss fusion is read
+    # (Layout.cross_entropy_fusion: Megatron-Core's native kernel, as the script runs it).
+    assert "--empty-unused-memory-level" in ignored
     # No --fp8-recipe: Megatron-LM's default, delayed (arguments.py default='delayed'); the
     # estimate prices tensorwise on Hopper (cost/layout.py fp8_recipe).
     assert line.endswith("; FP8 recipe delayed in the script, priced as tensorwise")
@@ -133,6 +134,7 @@ def test_the_example_read_as_a_layout() -> None:
     assert (plan.dp, plan.tp, plan.cp, plan.mbs, plan.global_batch) == (8, 1, 1, 1, 128)
     assert (plan.precision, plan.grad_reduce_dtype, plan.fp8_param_gather) == ("fp8", "bf16", True)
     assert not plan.sequence_parallel  # validate_args turns it off at tp 1
+    assert plan.cross_entropy_fusion == "native"  # --cross-entropy-loss-fusion, no impl given
     assert report.estimate.memory.fits
 
 

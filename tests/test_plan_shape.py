@@ -17,7 +17,8 @@ from parplan_gen.planning.search_result import SearchResult
 from parplan_gen.rules import vocabulary
 from parplan_gen.rules.engine import Proposal
 
-TRAIN_FIELDS = ("global_batch", "seq_len", "precision")  # the request's, read as train.*
+# the request's, and the loss kernel (a backend's, not searched), read as train.*
+TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "cross_entropy_fusion")
 H100_64 = {"gpus": 64, "gpu": "h100"}
 
 
@@ -41,6 +42,7 @@ def test_plan_values_give_every_plan_name() -> None:
         "plan.recompute": "none", "plan.grad_reduce_dtype": "default",
         "plan.fp8_param_gather": False, "plan.precision_aware_optimizer": False,
         "plan.offload_layers": 0,
+        "train.cross_entropy_fusion": "te",  # not named: the one plans write
     }  # fmt: skip
 
 

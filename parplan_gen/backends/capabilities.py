@@ -58,6 +58,14 @@ class Capabilities:
     # Activations offloaded to host memory between forward and backward (Layout.offload_layers;
     # Megatron-LM --cpu-offloading-num-layers with Transformer Engine's CPU offload).
     activation_offload: bool = False
+    # The loss kernels its files can name (Layout.cross_entropy_fusion), the one its plans write
+    # first; empty: the framework computes its own loss, which a layout leaves unnamed.
+    cross_entropy_fusions: tuple[str, ...] = ()
+
+    @property
+    def plan_cross_entropy_fusion(self) -> str | None:
+        """The loss kernel this backend's plan files write (None: the framework's own)."""
+        return self.cross_entropy_fusions[0] if self.cross_entropy_fusions else None
 
     @property
     def ref(self) -> BackendRef:
@@ -111,6 +119,9 @@ class Capabilities:
             return f"{self.title} has no bf16 optimizer states (precision_aware_optimizer)"
         if layout.offload_layers and not self.activation_offload:
             return f"{self.title} does not offload activations (offload_layers)"
+        fusion = layout.cross_entropy_fusion
+        if fusion is not None and fusion not in self.cross_entropy_fusions:
+            return f"{self.title} has no cross-entropy fusion {fusion} (cross_entropy_fusion)"
         return None
 
 

@@ -260,7 +260,13 @@ def layout_values(
         )
     )
     flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}
-    options = ("recompute", "precision", "sequence_parallel", "offload_layers")
+    options = (
+        "recompute",
+        "precision",
+        "sequence_parallel",
+        "offload_layers",
+        "cross_entropy_fusion",
+    )
     flags.update({k: getattr(args, k) for k in options if getattr(args, k) is not None})
     if args.zero is not None:
         flags.update(zero_stage=args.zero, distributed_optimizer=False)

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 PRECISIONS = ("bf16", "fp16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
+# Layout.cross_entropy_fusion's values (cost/layout.py CrossEntropyFusion; not imported here, so
+# that the CLI starts without pydantic's models)
+CROSS_ENTROPY_FUSIONS = ("off", "native", "te")
 # The layout's sizes as flags (each a size of layout.SIZE_LIMITS): dest, help, default.
 LAYOUT_SIZES: tuple[tuple[str, str, int | None], ...] = (
     ("tp", "tensor-parallel size (default 1)", 1),
@@ -236,6 +239,14 @@ def add_layout_options(
             "--cpu-offloading-num-layers; default 0)"
         ),
     )
+    if batch:  # not a pin: every Megatron plan writes Transformer Engine's
+        group.add_argument(
+            "--cross-entropy-fusion",
+            choices=CROSS_ENTROPY_FUSIONS,
+            help="Megatron-LM's loss kernel: off (its own, Megatron-LM's default), native "
+            "(--cross-entropy-loss-fusion) or te (with --cross-entropy-fusion-impl te); "
+            "default: te, as plans write it",
+        )
     return group
 
 
@@ -385,6 +396,7 @@ def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) ->
         sequence_parallel=args.sequence_parallel,
         recompute=args.recompute,
         offload_layers=args.offload_layers,
+        cross_entropy_fusion=args.cross_entropy_fusion,
         precision=args.precision,
     )
 

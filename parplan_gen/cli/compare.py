@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.common import (
+    CROSS_ENTROPY_FUSIONS,
     LAYOUT_SIZES,
     PRECISIONS,
     RECOMPUTE,
@@ -54,6 +55,7 @@ LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sp": ("sequence_parallel", tuple(SWITCHES)),
     "distributed_optimizer": ("distributed_optimizer", tuple(SWITCHES)),
     "backend": ("backend", BACKEND_NAMES),
+    "cross_entropy": ("cross_entropy_fusion", CROSS_ENTROPY_FUSIONS),
 }
 
 
@@ -115,7 +117,7 @@ def layout_text(text: str) -> dict[str, Any]:
                 raise argparse.ArgumentTypeError(
                     f"{key}={value}: expected one of {', '.join(allowed)}"
                 )
-            fields[name] = SWITCHES.get(value, value)
+            fields[name] = SWITCHES[value] if allowed == tuple(SWITCHES) else value
         else:
             known = ", ".join([*(d for d, _, _ in LAYOUT_SIZES), *LAYOUT_NUMBERS, *LAYOUT_WORDS])
             raise argparse.ArgumentTypeError(f"{key!r}: unknown layout key (known: {known})")

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.cost.hardware import Cluster
+from parplan_gen.cost.layout import PLAN_CROSS_ENTROPY_FUSION
 from parplan_gen.cost.mfu_convention import convention_of, mfu_text
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.safe_text import printable
@@ -58,7 +59,8 @@ def backend_text(estimate: Estimate) -> str:
 
 def layout_line(estimate: Estimate) -> str:
     """`tp=8 pp=12 dp=16 ...` for the non-default parts of a layout (the precision when it is
-    not bf16, the gradients' reduce type when it is not the backend's own)."""
+    not bf16, the gradients' reduce type when it is not the backend's own, the loss kernel when
+    it is not the one plans write)."""
     p = estimate.plan
     parts = [f"dp={p.dp}", f"tp={p.tp}", f"pp={p.pp}"]
     parts += [f"{k}={v}" for k, v in (("cp", p.cp), ("ep", p.ep)) if v > 1]
@@ -81,6 +83,8 @@ def layout_line(estimate: Estimate) -> str:
         parts.append("precision_aware_optimizer")
     if p.offload_layers:
         parts.append(f"offload_layers={p.offload_layers}")
+    if p.cross_entropy_fusion not in (None, PLAN_CROSS_ENTROPY_FUSION):  # the plans' is not shown
+        parts.append(f"cross_entropy={p.cross_entropy_fusion}")
     return " ".join(parts)
 
 

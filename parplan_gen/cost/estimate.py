@@ -19,7 +19,13 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 from parplan_gen.cost.catalog import Precision
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.host_links import host_bytes_per_s
-from parplan_gen.cost.layout import SIXTEEN_BIT, Layout, fp8_recipe, plan_values
+from parplan_gen.cost.layout import (
+    PLAN_CROSS_ENTROPY_FUSION,
+    SIXTEEN_BIT,
+    Layout,
+    fp8_recipe,
+    plan_values,
+)
 from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
 from parplan_gen.rules.layers import figure_label
@@ -160,13 +166,14 @@ class Estimate(BaseModel):
 # its tensor-parallel sharding gathers 16-bit inputs whatever the linear layers quantize to
 # (time.yaml tp_fp8_gathers), and interleaved schedules overlap the pipeline's transfers with
 # compute (time.yaml pp_p2p_overlapped), and Megatron-LM pairs micro-batches to hide the expert
-# all-to-alls (moe.yaml moe_a2a_overlapped), but its files leave the loss to Megatron-LM's own
-# cross-entropy (memory.yaml logits_bytes_per_vocab); calibration sets them for each source as
-# its framework ran.
+# all-to-alls (moe.yaml moe_a2a_overlapped), and its files compute the loss with Transformer
+# Engine's fused cross-entropy (memory.yaml logits_bytes_per_vocab, pipeline.yaml
+# loss_bytes_per_logit; a layout may name another, Layout.cross_entropy_fusion); calibration sets
+# them for each source as its framework ran.
 FRAMEWORK_FEATURES: dict[str, Any] = {
     "train.tp_comm_overlap": True,
     "train.chunked_loss": True,
-    "train.fused_cross_entropy": False,
+    "train.cross_entropy_fusion": PLAN_CROSS_ENTROPY_FUSION,
     "train.torchao_float8_tp": False,
     "train.p2p_overlap": True,
     "train.zero3_overlap": True,

@@ -34,6 +34,15 @@ Recompute = Literal["none", "selective", "full"]
 # under DeepSpeed ZeRO 1-3), `fp32` and `bf16` what a file sets (Megatron-LM
 # --grad-reduce-in-bf16, DeepSpeed communication_data_type).
 GradReduceDtype = Literal["default", "fp32", "bf16"]
+# Megatron-LM's loss kernel (core_v0.16.0 models/common/language_module/language_module.py
+# compute_language_model_loss): `off`, its own vocab-parallel cross-entropy (Megatron-LM's
+# default), `native` (--cross-entropy-loss-fusion: Megatron-Core's torch.compile'd one,
+# fusions/fused_cross_entropy.py), `te` (--cross-entropy-loss-fusion
+# --cross-entropy-fusion-impl te: Transformer Engine's Triton kernels, which every Megatron plan
+# writes: less memory and time than either, the same loss). rules/cost/memory.yaml
+# logits_bytes_per_vocab and pipeline.yaml loss_bytes_per_logit price each (train.cross_entropy_fusion).
+CrossEntropyFusion = Literal["off", "native", "te"]
+PLAN_CROSS_ENTROPY_FUSION: CrossEntropyFusion = "te"
 # The 16-bit precision of a run: an FP8 run keeps its other matmuls and its weights in BF16
 # (rules/cost/compute.yaml; Megatron --fp8-format with --bf16).
 SIXTEEN_BIT: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
@@ -178,6 +187,13 @@ class Layout(BaseModel):
         "their forward and reloaded for their backward (Megatron-LM --cpu-offloading-num-layers, "
         "Transformer Engine's CPU offload); 0: none.",
     )
+    cross_entropy_fusion: CrossEntropyFusion | None = Field(
+        None,
+        description="Megatron-LM's loss kernel: `off` (its own cross-entropy, Megatron-LM's "
+        "default), `native` (--cross-entropy-loss-fusion) or `te` (--cross-entropy-loss-fusion "
+        "--cross-entropy-fusion-impl te); not given: as the backend's plan files run it (`te` on "
+        "Megatron-LM; other backends compute their framework's own loss).",
+    )
     seq_len: int = Field(ge=1, le=SIZE_LIMITS["seq_len"], description="Tokens per sequence.")
     precision: Precision = Field("bf16", description="Compute precision of the matmuls.")
 
@@ -234,8 +250,11 @@ PLAN_FIELDS: tuple[str, ...] = tuple(
 
 
 def plan_values(layout: Layout) -> dict[str, object]:
-    """The plan.* formula values of `layout`."""
-    return {f"plan.{field}": getattr(layout, field) for field in PLAN_FIELDS}
+    """The formula values `layout` sets: its plan.* fields, and its loss kernel
+    (train.cross_entropy_fusion; not given: the one plans write)."""
+    values: dict[str, object] = {f"plan.{field}": getattr(layout, field) for field in PLAN_FIELDS}
+    values["train.cross_entropy_fusion"] = layout.cross_entropy_fusion or PLAN_CROSS_ENTROPY_FUSION
+    return values
 
 
 def check_sizes(**sizes: object) -> None:

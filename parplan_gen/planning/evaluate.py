@@ -121,7 +121,11 @@ class Evaluator:
         memory_headroom: float = 0.0,
     ) -> Evaluation:
         """The estimate of `layout` and the rules it breaks (`memory_headroom`: bytes per GPU
-        the memory rules keep free)."""
+        the memory rules keep free). A layout that names no loss kernel is priced, and shown,
+        with the one the backend's plans write (Capabilities.plan_cross_entropy_fusion)."""
+        fusion = None if self.backend is None else BACKENDS[self.backend].plan_cross_entropy_fusion
+        if layout.cross_entropy_fusion is None and fusion is not None:
+            layout = layout.model_copy(update={"cross_entropy_fusion": fusion})
         env = self.env(
             model,
             cluster,
@@ -191,12 +195,19 @@ def backend_verdicts(
 ) -> dict[str, str | None]:
     """For each of the model's backends: None when it runs `layout` (it is within the backend's
     capabilities and breaks none of its `invalid` rules) as the plan, priced on `priced_on`
-    (None: on none), was priced, else why not."""
+    (None: on none), was priced, else why not. A backend the plan was not priced on is judged
+    on the layout less its loss kernel (Layout.cross_entropy_fusion), which is Megatron-LM's:
+    the others compute their framework's own loss."""
     env: dict[str, Any] | None = None
     out: dict[str, str | None] = {}
     for name in model.backends:
         caps = BACKENDS[name]
-        why = caps.refuses(layout)
+        judged = (
+            layout
+            if name == priced_on
+            else layout.model_copy(update={"cross_entropy_fusion": None})
+        )
+        why = caps.refuses(judged)
         if why is None and priced_on != name and caps.priced_apart(layout):
             why = (
                 f"its ZeRO-{layout.zero_stage} is a sharding of its own, priced apart: plan "

@@ -436,10 +436,12 @@ def outside_search(layout: Layout, request: Request) -> str | None:
 
 
 def layout_of(plan: Iterable[Any], request: Request) -> Layout:
-    """The Layout whose plan fields (cost.layout.PLAN_FIELDS, in order) are `plan`."""
+    """The Layout whose plan fields (cost.layout.PLAN_FIELDS, in order) are `plan`, with the
+    loss kernel the request's backend writes."""
     values = dict(zip(PLAN_FIELDS, plan, strict=True))
     return Layout(
         **values,
+        cross_entropy_fusion=BACKENDS[request.options.backend].plan_cross_entropy_fusion,
         global_batch=request.global_batch,
         seq_len=request.seq_len,
         precision=request.precision,

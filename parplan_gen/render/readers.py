@@ -60,6 +60,8 @@ def layout_from_files(
             )
         megatron_shape(megatron, model)
         values.update(megatron_values(megatron, model.pipeline_layers, templates_dir=templates_dir))
+        # a script that names no loss fusion runs Megatron-LM's own cross-entropy (its default)
+        values.setdefault("cross_entropy_fusion", "off")
     if torchtitan:
         if "torchtitan" not in model.backends:
             raise InputError(f"--from-torchtitan: torchtitan does not train {model.name}")

@@ -274,13 +274,16 @@ _RUN_NAMES: tuple[Name, ...] = (
         "calibration runs, whose torchtitan predates it.",
     ),
     Name(
-        "train.fused_cross_entropy",
-        "bool",
+        "train.cross_entropy_fusion",
+        "str",
         "-",
-        "Megatron-LM computes the loss with Transformer Engine's fused cross-entropy "
-        "(--cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which writes the "
-        "gradient into the 16-bit logits in place: false for every plan (the files do not set "
-        "it); true for calibration runs whose recipe did (NeMo's Megatron-Bridge).",
+        "Megatron-LM's loss kernel (Layout.cross_entropy_fusion): 'te' (Transformer Engine's "
+        "fused cross-entropy, --cross-entropy-loss-fusion --cross-entropy-fusion-impl te, which "
+        "writes the gradient into the 16-bit logits in place; every Megatron plan writes it), "
+        "'native' (--cross-entropy-loss-fusion: Megatron-Core's torch.compile'd one) or 'off' "
+        "(its own tensor_parallel cross-entropy, Megatron-LM's default); calibration runs as "
+        "their recipes set it. Other backends compute their own loss: the rules read it on "
+        "Megatron-LM only.",
     ),
     Name(
         "train.torchao_float8_tp",

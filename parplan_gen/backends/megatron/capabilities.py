@@ -13,6 +13,7 @@ only (`own_pricing`)."""
 from __future__ import annotations
 
 from parplan_gen.backends.capabilities import Capabilities
+from parplan_gen.cost.layout import PLAN_CROSS_ENTROPY_FUSION
 
 MEGATRON = Capabilities(
     name="megatron",
@@ -35,4 +36,9 @@ MEGATRON = Capabilities(
     fp8_param_gather=True,
     precision_aware_optimizer=True,
     activation_offload=True,
+    # --cross-entropy-loss-fusion [--cross-entropy-fusion-impl te] (core_v0.16.0
+    # model_parallel_config.py cross_entropy_loss_fusion, cross_entropy_fusion_impl): plans write
+    # Transformer Engine's, which holds and moves fewer bytes than Megatron-Core's own
+    # (rules/cost/memory.yaml logits_bytes_per_vocab, pipeline.yaml loss_bytes_per_logit).
+    cross_entropy_fusions=(PLAN_CROSS_ENTROPY_FUSION, "native", "off"),
 )

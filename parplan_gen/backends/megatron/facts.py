@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from parplan_gen.backends.megatron.model_from_script import NULL_EOD_TOKENS
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import Layout, fp8_recipe
+from parplan_gen.cost.layout import PLAN_CROSS_ENTROPY_FUSION, Layout, fp8_recipe
 from parplan_gen.models.any_model import transformer_of
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.pipeline_split import PipelineSplit, pipeline_split
@@ -80,6 +80,8 @@ class MegatronSpelling:
     fp8_recipe: str | None  # --fp8-recipe for the GPU generation; None: not an FP8 plan
     moe_a2a_overlap: bool  # --overlap-moe-expert-parallel-comm: the cost model priced it
     grad_reduce_in_bf16: bool  # --grad-reduce-in-bf16: the layout reduces bf16 gradients
+    # --cross-entropy-fusion-impl; None: no --cross-entropy-loss-fusion
+    cross_entropy_fusion: str | None
 
     def facts(self) -> dict[str, Any]:
         return {f"megatron.{k}": v for k, v in asdict(self).items()}
@@ -163,6 +165,7 @@ def _megatron_parallel(
     strategy = FSDP_STRATEGIES.get(layout.zero_stage) if fsdp else None
     fsdp = strategy is not None
     tp_overlap = decided is not None and decided.tp_comm_overlap
+    fusion = layout.cross_entropy_fusion or PLAN_CROSS_ENTROPY_FUSION
     return {
         "first_stage_layers": split.first if uneven else None,
         "last_stage_layers": split.last if uneven else None,
@@ -204,6 +207,9 @@ def _megatron_parallel(
         # and reduced in bf16), as the layout's gradients were priced (rules/cost/memory.yaml
         # grad_reduce_bytes); the default and fp32 are Megatron-LM's fp32 main gradients.
         "grad_reduce_in_bf16": layout.grad_reduce_dtype == "bf16",
+        # --cross-entropy-loss-fusion --cross-entropy-fusion-impl: the loss kernel priced
+        # (rules/cost/pipeline.yaml loss_bytes_per_logit; not named: the one plans write).
+        "cross_entropy_fusion": None if fusion == "off" else fusion,
     }
 
 

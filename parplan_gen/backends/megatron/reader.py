@@ -71,6 +71,13 @@ OPTIMIZER_TYPES: dict[str, tuple[str, ...]] = {
 }
 PRECISION_AWARE = "plan.precision_aware_optimizer"  # the mapping's `when` of its arguments
 GRADS_TYPE = "--main-grads-dtype"
+# The loss kernel (Layout.cross_entropy_fusion; core_v0.16.0 model_parallel_config.py): the switch,
+# and the implementation it runs (choices native, te; default native). Without the switch
+# Megatron-LM computes its own cross-entropy, whatever the implementation says
+# (language_module.py compute_language_model_loss).
+LOSS_FUSION_FLAG = "--cross-entropy-loss-fusion"
+LOSS_IMPL_FLAG = "--cross-entropy-fusion-impl"
+LOSS_IMPL_CHOICES = ("native", "te")
 FP8 = ("precision", "fp8")  # what --fp8-format sets, whatever 16-bit switch comes after it
 # --fp8-recipe (arguments.py, core_r0.13 and core_v0.16.1: choices tensorwise, delayed, mxfp8,
 # blockwise; default='delayed'): the recipe an FP8 script runs.
@@ -158,6 +165,9 @@ def megatron_values(
     if fp8:  # an FP8 run keeps --bf16 for the rest (arguments.py: --fp8-format with --bf16)
         out.update([FP8])
     _optimizer_types(words, out, path, _priced_optimizer_types(mapping))
+    fusion = _cross_entropy_fusion(words, path)
+    if fusion is not None:
+        out["cross_entropy_fusion"] = fusion
     if out.get("tp", 1) == 1:  # Megatron-LM validate_args: "Disabling sequence parallelism
         out.pop("sequence_parallel", None)  # because tensor model parallelism is disabled"
     _fsdp_sharding(out)
@@ -198,6 +208,23 @@ def _megatron_value(
             else ""
         )
         raise InputError(f"{flag}: {exc}{hint}", where) from None
+
+
+def _cross_entropy_fusion(words: Sequence[Seg], path: str | Path) -> str | None:
+    """The loss kernel the script names (LOSS_FUSION_FLAG, LOSS_IMPL_FLAG; the last
+    implementation given, as argparse takes it): `off` with an implementation but no switch;
+    None when it names neither (render/readers.py: Megatron-LM's own, `off`)."""
+    fused, impl = False, None
+    for i, (word, line) in enumerate(words):
+        flag = word.partition("=")[0]
+        if word == LOSS_FUSION_FLAG:
+            fused = True
+        elif flag == LOSS_IMPL_FLAG:
+            where = SourceRef(str(path), line, path=flag)
+            impl = read_choice(argument_value(words, i), LOSS_IMPL_CHOICES, where)
+    if fused:
+        return impl or LOSS_IMPL_CHOICES[0]
+    return None if impl is None else "off"
 
 
 def _priced_optimizer_types(mapping: LoadedMapping) -> dict[str, str]:
@@ -285,7 +312,8 @@ def megatron_arguments(
     mapping's MODEL_GROUPS), one of unpriced_arguments.yaml's groups, or ignored."""
     words = script_words(path)
     mapping = Templates.at(templates_dir).mapping()
-    layout = set(_flags(mapping)) | {FP8_RECIPE_FLAG} | set(OPTIMIZER_TYPES)
+    layout = set(_flags(mapping)) | {FP8_RECIPE_FLAG, LOSS_FUSION_FLAG, LOSS_IMPL_FLAG}
+    layout |= set(OPTIMIZER_TYPES)
     group_of = {
         arg.flag: MODEL_SHAPE
         for version in mapping.data.megatron.values()

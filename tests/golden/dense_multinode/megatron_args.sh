@@ -88,6 +88,8 @@ TRAINING_ARGS=(
     --micro-batch-size 1
     --global-batch-size 512
     --recompute-granularity selective
+    --cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te
     --bf16
     --clip-grad 1.0
     --lr-decay-style cosine
