@@ -410,7 +410,8 @@ def test_memory_rule_runs_after_the_cost_model(rules: RuleSet) -> None:
     constraints = Constraints(rules)
     memory = next(c for c in rules.constraints if c.rule.id == "memory.fits")
     assert phase_of(memory) == "estimate"
-    assert constraints.figures == {"memory_total", "memory_capacity"}
+    # memory.fits's, and memory.offload_fits_host's pinned host buffers (memory.yaml)
+    assert constraints.figures == {"memory_total", "memory_capacity", "memory_host_offload"}
     env = env_for(rules)
     env.update(estimate_env({"memory_total": 90 * 2**30, "memory_capacity": 80 * 2**30}))
     [found] = constraints.check(env, "estimate")

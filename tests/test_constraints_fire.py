@@ -460,6 +460,19 @@ CASES = [
         fires=side("llama-3-70b", gpus=8, global_batch=8, seq_len=4096),
         holds=side("llama-3-70b", gpus=64, tp=8, pp=8, global_batch=8, seq_len=4096),
     ),
+    # The offloaded activations' pinned buffers within the host's memory per GPU: an 8-GPU H100
+    # SXM server's 2 TB over 8 (gpus.yaml reference_node.host_memory_gb), 250 GB. Llama 3 70B at
+    # 8 x 8,192 tokens a micro-batch: 79 layers offloaded pin ~1.4 TiB per GPU, 10 layers ~178 GiB.
+    Case(
+        "memory.offload_fits_host",
+        "megatron",
+        fires=side(
+            "llama-3-70b", mbs=8, global_batch=64, seq_len=8192, zero_stage=3, offload_layers=79
+        ),
+        holds=side(
+            "llama-3-70b", mbs=8, global_batch=64, seq_len=8192, zero_stage=3, offload_layers=10
+        ),
+    ),
 ]
 
 # Rules whose wrong side no Layout can hold: the Layout refuses it first (cost/layout.py).

@@ -138,7 +138,11 @@ def test_the_memory_rules_are_the_estimate_rules_that_read_memory_only(write):
         """,
     )
     evaluator = Evaluator(load_rules([path.parent]))
-    assert [c.rule.id for c in evaluator.memory_rules] == ["memory.fits", "my.headroom"]
+    assert [c.rule.id for c in evaluator.memory_rules] == [
+        "memory.fits",
+        "memory.offload_fits_host",
+        "my.headroom",
+    ]
     assert all(is_memory_rule(c) for c in evaluator.memory_rules)
     found = evaluator.evaluate(
         load_model(MODEL), load_cluster_spec({"gpus": 8, "gpu": "h100"}),

@@ -231,7 +231,11 @@ def test_a_max_achievable_rate_above_the_peak_is_refused_with_its_place(figures,
 
 def test_every_number_of_the_catalog_has_a_physical_range_with_a_source():
     ranges = load_catalog().ranges
-    assert set(ranges) == {*catalog_module.GPU_RANGED_KEYS, *catalog_module.NETWORK_RANGED_KEYS}
+    assert set(ranges) == {
+        *catalog_module.GPU_RANGED_KEYS,
+        *catalog_module.NETWORK_RANGED_KEYS,
+        *catalog_module.NODE_RANGED_KEYS,
+    }
     assert ranges["memory_gib"] == catalog_module.Bounds(
         1, 4096, "parplan_gen/data/gpus.yaml ranges.memory_gib"
     )
@@ -440,7 +444,7 @@ def test_json_cluster_file(tmp_path):
         (
             "gpu: h100\nnum_gpus: 8\ngpus_per_nod: 8\n",
             "3:1: gpus_per_nod: unknown key 'gpus_per_nod'; did you mean 'gpus_per_node'? "
-            "(allowed: name, gpu, overrides, num_gpus, nodes, gpus_per_node, nvlink_domain, inter_node, nccl, node_names, cpus_per_node, slurm, gpu_hour_price, mtbf_gpu_hours, storage_gb_per_s, measured)",
+            "(allowed: name, gpu, overrides, num_gpus, nodes, gpus_per_node, nvlink_domain, inter_node, nccl, node_names, cpus_per_node, slurm, gpu_hour_price, mtbf_gpu_hours, storage_gb_per_s, host_memory_gb_per_node, measured)",
         ),
         ("num_gpus: 8\n", "1:1: gpu: missing required key 'gpu'"),
         ("gpu: h100\nnum_gpus: '8'\n", "2:1: num_gpus: Input should be a valid integer (got '8')"),

@@ -146,6 +146,7 @@ def check(
     return CheckReport(
         found.estimate,
         found.violations,
+        memory_broken=found.memory_broken,
         model=spec,
         cluster=machines,
         better=better,

@@ -80,6 +80,11 @@ class ReferenceNode(RawData):
     nvlink_domain: PositiveInt | None = Field(
         None, description="GPUs on one NVLink fabric (GB200 NVL72: 72); None: the node."
     )
+    host_memory_gb: PositiveFloat | None = Field(
+        None,
+        description="The system's host (CPU) memory per node, 1e9 bytes, as its published "
+        "system description prints it; None: no published figure.",
+    )
 
 
 class MaxAchievable(RawData):
@@ -200,6 +205,8 @@ GPU_RANGED_KEYS = (
     "memory_bandwidth_tb_per_s", "intra_node_gb_per_s_bidirectional",
 )  # fmt: skip
 NETWORK_RANGED_KEYS = ("gbps_per_port", "gbps_per_gpu", "latency_us")
+# A node's host memory (reference_node.host_memory_gb, a cluster file's host_memory_gb_per_node)
+NODE_RANGED_KEYS = ("host_memory_gb",)
 
 
 class SIModel(BaseModel):
@@ -332,7 +339,7 @@ def load_catalog() -> Catalog:
     gdoc, ndoc = read_package_data("gpus.yaml"), read_package_data("networks.yaml")
     gfile = validate(_GPUFile, gdoc.data, gdoc)
     nfile = validate(_NetworkFile, ndoc.data, ndoc)
-    ranges = read_ranges(gdoc, gfile.ranges, GPU_RANGED_KEYS)
+    ranges = read_ranges(gdoc, gfile.ranges, GPU_RANGED_KEYS + NODE_RANGED_KEYS)
     ranges |= read_ranges(ndoc, nfile.ranges, NETWORK_RANGED_KEYS)
     networks: dict[str, Network] = {}
     for name, net in nfile.networks.items():
@@ -357,6 +364,8 @@ def load_catalog() -> Catalog:
         check_sources(gdoc, ("gpus", name), spec, spec.figure_keys())
         figures = spec.model_dump(include=set(GPU_RANGED_KEYS))
         check_ranges(ranges, figures, gdoc, ("gpus", name))
+        host = {"host_memory_gb": spec.reference_node.host_memory_gb}
+        check_ranges(ranges, host, gdoc, ("gpus", name, "reference_node"))
         if spec.reference_node.network not in networks:
             where = gdoc.ref(("gpus", name, "reference_node", "network"))
             raise InputError(f"unknown network '{spec.reference_node.network}'", where)

@@ -200,6 +200,7 @@ def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
         "cluster.inter_bandwidth": cluster.inter_node_bytes_per_s,
         "cluster.inter_latency": cluster.inter_node_latency_s,
         "cluster.host_bandwidth": host_bytes_per_s(cluster.gpu.name),
+        "cluster.host_memory": cluster.host_memory_per_gpu,
         "cluster.nvswitch": cluster.nvswitch,
         "cluster.architecture": cluster.gpu.architecture,
         **_measured_env(cluster, precision),

@@ -105,12 +105,29 @@ class Cluster(SIModel):
     measured: MeasuredFigures | None = Field(
         None, description="From a cluster file's `measured:` section (`parplan profile`)."
     )
+    host_memory_gb_per_node: PositiveFloat | None = Field(
+        None,
+        description="A node's host (CPU) memory, 1e9 bytes, from the cluster file; None: the "
+        "GPU's reference system's (host_memory_per_gpu).",
+    )
 
     @model_serializer(mode="wrap")
     def _without_unmeasured(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # plan.json names `measured` only for a cluster that was profiled
+        # plan.json names `measured` only for a cluster that was profiled, and the host memory
+        # only where the cluster file gives it
         data = handler(self)
-        return {k: v for k, v in data.items() if k != "measured" or v is not None}
+        optional = ("measured", "host_memory_gb_per_node")
+        return {k: v for k, v in data.items() if k not in optional or v is not None}
+
+    @property
+    def host_memory_per_gpu(self) -> float:
+        """Host memory per GPU, bytes: the cluster file's node over its GPUs, else the GPU's
+        reference system's (catalog reference_node.host_memory_gb over its GPUs); 0 when
+        neither gives one."""
+        if self.host_memory_gb_per_node is not None:
+            return self.host_memory_gb_per_node * GIGA / self.gpus_per_node
+        ref = self.gpu.reference_node
+        return 0.0 if ref.host_memory_gb is None else ref.host_memory_gb * GIGA / ref.gpus_per_node
 
     @model_validator(mode="after")
     def _whole_nodes(self) -> Cluster:
@@ -218,6 +235,9 @@ class ClusterFile(RawData):
     gpu_hour_price: GpuHourPrice | None = Field(None, description="Price of one GPU-hour.")
     mtbf_gpu_hours: MtbfGpuHours | None = Field(None, description="MTBF per GPU, GPU-hours.")
     storage_gb_per_s: StorageGbPerS | None = Field(None, description="Checkpoint write GB/s.")
+    host_memory_gb_per_node: PositiveFloat | None = Field(
+        None, description="A node's host (CPU) memory, 1e9 bytes."
+    )
     measured: dict[str, Any] | None = Field(
         None, description="Curves measured by `parplan profile` (cost/measured.py)."
     )
@@ -381,6 +401,12 @@ def load_cluster_file(path: str | Path) -> ClusterSetup:
     name = spec.name or Path(path).stem
     inter = spec.inter_node or InterNodeSpec()
     cluster = _build(catalog, name, gpu_, (num_gpus, gpn, domain), inter)
+    if spec.host_memory_gb_per_node is not None:
+        host = spec.host_memory_gb_per_node
+        problem = catalog.ranges["host_memory_gb"].problem(host)
+        if problem:
+            raise InputError(problem, doc.ref(("host_memory_gb_per_node",)))
+        cluster = cluster.model_copy(update={"host_memory_gb_per_node": host})
     if spec.measured is not None:
         measured = validate_measured(doc.data["measured"], doc)
         found = measured_figures(measured, lambda p: _peak_or_none(gpu_, p), gpn)

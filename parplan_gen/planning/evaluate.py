@@ -16,7 +16,7 @@ It lives in `planning` because it joins the cost model (`cost`) with the constra
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from parplan_gen.cost.estimate import CostModel, Estimate, estimate_from_figures
@@ -32,6 +32,7 @@ from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 MEMORY_FIGURE_PREFIX = "memory_"
 CAPABILITY_RULE = "backend.capabilities"  # the rule id of a layout outside its backend's reach
+GPU_MEMORY_RULE = "memory.fits"  # the GPU's memory against the estimate (rules/constraints)
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Evaluation:
 
     estimate: Estimate
     violations: tuple[Violation, ...]
+    # the memory rules among `violations` (the ones `fits` is the verdict of), in rule order
+    memory_broken: tuple[Violation, ...] = field(default=(), kw_only=True)
 
     @property
     def fits(self) -> bool:
@@ -62,6 +65,9 @@ class Evaluation:
             return None
         memory = self.estimate.memory
         over = memory.total - memory.capacity
+        other = [v for v in self.memory_broken if v.rule_id != GPU_MEMORY_RULE]
+        if over <= 0 and other:  # a memory rule of another memory than the GPU's (the host's)
+            return f"the layout does not fit: {other[0].describe()}"
         why = f"{over / GIB:.1f} GiB over" if over > 0 else "a memory rule asks for headroom"
         return (
             f"the layout does not fit: {memory.total / GIB:.1f} GiB per GPU, the GPU has "
@@ -154,7 +160,8 @@ class Evaluator:
 
             ref = BACKENDS[self.backend].ref_for(layout, holds)
         estimate = estimate_from_figures(layout, figures, fits=self.fits(violations), backend=ref)
-        return Evaluation(estimate, violations)
+        memory_broken = tuple(v for v in violations if v.rule_id in self._memory_ids)
+        return Evaluation(estimate, violations, memory_broken=memory_broken)
 
 
 def named_formula(rules: RuleSet, name: str) -> Formula:

@@ -93,6 +93,15 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "Host link of one GPU, one direction (parplan_gen/data/host_links.yaml: PCIe, or "
         "GB200/GB300's share of NVLink-C2C); 0 when the GPU has no figure there.",
     ),
+    (
+        "cluster.host_memory",
+        "number",
+        "bytes",
+        "Host (CPU) memory per GPU: a cluster file's host_memory_gb_per_node over its GPUs per "
+        "node, else the GPU's reference system's (parplan_gen/data/gpus.yaml "
+        "reference_node.host_memory_gb, from published system descriptions); 0 when neither "
+        "gives one.",
+    ),
     ("cluster.nvswitch", "bool", "-", "The node has an NVSwitch (all-to-all NVLink)."),
     (
         "cluster.architecture",

@@ -1,0 +1,88 @@
+"""The host's memory against activation offloading's pinned buffers (rules/constraints/memory.yaml
+memory.offload_fits_host; formula name cluster.host_memory).
+
+The figures, from the sources (not from the cost model): a node's host memory as its published
+MLCommons system description prints it (parplan_gen/data/gpus.yaml reference_node.host_memory_gb):
+an 8-GPU H100 SXM server 2 TB, a GB200 NVL72 tray of 4 GPUs 1.87 TB (its two Grace CPUs'
+LPDDR5X); per GPU 2,000 / 8 = 250 GB and 1,870 / 4 = 467.5 GB.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import parplan_gen
+from parplan_gen.cost.hardware import cluster_from_flags, load_cluster
+from parplan_gen.inputs.errors import InputError
+
+GB = 1e9
+GIB = 2**30
+# Llama 3 70B on 64 GB200 at NeMo's layout family: Megatron-FSDP over 64, mbs 2, 50 of its 80
+# layers offloaded (tests/test_activation_offload.py): 182.5 GiB of pinned buffers per GPU.
+LAYOUT = {
+    "tp": 1, "pp": 1, "mbs": 2, "global_batch": 256, "seq_len": 8192, "zero_stage": 3,
+    "precision": "fp8", "offload_layers": 50,
+}  # fmt: skip
+
+
+def _cluster_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("gpu", "per_gpu"), [("h100", 2000 * GB / 8), ("gb200", 1870 * GB / 4), ("l40s", 0.0)]
+)
+def test_the_reference_systems_host_memory_per_gpu(gpu: str, per_gpu: float) -> None:
+    gpus = 8 if gpu != "gb200" else 4
+    assert cluster_from_flags(gpus, gpu).host_memory_per_gpu == pytest.approx(per_gpu)
+
+
+def test_a_cluster_file_gives_its_nodes_host_memory(tmp_path: Path) -> None:
+    path = _cluster_file(tmp_path, "gpu: gb200\nnum_gpus: 64\nhost_memory_gb_per_node: 256\n")
+    cluster = load_cluster(path)
+    assert cluster.host_memory_per_gpu == pytest.approx(256 * GB / 4)
+    assert cluster.model_dump(mode="json")["host_memory_gb_per_node"] == 256
+    assert "host_memory_gb_per_node" not in cluster_from_flags(64, "gb200").model_dump()
+
+
+def test_an_impossible_host_memory_is_refused_at_its_line(tmp_path: Path) -> None:
+    path = _cluster_file(tmp_path, "gpu: gb200\nnum_gpus: 64\nhost_memory_gb_per_node: 2\n")
+    with pytest.raises(InputError, match=r"cluster.yaml:3.*host_memory_gb_per_node.*8"):
+        load_cluster(path)
+
+
+def test_buffers_within_the_hosts_memory_are_kept() -> None:
+    report = parplan_gen.check("llama-3-70b", {"gpus": 64, "gpu": "gb200"}, LAYOUT,
+                               backend="megatron")  # fmt: skip
+    host = report.estimate.memory.host_offload
+    assert 182 * GIB < host < 183 * GIB < 1870 * GB / 4
+    assert report.runs_as_given
+    assert not [v for v in report.violations if v.rule_id == "memory.offload_fits_host"]
+
+
+def test_buffers_beyond_the_hosts_memory_do_not_fit(tmp_path: Path) -> None:
+    path = _cluster_file(tmp_path, "gpu: gb200\nnum_gpus: 64\nhost_memory_gb_per_node: 256\n")
+    report = parplan_gen.check("llama-3-70b", path, LAYOUT, backend="megatron")
+    assert report.estimate.memory.total < report.estimate.memory.capacity  # the GPU's fits
+    assert not report.fits and not report.runs_as_given
+    problem = report.problem()
+    assert problem is not None and problem.startswith(
+        "the layout does not fit: the offloaded activations' pinned host buffers (182.5 GiB per "
+        "GPU) do not fit in the host's memory (59.6 GiB per GPU) [memory.offload_fits_host"
+    )
+    # the planner keeps fewer layers offloaded, within the 64 GB per GPU
+    better = report.better
+    assert better is not None and better.memory.host_offload <= 256 * GB / 4
+
+
+def test_without_offloading_or_a_host_figure_nothing_is_checked(tmp_path: Path) -> None:
+    path = _cluster_file(tmp_path, "gpu: gb200\nnum_gpus: 64\nhost_memory_gb_per_node: 8\n")
+    none = parplan_gen.check("llama-3-70b", path, {**LAYOUT, "offload_layers": 0, "tp": 4},
+                             backend="megatron")  # fmt: skip
+    assert not [v for v in none.violations if v.rule_id == "memory.offload_fits_host"]
+    l40s = cluster_from_flags(8, "l40s")
+    assert l40s.host_memory_per_gpu == 0.0  # the rule's `when` leaves such a cluster alone
