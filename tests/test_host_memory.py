@@ -86,3 +86,16 @@ def test_without_offloading_or_a_host_figure_nothing_is_checked(tmp_path: Path) 
     assert not [v for v in none.violations if v.rule_id == "memory.offload_fits_host"]
     l40s = cluster_from_flags(8, "l40s")
     assert l40s.host_memory_per_gpu == 0.0  # the rule's `when` leaves such a cluster alone
+
+
+def test_the_text_view_sets_the_buffers_beside_the_hosts_memory(cli) -> None:
+    run = cli(
+        "check", "llama-3-70b", "--gpus", "64", "--gpu", "gb200", "--global-batch", "256",
+        "--seq-len", "8192", "--precision", "fp8", "--tp", "1", "--pp", "1", "--mbs", "2",
+        "--zero", "3", "--offload-layers", "50", "--backend", "megatron",
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    [line] = [x for x in run.out.splitlines() if x.startswith("  host ")]
+    # 1,870 GB / 4 GPUs = 467.5e9 bytes = 435.39 GiB
+    assert line.endswith("pinned for offloaded activations, of 435.39 GiB host memory per GPU "
+                         "(not in the total)")  # fmt: skip

@@ -88,8 +88,10 @@ def layout_line(estimate: Estimate) -> str:
     return " ".join(parts)
 
 
-def memory_lines(estimate: Estimate) -> list[str]:
-    """Memory per GPU by part, as GiB and a bar scaled to the capacity."""
+def memory_lines(estimate: Estimate, cluster: Cluster | None = None) -> list[str]:
+    """Memory per GPU by part, as GiB and a bar scaled to the capacity; the offloaded
+    activations' pinned host memory beside them, against the host's per GPU where `cluster`
+    knows it (Cluster.host_memory_per_gpu)."""
     m = estimate.memory
     lines = []
     for part in MEMORY_PARTS:
@@ -106,9 +108,11 @@ def memory_lines(estimate: Estimate) -> list[str]:
         verdict = f"DOES NOT FIT the memory rules, {free:.2f} GiB free"
     lines.append(f"  {'total':<12} {m.total / GIB:8.2f} GiB of {m.capacity / GIB:.2f}: {verdict}")
     if m.host_offload:
+        host = 0.0 if cluster is None else cluster.host_memory_per_gpu
+        of = f", of {host / GIB:.2f} GiB host memory per GPU" if host else ""
         lines.append(
-            f"  {'host':<12} {m.host_offload / GIB:8.2f} GiB pinned for offloaded activations "
-            "(not in the total)"
+            f"  {'host':<12} {m.host_offload / GIB:8.2f} GiB pinned for offloaded activations"
+            f"{of} (not in the total)"
         )
     return lines
 
@@ -150,7 +154,7 @@ def estimate_text(
     body = [
         "",
         spec.memory_heading,
-        *memory_lines(estimate),
+        *memory_lines(estimate, cluster),
         "",
         "Time per step",
         *time_lines(estimate, spec),

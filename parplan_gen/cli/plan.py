@@ -142,7 +142,7 @@ def plan_text(plan: Plan) -> str:
         + f"{backend_text(chosen)}: {layout_line(chosen)}",
         "",
         spec.memory_heading,
-        *memory_lines(chosen),
+        *memory_lines(chosen, cluster),
         "",
         "Time per step",
         *time_lines(chosen, spec),

@@ -54,6 +54,9 @@ def report_context(
         "memory_total": gib(chosen.memory.total),
         "memory_capacity": gib(chosen.memory.capacity),
         "memory_host": gib(chosen.memory.host_offload) if chosen.memory.host_offload else "",
+        "host_memory": gib(doc.cluster.host_memory_per_gpu)
+        if doc.cluster.host_memory_per_gpu
+        else "",
         "time": _part_rows(chosen.time.model_dump(), time_parts, seconds),
         "step": seconds(chosen.time.step_s),
         # the candidates' MFU in the chosen plan's count, so that the rows compare
