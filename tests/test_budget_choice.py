@@ -74,9 +74,10 @@ def test_the_issue_command_picks_1024_gpus_cheaper_and_sooner_than_a_smaller_cou
     cli, tmp_path
 ) -> None:
     """`plan llama-3-8b --gpus 8 --gpu h100 --global-batch 1024 --seq-len 8192 --tokens 15T
-    --days 31 --gpu-hour-price 2.5`: a count below 1,024 meets 31 days (768, whose layouts
-    3 x 256 forces) but 1,024 finish sooner for less; every count tried says why it lost, none
-    is a bare dash. One run: its view, and the plan.json it writes."""
+    --days 31 --gpu-hour-price 2.5`: a count below 1,024 meets 31 days (the search's bisection
+    finds which; 768 with this tree's constants) but 1,024 finish sooner for less; every count
+    tried says why it lost, none is a bare dash. One run: its view, and the plan.json it
+    writes."""
     run = cli(
         "plan", "llama-3-8b", "--gpus", "8", "--gpu", "h100", "--global-batch", "1024",
         "--seq-len", "8192", "--tokens", "15T", "--days", "31", "--gpu-hour-price", "2.5",

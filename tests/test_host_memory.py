@@ -2,9 +2,9 @@
 memory.offload_fits_host; formula name cluster.host_memory).
 
 The figures, from the sources (not from the cost model): a node's host memory as its published
-MLCommons system description prints it (parplan_gen/data/gpus.yaml reference_node.host_memory_gb):
-an 8-GPU H100 SXM server 2 TB, a GB200 NVL72 tray of 4 GPUs 1.87 TB (its two Grace CPUs'
-LPDDR5X); per GPU 2,000 / 8 = 250 GB and 1,870 / 4 = 467.5 GB.
+published description prints it (parplan_gen/data/gpus.yaml reference_node.host_memory_gb): an
+8-GPU H100 SXM server 2 TB (MLCommons), a GB200 NVL72 tray of 4 GPUs 2 x 480 GB (its two Grace
+CPUs' LPDDR5X, GB200 datasheet); per GPU 2,000 / 8 = 250 GB and 960 / 4 = 240 GB.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _cluster_file(tmp_path: Path, text: str) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("gpu", "per_gpu"), [("h100", 2000 * GB / 8), ("gb200", 1870 * GB / 4), ("l40s", 0.0)]
+    ("gpu", "per_gpu"), [("h100", 2000 * GB / 8), ("gb200", 960 * GB / 4), ("l40s", 0.0)]
 )
 def test_the_reference_systems_host_memory_per_gpu(gpu: str, per_gpu: float) -> None:
     gpus = 8 if gpu != "gb200" else 4
@@ -59,7 +59,7 @@ def test_buffers_within_the_hosts_memory_are_kept() -> None:
     report = parplan_gen.check("llama-3-70b", {"gpus": 64, "gpu": "gb200"}, LAYOUT,
                                backend="megatron")  # fmt: skip
     host = report.estimate.memory.host_offload
-    assert 182 * GIB < host < 183 * GIB < 1870 * GB / 4
+    assert 182 * GIB < host < 183 * GIB < 960 * GB / 4
     assert report.runs_as_given
     assert not [v for v in report.violations if v.rule_id == "memory.offload_fits_host"]
 
@@ -84,8 +84,32 @@ def test_without_offloading_or_a_host_figure_nothing_is_checked(tmp_path: Path) 
     none = parplan_gen.check("llama-3-70b", path, {**LAYOUT, "offload_layers": 0, "tp": 4},
                              backend="megatron")  # fmt: skip
     assert not [v for v in none.violations if v.rule_id == "memory.offload_fits_host"]
-    l40s = cluster_from_flags(8, "l40s")
-    assert l40s.host_memory_per_gpu == 0.0  # the rule's `when` leaves such a cluster alone
+    # an L40S has a host link (PCIe) but no host memory figure: offloading is not checked
+    l40s = parplan_gen.check("llama-3-8b", {"gpus": 8, "gpu": "l40s"},
+                             {"mbs": 1, "global_batch": 8, "seq_len": 4096, "zero_stage": 3,
+                              "offload_layers": 31}, backend="megatron")  # fmt: skip
+    assert l40s.estimate.memory.host_offload > 0
+    assert not [v for v in l40s.violations if v.rule_id == "memory.offload_fits_host"]
+
+
+def test_the_search_keeps_the_offloads_the_host_can_hold(tmp_path: Path) -> None:
+    """The planner's memory bound prunes a structure whose most frugal option (the most layers
+    offloaded) does not fit; the host's memory grows with offloading, so it bounds nothing.
+    Llama 3 8B on 8 H100 at tp = pp = 1, mbs 1, seq 8192 does not fit the GPU without
+    offloading; with 28 of its 32 layers offloaded (7/8, the most the search tries) the pinned
+    buffers exceed the host's 250 GB / 8 per GPU, with fewer they need not."""
+    path = _cluster_file(tmp_path, "gpu: h100\nnum_gpus: 8\nhost_memory_gb_per_node: 250\n")
+    found = parplan_gen.plan(
+        "llama-3-8b", path, global_batch=64, seq_len=8192, backend="megatron",
+        pins={"tp": 1, "pp": 1, "cp": 1, "mbs": 1, "distributed_optimizer": True,
+              "recompute": "none"},
+        search={"activation_offload": "search"},
+    )  # fmt: skip
+    doc = found.document
+    assert doc.feasible
+    chosen = doc.chosen
+    assert 0 < chosen.plan.offload_layers < 28
+    assert chosen.memory.host_offload <= 250 * GB / 8
 
 
 def test_the_text_view_sets_the_buffers_beside_the_hosts_memory(cli) -> None:
@@ -96,6 +120,6 @@ def test_the_text_view_sets_the_buffers_beside_the_hosts_memory(cli) -> None:
     )  # fmt: skip
     assert run.code == 0, run.err
     [line] = [x for x in run.out.splitlines() if x.startswith("  host ")]
-    # 1,870 GB / 4 GPUs = 467.5e9 bytes = 435.39 GiB
-    assert line.endswith("pinned for offloaded activations, of 435.39 GiB host memory per GPU "
+    # 960 GB / 4 GPUs = 240e9 bytes = 223.52 GiB
+    assert line.endswith("pinned for offloaded activations, of 223.52 GiB host memory per GPU "
                          "(not in the total)")  # fmt: skip

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from parplan_gen.cost.estimate import BackendRef
-from parplan_gen.cost.layout import Layout
+from parplan_gen.cost.layout import NO_CROSS_ENTROPY_FUSION, Layout
 from parplan_gen.models.kind import BackendName
 
 # (zero_stage, distributed_optimizer) pairs: DeepSpeed ZeRO 0-3, Megatron's distributed optimizer
@@ -58,14 +58,10 @@ class Capabilities:
     # Activations offloaded to host memory between forward and backward (Layout.offload_layers;
     # Megatron-LM --cpu-offloading-num-layers with Transformer Engine's CPU offload).
     activation_offload: bool = False
-    # The loss kernels its files can name (Layout.cross_entropy_fusion), the one its plans write
-    # first; empty: the framework computes its own loss, which a layout leaves unnamed.
+    # The fused loss kernels its files can name (Layout.cross_entropy_fusion); every backend
+    # runs `off`, its framework's own loss (the one its plans write: cost/layout.py
+    # plan_cross_entropy_fusion).
     cross_entropy_fusions: tuple[str, ...] = ()
-
-    @property
-    def plan_cross_entropy_fusion(self) -> str | None:
-        """The loss kernel this backend's plan files write (None: the framework's own)."""
-        return self.cross_entropy_fusions[0] if self.cross_entropy_fusions else None
 
     @property
     def ref(self) -> BackendRef:
@@ -120,7 +116,7 @@ class Capabilities:
         if layout.offload_layers and not self.activation_offload:
             return f"{self.title} does not offload activations (offload_layers)"
         fusion = layout.cross_entropy_fusion
-        if fusion is not None and fusion not in self.cross_entropy_fusions:
+        if fusion not in (None, NO_CROSS_ENTROPY_FUSION, *self.cross_entropy_fusions):
             return f"{self.title} has no cross-entropy fusion {fusion} (cross_entropy_fusion)"
         return None
 

@@ -245,7 +245,7 @@ def add_layout_options(
             choices=CROSS_ENTROPY_FUSIONS,
             help="Megatron-LM's loss kernel: off (its own, Megatron-LM's default), native "
             "(--cross-entropy-loss-fusion) or te (with --cross-entropy-fusion-impl te); "
-            "default: te, as plans write it",
+            "default: te on Megatron-LM, as plans write it",
         )
     return group
 

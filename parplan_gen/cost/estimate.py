@@ -20,10 +20,12 @@ from parplan_gen.cost.catalog import Precision
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.host_links import host_bytes_per_s
 from parplan_gen.cost.layout import (
-    PLAN_CROSS_ENTROPY_FUSION,
+    NO_CROSS_ENTROPY_FUSION,
     SIXTEEN_BIT,
     Layout,
+    cross_entropy_value,
     fp8_recipe,
+    plan_cross_entropy_fusion,
     plan_values,
 )
 from parplan_gen.inputs.errors import FormulaError, RuleError
@@ -166,14 +168,11 @@ class Estimate(BaseModel):
 # its tensor-parallel sharding gathers 16-bit inputs whatever the linear layers quantize to
 # (time.yaml tp_fp8_gathers), and interleaved schedules overlap the pipeline's transfers with
 # compute (time.yaml pp_p2p_overlapped), and Megatron-LM pairs micro-batches to hide the expert
-# all-to-alls (moe.yaml moe_a2a_overlapped), and its files compute the loss with Transformer
-# Engine's fused cross-entropy (memory.yaml logits_bytes_per_vocab, pipeline.yaml
-# loss_bytes_per_logit; a layout may name another, Layout.cross_entropy_fusion); calibration sets
-# them for each source as its framework ran.
+# all-to-alls (moe.yaml moe_a2a_overlapped); calibration sets them for each source as its
+# framework ran. The loss kernel is the layout's (cost/layout.py cross_entropy_value).
 FRAMEWORK_FEATURES: dict[str, Any] = {
     "train.tp_comm_overlap": True,
     "train.chunked_loss": True,
-    "train.cross_entropy_fusion": PLAN_CROSS_ENTROPY_FUSION,
     "train.torchao_float8_tp": False,
     "train.p2p_overlap": True,
     "train.zero3_overlap": True,
@@ -276,6 +275,8 @@ class CostModel:
             "train.flash_attention": flash_attention,
             "train.backend": self.backend or "",
             "train.fp8_recipe": fp8_recipe(cluster.gpu.architecture, self.backend),
+            "train.cross_entropy_fusion": plan_cross_entropy_fusion(self.backend)
+            or NO_CROSS_ENTROPY_FUSION,
             **FRAMEWORK_FEATURES,
             "train.memory_headroom": memory_headroom,
         }
@@ -308,6 +309,7 @@ class CostModel:
             memory_headroom=memory_headroom,
         )
         env.update(plan_values(layout))
+        env["train.cross_entropy_fusion"] = cross_entropy_value(layout, self.backend)
         return env
 
 

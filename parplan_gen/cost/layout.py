@@ -43,6 +43,22 @@ GradReduceDtype = Literal["default", "fp32", "bf16"]
 # logits_bytes_per_vocab and pipeline.yaml loss_bytes_per_logit price each (train.cross_entropy_fusion).
 CrossEntropyFusion = Literal["off", "native", "te"]
 PLAN_CROSS_ENTROPY_FUSION: CrossEntropyFusion = "te"
+NO_CROSS_ENTROPY_FUSION: CrossEntropyFusion = "off"  # the framework's own loss
+
+
+def plan_cross_entropy_fusion(backend: str | None) -> CrossEntropyFusion | None:
+    """The loss kernel a plan on `backend` writes: Transformer Engine's on Megatron-LM
+    (backends/megatron/mapping.yaml), None elsewhere (the framework computes its own)."""
+    return PLAN_CROSS_ENTROPY_FUSION if backend == "megatron" else None
+
+
+def cross_entropy_value(layout: Layout, backend: str | None) -> CrossEntropyFusion:
+    """train.cross_entropy_fusion for `layout` on `backend`: the kernel the layout names, else
+    the one a plan on the backend writes, else `off` (the framework's own loss)."""
+    named = layout.cross_entropy_fusion or plan_cross_entropy_fusion(backend)
+    return named or NO_CROSS_ENTROPY_FUSION
+
+
 # The 16-bit precision of a run: an FP8 run keeps its other matmuls and its weights in BF16
 # (rules/cost/compute.yaml; Megatron --fp8-format with --bf16).
 SIXTEEN_BIT: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
@@ -250,11 +266,8 @@ PLAN_FIELDS: tuple[str, ...] = tuple(
 
 
 def plan_values(layout: Layout) -> dict[str, object]:
-    """The formula values `layout` sets: its plan.* fields, and its loss kernel
-    (train.cross_entropy_fusion; not given: the one plans write)."""
-    values: dict[str, object] = {f"plan.{field}": getattr(layout, field) for field in PLAN_FIELDS}
-    values["train.cross_entropy_fusion"] = layout.cross_entropy_fusion or PLAN_CROSS_ENTROPY_FUSION
-    return values
+    """The plan.* formula values of `layout`."""
+    return {f"plan.{field}": getattr(layout, field) for field in PLAN_FIELDS}
 
 
 def check_sizes(**sizes: object) -> None:

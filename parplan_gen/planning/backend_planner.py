@@ -12,10 +12,11 @@ a whole subtree at once (counted leaf by leaf). The cost model runs only for can
 pass, memory figures first and the step time only for those that fit. Three prunings rest on
 stated properties of the cost model:
 
-* memory grows with the micro-batch and with interleaving, and shrinks with more sharding
-  (higher ZeRO stage or the distributed optimizer), recomputation, sequence parallelism, bf16
-  gradients and FP8 parameters: if the most frugal candidates of a (structure, vpp) do not fit,
-  none does; once an option does not fit at some mbs, it does not fit at a larger one;
+* memory grows with the micro-batch and with interleaving, and the GPU's shrinks with more
+  sharding, recomputation, sequence parallelism, bf16 gradients, FP8 parameters and offloading
+  (the host's grows with offloading: it bounds nothing): if the most frugal candidates of a
+  (structure, vpp) do not fit the GPU, none does; once an option does not fit at some mbs, it
+  does not fit at a larger one;
 * recomputation and offloading never make a fixed layout faster: with objective `time`, a
   variant of a layout that fits recomputing less (or offloading fewer layers) is dominated;
 * the cost model's optional `time.floor_s` never exceeds `time.step_s` (checked on every
@@ -110,8 +111,7 @@ _Prefix = tuple[int, int, int, int, int, int, int, int, int]
 # A memory option less its recomputation and with only whether it offloads activations: what a
 # recomputing variant, or one offloading more layers, is dominated within.
 _Sharding = tuple[int, bool, bool, str, bool, bool, bool]
-# The gradients' reduce types, least memory first (bf16 gradients take no more memory than a
-# backend's default, and fp32 no less; rules/cost/memory.yaml grad_bytes).
+# The gradients' reduce types, least memory first (rules/cost/memory.yaml grad_bytes).
 _GRAD_FRUGALITY = ("bf16", "default", "fp32")
 _UNSEEN = object()
 
@@ -131,9 +131,8 @@ def _plan_names(constraint: CompiledConstraint) -> tuple[str, ...]:
 
 
 class _Case(NamedTuple):
-    """What a rule's rejection cases are told apart by (their values are read from the
-    environment when it rejects): the plan names it reads, and with them the names its reason
-    reads."""
+    """What a rule's rejection cases are told apart by (read from the environment when it
+    rejects): the plan names it reads, and with them the names its reason reads."""
 
     plan_names: tuple[str, ...]
     names: tuple[str, ...]  # the reason's names, then the plan names
@@ -191,8 +190,7 @@ class BackendPlanner:
             for constraint in found:
                 _check_bound(constraint, level)
         self.levels = tuple(tuple(level) for level in levels)
-        # the rules that bound the enumeration of each level (applied before anything counts)
-        self.bounds = tuple(tuple(level) for level in bounds)
+        self.bounds = tuple(tuple(level) for level in bounds)  # bound each level's enumeration
         self.level_names = tuple(
             tuple(sorted({n for c in level for n in _plan_names(c)})) for level in levels
         )
@@ -223,9 +221,8 @@ class BackendPlanner:
         """Search the request's candidates on this backend and rank those that pass (module
         docstring); no candidate at all is an empty result. With a `cutoff` (a step time that
         `request.top` candidates of other backends reach), a candidate whose floor
-        (`time.floor_s`) exceeds it is outranked (one with cp 1: only beyond `cutoff_no_cp` too, the best step
-        without context parallelism found elsewhere). No advice: `planning.advice.advise` adds
-        it."""
+        (`time.floor_s`) exceeds it is outranked (one with cp 1: only beyond `cutoff_no_cp` too,
+        the best step without context parallelism found elsewhere). No advice (`advise`)."""
         if request.spec.kind != self.kind:
             raise ValueError(f"a planner for {self.kind} models got {request.spec.name}")
         if request.options.backend != self.backend:
@@ -514,9 +511,9 @@ class _Search:
         mems: list[MemoryOption],
         keep: bool = True,
     ) -> Refusal | None:
-        """The memory rule all candidates of (`head`, `vpp`) break, when even the most frugal
-        (least mbs, full recompute, most sharding, for each sharding the smallest gradients
-        and FP8 parameters its layout rules allow; `keep`: closest ones) break one."""
+        """The GPU memory rule all candidates of (`head`, `vpp`) break, when even the most
+        frugal (least mbs, full recompute, most sharding, for each sharding the smallest
+        gradients, FP8 parameters and most offloading its rules allow; `keep`: closest) do."""
         for mbs in mbss:
             accum, found = self._micro(head.dp, mbs)
             if found is None:
@@ -543,7 +540,10 @@ class _Search:
             figures, found = self._assess(plan)
             if found is _OUTRANKED or STEP in figures:  # it fits memory: no bound
                 return None
-            broken.append((figures["memory_total"], found, plan))  # type: ignore[arg-type]
+            found = self._check(self.p.evaluator.gpu_memory_rules, figures, {})
+            if found is None:  # only the host's memory rule broken: no bound either
+                return None
+            broken.append((figures["memory_total"], found, plan))
         for _, _, plan in broken if keep else ():
             self._keep(self.unfit, plan, self._cache[plan][0])
         return min(broken, key=lambda b: b[0])[1] if broken else None

@@ -21,7 +21,7 @@ from typing import Any
 
 from parplan_gen.cost.estimate import CostModel, Estimate, estimate_from_figures
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import Layout
+from parplan_gen.cost.layout import Layout, plan_cross_entropy_fusion
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
@@ -31,6 +31,9 @@ from parplan_gen.rules.formula_runtime import Formula
 from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 MEMORY_FIGURE_PREFIX = "memory_"
+# The memory figures that more offloading raises (the host's pinned buffers): a rule reading one
+# is no bound of the planner's search, whose most frugal option offloads the most.
+HOST_MEMORY_FIGURES = frozenset({"memory_host_offload"})
 CAPABILITY_RULE = "backend.capabilities"  # the rule id of a layout outside its backend's reach
 GPU_MEMORY_RULE = "memory.fits"  # the GPU's memory against the estimate (rules/constraints)
 
@@ -95,6 +98,9 @@ class Evaluator:
         self._later = {name: named_formula(rules, name) for name, _ in later}
         self.constraints = Constraints(rules, kind, backend)
         self.memory_rules = tuple(c for c in self.constraints.estimate if is_memory_rule(c))
+        self.gpu_memory_rules = tuple(
+            c for c in self.memory_rules if not figures_read(c) & HOST_MEMORY_FIGURES
+        )
         self._memory_ids = frozenset(c.rule.id for c in self.memory_rules)
 
     def fits(self, violations: Iterable[Violation]) -> bool:
@@ -128,8 +134,8 @@ class Evaluator:
     ) -> Evaluation:
         """The estimate of `layout` and the rules it breaks (`memory_headroom`: bytes per GPU
         the memory rules keep free). A layout that names no loss kernel is priced, and shown,
-        with the one the backend's plans write (Capabilities.plan_cross_entropy_fusion)."""
-        fusion = None if self.backend is None else BACKENDS[self.backend].plan_cross_entropy_fusion
+        with the one the backend's plans write (cost/layout.py plan_cross_entropy_fusion)."""
+        fusion = plan_cross_entropy_fusion(self.backend)
         if layout.cross_entropy_fusion is None and fusion is not None:
             layout = layout.model_copy(update={"cross_entropy_fusion": fusion})
         env = self.env(

@@ -19,7 +19,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple, get_args
 
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import PLAN_FIELDS, Layout, Precision, check_sizes
+from parplan_gen.cost.layout import (
+    PLAN_FIELDS,
+    Layout,
+    Precision,
+    check_sizes,
+    plan_cross_entropy_fusion,
+)
 from parplan_gen.inputs.errors import InputError, shown_value
 from parplan_gen.inputs.validation import check_choice
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES, BackendName, TrainedModel
@@ -441,7 +447,7 @@ def layout_of(plan: Iterable[Any], request: Request) -> Layout:
     values = dict(zip(PLAN_FIELDS, plan, strict=True))
     return Layout(
         **values,
-        cross_entropy_fusion=BACKENDS[request.options.backend].plan_cross_entropy_fusion,
+        cross_entropy_fusion=plan_cross_entropy_fusion(request.options.backend),
         global_batch=request.global_batch,
         seq_len=request.seq_len,
         precision=request.precision,

@@ -13,7 +13,6 @@ only (`own_pricing`)."""
 from __future__ import annotations
 
 from parplan_gen.backends.capabilities import Capabilities
-from parplan_gen.cost.layout import PLAN_CROSS_ENTROPY_FUSION
 
 MEGATRON = Capabilities(
     name="megatron",
@@ -40,5 +39,5 @@ MEGATRON = Capabilities(
     # model_parallel_config.py cross_entropy_loss_fusion, cross_entropy_fusion_impl): plans write
     # Transformer Engine's, which holds and moves fewer bytes than Megatron-Core's own
     # (rules/cost/memory.yaml logits_bytes_per_vocab, pipeline.yaml loss_bytes_per_logit).
-    cross_entropy_fusions=(PLAN_CROSS_ENTROPY_FUSION, "native", "off"),
+    cross_entropy_fusions=("native", "te"),
 )
