@@ -123,3 +123,16 @@ def test_the_text_view_sets_the_buffers_beside_the_hosts_memory(cli) -> None:
     # 960 GB / 4 GPUs = 240e9 bytes = 223.52 GiB
     assert line.endswith("pinned for offloaded activations, of 223.52 GiB host memory per GPU "
                          "(not in the total)")  # fmt: skip
+
+
+def test_nothing_fits_says_the_host_memory_is_short(cli, tmp_path: Path) -> None:
+    """8 GB of host memory per 8-GPU node, 1e9 bytes = 0.9 GiB a GPU: no offload fits the host,
+    and without offloading Llama 3 8B at tp = pp = 1, seq 8192 does not fit the GPU."""
+    path = _cluster_file(tmp_path, "gpu: h100\nnum_gpus: 8\nhost_memory_gb_per_node: 8\n")
+    run = cli(
+        "plan", "llama-3-8b", "--cluster", str(path), "--tp", "1", "--pp", "1", "--cp", "1",
+        "--mbs", "1", "--global-batch", "64", "--seq-len", "8192", "--distributed-optimizer",
+        "--recompute", "none", "--activation-offload", "search", "--backend", "megatron",
+    )  # fmt: skip
+    assert run.code == 3
+    assert "GiB of pinned host memory per GPU, of the host's 0.9 GiB)" in run.err

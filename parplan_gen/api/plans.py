@@ -86,11 +86,23 @@ class Plan(BaseModel):
 
     def closest_needs(self) -> str:
         """`the closest layout needs 143.7 GiB per GPU of 40.0`: what a search where nothing
-        fits says of its closest candidate."""
+        fits says of its closest candidate, with `host_shortfall`."""
         memory = self.chosen.memory
         return (
             f"the closest layout needs {memory.total / GIB:.1f} GiB per GPU of "
-            f"{memory.capacity / GIB:.1f}"
+            f"{memory.capacity / GIB:.1f}{self.host_shortfall()}"
+        )
+
+    def host_shortfall(self) -> str:
+        """`, and 27.0 GiB of pinned host memory per GPU, of the host's 0.9 GiB`: where the closest
+        candidate fits the GPU's memory and offloads activations, the host's it does not fit
+        (rule memory.offload_fits_host); "" otherwise."""
+        memory, host = self.chosen.memory, self.document.cluster.host_memory_per_gpu
+        if memory.total > memory.capacity or not memory.host_offload:
+            return ""
+        return (
+            f", and {memory.host_offload / GIB:.1f} GiB of pinned host memory per GPU, of the "
+            f"host's {host / GIB:.1f} GiB"
         )
 
     @parameter_wording
