@@ -137,5 +137,8 @@ def tp_link(cluster: Cluster, tp: int) -> str:
 
 
 def word(value: Any) -> str:
-    """A plan field's value as the sentences say it (booleans: on / off)."""
+    """A plan field's value as the sentences say it (booleans: on / off; an unnamed loss kernel,
+    Layout.cross_entropy_fusion None on a backend without one: none)."""
+    if value is None:
+        return "none"
     return ("on" if value else "off") if isinstance(value, bool) else str(value)
