@@ -168,3 +168,16 @@ def test_estimate_and_compare_take_the_kernel(cli) -> None:
         "--cross-entropy-fusion", "native", "--json",
     )  # fmt: skip
     assert run.json()["plan"]["cross_entropy_fusion"] == "native"
+
+
+def test_a_better_plan_says_the_loss_kernel_it_differs_in(cli, tmp_path: Path) -> None:
+    args = tmp_path / "args.sh"
+    args.write_text(
+        "--tensor-model-parallel-size 1\n--micro-batch-size 1\n--global-batch-size 64\n"
+        "--seq-length 8192\n--bf16\n--use-distributed-optimizer\n"
+    )
+    run = cli("check", "llama-3-8b", "--gpus", "8", "--gpu", "h100", "--from-megatron", str(args))
+    layout = next(line for line in run.out.splitlines() if line.startswith("layout:"))
+    assert "cross_entropy=off" in layout
+    [better] = [x for x in run.out.splitlines() if x.startswith(("Better plan:", "Plan that"))]
+    assert "megatron" in better and better.split(" (")[0].endswith("cross_entropy=te")
