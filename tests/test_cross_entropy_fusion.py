@@ -181,3 +181,13 @@ def test_a_better_plan_says_the_loss_kernel_it_differs_in(cli, tmp_path: Path) -
     assert "cross_entropy=off" in layout
     [better] = [x for x in run.out.splitlines() if x.startswith(("Better plan:", "Plan that"))]
     assert "megatron" in better and better.split(" (")[0].endswith("cross_entropy=te")
+
+
+def test_the_cli_offers_the_layouts_kernels() -> None:
+    """cli/common.py spells the kernels without importing the Layout (the CLI's start-up)."""
+    from typing import get_args
+
+    from parplan_gen.cli.common import CROSS_ENTROPY_FUSIONS
+    from parplan_gen.cost.layout import CrossEntropyFusion
+
+    assert get_args(CrossEntropyFusion) == CROSS_ENTROPY_FUSIONS

@@ -146,7 +146,7 @@ def check(
     return CheckReport(
         found.estimate,
         found.violations,
-        memory_broken=found.memory_broken,
+        host_broken=found.host_broken,
         model=spec,
         cluster=machines,
         better=better,

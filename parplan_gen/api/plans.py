@@ -95,10 +95,10 @@ class Plan(BaseModel):
 
     def host_shortfall(self) -> str:
         """`, and 27.0 GiB of pinned host memory per GPU, of the host's 0.9 GiB`: where the closest
-        candidate fits the GPU's memory and offloads activations, the host's it does not fit
-        (rule memory.offload_fits_host); "" otherwise."""
+        candidate fits the GPU's memory and offloads activations on a cluster whose host memory
+        is known, the host's it does not fit (rule memory.offload_fits_host); "" otherwise."""
         memory, host = self.chosen.memory, self.document.cluster.host_memory_per_gpu
-        if memory.total > memory.capacity or not memory.host_offload:
+        if memory.total > memory.capacity or not memory.host_offload or not host:
             return ""
         return (
             f", and {memory.host_offload / GIB:.1f} GiB of pinned host memory per GPU, of the "

@@ -20,12 +20,10 @@ from parplan_gen.cost.catalog import Precision
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.host_links import host_bytes_per_s
 from parplan_gen.cost.layout import (
-    NO_CROSS_ENTROPY_FUSION,
     SIXTEEN_BIT,
     Layout,
     cross_entropy_value,
     fp8_recipe,
-    plan_cross_entropy_fusion,
     plan_values,
 )
 from parplan_gen.inputs.errors import FormulaError, RuleError
@@ -275,8 +273,7 @@ class CostModel:
             "train.flash_attention": flash_attention,
             "train.backend": self.backend or "",
             "train.fp8_recipe": fp8_recipe(cluster.gpu.architecture, self.backend),
-            "train.cross_entropy_fusion": plan_cross_entropy_fusion(self.backend)
-            or NO_CROSS_ENTROPY_FUSION,
+            "train.cross_entropy_fusion": cross_entropy_value(None, self.backend),
             **FRAMEWORK_FEATURES,
             "train.memory_headroom": memory_headroom,
         }
@@ -309,7 +306,9 @@ class CostModel:
             memory_headroom=memory_headroom,
         )
         env.update(plan_values(layout))
-        env["train.cross_entropy_fusion"] = cross_entropy_value(layout, self.backend)
+        env["train.cross_entropy_fusion"] = cross_entropy_value(
+            layout.cross_entropy_fusion, self.backend
+        )
         return env
 
 

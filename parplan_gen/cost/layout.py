@@ -52,11 +52,13 @@ def plan_cross_entropy_fusion(backend: str | None) -> CrossEntropyFusion | None:
     return PLAN_CROSS_ENTROPY_FUSION if backend == "megatron" else None
 
 
-def cross_entropy_value(layout: Layout, backend: str | None) -> CrossEntropyFusion:
-    """train.cross_entropy_fusion for `layout` on `backend`: the kernel the layout names, else
-    the one a plan on the backend writes, else `off` (the framework's own loss)."""
-    named = layout.cross_entropy_fusion or plan_cross_entropy_fusion(backend)
-    return named or NO_CROSS_ENTROPY_FUSION
+def cross_entropy_value(
+    named: CrossEntropyFusion | None, backend: str | None
+) -> CrossEntropyFusion:
+    """The loss kernel a layout that names `named` (Layout.cross_entropy_fusion) runs on
+    `backend`, train.cross_entropy_fusion: `named`, else the one a plan on the backend writes,
+    else `off` (the framework's own loss)."""
+    return named or plan_cross_entropy_fusion(backend) or NO_CROSS_ENTROPY_FUSION
 
 
 # The 16-bit precision of a run: an FP8 run keeps its other matmuls and its weights in BF16

@@ -35,7 +35,6 @@ MEMORY_FIGURE_PREFIX = "memory_"
 # is no bound of the planner's search, whose most frugal option offloads the most.
 HOST_MEMORY_FIGURES = frozenset({"memory_host_offload"})
 CAPABILITY_RULE = "backend.capabilities"  # the rule id of a layout outside its backend's reach
-GPU_MEMORY_RULE = "memory.fits"  # the GPU's memory against the estimate (rules/constraints)
 
 
 @dataclass(frozen=True)
@@ -44,8 +43,8 @@ class Evaluation:
 
     estimate: Estimate
     violations: tuple[Violation, ...]
-    # the memory rules among `violations` (the ones `fits` is the verdict of), in rule order
-    memory_broken: tuple[Violation, ...] = field(default=(), kw_only=True)
+    # the host's memory rules among `violations` (Evaluator.gpu_memory_rules: the others)
+    host_broken: tuple[Violation, ...] = field(default=(), kw_only=True)
 
     @property
     def fits(self) -> bool:
@@ -68,9 +67,8 @@ class Evaluation:
             return None
         memory = self.estimate.memory
         over = memory.total - memory.capacity
-        other = [v for v in self.memory_broken if v.rule_id != GPU_MEMORY_RULE]
-        if over <= 0 and other:  # a memory rule of another memory than the GPU's (the host's)
-            return f"the layout does not fit: {other[0].describe()}"
+        if over <= 0 and self.host_broken:  # the GPU's memory holds it, the host's does not
+            return f"the layout does not fit: {self.host_broken[0].describe()}"
         why = f"{over / GIB:.1f} GiB over" if over > 0 else "a memory rule asks for headroom"
         return (
             f"the layout does not fit: {memory.total / GIB:.1f} GiB per GPU, the GPU has "
@@ -102,6 +100,7 @@ class Evaluator:
             c for c in self.memory_rules if not figures_read(c) & HOST_MEMORY_FIGURES
         )
         self._memory_ids = frozenset(c.rule.id for c in self.memory_rules)
+        self._host_ids = self._memory_ids - {c.rule.id for c in self.gpu_memory_rules}
 
     def fits(self, violations: Iterable[Violation]) -> bool:
         """Whether no memory rule is among `violations`."""
@@ -166,8 +165,8 @@ class Evaluator:
 
             ref = BACKENDS[self.backend].ref_for(layout, holds)
         estimate = estimate_from_figures(layout, figures, fits=self.fits(violations), backend=ref)
-        memory_broken = tuple(v for v in violations if v.rule_id in self._memory_ids)
-        return Evaluation(estimate, violations, memory_broken=memory_broken)
+        host_broken = tuple(v for v in violations if v.rule_id in self._host_ids)
+        return Evaluation(estimate, violations, host_broken=host_broken)
 
 
 def named_formula(rules: RuleSet, name: str) -> Formula:

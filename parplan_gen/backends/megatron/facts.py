@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from parplan_gen.backends.megatron.model_from_script import NULL_EOD_TOKENS
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import PLAN_CROSS_ENTROPY_FUSION, Layout, fp8_recipe
+from parplan_gen.cost.layout import (
+    NO_CROSS_ENTROPY_FUSION,
+    Layout,
+    cross_entropy_value,
+    fp8_recipe,
+)
 from parplan_gen.models.any_model import transformer_of
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.models.pipeline_split import PipelineSplit, pipeline_split
@@ -165,7 +170,7 @@ def _megatron_parallel(
     strategy = FSDP_STRATEGIES.get(layout.zero_stage) if fsdp else None
     fsdp = strategy is not None
     tp_overlap = decided is not None and decided.tp_comm_overlap
-    fusion = layout.cross_entropy_fusion or PLAN_CROSS_ENTROPY_FUSION
+    fusion = cross_entropy_value(layout.cross_entropy_fusion, "megatron")
     return {
         "first_stage_layers": split.first if uneven else None,
         "last_stage_layers": split.last if uneven else None,
@@ -209,7 +214,7 @@ def _megatron_parallel(
         "grad_reduce_in_bf16": layout.grad_reduce_dtype == "bf16",
         # --cross-entropy-loss-fusion --cross-entropy-fusion-impl: the loss kernel priced
         # (rules/cost/pipeline.yaml loss_bytes_per_logit; not named: the one plans write).
-        "cross_entropy_fusion": None if fusion == "off" else fusion,
+        "cross_entropy_fusion": None if fusion == NO_CROSS_ENTROPY_FUSION else fusion,
     }
 
 
