@@ -340,6 +340,8 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         notes.append(facts.moe_a2a_overlap_reason)
     if not facts.zero3_overlap and layout.zero_stage == 3:
         notes.append(facts.zero3_overlap_reason)
+    if facts.loss_compiled:
+        notes.append(f"loss compiled: {facts.loss_compiled_reason}")
     memory = (entry.get("measured") or {}).get("memory_gib_per_gpu")
     return Case(
         entry["name"],
@@ -362,6 +364,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         moe_a2a_overlap=facts.moe_a2a_overlap,
         zero3_overlap=facts.zero3_overlap,
         chunked_loss=facts.chunked_loss,
+        loss_compiled=facts.loss_compiled,
         validation=facts.validation,
     )
 

@@ -111,6 +111,7 @@ class Case:
     moe_a2a_overlap: bool = True  # the source's recipe hid the expert all-to-alls where it could
     zero3_overlap: bool = True  # the source's DeepSpeed ran ZeRO-3 traffic beside compute
     chunked_loss: bool = False  # the source's torchtitan computed the loss in sequence chunks
+    loss_compiled: bool = False  # the source's torchtitan compiled its loss with the model
     validation: bool = False  # a validation row (its source says so): never fitted on
 
     @property
@@ -132,6 +133,7 @@ class Case:
         if not self.zero3_overlap:
             env["train.zero3_overlap"] = False
         env["train.chunked_loss"] = self.chunked_loss
+        env["train.loss_compiled"] = self.loss_compiled
         # every torchtitan source predates 0.3: its Float8 linears took torchao's float8 TP
         # styles (rules/cost/time.yaml tp_fp8_gathers)
         env["train.torchao_float8_tp"] = True
@@ -175,6 +177,11 @@ class RowFacts:
     # every plan's torchtitan 0.3 runs: no published run used it (calibration_rows.yaml
     # `chunked_loss`, default false)
     chunked_loss: bool = False
+    # torchtitan compiled its loss with the model (components/loss.py build_cross_entropy_loss,
+    # bbb1b616e of 2025-04-02 and later, with training.compile), and why (calibration_rows.yaml
+    # `loss_compiled`, default false: the earlier runs' torchtitan left it eager)
+    loss_compiled: bool = False
+    loss_compiled_reason: str = ""
     # the loss kernel the source's Megatron-LM ran (Layout.cross_entropy_fusion), and why
     # (calibration_rows.yaml `cross_entropy_fusion`; default `off`, Megatron-LM's own)
     cross_entropy_fusion: str = "off"
@@ -239,6 +246,8 @@ def row_facts(name: str) -> RowFacts:
         zero3_overlap=bool(source.get("zero3_overlap", True)),
         zero3_overlap_reason=" ".join(str(source.get("zero3_overlap_reason", "")).split()),
         chunked_loss=bool(source.get("chunked_loss", False)),
+        loss_compiled=bool(source.get("loss_compiled", False)),
+        loss_compiled_reason=" ".join(str(source.get("loss_compiled_reason", "")).split()),
         cross_entropy_fusion=str(source.get("cross_entropy_fusion", "off")),
         cross_entropy_fusion_reason=" ".join(
             str(source.get("cross_entropy_fusion_reason", "")).split()

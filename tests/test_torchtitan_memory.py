@@ -23,6 +23,13 @@ themselves, copies at mbs 2 (2h), and the LM head's fp32 gradient, which FSDP2 k
 while chunks 0-6 run with gradient sync off (4 x V x h = 4 x 525,336,576):
   16,384 x (32 x 63,616 + 14 x 128,256 / 8 + 8 x 4096 + 6 x 4096) + 2,101,346,304
   = 40,071,331,840 bytes.
+Compiled with the model (torchtitan since bbb1b616e with training.compile; 0.3 where the plan
+compiles, an FP8 plan), the loss saves the 16-bit logits and two fp32 values a token, and its
+backward writes one 16-bit gradient (benchmarks/compiled_loss_memory.py): 4 bytes per token and
+vocabulary entry, the logits included, at tp 1:
+  16,384 x (32 x 63,616 + 4 x 128,256 + 8 x 4096) = 42,295,361,536 bytes whole,
+  16,384 x (32 x 63,616 + 4 x 128,256 / 8 + 8 x 4096 + 6 x 4096) + 2,101,346,304
+  = 37,444,648,960 bytes chunked.
 """
 
 from __future__ import annotations
@@ -35,14 +42,23 @@ OP_SAC_BYTES = 63_616
 OP_SAC_BYTES_TP2 = 44_096
 TT_8B_ACTIVATION_BYTES = 59_106_131_968
 TT03_8B_ACTIVATION_BYTES = 40_071_331_840
+TT_8B_COMPILED_LOSS_BYTES = 42_295_361_536
+TT03_8B_COMPILED_LOSS_BYTES = 37_444_648_960
 
 
 def _value(
-    name: str, backend: str, gpus: int = 8, *, chunked_loss: bool = False, **layout: Any
+    name: str,
+    backend: str,
+    gpus: int = 8,
+    *,
+    chunked_loss: bool = False,
+    loss_compiled: bool = False,
+    **layout: Any,
 ) -> float:
     options = {"zero_stage": 3} | layout
     env = formula_env("llama-3-8b", {"gpus": gpus, "gpu": "h100"}, backend, **options)
-    return formula_value(name, env | {"train.chunked_loss": chunked_loss})
+    facts = {"train.chunked_loss": chunked_loss, "train.loss_compiled": loss_compiled}
+    return formula_value(name, env | facts)
 
 
 def _act_per_token_layer(backend: str, **layout: Any) -> float:
@@ -77,6 +93,35 @@ def test_torchtitan_03_chunks_the_loss() -> None:
     assert _value("logits_bytes", "megatron", chunked_loss=True, **megatron) == _value(
         "logits_bytes", "megatron", **megatron
     )
+
+
+def test_a_compiled_loss_keeps_its_16_bit_logits_and_gradient() -> None:
+    layout = {"mbs": 2, "global_batch": 16, "recompute": "selective"}
+    whole = _value("activation_bytes", "torchtitan", loss_compiled=True, **layout)
+    assert whole == TT_8B_COMPILED_LOSS_BYTES
+    chunked = _value(
+        "activation_bytes", "torchtitan", chunked_loss=True, loss_compiled=True, **layout
+    )
+    assert chunked == TT03_8B_COMPILED_LOSS_BYTES
+    # the loss-parallel loss (tp > 1) is priced eager, compiled or not
+    tp2 = {"tp": 2, "sequence_parallel": True, **layout}
+    assert _value("logits_bytes", "torchtitan", loss_compiled=True, **tp2) == _value(
+        "logits_bytes", "torchtitan", **tp2
+    )
+
+
+def test_a_torchtitan_plan_compiles_its_loss_where_it_compiles_the_model() -> None:
+    def compiled(backend: str, precision: str) -> bool:
+        env = formula_env(
+            "llama-3-8b", {"gpus": 8, "gpu": "h100"}, backend, zero_stage=3, precision=precision
+        )
+        return bool(env["train.loss_compiled"])
+
+    # an FP8 plan's converter runs under torch.compile (parplan_torchtitan_config.py.j2), and
+    # CompileConfig.components ["model", "loss"] compiles the loss with it
+    assert compiled("torchtitan", "fp8")
+    assert not compiled("torchtitan", "bf16")
+    assert not compiled("megatron", "fp8")
 
 
 def test_under_pp_fsdp2_keeps_the_stage_whole_with_fp32_grads() -> None:

@@ -24,6 +24,7 @@ from parplan_gen.cost.layout import (
     Layout,
     cross_entropy_value,
     fp8_recipe,
+    plan_loss_compiled,
     plan_values,
 )
 from parplan_gen.inputs.errors import FormulaError, RuleError
@@ -274,6 +275,7 @@ class CostModel:
             "train.backend": self.backend or "",
             "train.fp8_recipe": fp8_recipe(cluster.gpu.architecture, self.backend),
             "train.cross_entropy_fusion": cross_entropy_value(None, self.backend),
+            "train.loss_compiled": plan_loss_compiled(self.backend, precision),
             **FRAMEWORK_FEATURES,
             "train.memory_headroom": memory_headroom,
         }

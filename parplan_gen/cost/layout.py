@@ -64,6 +64,20 @@ def cross_entropy_value(
 # The 16-bit precision of a run: an FP8 run keeps its other matmuls and its weights in BF16
 # (rules/cost/compute.yaml; Megatron --fp8-format with --bf16).
 SIXTEEN_BIT: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
+
+
+def plan_loss_compiled(backend: str | None, precision: Precision) -> bool:
+    """Whether a plan on `backend` in `precision` compiles its loss (train.loss_compiled): a
+    torchtitan plan in FP8 runs its converter with torch.compile on
+    (backends/torchtitan/templates/0.3/parplan_torchtitan_config.py.j2, the llama3_405b config),
+    and torchtitan 0.3 compiles the loss with the model (config/configs.py
+    CompileConfig.components ["model", "loss"], components/loss.py BaseLoss._maybe_compile).
+    BF16 plans are priced eager: those that compile for async TP run the loss-parallel loss
+    (tp > 1), priced eager compiled or not; one on the llama3_405b config (which compiles) at
+    tp 1 is priced above what it holds."""
+    return backend == "torchtitan" and precision != SIXTEEN_BIT[precision]
+
+
 # The FP8 scaling recipe an FP8 plan runs (rules/cost/compute.yaml prices its quantization;
 # train.fp8_recipe). Megatron-LM --fp8-recipe (core_r0.13.0 / core_v0.16.1 arguments.py choices
 # tensorwise, delayed, mxfp8, blockwise), as the rendered files set it: Blackwell runs MXFP8

@@ -274,6 +274,15 @@ _RUN_NAMES: tuple[Name, ...] = (
         "calibration runs, whose torchtitan predates it.",
     ),
     Name(
+        "train.loss_compiled",
+        "bool",
+        "-",
+        "torchtitan compiles its loss with the model (torch.compile; CompileConfig.components "
+        "['model', 'loss']): true for a torchtitan plan in FP8, whose converter runs compiled; "
+        "false for other plans and for calibration runs unless their torchtitan compiled it "
+        "(bbb1b616e, April 2025, and later, with compile on).",
+    ),
+    Name(
         "train.cross_entropy_fusion",
         "str",
         "-",
