@@ -88,6 +88,7 @@ FAMILIES = (
     "B200",
     "MoE",
     "FSDP2",
+    "H200 FP8",
 )
 
 

@@ -477,7 +477,7 @@ def test_assumption_defaults(calibration: ModuleType) -> None:
 def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleType) -> None:
     table = calibration.row_table()
     names = [e["name"] for e in run_entries(*FIT_RUNS)]
-    assert len(names) == len(set(names)) == 65
+    assert len(names) == len(set(names)) == 67
     validation = {e["name"] for e in _validation_rows(load_benchmark("calibration_validate"))}
     assert set(names) | validation == set(table["rows"]) and not validation & set(names)
     families = set(calibration.FAMILIES)
@@ -490,7 +490,7 @@ def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleTy
 
 def test_every_row_is_read_or_skipped_with_its_reason(calibration: ModuleType) -> None:
     cases, skipped = calibration.load_cases(*FIT_RUNS)
-    assert len(cases) + len(skipped) == 65
+    assert len(cases) + len(skipped) == 67
     assert [s.name for s in skipped] == ["nemo2407_h100_fp8_nemotron-8b_64gpus"]
     assert "leaves the vocabulary to the tokenizer" in skipped[0].reason
 
@@ -546,7 +546,7 @@ def test_validation_rows_are_read_and_listed(
 ) -> None:
     assert validation.is_validation_file(validation.VALIDATION_RUNS)
     cases, skipped = calibration.load_cases(validation.VALIDATION_RUNS)
-    assert not skipped and len(cases) == 54
+    assert not skipped and len(cases) == 52
     table = calibration.row_table()
     for case in cases:
         source = table["rows"][case.name]["source"]
@@ -654,10 +654,10 @@ def test_validate_prints_each_family(calibration: ModuleType) -> None:
     table = said[-1].splitlines()
     assert table[0].split() == ["family", "runs", "error", "memory", "fit"]
     rows = {line[:24].strip(): line[24:].split() for line in table[2:]}
-    assert rows["all"][0] == "54" and rows["MoE"][0] == "16" and rows["GB300 NVL72"][0] == "6"
+    assert rows["all"][0] == "52" and rows["MoE"][0] == "16" and rows["GB300 NVL72"][0] == "6"
     assert rows["MI300X"][0] == "2"  # torchao's runs on 8 MI300X
     # runs, mean |error| and its %, memory error (and %, or "-"), fit
-    assert rows["FSDP2"][0] == "27" and rows["FSDP2"][4] == "%"  # torchtitan's peak memory
+    assert rows["FSDP2"][0] == "25" and rows["FSDP2"][4] == "%"  # torchtitan's peak memory
     assert rows["MoE"][3] == "-"  # no Megatron-Bridge row publishes memory
 
 

@@ -62,40 +62,46 @@ BOUNDS = {
     # and DeepCompile 2025's ZeRO-3 eager rows (Llama 3 70B on 32 H100s): DeepSpeed's ZeRO-3
     # schedule as its code runs it (sharding.yaml), nothing fitted to them; the 2021 rows with
     # that release's blocking fetch, its traffic unhidden (zero3_overlapped): +7.2 %, +8.6 %,
-    # -9.9 %. 6.83 %, +4.37.
+    # -9.9 %. 6.81 %, +4.35.
     "ZeRO-3/DeepSpeed": Bound(8, 6.9, (4.1, 4.6)),
     # llm-foundry's MPT 7B-70B FSDP FULL_SHARD rows on A100 40/80 GB and H100 (backend-neutral
-    # terms): gemm_efficiency_max, hopper_gemm_scale. 6.39 % (MPT-13B on H100 reads +23.7 %),
-    # +5.67.
-    "PyTorch FSDP (MPT)": Bound(8, 6.4, (5.4, 5.9)),
+    # terms): gemm_efficiency_max, hopper_gemm_scale. 6.29 % (MPT-13B on H100 reads +19.4 %),
+    # +3.69.
+    "PyTorch FSDP (MPT)": Bound(8, 6.3, (3.4, 3.9)),
     # Megatron-Core's H100 weak scaling (1.7B-462B) and NeMo 25.11's gpt-oss-120b (BF16):
     # hopper_gemm_scale; gpt-oss through moe.yaml's per-expert tokens, with NeMo's bf16
     # gradients (calibration_rows.yaml grad_reduce_dtype) and Transformer Engine's loss
-    # (pipeline.yaml loss_bytes_per_logit). 11.92 % (gpt-oss reads +40.6 %, +25.4 with
-    # Megatron-LM's own loss's bytes), +4.25.
-    "H100 Megatron/NeMo BF16": Bound(6, 12.0, (4.0, 4.5)),
+    # (pipeline.yaml loss_bytes_per_logit). 12.62 % (gpt-oss reads +36.4 %), +1.06.
+    "H100 Megatron/NeMo BF16": Bound(6, 12.7, (0.8, 1.3)),
     # NeMo 24.07 FP8 (5), NeMo 25.11 H100 (Llama 3 8B, Qwen3-30B-A3B), Megatron's FP8 Llama
-    # example, torchtitan's three Float8 rows: fp8_gemm_scale, hopper_gemm_scale. 23.08 %
-    # (Qwen3-30B-A3B reads +209.1 %: moe.yaml prices no per-layer host or launch time, and its
+    # example, torchtitan's three Float8 rows: fp8_gemm_scale, hopper_gemm_scale. 22.91 %
+    # (Qwen3-30B-A3B reads +202.4 %: moe.yaml prices no per-layer host or launch time, and its
     # interleaved schedule's pipeline transfers hide behind compute, time.yaml
-    # pp_p2p_overlapped), +20.30.
-    "H100 FP8": Bound(11, 23.1, (20.1, 20.5)),
+    # pp_p2p_overlapped), +16.96.
+    "H100 FP8": Bound(11, 23.0, (16.7, 17.2)),
     # NeMo 25.11's Llama 3 8B on B200, the one row blackwell_gemm_scale is fitted to. 0.00 %.
     "B200": Bound(1, 0.1, (-0.1, 0.1)),
-    # NeMo 25.11's Qwen3-30B-A3B (+209.1 %, interleaved: its pipeline transfers hidden) and
-    # gpt-oss-120b (+40.6 %) on H100: the grouped GEMMs at each expert's tokens (moe.yaml),
-    # nothing fitted to them. 124.86 %, +124.86.
-    "MoE": Bound(2, 124.9, (124.6, 125.1)),
+    # NeMo 25.11's Qwen3-30B-A3B (+202.4 %, interleaved: its pipeline transfers hidden) and
+    # gpt-oss-120b (+36.4 %) on H100: the grouped GEMMs at each expert's tokens (moe.yaml),
+    # nothing fitted to them. 119.40 %, +119.40.
+    "MoE": Bound(2, 119.5, (119.2, 119.6)),
     # torchtitan 2024's four rows (Llama 3.1 8B eager and compile + Float8, 70B AsyncTP, 405B
-    # 3D): hopper_gemm_scale, fp8_gemm_scale, FlashAttention-2's published rate for SDPA
-    # (context.yaml sdpa_attention_efficiency). 8.55 %, +8.07.
-    "FSDP2": Bound(4, 8.6, (7.8, 8.3)),
-    # All 61 measured rows. 8.59 %, +5.08.
-    ALL: Bound(61, 8.6, (4.8, 5.3)),
+    # 3D) and Trainy's two H200 rows (FSDP2's second publication): hopper_gemm_scale,
+    # fp8_gemm_scale, FlashAttention-2's published rate for SDPA (context.yaml
+    # sdpa_attention_efficiency). 5.27 %, +4.27.
+    "FSDP2": Bound(6, 5.3, (4.0, 4.5)),
+    # Trainy's Llama 3.1 8B Float8 runs on 32 and 64 H200 (700 W), their loss compiled:
+    # hopper_gemm_scale, fp8_gemm_scale, the H200's catalog figures. 2.33 %, +2.33.
+    "H200 FP8": Bound(2, 2.4, (2.1, 2.6)),
+    # All 63 measured rows. 8.36 %, +3.80.
+    ALL: Bound(63, 8.4, (3.6, 4.0)),
 }
-# torchtitan 2024's four rows publish their peak memory (the allocator's reserved peak):
-# +2.7, +10.2, +4.3, -5.9 %, 5.78 % on average (docs/benchmarks.md, "Memory").
-FSDP2_MEMORY_MAPE = 5.9
+# torchtitan 2024's four rows and Trainy's two publish their peak memory (the allocator's
+# reserved peak): +2.7, +10.2, +4.3, -5.9 % and +31.2, +30.0 % (the headroom the comparison adds
+# for a reserved peak: these 2025 runs reserved almost nothing beyond their tensors), 14.05 % on
+# average (docs/benchmarks.md, "Memory").
+FSDP2_MEMORY_MAPE = 14.1
+FSDP2_MEMORY_ROWS = 6
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -163,7 +169,7 @@ def test_every_published_run_is_predicted_to_fit_and_memory_holds(rows: list[Any
     measured = [r for r in rows if r.case.measured]
     assert [r.case.name for r in measured if not r.fits] == []
     memory = [r.memory_error_pct for r in measured if r.memory_error_pct is not None]
-    assert len(memory) == 4
+    assert len(memory) == FSDP2_MEMORY_ROWS
     assert _mean([abs(m) for m in memory]) <= FSDP2_MEMORY_MAPE
 
 
@@ -231,10 +237,6 @@ VALIDATION_GROUPS = [
     pytest.param(
         r"([\d.]+) % for its 2025 AsyncTP rows", _source("torchtitan_asynctp2025"), 8,
         id="torchtitan-asynctp-2025",
-    ),
-    pytest.param(
-        r"([\d.]+) % for Trainy's H200 runs", _source("torchtitan_trainy_h200"), 2,
-        id="trainy-h200",
     ),
     pytest.param(
         r"([\d.]+) % / [\d.]+ % for torchao's", _source("torchao_float8", "h100-sxm-80gb"), 2,

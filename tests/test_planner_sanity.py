@@ -55,13 +55,7 @@ SCENARIOS = [
             "Narayanan 2021's, ran before that overlap existed (Megatron-LM f9283c5a8a, 2023)"
         ),
     ),  # issue 15
-    pytest.param(
-        "llama-3-70b", 64, "h100", 1024, 8192, LLAMA_70B_8192, HOPPER_MEDIUM + MARGIN,
-        marks=above_the_limit(
-            "0.4 points: the class's best is MPT-30B at seq 2048 (llm-foundry), no Megatron "
-            "H100 BF16 run of 20-100B publishes an MFU; Megatron-Core's 70B row reads -7 %"
-        ),
-    ),  # issue 13
+    ("llama-3-70b", 64, "h100", 1024, 8192, LLAMA_70B_8192, HOPPER_MEDIUM + MARGIN),  # issue 13
     ("llama-3-8b", 8, "h100", 512, 8192, LLAMA_8B_8192, HOPPER_SMALL + MARGIN),  # quick start
 ]  # fmt: skip
 
