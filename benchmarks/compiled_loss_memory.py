@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 TOKENS, VOCAB = 64, 1000  # small: what is saved scales with tokens x vocab
 
@@ -33,7 +34,7 @@ def _loss(pred, labels):  # type: ignore[no-untyped-def]
     return functional.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
 
 
-def saved_bytes(fn: Callable) -> tuple[int, list[str], list[str]]:  # type: ignore[type-arg]
+def saved_bytes(fn: Callable[..., Any]) -> tuple[int, list[str], list[str]]:
     """Bytes `fn` saves for its backward on [1, TOKENS, VOCAB] bf16 logits, by storage, a
     description of each saved tensor, and the code inductor generated (none when eager)."""
     import torch

@@ -144,7 +144,8 @@ def float8_read(reading: TorchtitanReading) -> dict[str, Any]:
     """How torchtitan's parsed config builds the model's linear layers: the converted layers'
     class (Float8Linear, MXFP8Linear; None: none converted), the torchao Float8 recipe their
     config is (Float8LinearConfig.from_recipe_name of which recipe), whether FSDP all-gathers
-    their weights in float8, whether the LM head stays 16-bit, and whether the model compiles."""
+    their weights in float8, whether the LM head stays 16-bit, whether the model compiles and
+    whether its loss does (CompileConfig.components)."""
     quantization = consumer("torchtitan.components.quantization")
     linear = consumer("torchtitan.models.common.linear")
     torchao = consumer("torchao.float8.config")
@@ -168,4 +169,6 @@ def float8_read(reading: TorchtitanReading) -> dict[str, Any]:
         "fsdp_float8_all_gather": any(c.enable_fsdp_float8_all_gather for c in configs),
         "lm_head_16bit": any(f == "lm_head" and type(c) is linear.Linear.Config for f, c in found),
         "compile": reading.parsed.compile.enable,
+        "loss_compiled": reading.parsed.compile.enable
+        and "loss" in reading.parsed.compile.components,
     }

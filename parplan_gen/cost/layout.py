@@ -75,7 +75,7 @@ def plan_loss_compiled(backend: str | None, precision: Precision) -> bool:
     BF16 plans are priced eager: those that compile for async TP run the loss-parallel loss
     (tp > 1), priced eager compiled or not; one on the llama3_405b config (which compiles) at
     tp 1 is priced above what it holds."""
-    return backend == "torchtitan" and precision != SIXTEEN_BIT[precision]
+    return backend == "torchtitan" and precision == "fp8"
 
 
 # The FP8 scaling recipe an FP8 plan runs (rules/cost/compute.yaml prices its quantization;
