@@ -151,13 +151,7 @@ def check_text(report: CheckReport) -> str:
             label, gain = "Plan that meets every rule", ""
         else:
             label, gain = "Better plan", f", {mine / theirs:.2f}x faster"
-        shown, loss = layout_line(better), better.plan.cross_entropy_fusion
-        if (
-            loss
-            and loss != report.estimate.plan.cross_entropy_fusion
-            and "cross_entropy" not in shown
-        ):
-            shown += f" cross_entropy={loss}"  # the loss kernel the two differ in: said
+        shown = layout_line(better, against=report.estimate)
         lines.append(f"{label}: {backend_text(better)}: {shown} ({theirs:.3f} s per step{gain})")
     return "\n".join(lines) + "\n"
 

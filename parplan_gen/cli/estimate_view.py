@@ -57,10 +57,11 @@ def backend_text(estimate: Estimate) -> str:
     return "backend not named" if ref is None else f"{ref.name} {ref.version}"
 
 
-def layout_line(estimate: Estimate) -> str:
+def layout_line(estimate: Estimate, against: Estimate | None = None) -> str:
     """`tp=8 pp=12 dp=16 ...` for the non-default parts of a layout (the precision when it is
     not bf16, the gradients' reduce type when it is not the backend's own, the loss kernel when
-    it is not the one plans write)."""
+    it is not the one plans write, or differs from the one of `against`, the layout it is set
+    beside)."""
     p = estimate.plan
     parts = [f"dp={p.dp}", f"tp={p.tp}", f"pp={p.pp}"]
     parts += [f"{k}={v}" for k, v in (("cp", p.cp), ("ep", p.ep)) if v > 1]
@@ -83,8 +84,10 @@ def layout_line(estimate: Estimate) -> str:
         parts.append("precision_aware_optimizer")
     if p.offload_layers:
         parts.append(f"offload_layers={p.offload_layers}")
-    if p.cross_entropy_fusion not in (None, PLAN_CROSS_ENTROPY_FUSION):  # the plans' is not shown
-        parts.append(f"cross_entropy={p.cross_entropy_fusion}")
+    loss = p.cross_entropy_fusion  # the plans' kernel is not shown, but where the two differ
+    differs = against is not None and loss != against.plan.cross_entropy_fusion
+    if loss is not None and (loss != PLAN_CROSS_ENTROPY_FUSION or differs):
+        parts.append(f"cross_entropy={loss}")
     return " ".join(parts)
 
 

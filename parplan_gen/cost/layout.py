@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -44,6 +44,10 @@ GradReduceDtype = Literal["default", "fp32", "bf16"]
 CrossEntropyFusion = Literal["off", "native", "te"]
 PLAN_CROSS_ENTROPY_FUSION: CrossEntropyFusion = "te"
 NO_CROSS_ENTROPY_FUSION: CrossEntropyFusion = "off"  # the framework's own loss
+# The fused kernels (Megatron-LM --cross-entropy-fusion-impl's choices)
+FUSED_CROSS_ENTROPY: tuple[CrossEntropyFusion, ...] = tuple(
+    f for f in get_args(CrossEntropyFusion) if f != NO_CROSS_ENTROPY_FUSION
+)
 
 
 def plan_cross_entropy_fusion(backend: str | None) -> CrossEntropyFusion | None:

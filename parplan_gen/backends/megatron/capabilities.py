@@ -13,6 +13,7 @@ only (`own_pricing`)."""
 from __future__ import annotations
 
 from parplan_gen.backends.capabilities import Capabilities
+from parplan_gen.cost.layout import FUSED_CROSS_ENTROPY
 
 MEGATRON = Capabilities(
     name="megatron",
@@ -39,5 +40,5 @@ MEGATRON = Capabilities(
     # model_parallel_config.py cross_entropy_loss_fusion, cross_entropy_fusion_impl): plans write
     # Transformer Engine's, which holds and moves fewer bytes than Megatron-Core's own
     # (rules/cost/memory.yaml logits_bytes_per_vocab, pipeline.yaml loss_bytes_per_logit).
-    cross_entropy_fusions=("native", "te"),
+    cross_entropy_fusions=FUSED_CROSS_ENTROPY,
 )

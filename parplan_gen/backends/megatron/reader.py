@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.backends.megatron.facts import FSDP_STRATEGIES
-from parplan_gen.cost.layout import SIZE_LIMITS
+from parplan_gen.cost.layout import FUSED_CROSS_ENTROPY, SIZE_LIMITS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.shell_script import Seg
@@ -77,7 +77,7 @@ GRADS_TYPE = "--main-grads-dtype"
 # (language_module.py compute_language_model_loss).
 LOSS_FUSION_FLAG = "--cross-entropy-loss-fusion"
 LOSS_IMPL_FLAG = "--cross-entropy-fusion-impl"
-LOSS_IMPL_CHOICES = ("native", "te")
+LOSS_IMPL_DEFAULT = "native"  # model_parallel_config.py cross_entropy_fusion_impl
 FP8 = ("precision", "fp8")  # what --fp8-format sets, whatever 16-bit switch comes after it
 # --fp8-recipe (arguments.py, core_r0.13 and core_v0.16.1: choices tensorwise, delayed, mxfp8,
 # blockwise; default='delayed'): the recipe an FP8 script runs.
@@ -221,9 +221,9 @@ def _cross_entropy_fusion(words: Sequence[Seg], path: str | Path) -> str | None:
             fused = True
         elif flag == LOSS_IMPL_FLAG:
             where = SourceRef(str(path), line, path=flag)
-            impl = read_choice(argument_value(words, i), LOSS_IMPL_CHOICES, where)
+            impl = read_choice(argument_value(words, i), FUSED_CROSS_ENTROPY, where)
     if fused:
-        return impl or LOSS_IMPL_CHOICES[0]
+        return impl or LOSS_IMPL_DEFAULT
     return None if impl is None else "off"
 
 
