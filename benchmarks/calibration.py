@@ -50,11 +50,12 @@ from calibration_validate import VALIDATION_RUNS, family_table, validation_files
 from ruamel.yaml import YAML
 
 from parplan_gen.cost.estimate import CostModel, MemoryBreakdown
-from parplan_gen.cost.hardware import Cluster
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.inputs.resources import builtin_rules_dir
-from parplan_gen.planning.evaluate import Evaluator
+from parplan_gen.planning.constraints import estimate_env
+from parplan_gen.planning.evaluate import Evaluator, named_formula
 from parplan_gen.planning.pins import Headroom, SearchLimits, headroom_record
+from parplan_gen.rules.request_names import MEMORY_KEPT_FREE
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,21 +182,26 @@ def compared_memory(memory: MemoryBreakdown, case: Case) -> float:
     """The bytes to set against the published peak memory of `case`. A reserved peak (the
     caching allocator's `reserved_bytes.all.peak`, calibration_rows.yaml `memory_figure`) holds
     the tensors plus the allocator's cached free blocks, and not the CUDA context or NCCL's own
-    buffers: the estimate's parts without `other`, plus the headroom `plan` keeps for the
-    allocator by default (memory_headroom_default, rules/constraints/headroom.yaml: GMLake's
-    reserved-over-allocated), so the comparison and the planner's fits-check add the same term.
-    Otherwise the estimate's total."""
+    buffers: the estimate's parts without `other`, plus what `plan` keeps free for the
+    allocator by default (memory_kept_free at memory_headroom_share_default,
+    rules/constraints/headroom.yaml: GMLake's share), so the comparison and the planner's
+    fits-check add the same term. Otherwise the estimate's total."""
     if not case.memory_reserved_peak:
         return float(memory.total)
-    return float(memory.total - memory.other) + planner_headroom(
-        case.cluster, case.layout.precision
-    )
+    return float(memory.total - memory.other) + planner_kept_free(memory, case)
 
 
-def planner_headroom(cluster: Cluster, precision: str) -> float:
-    """`plan`'s default headroom on `cluster`, bytes (planning/pins.py headroom_record)."""
-    record = headroom_record(Headroom(), SearchLimits(), cluster, full_rules(), precision)
-    return float(record.headroom_bytes)
+def planner_kept_free(memory: MemoryBreakdown, case: Case) -> float:
+    """What `plan`'s default headroom keeps free beside `memory` on the cluster of `case`,
+    bytes (planning/pins.py headroom_record, the rule memory_kept_free)."""
+    rules = full_rules()
+    record = headroom_record(Headroom(), SearchLimits(), case.cluster, rules, case.layout.precision)
+    figures = {
+        f"memory_{k}": float(v) for k, v in memory.model_dump().items() if not isinstance(v, bool)
+    }
+    env = {**estimate_env(figures), **record.memory_headroom.env()}
+    kept_free = named_formula(rules, MEMORY_KEPT_FREE, "constraint").evaluate(env)
+    return float(kept_free)  # type: ignore[arg-type]
 
 
 @cache

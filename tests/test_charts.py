@@ -146,16 +146,21 @@ def test_memory_chart_columns_capacity_and_headroom_on_the_charts_scale(name):
     }
     capacity = doc.chosen.memory.capacity
     assert limits["GPU"] == pytest.approx(zero_y - capacity / GIB * per_gib, abs=2 * PX)
-    free = doc.search.headroom_bytes
-    assert free > 0
-    assert limits["headroom"] == pytest.approx(
-        zero_y - (capacity - free) / GIB * per_gib, abs=PX * 2
-    )
+    assert set(limits) == {"GPU"}  # what is kept free is drawn per column
+    # the default headroom: GMLake's 9.2 GB of 80 as a share of each layout's tensors
+    assert doc.search.headroom_share == pytest.approx(9.2 / 80)
     rows = chart_rows(doc, CHART_ROWS)
     labels = root.findall(".//s:text[@class='column-label']", NS)
     assert len(labels) == len(rows)
     parts = root.findall(".//s:rect[@class='part']", NS)
-    for label, (chosen, e) in zip(labels, rows, strict=True):
+    kept = root.findall(".//s:rect[@class='kept-free']", NS)
+    assert len(kept) == len(rows)
+    for label, (chosen, e), box in zip(labels, rows, kept, strict=True):
+        m = e.memory
+        assert m.kept_free == pytest.approx(9.2 / 80 * (m.total - m.other), abs=1)
+        assert float(box.get("height")) == pytest.approx(m.kept_free / GIB * per_gib, abs=PX)
+        top = float(box.get("y")) + float(box.get("height"))  # its bottom: the parts' top
+        assert top == pytest.approx(zero_y - m.total / GIB * per_gib, abs=6 * PX)
         lines = [t.text for t in label.iterfind("s:tspan", NS)]
         assert lines[-1] == f"{e.memory.total / GIB:,.1f} GiB"
         assert (" ".join(lines[:-1]).endswith("(chosen)")) == chosen

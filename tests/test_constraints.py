@@ -410,10 +410,20 @@ def test_memory_rule_runs_after_the_cost_model(rules: RuleSet) -> None:
     constraints = Constraints(rules)
     memory = next(c for c in rules.constraints if c.rule.id == "memory.fits")
     assert phase_of(memory) == "estimate"
-    # memory.fits's, and memory.offload_fits_host's pinned host buffers (memory.yaml)
-    assert constraints.figures == {"memory_total", "memory_capacity", "memory_host_offload"}
+    # memory.fits's (`other` for the tensors the default headroom keeps a share of), and
+    # memory.offload_fits_host's pinned host buffers (memory.yaml)
+    assert constraints.figures == {
+        "memory_total",
+        "memory_other",
+        "memory_capacity",
+        "memory_host_offload",
+    }
     env = env_for(rules)
-    env.update(estimate_env({"memory_total": 90 * 2**30, "memory_capacity": 80 * 2**30}))
+    env.update(
+        estimate_env(
+            {"memory_total": 90 * 2**30, "memory_other": 2**30, "memory_capacity": 80 * 2**30}
+        )
+    )
     [found] = constraints.check(env, "estimate")
     assert (found.rule_id, found.severity) == ("memory.fits", "reject")
     assert found.reason == "does not fit in GPU memory (80 GiB, keeping 0.0 GiB free)"

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import parplan_gen
+from parplan_gen.cost.estimate import MemoryHeadroom
 from parplan_gen.cost.hardware import cluster_from_flags
 from parplan_gen.cost.layout import LayoutError, build_layout
 from parplan_gen.inputs.defaults import GIB
@@ -534,22 +535,29 @@ def test_batch_divisible_bound_where_the_layout_cannot_hold_it(rules: RuleSet) -
     assert "batch.divisible" in {v.rule_id for v in constraints.check(env, "layout")}
 
 
-@pytest.mark.parametrize(("total", "headroom", "fits"), [
-    (80 * GIB, 0, True),  # exactly the GPU's memory
-    (80 * GIB + 1, 0, False),  # one byte over
-    (76 * GIB, 4 * GIB, True),  # with `plan --headroom 4`: exactly the memory left
-    (76 * GIB + 1, 4 * GIB, False),
+@pytest.mark.parametrize(("total", "headroom", "share", "fits"), [
+    (80 * GIB, 0, 0.0, True),  # exactly the GPU's memory
+    (80 * GIB + 1, 0, 0.0, False),  # one byte over
+    (76 * GIB, 4 * GIB, 0.0, True),  # with `plan --headroom 4`: exactly the memory left
+    (76 * GIB + 1, 4 * GIB, 0.0, False),
+    # the default's kind, a share of the tensors (total less other's 8 GiB): 64 GiB / 8 kept
+    (72 * GIB, 0, 0.125, True),
+    (72 * GIB + 8, 0, 0.125, False),  # 8 bytes more, 1 more kept free
+    (70 * GIB, 2 * GIB, 0.125, True),  # both: 70 + 2 + 62 / 8 = 79.75 GiB
+    (71 * GIB, 2 * GIB, 0.125, False),  # 71 + 2 + 63 / 8 = 80.875 GiB
 ])  # fmt: skip
 def test_memory_fits_bound_to_the_byte(
-    rules: RuleSet, total: int, headroom: int, fits: bool
+    rules: RuleSet, total: int, headroom: int, share: float, fits: bool
 ) -> None:
-    """memory.fits: the estimate's total plus the headroom within the GPU's memory, here a
-    capacity of 80 GiB."""
+    """memory.fits: the estimate's total plus what the headroom keeps free (bytes plus a share
+    of the tensors, the total less `other`) within the GPU's memory, here 80 GiB."""
     layout = build_layout(8, global_batch=8, seq_len=4096)
     env = Evaluator(rules, backend="megatron").env(
         load_preset("llama-3-8b"), cluster_from_flags(8, GPU), layout, flash_attention=True,
-        memory_headroom=headroom,
+        memory_headroom=MemoryHeadroom(headroom, share),
     )  # fmt: skip
-    env.update(estimate_env({"memory_total": total, "memory_capacity": 80 * GIB}))
+    env.update(
+        estimate_env({"memory_total": total, "memory_other": 8 * GIB, "memory_capacity": 80 * GIB})
+    )
     found = {v.rule_id for v in Constraints(rules, backend="megatron").check(env, "estimate")}
     assert ("memory.fits" not in found) is fits

@@ -295,6 +295,7 @@ CONTRACT: dict[str, dict[str, type]] = {
         **dict.fromkeys(("total", "capacity"), int),
         "fits": bool,
         "host_offload": int,  # pinned host memory of offloaded activations, not in the total
+        "kept_free": int,  # what plan's headroom keeps free beside the total (0 here)
     },
     "time": dict.fromkeys(
         (

@@ -195,19 +195,15 @@ def test_an_onnx_shape_of_2_62_elements_still_reads(
 
 # ---- a --rules overlay's default headroom ----------------------------------------------------
 
-HEADROOM = "memory_headroom_default gives a memory headroom of"
-VALID = "valid: from 0 to below the GPU's 80.0 GiB)"
+HEADROOM = "memory_headroom_share_default gives a memory headroom of"
+VALID = "of the tensors (valid: from 0 to below 1)"
 HEADROOM_CASES = {
-    "negative_share": (
-        "memory_headroom_fraction_default",
-        "-0.5",
-        f"{HEADROOM} -42,949,672,960 bytes (-40.0 GiB; {VALID}",
-    ),
-    "negative_bytes": ("memory_headroom_default", "-1", f"{HEADROOM} -1 bytes (-0.0 GiB; {VALID}"),
-    "the_whole_gpu_twice": (
-        "memory_headroom_default",
-        "cluster.gpu_memory * 2",
-        f"{HEADROOM} 171,798,691,840 bytes (160.0 GiB; {VALID}",
+    "negative_share": ("memory_headroom_share_default", "-0.5", f"{HEADROOM} -0.5 {VALID}"),
+    "the_whole_tensors": ("memory_headroom_share_default", "1", f"{HEADROOM} 1 {VALID}"),
+    "the_gpu_in_bytes": (  # a share, not bytes (the default before it was a share)
+        "memory_headroom_share_default",
+        "cluster.gpu_memory * 0.1",
+        f"{HEADROOM} 8.58993e+09 {VALID}",
     ),
 }
 

@@ -101,7 +101,7 @@ def test_defaults_are_the_published_figures() -> None:
     # GMLake: 9.2 GB of an 80 GB A100 held by the caching allocator: 11.5 %.
     library = builtin_rules().library
     where = SourceRef("test")
-    headroom = library.compile("memory_headroom_fraction_default", where, "estimate").evaluate({})
+    headroom = library.compile("memory_headroom_share_default", where, "estimate").evaluate({})
     assert headroom == pytest.approx(0.115)
 
 
@@ -250,18 +250,25 @@ def test_headroom_keeps_memory_free() -> None:
         assert found.document.search.headroom_bytes == round(kept)
         for c in found.document.candidates:
             assert c.memory.total + kept <= c.memory.capacity
-    default = parplan_gen.plan(SMALL, H100_8, global_batch=512).document.search
-    assert default.headroom_bytes == round(0.115 * 80 * GIB)  # 9.2 GiB
-    assert default.headroom_source.startswith("default: rule memory_headroom_default")
+            assert c.memory.kept_free == round(kept)
+    default = parplan_gen.plan(SMALL, H100_8, global_batch=512).document
+    assert default.search.headroom_bytes == 0
+    assert default.search.headroom_share == pytest.approx(0.115)
+    assert default.search.headroom_source.startswith("default: rule memory_headroom_share_default")
+    for c in default.candidates:  # 11.5 % of the tensors, the total less `other`
+        kept = 0.115 * (c.memory.total - c.memory.other)
+        assert c.memory.kept_free == pytest.approx(kept, abs=1)
+        assert c.memory.total + kept <= c.memory.capacity
 
 
 def test_the_default_headroom_holds_on_a_gpu_without_bf16() -> None:
     """The headroom rule is read at the request's precision: a V100 has no BF16 peak, and an
-    FP16 plan on it gets the default headroom (11.5 % of its 32 GiB), not an error."""
+    FP16 plan on it gets the default headroom (11.5 % of each layout's tensors), not an
+    error."""
     found = parplan_gen.plan(SMALL, {"gpus": 8, "gpu": "v100-32gb"}, global_batch=64,
                              precision="fp16")  # fmt: skip
     assert found.feasible
-    assert found.document.search.headroom_bytes == round(0.115 * 32 * GIB)
+    assert found.document.search.headroom_share == pytest.approx(0.115)
 
 
 def test_plan_json_records_the_search_and_the_budget(cli, tmp_path) -> None:

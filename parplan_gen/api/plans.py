@@ -176,7 +176,8 @@ def plan(
 
     `pins` fixes layout fields (`{"tp": 8, "recompute": "selective"}`), `bounds` limits sizes
     (`{"max_pp": 4, "min_dp": 8}`), `headroom` keeps memory free per GPU (GiB, `"10%"` of the
-    GPU's, or None: the rule `memory_headroom_default`); planning/pins.py. `search` sets the
+    GPU's, or None: the rule `memory_headroom_share_default` of each layout's tensors);
+    planning/pins.py. `search` sets the
     search options (`{"interleave": "off", "sequence_parallel": "search", "overlap_grad_reduce":
     False}`; each left out: its rule in rules/search/defaults.yaml; planning/search_choices.py).
     `tokens` (`"15T"`, `2e12`) adds the training budget (plan.document.budget, None when nothing
@@ -299,7 +300,7 @@ def search_plan(
         seq_len=seq_len,
         precision=precision,
         flash_attention=flash_attention,
-        memory_headroom=record.headroom_bytes,
+        memory_headroom=record.memory_headroom,
     )
     request = Request(
         spec,
@@ -311,7 +312,7 @@ def search_plan(
         top,
         flash_attention,
         SearchOptions.for_model(spec, chosen, backend, limits),
-        record.headroom_bytes,
+        record.memory_headroom,
     )
     planner = Planner(rules, spec.kind)
     proposals = proposals_for(spec, machines, rules, seq_len)

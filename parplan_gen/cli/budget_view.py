@@ -10,7 +10,8 @@ if TYPE_CHECKING:
 
 
 def search_line(doc: PlanDocument) -> str | None:
-    """`Search: pinned tp=2; bounds none; headroom 9.2 GiB per GPU (default: ...)`."""
+    """`Search: pinned tp=2; bounds none; headroom 11.5 % of each layout's tensors (default:
+    ...)`."""
     from parplan_gen.render.report_rows import search_rows
 
     rows = search_rows(doc)

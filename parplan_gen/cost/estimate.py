@@ -12,6 +12,7 @@ to say (`planning.evaluate`), not for this module.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
@@ -76,6 +77,27 @@ class MemoryBreakdown(BaseModel):
     fits: bool  # the memory rules hold (planning.evaluate), not total <= capacity
     # Host memory per GPU, not in `total` (HOST_PARTS; absent in older plan.json).
     host_offload: int = 0
+    # What the memory rule keeps free beside `total` for this layout (plan's headroom, the
+    # rule memory_kept_free of rules/constraints/headroom.yaml; 0 for estimate and check and in
+    # older plan.json).
+    kept_free: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryHeadroom:
+    """The memory a plan keeps free per GPU, as the memory rule reads it (train.* names):
+    `bytes` whatever the layout (`plan --headroom 4` or `10%`) and a `share` of the layout's
+    tensors (the default, rules/constraints/headroom.yaml)."""
+
+    bytes: float = 0.0
+    share: float = 0.0
+
+    def env(self) -> dict[str, float]:
+        """The train.* values the memory rule reads."""
+        return {"train.memory_headroom": self.bytes, "train.memory_headroom_share": self.share}
+
+
+NO_HEADROOM = MemoryHeadroom()  # estimate and check: the whole GPU
 
 
 class _Figures(BaseModel):
@@ -263,10 +285,10 @@ class CostModel:
         seq_len: int,
         precision: Precision = "bf16",
         flash_attention: bool = True,
-        memory_headroom: float = 0.0,
+        memory_headroom: MemoryHeadroom = NO_HEADROOM,
     ) -> dict[str, Any]:
         """model.*, cluster.* and train.* values: everything but the layout. `memory_headroom`:
-        bytes per GPU a plan keeps free (`plan --headroom`; 0 for estimate and check)."""
+        what a plan keeps free per GPU (`plan --headroom`; none for estimate and check)."""
         train = {
             "train.global_batch": global_batch,
             "train.seq_len": seq_len,
@@ -277,7 +299,7 @@ class CostModel:
             "train.cross_entropy_fusion": cross_entropy_value(None, self.backend),
             "train.loss_compiled": plan_loss_compiled(self.backend, precision),
             **FRAMEWORK_FEATURES,
-            "train.memory_headroom": memory_headroom,
+            **memory_headroom.env(),
         }
         return {**spec.formula_values(seq_len), **cluster_env(cluster, precision), **train}
 
@@ -295,7 +317,7 @@ class CostModel:
         layout: Layout,
         *,
         flash_attention: bool = True,
-        memory_headroom: float = 0.0,
+        memory_headroom: MemoryHeadroom = NO_HEADROOM,
     ) -> dict[str, Any]:
         """Every name a cost or constraint formula may read for one layout."""
         env = self.base_env(
@@ -356,9 +378,11 @@ def estimate_from_figures(
     *,
     fits: bool,
     backend: BackendRef | None = None,
+    kept_free: float = 0.0,
 ) -> Estimate:
     """Build the typed Estimate from a `figures` mapping; `fits` is the memory rules' verdict
-    (`planning.evaluate`), which this module does not judge."""
+    and `kept_free` what they keep free (`planning.evaluate`), which this module does not
+    judge."""
     memory = {p: round(figures[f"memory_{p}"]) for p in MEMORY_PARTS}
     total = sum(memory.values())
     host = {p: round(figures.get(f"memory_{p}", 0)) for p in HOST_PARTS}
@@ -366,7 +390,14 @@ def estimate_from_figures(
     return Estimate(
         backend=backend,
         plan=layout,
-        memory=MemoryBreakdown(**memory, total=total, capacity=capacity, fits=fits, **host),
+        memory=MemoryBreakdown(
+            **memory,
+            total=total,
+            capacity=capacity,
+            fits=fits,
+            **host,
+            kept_free=round(kept_free),
+        ),
         time=TimeBreakdown(
             **{p: float(figures[f"time_{p}"]) for p in TIME_PARTS},
             **{

@@ -318,7 +318,7 @@ def default_search(
         global_batch=layout.global_batch,
         seq_len=layout.seq_len,
         precision=layout.precision,
-        memory_headroom=record.headroom_bytes,
+        memory_headroom=record.memory_headroom,
     )
     return record.with_options(chosen)
 

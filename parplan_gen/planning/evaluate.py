@@ -15,11 +15,17 @@ It lives in `planning` because it joins the cost model (`cost`) with the constra
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from parplan_gen.cost.estimate import CostModel, Estimate, estimate_from_figures
+from parplan_gen.cost.estimate import (
+    NO_HEADROOM,
+    CostModel,
+    Estimate,
+    MemoryHeadroom,
+    estimate_from_figures,
+)
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, plan_cross_entropy_fusion
 from parplan_gen.inputs.defaults import GIB
@@ -28,6 +34,7 @@ from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
 from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.constraints import Constraints, Violation, estimate_env, figures_read
 from parplan_gen.rules.formula_runtime import Formula
+from parplan_gen.rules.request_names import MEMORY_KEPT_FREE
 from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 MEMORY_FIGURE_PREFIX = "memory_"
@@ -69,7 +76,12 @@ class Evaluation:
         over = memory.total - memory.capacity
         if over <= 0 and self.host_broken:  # the GPU's memory holds it, the host's does not
             return f"the layout does not fit: {self.host_broken[0].describe()}"
-        why = f"{over / GIB:.1f} GiB over" if over > 0 else "a memory rule asks for headroom"
+        if over > 0:
+            why = f"{over / GIB:.1f} GiB over"
+        elif memory.kept_free and over + memory.kept_free > 0:
+            why = f"{memory.kept_free / GIB:.1f} GiB kept free"
+        else:  # an overlay's memory rule
+            why = "a memory rule asks for headroom"
         return (
             f"the layout does not fit: {memory.total / GIB:.1f} GiB per GPU, the GPU has "
             f"{memory.capacity / GIB:.1f} GiB ({why})"
@@ -94,6 +106,11 @@ class Evaluator:
         # the named formulas that pick the backend's release (Capabilities.later_when)
         later = BACKENDS[backend].later_when if backend is not None else ()
         self._later = {name: named_formula(rules, name) for name, _ in later}
+        self._kept_free = (
+            named_formula(rules, MEMORY_KEPT_FREE, "constraint")
+            if MEMORY_KEPT_FREE in rules.library.names
+            else None
+        )
         self.constraints = Constraints(rules, kind, backend)
         self.memory_rules = tuple(c for c in self.constraints.estimate if is_memory_rule(c))
         self.gpu_memory_rules = tuple(
@@ -101,6 +118,15 @@ class Evaluator:
         )
         self._memory_ids = frozenset(c.rule.id for c in self.memory_rules)
         self._host_ids = self._memory_ids - {c.rule.id for c in self.gpu_memory_rules}
+
+    def kept_free(self, env: Mapping[str, Any], memo: dict[str, object]) -> float:
+        """What the memory rule keeps free for the layout of `env` (the named formula
+        `memory_kept_free`, rules/constraints/headroom.yaml; 0 under rules without it, the cost
+        rules alone). `env` holds the estimate.* names."""
+        if self._kept_free is None:
+            return 0.0
+        value = self._kept_free.evaluate(env, memo)
+        return float(value)  # type: ignore[arg-type]
 
     def fits(self, violations: Iterable[Violation]) -> bool:
         """Whether no memory rule is among `violations`."""
@@ -113,7 +139,7 @@ class Evaluator:
         layout: Layout,
         *,
         flash_attention: bool,
-        memory_headroom: float = 0.0,
+        memory_headroom: MemoryHeadroom = NO_HEADROOM,
     ) -> dict[str, Any]:
         """Every name a cost or constraint formula may read for `layout`."""
         if model.kind != self.kind:
@@ -129,10 +155,10 @@ class Evaluator:
         layout: Layout,
         *,
         flash_attention: bool = True,
-        memory_headroom: float = 0.0,
+        memory_headroom: MemoryHeadroom = NO_HEADROOM,
     ) -> Evaluation:
-        """The estimate of `layout` and the rules it breaks (`memory_headroom`: bytes per GPU
-        the memory rules keep free). A layout that names no loss kernel is priced, and shown,
+        """The estimate of `layout` and the rules it breaks (`memory_headroom`: what the memory
+        rules keep free per GPU). A layout that names no loss kernel is priced, and shown,
         with the one the backend's plans write (cost/layout.py plan_cross_entropy_fusion)."""
         fusion = plan_cross_entropy_fusion(self.backend)
         if layout.cross_entropy_fusion is None and fusion is not None:
@@ -164,14 +190,21 @@ class Evaluator:
                 return bool(memo[name] if name in memo else self._later[name].evaluate(env, memo))
 
             ref = BACKENDS[self.backend].ref_for(layout, holds)
-        estimate = estimate_from_figures(layout, figures, fits=self.fits(violations), backend=ref)
+        estimate = estimate_from_figures(
+            layout,
+            figures,
+            fits=self.fits(violations),
+            backend=ref,
+            kept_free=self.kept_free(env, memo),
+        )
         host_broken = tuple(v for v in violations if v.rule_id in self._host_ids)
         return Evaluation(estimate, violations, host_broken=host_broken)
 
 
-def named_formula(rules: RuleSet, name: str) -> Formula:
-    """The named formula `name` of `rules`, compiled to be evaluated on its own."""
-    return rules.library.compile(name, SourceRef(f"named formula {name}"), "estimate")
+def named_formula(rules: RuleSet, name: str, context: str = "estimate") -> Formula:
+    """The named formula `name` of `rules`, compiled to be evaluated on its own in `context`
+    (`constraint`: one that reads estimate.* figures)."""
+    return rules.library.compile(name, SourceRef(f"named formula {name}"), context)
 
 
 def evaluate(

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from parplan_gen.cost.estimate import cluster_env
+from parplan_gen.cost.estimate import MemoryHeadroom, cluster_env
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import SIZE_LIMITS, Precision, Recompute
 from parplan_gen.inputs.defaults import BOUNDED_SIZES, GIB, ZERO_STAGES
@@ -39,14 +39,11 @@ from parplan_gen.planning.search_choices import (
     PrecisionAwareOptimizerChoice,
     SequenceParallelChoice,
 )
-from parplan_gen.rules.request_names import MEMORY_HEADROOM_DEFAULT
+from parplan_gen.rules.request_names import MEMORY_HEADROOM_SHARE_DEFAULT
 from parplan_gen.rules.ruleset import RuleSet
 
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
-DEFAULT_HEADROOM = MEMORY_HEADROOM_DEFAULT  # rules/constraints/headroom.yaml
-# The named formulas the default headroom is made of (rules/constraints/headroom.yaml): a
-# `--rules` overlay that redefines one is where a default out of range comes from.
-_HEADROOM_FORMULAS = (DEFAULT_HEADROOM, "memory_headroom_fraction_default")
+DEFAULT_HEADROOM = MEMORY_HEADROOM_SHARE_DEFAULT  # rules/constraints/headroom.yaml
 Size = StrictInt  # a whole number from 1 to layout.SIZE_LIMITS[field]
 
 
@@ -209,7 +206,8 @@ def search_limits(
 
 class Headroom(BaseModel):
     """Memory a plan keeps free per GPU: GiB, a fraction of the GPU's memory, or the rule's
-    default (`memory_headroom_default`, rules/constraints/headroom.yaml) when neither is given."""
+    default when neither is given (`memory_headroom_share_default` of each layout's tensors,
+    rules/constraints/headroom.yaml)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -260,8 +258,23 @@ class HeadroomRecord(BaseModel):
         default_factory=dict, description="Size bounds (`plan --max-tp 8`...)."
     )
     headroom: str = Field(description="As asked: `default`, `4 GiB` or `10%`.")
-    headroom_bytes: int = Field(ge=0, description="Memory per GPU kept free, bytes.")
+    headroom_bytes: int = Field(
+        ge=0, description="Memory per GPU kept free whatever the layout, bytes."
+    )
+    headroom_share: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Share of each layout's tensors kept free besides (the default headroom); "
+        "0 in plan.json written before.",
+    )
     headroom_source: str = Field(description="Where the headroom came from.")
+
+    @property
+    def memory_headroom(self) -> MemoryHeadroom:
+        """What the memory rule keeps free, as it reads it."""
+        return MemoryHeadroom(float(self.headroom_bytes), self.headroom_share)
 
     def with_options(self, chosen: ChosenOptions) -> SearchRecord:
         """The search record: this one with the request's search options."""
@@ -320,25 +333,27 @@ class SearchRecord(HeadroomRecord):
 def headroom_record(
     headroom: Headroom, limits: SearchLimits, cluster: Cluster, rules: RuleSet, precision: str
 ) -> HeadroomRecord:
-    """plan.json `search`'s pins, bounds and the headroom in bytes (the rule's default,
-    `memory_headroom_default`, when none is given; its cluster.* names at `precision`, the
-    request's: a GPU has no peak at a precision it lacks)."""
+    """plan.json `search`'s pins, bounds and the headroom: bytes for a `--headroom` given, else
+    the rule's default share of each layout's tensors (`memory_headroom_share_default`; its
+    cluster.* names at `precision`, the request's: a GPU has no peak at a precision it
+    lacks)."""
     check_choice("precision", precision, get_args(Precision))
     memory = cluster.gpu.memory_bytes
+    share = 0.0
     if headroom.gib is not None:
         amount, source = headroom.gib * GIB, "--headroom (GiB)"
     elif headroom.fraction is not None:
         amount, source = headroom.fraction * memory, "--headroom (share of the GPU's memory)"
     else:
         env = cluster_env(cluster, cast(Precision, precision))
-        where = SourceRef("memory_headroom_default")
-        amount = float(rules.library.compile(DEFAULT_HEADROOM, where, "estimate").evaluate(env))  # type: ignore[arg-type]
+        where = SourceRef(DEFAULT_HEADROOM)
+        amount = 0.0
+        share = float(rules.library.compile(DEFAULT_HEADROOM, where, "estimate").evaluate(env))  # type: ignore[arg-type]
         source = f"default: rule {DEFAULT_HEADROOM} (rules/constraints/headroom.yaml)"
-        if not 0 <= amount < memory:
+        if not 0 <= share < 1:
             raise InputError(
-                f"{DEFAULT_HEADROOM} gives a memory headroom of {amount:,.0f} bytes "
-                f"({amount / GIB:.1f} GiB; valid: "
-                f"from 0 to below the GPU's {memory / GIB:.1f} GiB)",
+                f"{DEFAULT_HEADROOM} gives a memory headroom of {share:g} of the tensors "
+                "(valid: from 0 to below 1)",
                 _overlay_where(rules),
             )
     if amount >= memory:
@@ -351,6 +366,7 @@ def headroom_record(
         bounds=limits.bounds.given(),
         headroom=headroom.text(),
         headroom_bytes=round(amount),
+        headroom_share=share,
         headroom_source=source,
     )
 
@@ -358,5 +374,5 @@ def headroom_record(
 def _overlay_where(rules: RuleSet) -> SourceRef | None:
     """Where the last `--rules` overlay redefined a formula of the default headroom (None: the
     built-in rules' own)."""
-    redefined = [o for o in rules.overrides if o.id in _HEADROOM_FORMULAS and not o.disabled]
+    redefined = [o for o in rules.overrides if o.id == DEFAULT_HEADROOM and not o.disabled]
     return redefined[-1].by.where if redefined else None

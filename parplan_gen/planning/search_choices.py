@@ -38,7 +38,7 @@ from typing import Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
-from parplan_gen.cost.estimate import CostModel
+from parplan_gen.cost.estimate import NO_HEADROOM, CostModel, MemoryHeadroom
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Precision
 from parplan_gen.inputs.errors import FormulaError, InputError, SourceRef
@@ -215,7 +215,7 @@ def choose(
     pins: Mapping[str, object] | None = None,
     bounds: Mapping[str, int] | None = None,
     flash_attention: bool = True,
-    memory_headroom: float = 0.0,
+    memory_headroom: MemoryHeadroom = NO_HEADROOM,
 ) -> ChosenOptions:
     """Every choice of the request: the value given, else its rule's default (evaluated on the
     request's model.*, cluster.* and train.* values with `rules`). A choice about a dimension

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal, NamedTuple, get_args
 
+from parplan_gen.cost.estimate import NO_HEADROOM, MemoryHeadroom
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import (
     PLAN_FIELDS,
@@ -226,7 +227,9 @@ class Request:
     top: int = 5
     flash_attention: bool = True
     options: SearchOptions = SearchOptions()
-    memory_headroom: float = 0.0  # bytes per GPU the memory rules keep free (plan --headroom)
+    memory_headroom: MemoryHeadroom = (
+        NO_HEADROOM  # what the memory rules keep free (plan --headroom)
+    )
 
     def __post_init__(self) -> None:
         check_sizes(global_batch=self.global_batch, seq_len=self.seq_len)

@@ -1,5 +1,6 @@
-"""The geometry of plan_memory.svg: one column per charted layout, its memory parts stacked,
-against the GPU's capacity and the headroom the search kept (plan.json `search`), in GiB."""
+"""The geometry of plan_memory.svg: one column per charted layout, its memory parts stacked and
+the memory its plan keeps free above them (the headroom, MemoryBreakdown.kept_free), against
+the GPU's capacity, in GiB."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from parplan_gen.render.mapping_schema import ReportMapping
 
 COLUMN_SHARE = 0.6  # a column's width in its slot
 LINE_EM = 1.25  # label line spacing, in font sizes
-HEADROOM_DASH = "6 4"  # the capacity-less-headroom line, and its legend swatch (SVG dash pattern)
+HEADROOM_DASH = "6 4"  # the outline of the memory kept free, and its legend swatch (SVG dash)
 
 
 def _wrap(words: list[str], chars: int) -> list[str]:
@@ -41,25 +42,19 @@ def _wrap(words: list[str], chars: int) -> list[str]:
 def memory_chart(
     doc: PlanDocument, report: ReportMapping, rows: Sequence[tuple[bool, Estimate]]
 ) -> dict[str, Any]:
-    """Columns of memory per GPU (bytes as the estimate gives them, drawn in GiB), the GPU's
-    capacity line and, when the search kept memory free, the headroom line at capacity minus
-    `search.headroom_bytes`."""
+    """Columns of memory per GPU (bytes as the estimate gives them, drawn in GiB), each with
+    the memory its plan keeps free outlined above it (the headroom the search kept, per
+    layout), and the GPU's capacity line."""
     style, colors = report.chart, report.colors
     capacity = max(e.memory.capacity for _, e in rows)
-    headroom = doc.search.headroom_bytes
     legend = [{"label": PART_LABELS[p], "color": colors[p], "kind": "box"} for p in MEMORY_PARTS]
     legend.append({"label": "GPU capacity", "color": colors["limit"], "kind": "line"})
-    if headroom:
+    if any(e.memory.kept_free for _, e in rows):
         legend.append(
-            {
-                "label": "capacity - headroom",
-                "color": colors["limit"],
-                "kind": "dash",
-                "dash": HEADROOM_DASH,
-            }
+            {"label": "kept free", "color": colors["limit"], "kind": "dash", "dash": HEADROOM_DASH}
         )
     header = chart_header(style, chart_title(doc, "Memory per GPU"), legend)
-    ticks = nice_ticks(max(capacity, *(e.memory.total for _, e in rows)) / GIB)
+    ticks = nice_ticks(max(capacity, *(e.memory.total + e.memory.kept_free for _, e in rows)) / GIB)
     step = ticks[1] - ticks[0]
     tick_w = CHAR_EM * style.font_size * max(len(tick_text(t, step, "GiB")) for t in ticks)
     plot_x = style.margin + tick_w + 8
@@ -92,12 +87,20 @@ def memory_chart(
                 )
         lines = [*_wrap(words, chars), gib(e.memory.total)]
         label_lines = max(label_lines, len(lines))
+        free = e.memory.kept_free
         columns.append(
             {
                 "x": num(x),
                 "width": num(slot * COLUMN_SHARE),
                 "centre": num(x + slot * COLUMN_SHARE / 2),
                 "parts": parts,
+                "kept_free": {
+                    "y": num(y - free * scale),
+                    "height": num(free * scale),
+                    "title": f"kept free: {gib(free)}",
+                }
+                if free
+                else None,
                 "lines": [
                     {"text": text, "y": num(plot_bottom + style.font_size * LINE_EM * (i + 1))}
                     for i, text in enumerate(lines)
@@ -105,16 +108,6 @@ def memory_chart(
             }
         )
     limits = [("GPU capacity", capacity, "", -4, gib(capacity))]
-    if headroom:
-        limits.append(
-            (
-                "headroom",
-                capacity - headroom,
-                HEADROOM_DASH,
-                style.font_size + 2,
-                f"{gib(headroom)} free",
-            )
-        )
     right = plot_x + plot_w
     return {
         **header,
@@ -124,6 +117,7 @@ def memory_chart(
         "plot_top": num(plot_top),
         "plot_bottom": num(plot_bottom),
         "limit_color": colors["limit"],
+        "kept_free_dash": HEADROOM_DASH,
         "ticks": [
             {
                 "y": num(y_of(t * GIB)),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from parplan_gen.inputs.safe_text import markdown
 from parplan_gen.planning.budget import COUNT_CHOICE, GIGA, HOUR_S, Budget, Deadline
 from parplan_gen.planning.document import PlanDocument
+from parplan_gen.planning.pins import HeadroomRecord
 from parplan_gen.render.labels import gib, seconds
 
 
@@ -15,8 +16,16 @@ def search_rows(doc: PlanDocument) -> list[tuple[str, str]]:
     found = doc.search
     pins = " ".join(f"{k}={pin_text(v)}" for k, v in found.pins.items())
     bounds = " ".join(f"{k}={pin_text(v)}" for k, v in found.bounds.items())
-    headroom = f"{gib(found.headroom_bytes)} per GPU ({markdown(found.headroom_source)})"
+    headroom = f"{headroom_text(found)} ({markdown(found.headroom_source)})"
     return [("pinned", pins or "none"), ("bounds", bounds or "none"), ("headroom", headroom)]
+
+
+def headroom_text(found: HeadroomRecord) -> str:
+    """`9.2 GiB per GPU`, `11.5 % of each layout's tensors` or both."""
+    share = f"{found.headroom_share * 100:.1f} % of each layout's tensors"
+    if not found.headroom_share:
+        return f"{gib(found.headroom_bytes)} per GPU"
+    return f"{gib(found.headroom_bytes)} per GPU + {share}" if found.headroom_bytes else share
 
 
 def pin_text(value: object) -> str:

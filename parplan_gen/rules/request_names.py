@@ -1,5 +1,5 @@
 """The names only `parplan plan`'s extra requests give a formula: the memory headroom a plan
-keeps (train.memory_headroom) and the training budget's inputs (budget.*, read by the rules of
+keeps (train.memory_headroom, train.memory_headroom_share) and the training budget's inputs (budget.*, read by the rules of
 rules/budget/ in the `budget` context). Part of the one vocabulary (`vocabulary.NAMES`)."""
 
 from __future__ import annotations
@@ -10,8 +10,16 @@ PLAN_REQUEST_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "train.memory_headroom",
         "number",
         "bytes",
-        "Memory per GPU a plan keeps free (`plan --headroom`, default the rule "
-        "`memory_headroom_default`); 0 for `estimate` and `check`.",
+        "Memory per GPU a plan keeps free whatever its layout (`plan --headroom 4` or "
+        "`10%`, of the GPU's memory); 0 by default and for `estimate` and `check`.",
+    ),
+    (
+        "train.memory_headroom_share",
+        "number",
+        "fraction",
+        "Share of a layout's tensors (its memory less `other`) a plan keeps free besides: the "
+        "rule `memory_headroom_share_default` when `plan --headroom` is not given, else 0; 0 "
+        "for `estimate` and `check`.",
     ),
     # budget.*: what `plan --tokens` asks and the cluster's budget figures (rules/budget/)
     ("budget.tokens", "number", "tokens", "Tokens to train (`plan --tokens`)."),
@@ -42,12 +50,16 @@ PLAN_REQUEST_NAMES: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
-# The default headroom rule (rules/constraints/headroom.yaml), evaluated by planning/pins.py.
-MEMORY_HEADROOM_DEFAULT = "memory_headroom_default"
+# The default headroom rule (rules/constraints/headroom.yaml), evaluated by planning/pins.py,
+# and what the memory rule keeps free of one layout, evaluated by planning/evaluate.py to
+# show it beside the estimate (MemoryBreakdown.kept_free).
+MEMORY_HEADROOM_SHARE_DEFAULT = "memory_headroom_share_default"
+MEMORY_KEPT_FREE = "memory_kept_free"
 # Named formulas parplan's own code evaluates by name (planning/pins.py, planning/budget.py):
 # used, though no rule reads them (`parplan rules check` counts them as used).
 READ_BY_CODE: tuple[str, ...] = (
-    MEMORY_HEADROOM_DEFAULT,
+    MEMORY_HEADROOM_SHARE_DEFAULT,
+    MEMORY_KEPT_FREE,
     # the defaults of plan's search options (rules/search/defaults.yaml,
     # planning/search_choices.py DEFAULT_FORMULAS)
     "search_interleave_default",
