@@ -139,3 +139,15 @@ def test_other_backends_keep_korthikantis_selective_recompute() -> None:
     megatron = _act_per_token_layer("megatron", recompute="selective", zero_stage=0)
     assert megatron == _act_per_token_layer("megatron", recompute="none", zero_stage=0)
     assert megatron > OP_SAC_BYTES
+
+
+def test_torch_pipelining_keeps_each_in_flight_stage_output() -> None:
+    # torch/distributed/pipelining/stage.py forward_one_chunk caches each micro-batch's stage
+    # output until its backward: 1F1B on 2 stages has 2 micro-batches in flight on the first;
+    # interleaved with 2 chunks a rank, p v + p - 1 = 2 x 2 + 2 - 1 = 5 chunk forwards.
+    layout = {"pp": 2, "mbs": 1, "global_batch": 64, "recompute": "full"}
+    assert _value("tt_stage_outputs", "torchtitan", 16, **layout) == 2
+    assert _value("tt_stage_outputs", "torchtitan", 16, vpp=2, **layout) == 5
+    # no pipeline, nothing sent; Megatron-LM frees an output once sent (deallocate_output_tensor)
+    assert _value("tt_stage_outputs", "torchtitan", 16, **(layout | {"pp": 1})) == 0
+    assert _value("tt_stage_outputs", "megatron", 16, **(layout | {"zero_stage": 0})) == 0
