@@ -227,9 +227,8 @@ class Request:
     top: int = 5
     flash_attention: bool = True
     options: SearchOptions = SearchOptions()
-    memory_headroom: MemoryHeadroom = (
-        NO_HEADROOM  # what the memory rules keep free (plan --headroom)
-    )
+    # what the memory rules keep free (plan --headroom)
+    memory_headroom: MemoryHeadroom = NO_HEADROOM
 
     def __post_init__(self) -> None:
         check_sizes(global_batch=self.global_batch, seq_len=self.seq_len)

@@ -1,6 +1,7 @@
 """The names only `parplan plan`'s extra requests give a formula: the memory headroom a plan
-keeps (train.memory_headroom, train.memory_headroom_share) and the training budget's inputs (budget.*, read by the rules of
-rules/budget/ in the `budget` context). Part of the one vocabulary (`vocabulary.NAMES`)."""
+keeps (train.memory_headroom, train.memory_headroom_share) and the training budget's inputs
+(budget.*, read by the rules of rules/budget/ in the `budget` context). Part of the one
+vocabulary (`vocabulary.NAMES`)."""
 
 from __future__ import annotations
 
