@@ -52,10 +52,10 @@ from ruamel.yaml import YAML
 from parplan_gen.cost.estimate import CostModel, MemoryBreakdown
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.inputs.resources import builtin_rules_dir
+from parplan_gen.models.kind import BackendName
 from parplan_gen.planning.constraints import estimate_env
-from parplan_gen.planning.evaluate import Evaluator, named_formula
+from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.planning.pins import Headroom, SearchLimits, headroom_record
-from parplan_gen.rules.request_names import MEMORY_KEPT_FREE
 from parplan_gen.rules.ruleset import RuleSet, load_rules
 
 REPO = Path(__file__).resolve().parent.parent
@@ -196,12 +196,15 @@ def planner_kept_free(memory: MemoryBreakdown, case: Case) -> float:
     bytes (planning/pins.py headroom_record, the rule memory_kept_free)."""
     rules = full_rules()
     record = headroom_record(Headroom(), SearchLimits(), case.cluster, rules, case.layout.precision)
-    figures = {
-        f"memory_{k}": float(v) for k, v in memory.model_dump().items() if not isinstance(v, bool)
-    }
+    figures = {f"memory_{k}": float(v) for k, v in memory.model_dump().items() if k != "fits"}
     env = {**estimate_env(figures), **record.memory_headroom.env()}
-    kept_free = named_formula(rules, MEMORY_KEPT_FREE, "constraint").evaluate(env)
-    return float(kept_free)  # type: ignore[arg-type]
+    return full_evaluator(case.backend).kept_free(env, {})
+
+
+@cache
+def full_evaluator(backend: BackendName | None) -> Evaluator:
+    """The built-in rules' evaluator of transformers on `backend`, constraints included."""
+    return Evaluator(full_rules(), "transformer", backend)
 
 
 @cache

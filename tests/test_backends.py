@@ -78,6 +78,9 @@ def test_llama_3_70b_fsdp_with_tp_on_torchtitan_writes_only_its_file(tmp_path: P
     script = files["torchtitan_run.sh"].read_text(encoding="utf-8")
     assert "--parallelism.data_parallel_shard_degree 32" in script
     assert "--config llama3_70b" in script
+    # the allocator as torchtitan's run_train.sh starts it, which the plan's headroom assumes
+    # (rules/constraints/headroom.yaml); a value the user exports wins
+    assert 'export PYTORCH_ALLOC_CONF="${PYTORCH_ALLOC_CONF:-expandable_segments:True}"' in script
     why = result.document.backends["megatron"]
     assert f"megatron_args.sh: not written, Megatron-LM does not run this layout ({why})" in (
         files["plan.md"].read_text(encoding="utf-8")

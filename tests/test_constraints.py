@@ -426,10 +426,9 @@ def test_memory_rule_runs_after_the_cost_model(rules: RuleSet) -> None:
     )
     [found] = constraints.check(env, "estimate")
     assert (found.rule_id, found.severity) == ("memory.fits", "reject")
-    assert found.reason == "does not fit in GPU memory (80 GiB, keeping 0.0 GiB free)"
-    assert found.describe() == (
-        "does not fit in GPU memory (80 GiB, keeping 0.0 GiB free) [memory.fits, reject]"
-    )
+    reason = "does not fit in GPU memory (80 GiB, keeping 0.0 GiB and 0.0% of its tensors free)"
+    assert found.reason == reason
+    assert found.describe() == f"{reason} [memory.fits, reject]"
 
 
 def test_llama3_405b_on_16_stages_uses_uneven_first_and_last_stages(rules: RuleSet) -> None:

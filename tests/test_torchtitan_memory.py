@@ -151,3 +151,10 @@ def test_torch_pipelining_keeps_each_in_flight_stage_output() -> None:
     # no pipeline, nothing sent; Megatron-LM frees an output once sent (deallocate_output_tensor)
     assert _value("tt_stage_outputs", "torchtitan", 16, **(layout | {"pp": 1})) == 0
     assert _value("tt_stage_outputs", "megatron", 16, **(layout | {"zero_stage": 0})) == 0
+    # ... each one [8,192 tokens, h 4,096] 16-bit tensor (no tp): 2 x 8,192 x 8,192 bytes more
+    # than the blocks' checkpoints and the loss's peak
+    extra = (
+        "activation_bytes - tokens_per_microbatch * stored_layers * act_full_recompute_token_layer"
+        " - max(recompute_layer_bytes, logits_bytes)"
+    )
+    assert _value(extra, "torchtitan", 16, **layout) == 2 * 8192 * 8192

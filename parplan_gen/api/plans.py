@@ -89,8 +89,8 @@ class Plan(BaseModel):
         fits says of its closest candidate, with `host_shortfall`."""
         memory = self.chosen.memory
         return (
-            f"the closest layout needs {memory.total / GIB:.1f} GiB per GPU of "
-            f"{memory.capacity / GIB:.1f}{self.host_shortfall()}"
+            f"the closest layout needs {memory.total / GIB:.1f} GiB per GPU{memory.kept_free_text()} "
+            f"of {memory.capacity / GIB:.1f}{self.host_shortfall()}"
         )
 
     def host_shortfall(self) -> str:
@@ -98,7 +98,7 @@ class Plan(BaseModel):
         candidate fits the GPU's memory and offloads activations on a cluster whose host memory
         is known, the host's it does not fit (rule memory.offload_fits_host); "" otherwise."""
         memory, host = self.chosen.memory, self.document.cluster.host_memory_per_gpu
-        if memory.total > memory.capacity or not memory.host_offload or not host:
+        if memory.needed > memory.capacity or not memory.host_offload or not host:
             return ""
         return (
             f", and {memory.host_offload / GIB:.1f} GiB of pinned host memory per GPU, of the "

@@ -103,13 +103,13 @@ def memory_lines(estimate: Estimate, cluster: Cluster | None = None) -> list[str
         bar = "#" * length if length <= MAX_BAR else "#" * MAX_BAR + ">"
         lines.append(f"  {part:<12} {value / GIB:8.2f} GiB  {bar}")
     free = (m.capacity - m.total) / GIB
-    kept = f" (headroom {m.kept_free / GIB:.2f} GiB)" if m.kept_free else ""
     if m.fits:
+        kept = f" (headroom {m.kept_free / GIB:.2f} GiB)" if m.kept_free else ""
         verdict = f"fits, {free:.2f} GiB free{kept}"
     elif m.total > m.capacity:
         verdict = f"DOES NOT FIT by {-free:.2f} GiB"
-    elif m.kept_free and m.total + m.kept_free > m.capacity:
-        verdict = f"DOES NOT FIT keeping {m.kept_free / GIB:.2f} GiB free, {free:.2f} GiB free"
+    elif m.shortfall():
+        verdict = f"DOES NOT FIT: {m.shortfall()}"
     else:  # an overlay's memory rule asks for more headroom
         verdict = f"DOES NOT FIT the memory rules, {free:.2f} GiB free"
     lines.append(f"  {'total':<12} {m.total / GIB:8.2f} GiB of {m.capacity / GIB:.2f}: {verdict}")

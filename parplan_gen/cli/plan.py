@@ -111,7 +111,7 @@ def _nothing_fits(plan: Plan, out: str | None) -> Exception:
     return NothingFitsError(
         (f"--out {out}: " if out else "")
         + f"nothing fits on {cluster.num_gpus} x {cluster.gpu.name} (the closest "
-        f"layout needs {memory.total / GIB:.1f} GiB per GPU, the GPU has "
+        f"layout needs {memory.total / GIB:.1f} GiB per GPU{memory.kept_free_text()}, the GPU has "
         f"{memory.capacity / GIB:.1f} GiB{plan.host_shortfall()})"
         + (f"; {fix}" if fix else "")
         + ("; no files written" if out else "")

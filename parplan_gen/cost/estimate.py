@@ -28,6 +28,7 @@ from parplan_gen.cost.layout import (
     plan_loss_compiled,
     plan_values,
 )
+from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
 from parplan_gen.rules.layers import figure_label
@@ -63,10 +64,23 @@ REQUIRED = {"memory": MEMORY_PARTS, "time": TIME_PARTS, "throughput": THROUGHPUT
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
-class MemoryBreakdown(BaseModel):
-    """Bytes per GPU on the most loaded GPU."""
+class _Figures(BaseModel):
+    """Figures of which those named in OPTIONAL may be unknown (None: a plan.json written before
+    estimates carried them); an unknown one is left out (plan.json as older versions wrote it)."""
 
     model_config = _FROZEN
+    OPTIONAL: ClassVar[Collection[str]] = ()
+
+    @model_serializer(mode="wrap")
+    def _without_unknown(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k not in self.OPTIONAL}
+
+
+class MemoryBreakdown(_Figures):
+    """Bytes per GPU on the most loaded GPU."""
+
+    OPTIONAL = ("kept_free",)
     params: int
     grads: int
     optimizer: int
@@ -78,9 +92,32 @@ class MemoryBreakdown(BaseModel):
     # Host memory per GPU, not in `total` (HOST_PARTS; absent in older plan.json).
     host_offload: int = 0
     # What the memory rule keeps free beside `total` for this layout (plan's headroom, the
-    # rule memory_kept_free of rules/constraints/headroom.yaml; 0 for estimate and check and in
-    # older plan.json).
-    kept_free: int = 0
+    # rule memory_kept_free of rules/constraints/headroom.yaml; 0 for estimate and check; None:
+    # a plan.json written before estimates carried it, whose headroom is search.headroom_bytes).
+    kept_free: int | None = None
+
+    @property
+    def needed(self) -> int:
+        """What the memory rule asks of the GPU: the total and what it keeps free."""
+        return self.total + (self.kept_free or 0)
+
+    def kept_free_text(self) -> str:
+        """` and 7.9 GiB kept free` where the total fits the GPU and what the memory rule keeps
+        free does not (then it is why the layout does not fit), else ""."""
+        kept = self.kept_free or 0
+        fits_alone = self.total <= self.capacity < self.needed
+        return f" and {kept / GIB:.1f} GiB kept free" if fits_alone else ""
+
+    def shortfall(self) -> str:
+        """By how much the GPU's memory falls short, in words: `12.3 GiB over` (the total
+        alone), `1.2 GiB over keeping 7.9 GiB free` (what the memory rule keeps free is why);
+        "" where both fit (another memory rule breaks, or none)."""
+        if self.total > self.capacity:
+            return f"{(self.total - self.capacity) / GIB:.1f} GiB over"
+        if self.needed > self.capacity:
+            over, kept = self.needed - self.capacity, self.needed - self.total
+            return f"{over / GIB:.1f} GiB over keeping {kept / GIB:.1f} GiB free"
+        return ""
 
 
 @dataclass(frozen=True)
@@ -98,19 +135,6 @@ class MemoryHeadroom:
 
 
 NO_HEADROOM = MemoryHeadroom()  # estimate and check: the whole GPU
-
-
-class _Figures(BaseModel):
-    """Figures of which those named in OPTIONAL may be unknown (None: a plan.json written before
-    estimates carried them); an unknown one is left out (plan.json as older versions wrote it)."""
-
-    model_config = _FROZEN
-    OPTIONAL: ClassVar[Collection[str]] = ()
-
-    @model_serializer(mode="wrap")
-    def _without_unknown(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
-        return {k: v for k, v in data.items() if v is not None or k not in self.OPTIONAL}
 
 
 class TimeBreakdown(_Figures):

@@ -80,11 +80,12 @@ def _try_change(
         note = f"{label}: not possible with this layout ({broken[0].reason})"
         return Advice(change=label, fits=False, memory_total=None, note=note)
     fits = not found.violations
-    total, capacity = found.estimate.memory.total, found.estimate.memory.capacity
+    memory = found.estimate.memory
+    total, capacity = memory.total, memory.capacity
     if fits:
         verdict = "fits"
-    elif total > capacity:
-        verdict = f"still {(total - capacity) / GIB:.1f} GiB over"
+    elif memory.shortfall():
+        verdict = f"still {memory.shortfall()}"
     else:
         verdict = f"still breaks {found.violations[0].rule_id}"
     note = f"{label}: {total / GIB:.1f} GiB per GPU of {capacity / GIB:.1f} GiB, {verdict}"
@@ -95,7 +96,7 @@ def _more_gpus(planner: Planner, request: Request, closest: Estimate) -> Advice:
     """Re-plan on more GPUs: the closest candidate's memory over capacity, rounded up to a
     power of two, is the first multiple tried, then ADVICE_GPU_TRIES - 1 doublings."""
     world = request.cluster.num_gpus
-    ratio = closest.memory.total / closest.memory.capacity
+    ratio = closest.memory.needed / closest.memory.capacity
     factor = 1 << max(1, math.ceil(ratio) - 1).bit_length()
     for _ in range(ADVICE_GPU_TRIES):
         if world * factor > MAX_GPUS:

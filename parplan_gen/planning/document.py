@@ -148,6 +148,13 @@ class PlanDocument(BaseModel):
         """The candidates other than the chosen plan, best first."""
         return [e for e in self.candidates if e != self.chosen]
 
+    def kept_free(self, estimate: Estimate) -> int:
+        """What the plan of `estimate` keeps free beside its memory: the estimate's own figure,
+        or in a plan.json written before estimates carried it, the search's headroom in bytes
+        (those plans kept no share of the tensors)."""
+        kept = estimate.memory.kept_free
+        return self.search.headroom_bytes if kept is None else kept
+
     @field_serializer("rejected")
     def _by_reason(self, rejected: dict[str, int]) -> dict[str, int]:
         return dict(sorted(rejected.items()))

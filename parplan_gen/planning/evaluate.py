@@ -73,15 +73,9 @@ class Evaluation:
         if self.fits:
             return None
         memory = self.estimate.memory
-        over = memory.total - memory.capacity
-        if over <= 0 and self.host_broken:  # the GPU's memory holds it, the host's does not
+        if memory.total <= memory.capacity and self.host_broken:  # the host's memory does not
             return f"the layout does not fit: {self.host_broken[0].describe()}"
-        if over > 0:
-            why = f"{over / GIB:.1f} GiB over"
-        elif memory.kept_free and over + memory.kept_free > 0:
-            why = f"{memory.kept_free / GIB:.1f} GiB kept free"
-        else:  # an overlay's memory rule
-            why = "a memory rule asks for headroom"
+        why = memory.shortfall() or "a memory rule asks for headroom"  # else an overlay's rule
         return (
             f"the layout does not fit: {memory.total / GIB:.1f} GiB per GPU, the GPU has "
             f"{memory.capacity / GIB:.1f} GiB ({why})"
@@ -106,23 +100,23 @@ class Evaluator:
         # the named formulas that pick the backend's release (Capabilities.later_when)
         later = BACKENDS[backend].later_when if backend is not None else ()
         self._later = {name: named_formula(rules, name) for name, _ in later}
-        self._kept_free = (
-            named_formula(rules, MEMORY_KEPT_FREE, "constraint")
-            if MEMORY_KEPT_FREE in rules.library.names
-            else None
-        )
         self.constraints = Constraints(rules, kind, backend)
         self.memory_rules = tuple(c for c in self.constraints.estimate if is_memory_rule(c))
         self.gpu_memory_rules = tuple(
             c for c in self.memory_rules if not figures_read(c) & HOST_MEMORY_FIGURES
         )
+        # what the GPU's memory rules keep free, where one of them reads it (the built-in
+        # memory.fits does; an overlay's own rule may not)
+        kept = any(uses_named(rules, c.require, MEMORY_KEPT_FREE) for c in self.gpu_memory_rules)
+        self._kept_free = named_formula(rules, MEMORY_KEPT_FREE, "constraint") if kept else None
         self._memory_ids = frozenset(c.rule.id for c in self.memory_rules)
         self._host_ids = self._memory_ids - {c.rule.id for c in self.gpu_memory_rules}
 
     def kept_free(self, env: Mapping[str, Any], memo: dict[str, object]) -> float:
         """What the memory rule keeps free for the layout of `env` (the named formula
-        `memory_kept_free`, rules/constraints/headroom.yaml; 0 under rules without it, the cost
-        rules alone). `env` holds the estimate.* names."""
+        `memory_kept_free`, rules/constraints/headroom.yaml; 0 where no GPU memory rule reads
+        it: the cost rules alone, or an overlay's rule of its own). `env` holds the estimate.*
+        names."""
         if self._kept_free is None:
             return 0.0
         value = self._kept_free.evaluate(env, memo)
@@ -199,6 +193,20 @@ class Evaluator:
         )
         host_broken = tuple(v for v in violations if v.rule_id in self._host_ids)
         return Evaluation(estimate, violations, host_broken=host_broken)
+
+
+def uses_named(rules: RuleSet, formula: Formula, name: str) -> bool:
+    """Whether `formula` uses the named formula `name`, directly or through others."""
+    seen: set[str] = set()
+    todo = list(formula.refers)
+    while todo:
+        used = todo.pop()
+        if used == name:
+            return True
+        if used not in seen:
+            seen.add(used)
+            todo.extend(rules.library.refers(used))
+    return False
 
 
 def named_formula(rules: RuleSet, name: str, context: str = "estimate") -> Formula:

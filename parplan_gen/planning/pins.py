@@ -44,6 +44,9 @@ from parplan_gen.rules.ruleset import RuleSet
 
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 DEFAULT_HEADROOM = MEMORY_HEADROOM_SHARE_DEFAULT  # rules/constraints/headroom.yaml
+# The default headroom's names before it was a share of the tensors: an overlay that still
+# defines one would be ignored, so it is refused.
+RETIRED_HEADROOM = ("memory_headroom_default", "memory_headroom_fraction_default")
 Size = StrictInt  # a whole number from 1 to layout.SIZE_LIMITS[field]
 
 
@@ -338,6 +341,13 @@ def headroom_record(
     cluster.* names at `precision`, the request's: a GPU has no peak at a precision it
     lacks)."""
     check_choice("precision", precision, get_args(Precision))
+    for name in RETIRED_HEADROOM:
+        if name in rules.formula_notes:
+            raise InputError(
+                f"{name} is no longer read: the default headroom is {DEFAULT_HEADROOM}, a share "
+                "of each layout's tensors (rules/constraints/headroom.yaml)",
+                rules.formula_notes[name][1].where,
+            )
     memory = cluster.gpu.memory_bytes
     share = 0.0
     if headroom.gib is not None:

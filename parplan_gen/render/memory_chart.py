@@ -49,12 +49,19 @@ def memory_chart(
     capacity = max(e.memory.capacity for _, e in rows)
     legend = [{"label": PART_LABELS[p], "color": colors[p], "kind": "box"} for p in MEMORY_PARTS]
     legend.append({"label": "GPU capacity", "color": colors["limit"], "kind": "line"})
-    if any(e.memory.kept_free for _, e in rows):
+    kept = [doc.kept_free(e) for _, e in rows]
+    if any(kept):
         legend.append(
-            {"label": "kept free", "color": colors["limit"], "kind": "dash", "dash": HEADROOM_DASH}
+            {
+                "label": "kept free",
+                "color": colors["limit"],
+                "kind": "outline",
+                "dash": HEADROOM_DASH,
+            }
         )
     header = chart_header(style, chart_title(doc, "Memory per GPU"), legend)
-    ticks = nice_ticks(max(capacity, *(e.memory.total + e.memory.kept_free for _, e in rows)) / GIB)
+    tops = [e.memory.total + k for (_, e), k in zip(rows, kept, strict=True)]
+    ticks = nice_ticks(max(capacity, *tops) / GIB)
     step = ticks[1] - ticks[0]
     tick_w = CHAR_EM * style.font_size * max(len(tick_text(t, step, "GiB")) for t in ticks)
     plot_x = style.margin + tick_w + 8
@@ -70,7 +77,8 @@ def memory_chart(
     slot = plot_w / len(rows)
     chars = max(6, int(slot / (CHAR_EM * style.font_size)))
     columns, label_lines = [], 1
-    for index, ((_, e), words) in enumerate(zip(rows, layout_labels(doc, rows), strict=True)):
+    labels = layout_labels(doc, rows)
+    for index, ((_, e), words, free) in enumerate(zip(rows, labels, kept, strict=True)):
         x = plot_x + index * slot + slot * (1 - COLUMN_SHARE) / 2
         values, y, parts = e.memory.model_dump(), plot_bottom, []
         for part in MEMORY_PARTS:
@@ -87,7 +95,6 @@ def memory_chart(
                 )
         lines = [*_wrap(words, chars), gib(e.memory.total)]
         label_lines = max(label_lines, len(lines))
-        free = e.memory.kept_free
         columns.append(
             {
                 "x": num(x),
