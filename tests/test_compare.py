@@ -290,7 +290,11 @@ def test_the_api_sets_the_plan_its_runner_up_and_yours_side_by_side(real):
     plan, found = real
     doc = plan.document
     runner_up = next(e for e in doc.candidates if e != doc.chosen)
-    mine = parplan_gen.estimate("llama-3-8b", H100_NODE, {**MINE, **REQUEST})
+    # yours judged as the plan's columns are, with the plan's headroom
+    headroom = doc.search.memory_headroom
+    mine = parplan_gen.estimate(
+        "llama-3-8b", H100_NODE, {**MINE, **REQUEST}, memory_headroom=headroom
+    )
     chosen, second, yours = found.columns
     assert (chosen.role, second.role, yours.role) == ("chosen", "runner-up", "yours")
     assert (chosen.estimate, second.estimate, yours.estimate) == (
@@ -507,3 +511,18 @@ def test_a_plan_with_one_candidate_says_there_is_nothing_to_compare():
     assert "Only the chosen layout was estimated, so there is no runner-up" in _section(
         alone, "Why this plan"
     )
+
+
+def test_your_layout_is_judged_with_the_plans_headroom() -> None:
+    # Megatron's ZeRO-2 of Llama 3 8B at mbs 1: 72.5 GiB fits the 80 GiB GPU alone, not with
+    # the 11.5 % of its tensors the plan keeps free (what its own candidates were held to)
+    layout = {"dp": 8, "zero_stage": 2, "mbs": 1, "backend": "megatron"}
+    found = parplan_gen.compare("llama-3-8b", H100_NODE, global_batch=64, seq_len=8192,
+                                layouts=[layout])  # fmt: skip
+    yours = found.columns[-1]
+    memory = yours.estimate.memory
+    assert memory.total <= memory.capacity < memory.needed
+    assert memory.kept_free == pytest.approx(9.2 / 80 * (memory.total - memory.other), abs=1)
+    # the headroom is why, and the column says so
+    assert yours.problem is not None and yours.problem.endswith(f"({memory.shortfall()})")
+    assert "GiB over keeping" in memory.shortfall()

@@ -51,7 +51,13 @@ def compare(
         )
         backend = fields.pop("backend", None) if isinstance(fields, dict) else None
         mine = estimate(
-            spec, machines, fields, rules=ruleset, flash_attention=flash, backend=backend
+            spec,
+            machines,
+            fields,
+            rules=ruleset,
+            flash_attention=flash,
+            backend=backend,
+            memory_headroom=doc.search.memory_headroom,  # judged as the plan's columns are
         )
         columns.append(("yours", mine.estimate, mine.problem()))
     return compare_estimates(machines, columns, spec.time_parts, spec.layout_dims)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from parplan_gen.api.wording import parameter_wording
-from parplan_gen.cost.estimate import Estimate
+from parplan_gen.cost.estimate import NO_HEADROOM, Estimate, MemoryHeadroom
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, build_layout
 from parplan_gen.models.any_model import AnyModelSpec
@@ -30,13 +30,15 @@ def estimate(
     rules: Sequence[str | Path] | RuleSet = (),
     flash_attention: bool = True,
     backend: str | None = None,
+    memory_headroom: MemoryHeadroom = NO_HEADROOM,
 ) -> Evaluation:
     """Estimate one layout: its memory, time and throughput, and every constraint rule it
     breaks; `fits` is the memory rules' verdict. `layout` is a Layout or its sizes as a dict
     (`{"tp": 2, "global_batch": 512, "seq_len": 8192}`; dp defaults to what the other sizes
     leave, `seq_len` to 2048 tokens for a transformer); `rules` layers rule directories over
     the built-in ones (or is a loaded RuleSet). `backend`: the backend whose rules judge it
-    (None: the first of the model's backends that runs it)."""
+    (None: the first of the model's backends that runs it). `memory_headroom`: what the memory
+    rules keep free (none by default: the whole GPU; `compare` passes its plan's)."""
     ruleset = load_ruleset(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
     names = None if backend in (None, ANY_BACKEND) else backends_for(spec, backend)
@@ -51,6 +53,7 @@ def estimate(
         ruleset,
         flash_attention=flash_attention,
         backend=None if names is None else names[0],
+        memory_headroom=memory_headroom,
     )
 
 

@@ -223,17 +223,27 @@ def evaluate(
     *,
     flash_attention: bool = True,
     backend: BackendName | None = None,
+    memory_headroom: MemoryHeadroom = NO_HEADROOM,
 ) -> Evaluation:
     """The estimate of `layout` for `model` on `cluster` under `rules`, with its verdicts, on
     `backend`; None: on the first of the model's backends that runs it (no `invalid` rule of
     its own broken), else on the one it breaks the fewest `invalid` rules of. A backend whose
-    sharding of `layout` is its own (Megatron-FSDP's ZeRO-2/3) comes after the others."""
+    sharding of `layout` is its own (Megatron-FSDP's ZeRO-2/3) comes after the others.
+    `memory_headroom`: what the memory rules keep free (a plan's; none by default)."""
     last = {n: BACKENDS[n].priced_apart(layout) for n in model.backends}
     names = sorted(model.backends, key=last.__getitem__) if backend is None else (backend,)
     found: list[Evaluation] = []
     for name in names:
         evaluator = Evaluator(rules, model.kind, name)
-        found.append(evaluator.evaluate(model, cluster, layout, flash_attention=flash_attention))
+        found.append(
+            evaluator.evaluate(
+                model,
+                cluster,
+                layout,
+                flash_attention=flash_attention,
+                memory_headroom=memory_headroom,
+            )
+        )
         if found[-1].runnable:
             return found[-1]
     return min(found, key=lambda e: sum(v.severity == "invalid" for v in e.violations))
