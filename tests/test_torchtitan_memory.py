@@ -146,11 +146,14 @@ def test_torch_pipelining_keeps_each_in_flight_stage_output() -> None:
     # output until its backward: 1F1B on 2 stages has 2 micro-batches in flight on the first;
     # interleaved with 2 chunks a rank, p v + p - 1 = 2 x 2 + 2 - 1 = 5 chunk forwards.
     layout = {"pp": 2, "mbs": 1, "global_batch": 64, "recompute": "full"}
-    assert _value("tt_stage_outputs", "torchtitan", 16, **layout) == 2
-    assert _value("tt_stage_outputs", "torchtitan", 16, vpp=2, **layout) == 5
+    assert _value("pipeline_stage_outputs", "torchtitan", 16, **layout) == 2
+    assert _value("pipeline_stage_outputs", "torchtitan", 16, vpp=2, **layout) == 5
     # no pipeline, nothing sent; Megatron-LM frees an output once sent (deallocate_output_tensor)
-    assert _value("tt_stage_outputs", "torchtitan", 16, **(layout | {"pp": 1})) == 0
-    assert _value("tt_stage_outputs", "megatron", 16, **(layout | {"zero_stage": 0})) == 0
+    assert _value("pipeline_stage_outputs", "torchtitan", 16, **(layout | {"pp": 1})) == 0
+    assert _value("pipeline_stage_outputs", "megatron", 16, **(layout | {"zero_stage": 0})) == 0
+    # DeepSpeed's pipeline engine keeps each micro-batch's outputs in its buffers until the
+    # backward too (runtime/pipe/engine.py pipe_buffers['outputs'])
+    assert _value("pipeline_stage_outputs", "deepspeed", 16, **(layout | {"zero_stage": 1})) == 2
     # ... each one [8,192 tokens, h 4,096] 16-bit tensor (no tp): 2 x 8,192 x 8,192 bytes more
     # than the blocks' checkpoints and the loss's peak
     extra = (
