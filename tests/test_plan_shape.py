@@ -10,7 +10,7 @@ import pytest
 
 import parplan_gen
 from parplan_gen.cost.layout import PLAN_FIELDS, Layout, build_layout, plan_values
-from parplan_gen.planning.backend_planner import DOMINATED, LEVEL_OF, Candidate
+from parplan_gen.planning.backend_planner import DOMINATED, LEVEL_OF, OUTRANKED, Candidate
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.rejections import Rejection, merge
 from parplan_gen.planning.search_result import SearchResult
@@ -81,7 +81,9 @@ def test_the_search_candidate_is_the_layouts_plan_fields() -> None:
 
 @pytest.fixture(scope="module")
 def llama_3_8b_on_64() -> SearchResult:
-    return parplan_gen.api.plans.search_plan(
+    from parplan_gen.api.plans import search_plan
+
+    return search_plan(
         parplan_gen.api.load_model("llama-3-8b"), parplan_gen.api.load_cluster_spec(H100_64),
         parplan_gen.api.load_rules(), global_batch=512, seq_len=2048, precision="bf16",
         objective="time", top=5, flash_attention=True, backend="megatron",
@@ -93,8 +95,9 @@ def test_rejections_are_counted_by_rule_with_the_range_of_what_varied(llama_3_8b
     tp is a divisor of 64: 16 and 32 split the 8 KV heads, 64 the 32 heads too, and the heads
     rule comes first in rules/constraints/layout.yaml: one line per rule, each with the range of
     the tp values it rejected."""
-    by_rule = {r.rule: r for r in llama_3_8b_on_64.rejections}
-    assert len(by_rule) == len(llama_3_8b_on_64.rejections)  # each rule once
+    # each rule once; the search's own prunings (no rule) one line each
+    by_rule = {r.rule or r.reason: r for r in llama_3_8b_on_64.rejections}
+    assert len(by_rule) == len(llama_3_8b_on_64.rejections)
     kv = by_rule["parallel.kv_heads_divisible_by_tp"]
     assert kv.ranges == {"tp": (16, 32)}
     assert kv.reason == "key/value heads (8) do not divide by tp (16)"  # the first one met
@@ -105,7 +108,9 @@ def test_rejections_are_counted_by_rule_with_the_range_of_what_varied(llama_3_8b
         heads.label
         == "attention heads (32) do not divide by tp (64) [parallel.heads_divisible_by_tp]"
     )
-    assert by_rule[None].reason == DOMINATED and by_rule[None].label == DOMINATED
+    assert by_rule[DOMINATED].rule is None and by_rule[DOMINATED].label == DOMINATED
+    # fits, but a floor slower than the 5th best step found before it (planning/step_cutoff.py)
+    assert by_rule[OUTRANKED].rule is None and by_rule[OUTRANKED].layouts > 0
     assert llama_3_8b_on_64.rejected == {r.label: r.layouts for r in llama_3_8b_on_64.rejections}
     layouts = [r.layouts for r in llama_3_8b_on_64.rejections]
     assert layouts == sorted(layouts, reverse=True)

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parplan_gen.api import Plan, check, plan
+from parplan_gen.api.plans import search_plan
 from parplan_gen.cost.hardware import Cluster, cluster_from_flags
 from parplan_gen.cost.layout import PLAN_FIELDS, build_layout, plan_values
 from parplan_gen.inputs.errors import InputError
@@ -32,6 +33,7 @@ from parplan_gen.planning.search_space import (
     structures,
     vpp_options,
 )
+from parplan_gen.planning.step_cutoff import StepCutoff
 from parplan_gen.rules.ruleset import load_rules
 
 from conftest import builtin_rules
@@ -431,6 +433,36 @@ def test_later_backends_skip_what_the_earlier_ones_outrank(tmp_path: Path) -> No
         (c.backend, c.plan, c.time.step_s) for c in full.candidates
     ]
     assert pruned.evaluated == full.evaluated  # outranked ones still had their memory checked
+
+
+def test_one_backend_skips_what_it_has_outranked_itself(tmp_path: Path) -> None:
+    """Within one backend's search the K-th best step found so far is a cutoff too: GPT-3 175B
+    on 1,024 A100s, Megatron-LM only, leaves most candidates that fit at their floor, and ranks
+    what the unpruned search (time.floor_s 0) ranks, its best layout without CP included."""
+    spec, cluster = load_preset("gpt3-175b"), cluster_from_flags(1024, "a100-80gb")
+    request = dict(global_batch=1536, seq_len=2048, precision="bf16", objective="time", top=5,
+                   flash_attention=True, backend="megatron")  # fmt: skip
+    pruned = search_plan(spec, cluster, builtin_rules(), **request).result
+    (tmp_path / "floor.yaml").write_text("estimate:\n  time:\n    floor_s: 0\n")
+    full = search_plan(spec, cluster, load_rules([tmp_path]), **request).result
+    assert pruned.rejected[OUTRANKED] > 0 and OUTRANKED not in full.rejected
+    assert [(c.plan, c.time.step_s) for c in pruned.candidates] == [
+        (c.plan, c.time.step_s) for c in full.candidates
+    ]
+    assert pruned.without_cp == full.without_cp
+
+
+def test_the_step_cutoff_is_the_kth_best_found_before() -> None:
+    steps = StepCutoff(top=2, before=5.0, before_no_cp=None)
+    assert steps.now(without_cp=False) == 5.0  # the backends before: their 2nd best
+    assert steps.now(without_cp=True) is None  # no step without CP known: any such ranks
+    steps.add(4.0, cp=2)
+    assert steps.now(without_cp=False) == 5.0  # one found here: not yet K
+    steps.add(3.0, cp=1)
+    assert steps.now(without_cp=False) == 4.0  # here 3 and 4: the 2nd best, 4, beats 5
+    assert steps.now(without_cp=True) == 4.0  # the slower of 4 and the best without CP, 3
+    steps.add(1.0, cp=2)
+    assert (steps.now(without_cp=False), steps.now(without_cp=True)) == (3.0, 3.0)
 
 
 def test_a_floor_above_the_step_time_is_an_error(tmp_path: Path) -> None:

@@ -20,11 +20,10 @@ stated properties of the cost model:
 * recomputation and offloading never make a fixed layout faster: with objective `time`, a
   variant of a layout that fits recomputing less (or offloading fewer layers) is dominated;
 * the cost model's optional `time.floor_s` never exceeds `time.step_s` (checked on every
-  candidate estimated in full): given a `cutoff` (the planner's K-th best step time on the
-  backends searched before), a candidate that fits but whose floor already exceeds it cannot
-  rank and is counted as outranked, without its other time figures. A candidate without
-  context parallelism is kept to the slower of the cutoff and `cutoff_no_cp` (the best such
-  step found before), so that the best layout without it (`SearchResult.without_cp`) is exact.
+  candidate estimated in full): with objective `time`, a candidate that fits but whose floor
+  already exceeds the K-th best step found before it, here or on the backends searched before
+  (`cutoff`), cannot rank and is counted as outranked, without its other time figures; one
+  without context parallelism only past the best such step too (`step_cutoff.py`).
 
 Every candidate that is not ranked is counted under the first rule that removed it, with the
 values of the plan fields that rule reads (a pruned candidate counts under the verdict of the
@@ -61,13 +60,14 @@ from parplan_gen.planning.search_space import (
     structures,
     vpp_options,
 )
+from parplan_gen.planning.step_cutoff import StepCutoff
 from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
 DOMINATED = "dominated: fits with less recomputation, which is never slower"
 _DOMINATED = Refusal(None, DOMINATED)  # the search's own pruning: no rule, no plan field
 DOMINATED_OFFLOAD = "dominated: fits offloading fewer layers, or none (time.yaml offload_s)"
 _DOMINATED_OFFLOAD = Refusal(None, DOMINATED_OFFLOAD)
-OUTRANKED = "outranked: fits, but slower than the best plans of the backends searched first"
+OUTRANKED = "outranked: fits, but slower than the best plans found before it"
 _OUTRANKED = Refusal(None, OUTRANKED)
 FLOOR, STEP = "time_floor_s", "time_step_s"  # a time the step never goes below; the step
 STRUCTURE, VIRTUAL, MICRO, MEMORY = range(4)  # search levels
@@ -228,7 +228,8 @@ class BackendPlanner:
         if request.options.backend != self.backend:
             raise ValueError(f"a {self.backend} planner got options for {request.options.backend}")
         floored = self.floored and request.objective == "time"
-        search = _Search(self, request, cutoff if floored else None, cutoff_no_cp)
+        steps = StepCutoff(request.top, cutoff, cutoff_no_cp) if floored else None
+        search = _Search(self, request, steps)
         search.run()
         return search.result()
 
@@ -243,14 +244,10 @@ class _Search:
         self,
         planner: BackendPlanner,
         request: Request,
-        cutoff: float | None,
-        cutoff_no_cp: float | None,
+        steps: StepCutoff | None,
     ) -> None:
-        self.p, self.r, self.cutoff = planner, request, cutoff
-        # a candidate with cp 1 is outranked only past both (none found elsewhere: never)
-        self.cutoff_no_cp = (
-            None if cutoff is None or cutoff_no_cp is None else max(cutoff, cutoff_no_cp)
-        )
+        # the step times the candidates must beat (module docstring); None: no floor pruning
+        self.p, self.r, self.steps = planner, request, steps
         self.no_cp: _Scored | None = None  # the best fitting candidate with cp 1
         self.env: dict[str, object] = planner.cost.base_env(
             request.spec,
@@ -432,6 +429,8 @@ class _Search:
                 self._keep(self.fitting, plan, figures)
                 if plan.cp == 1 and (self.no_cp is None or self.fitting[-1].key < self.no_cp.key):
                     self.no_cp = self.fitting[-1]
+                if self.steps is not None:
+                    self.steps.add(figures[STEP], plan.cp)
             else:
                 self.rejected[found] += 1
             fitted.add(sharding)
@@ -459,7 +458,7 @@ class _Search:
     def _time(self, figures: dict[str, float], memo: dict[str, object]) -> Refusal | None:
         """Add the time figures of a candidate that fits and check the other estimate rules;
         `_OUTRANKED` when its floor passes the cutoff (module docstring)."""
-        cutoff = self.cutoff if self.env["plan.cp"] != 1 else self.cutoff_no_cp
+        cutoff = None if self.steps is None else self.steps.now(self.env["plan.cp"] == 1)
         if cutoff is not None:
             figures.update(self.p.floor_figures(self.env, memo))
             if figures[FLOOR] > cutoff:
