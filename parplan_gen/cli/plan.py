@@ -21,7 +21,6 @@ from parplan_gen.cli.common import (
 from parplan_gen.cli.out_options import add_render_options, out_folder
 from parplan_gen.cli.plan_all import cmd_plan_all
 from parplan_gen.cli.plan_request import add_request_options, plan_request
-from parplan_gen.cost.mfu_convention import convention_of, mfu_text
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.safe_text import printable
 
@@ -165,6 +164,8 @@ def plan_text(plan: Plan) -> str:
 def _throughput_line(estimate: Estimate, spec: TrainedModel) -> str:
     """Tokens/s, and the model TFLOP/s and MFU in the count the plan's backend logs
     (cost/mfu_convention.py), saying which."""
+    from parplan_gen.cost.mfu_convention import convention_of, mfu_text
+
     th = estimate.throughput
     count = convention_of(estimate)
     return (
@@ -179,6 +180,7 @@ def _candidates_table(candidates: list[Estimate]) -> str:
     header, so that the rows compare."""
     from parplan_gen.cli.estimate_view import layout_line
     from parplan_gen.cli.textview import table
+    from parplan_gen.cost.mfu_convention import convention_of
 
     count = convention_of(candidates[0])
     rows = [

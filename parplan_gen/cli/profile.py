@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.arg_types import positive_float
-from parplan_gen.cli.textview import printable_lines
+from parplan_gen.inputs.safe_text import printable_lines
 
 if TYPE_CHECKING:
     from parplan_gen.profile.session import ProfileRun

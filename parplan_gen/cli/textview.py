@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.safe_text import MAX_SHOWN_CHARS, printable, printable_lines
-from parplan_gen.models.graph import ModelGraph
-from parplan_gen.rules.engine import Opportunity, Proposal
+
+if TYPE_CHECKING:  # annotations only: the CLI's start loads no graph model or rule engine
+    from parplan_gen.models.graph import ModelGraph
+    from parplan_gen.rules.engine import Opportunity, Proposal
 
 
 def write_view(text: str) -> None:
