@@ -139,7 +139,10 @@ def test_the_cli_starts_without_the_cost_model() -> None:
     0.47 s when `cli/plan.py` imported the MFU conventions at the top, 0.1 s without)."""
     heavy = ["pydantic", "ruamel.yaml", "parplan_gen.cost.estimate", "parplan_gen.rules.engine",
              "parplan_gen.models.graph"]  # fmt: skip
-    code = f"import sys, parplan_gen.cli.main; print([m for m in {heavy!r} if m in sys.modules])"
+    code = (
+        "import sys; from parplan_gen.cli.main import build_parser; build_parser(); "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 

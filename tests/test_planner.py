@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -433,23 +434,36 @@ def test_later_backends_skip_what_the_earlier_ones_outrank(tmp_path: Path) -> No
         (c.backend, c.plan, c.time.step_s) for c in full.candidates
     ]
     assert pruned.evaluated == full.evaluated  # outranked ones still had their memory checked
+    # the cutoff the backends before pass on: torchtitan's search alone, then given the 5th
+    # best step, outranks more of its candidates
+    planner = Planner(builtin_rules()).on("torchtitan")
+    part = replace(request, options=request.options.on("torchtitan"))
+    alone = planner.plan(part).rejected.get(OUTRANKED, 0)
+    given = planner.plan(part, cutoff=pruned.candidates[-1].time.step_s).rejected[OUTRANKED]
+    assert given > alone
 
 
 def test_one_backend_skips_what_it_has_outranked_itself(tmp_path: Path) -> None:
-    """Within one backend's search the K-th best step found so far is a cutoff too: GPT-3 175B
-    on 1,024 A100s, Megatron-LM only, leaves most candidates that fit at their floor, and ranks
-    what the unpruned search (time.floor_s 0) ranks, its best layout without CP included."""
-    spec, cluster = load_preset("gpt3-175b"), cluster_from_flags(1024, "a100-80gb")
-    request = dict(global_batch=1536, seq_len=2048, precision="bf16", objective="time", top=5,
-                   flash_attention=True, backend="megatron")  # fmt: skip
-    pruned = search_plan(spec, cluster, builtin_rules(), **request).result
+    """Within one backend's search the K-th best step found so far is a cutoff too: Megatron-LM
+    alone leaves candidates that fit at their floor, and ranks what the unpruned search
+    (time.floor_s 0) ranks: GPT-3 175B on 1,024 A100s, and Llama 3 8B at 131,072 tokens on 64
+    H100s, whose best layout uses CP and whose best layout without it is kept exact too."""
     (tmp_path / "floor.yaml").write_text("estimate:\n  time:\n    floor_s: 0\n")
-    full = search_plan(spec, cluster, load_rules([tmp_path]), **request).result
-    assert pruned.rejected[OUTRANKED] > 0 and OUTRANKED not in full.rejected
-    assert [(c.plan, c.time.step_s) for c in pruned.candidates] == [
-        (c.plan, c.time.step_s) for c in full.candidates
-    ]
-    assert pruned.without_cp == full.without_cp
+    for model, gpus, gpu, batch, seq, top in (
+        ("gpt3-175b", 1024, "a100-80gb", 1536, 2048, 5),
+        ("llama-3-8b", 64, "h100", 64, 131072, 1),
+    ):
+        spec, cluster = load_preset(model), cluster_from_flags(gpus, gpu)
+        request = dict(global_batch=batch, seq_len=seq, precision="bf16", objective="time",
+                       top=top, flash_attention=True, backend="megatron")  # fmt: skip
+        pruned = search_plan(spec, cluster, builtin_rules(), **request).result
+        full = search_plan(spec, cluster, load_rules([tmp_path]), **request).result
+        assert pruned.rejected[OUTRANKED] > 0 and OUTRANKED not in full.rejected
+        assert [(c.plan, c.time.step_s) for c in pruned.candidates] == [
+            (c.plan, c.time.step_s) for c in full.candidates
+        ]
+        assert pruned.without_cp == full.without_cp
+    assert full.without_cp is not None and full.candidates[0].plan.cp > 1
 
 
 def test_the_step_cutoff_is_the_kth_best_found_before() -> None:

@@ -70,6 +70,7 @@ _DOMINATED_OFFLOAD = Refusal(None, DOMINATED_OFFLOAD)
 OUTRANKED = "outranked: fits, but slower than the best plans found before it"
 _OUTRANKED = Refusal(None, OUTRANKED)
 FLOOR, STEP = "time_floor_s", "time_step_s"  # a time the step never goes below; the step
+FLOOR_TOLERANCE = 1e-9  # relative: a floor this close above a step time is that time, rounded
 STRUCTURE, VIRTUAL, MICRO, MEMORY = range(4)  # search levels
 # The plan.* names each level sets: a Structure, vpp, the micro-batch split, a MemoryOption.
 STRUCTURE_NAMES, MEMORY_NAMES = (
@@ -219,10 +220,10 @@ class BackendPlanner:
         self, request: Request, cutoff: float | None = None, cutoff_no_cp: float | None = None
     ) -> SearchResult:
         """Search the request's candidates on this backend and rank those that pass (module
-        docstring); no candidate at all is an empty result. With a `cutoff` (a step time that
-        `request.top` candidates of other backends reach), a candidate whose floor
-        (`time.floor_s`) exceeds it is outranked (one with cp 1: only beyond `cutoff_no_cp` too,
-        the best step without context parallelism found elsewhere). No advice (`advise`)."""
+        docstring); no candidate at all is an empty result. `cutoff`, `cutoff_no_cp`: the K-th
+        best step and the best step without context parallelism of the backends searched
+        before, which this search lowers as it finds plans (step_cutoff.py); a candidate whose
+        floor (`time.floor_s`) exceeds them is outranked. No advice (`advise`)."""
         if request.spec.kind != self.kind:
             raise ValueError(f"a planner for {self.kind} models got {request.spec.name}")
         if request.options.backend != self.backend:
@@ -461,10 +462,10 @@ class _Search:
         cutoff = None if self.steps is None else self.steps.now(self.env["plan.cp"] == 1)
         if cutoff is not None:
             figures.update(self.p.floor_figures(self.env, memo))
-            if figures[FLOOR] > cutoff:
+            if figures[FLOOR] > cutoff * (1 + FLOOR_TOLERANCE):
                 return _OUTRANKED
         figures.update(self.p.time_figures(self.env, memo))
-        if FLOOR in figures and figures[FLOOR] > figures[STEP] * (1 + 1e-9):
+        if FLOOR in figures and figures[FLOOR] > figures[STEP] * (1 + FLOOR_TOLERANCE):
             raise RuleError(
                 f"the estimate figure time.step_s ({figures[STEP]:.6g} s) is below time.floor_s "
                 f"({figures[FLOOR]:.6g} s), which must never exceed it (docs/rules.md, estimate)"

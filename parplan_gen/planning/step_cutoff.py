@@ -1,7 +1,8 @@
 """The step time a candidate must beat to rank, for the search's pruning by `time.floor_s`
-(planning/backend_planner.py module docstring): the K-th best step found before it, on the
-backend searched now or the ones searched before, and for a candidate without context
-parallelism also the best step without it found before, so that the best layout without it is
+(planning/backend_planner.py module docstring): the smaller of the K-th best step of the
+backends searched before and the K-th best found so far on the one searched now (either one
+has K plans faster than the candidate), and for a candidate without context parallelism no
+less than the best step without it found before, so that the best layout without it is
 exact. Steps only improve as the search goes on, so a verdict given earlier stays true."""
 
 from __future__ import annotations
