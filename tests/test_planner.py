@@ -434,13 +434,15 @@ def test_later_backends_skip_what_the_earlier_ones_outrank(tmp_path: Path) -> No
         (c.backend, c.plan, c.time.step_s) for c in full.candidates
     ]
     assert pruned.evaluated == full.evaluated  # outranked ones still had their memory checked
-    # the cutoff the backends before pass on: torchtitan's search alone, then given the 5th
-    # best step, outranks more of its candidates
+    # the steps the backends before pass on: torchtitan's search alone, then given the five
+    # best plans' steps, outranks more of its candidates
     planner = Planner(builtin_rules()).on("torchtitan")
     part = replace(request, options=request.options.on("torchtitan"))
     alone = planner.plan(part).rejected.get(OUTRANKED, 0)
-    given = planner.plan(part, cutoff=pruned.candidates[-1].time.step_s).rejected[OUTRANKED]
-    assert given > alone
+    steps = StepCutoff(5)
+    for c in pruned.candidates:
+        steps.add(c.time.step_s, c.plan.cp)
+    assert planner.plan(part, steps).rejected[OUTRANKED] > alone
 
 
 def test_one_backend_skips_what_it_has_outranked_itself(tmp_path: Path) -> None:
@@ -467,13 +469,15 @@ def test_one_backend_skips_what_it_has_outranked_itself(tmp_path: Path) -> None:
 
 
 def test_the_step_cutoff_is_the_kth_best_found_before() -> None:
-    steps = StepCutoff(top=2, before=5.0, before_no_cp=None)
-    assert steps.now(without_cp=False) == 5.0  # the backends before: their 2nd best
-    assert steps.now(without_cp=True) is None  # no step without CP known: any such ranks
+    steps = StepCutoff(top=2)
+    assert steps.now(without_cp=False) is None  # fewer than K found: any ranks
     steps.add(4.0, cp=2)
-    assert steps.now(without_cp=False) == 5.0  # one found here: not yet K
+    assert steps.now(without_cp=False) is None
+    steps.add(5.0, cp=2)
+    assert steps.now(without_cp=False) == 5.0  # the 2nd best
+    assert steps.now(without_cp=True) is None  # no step without CP known: any such ranks
     steps.add(3.0, cp=1)
-    assert steps.now(without_cp=False) == 4.0  # here 3 and 4: the 2nd best, 4, beats 5
+    assert steps.now(without_cp=False) == 4.0  # 3 and 4 now the two best
     assert steps.now(without_cp=True) == 4.0  # the slower of 4 and the best without CP, 3
     steps.add(1.0, cp=2)
     assert (steps.now(without_cp=False), steps.now(without_cp=True)) == (3.0, 3.0)

@@ -22,7 +22,7 @@ stated properties of the cost model:
 * the cost model's optional `time.floor_s` never exceeds `time.step_s` (checked on every
   candidate estimated in full): with objective `time`, a candidate that fits but whose floor
   already exceeds the K-th best step found before it, here or on the backends searched before
-  (`cutoff`), cannot rank and is counted as outranked, without its other time figures; one
+  (`steps`), cannot rank and is counted as outranked, without its other time figures; one
   without context parallelism only past the best such step too (`step_cutoff.py`).
 
 Every candidate that is not ranked is counted under the first rule that removed it, with the
@@ -216,21 +216,20 @@ class BackendPlanner:
         self.floor_figures = Figures(self.cost, floor, memory=False)
         self.cases = {c.rule.id: _case(c) for c in self.constraints.all}
 
-    def plan(
-        self, request: Request, cutoff: float | None = None, cutoff_no_cp: float | None = None
-    ) -> SearchResult:
+    def plan(self, request: Request, steps: StepCutoff | None = None) -> SearchResult:
         """Search the request's candidates on this backend and rank those that pass (module
-        docstring); no candidate at all is an empty result. `cutoff`, `cutoff_no_cp`: the K-th
-        best step and the best step without context parallelism of the backends searched
-        before, which this search lowers as it finds plans (step_cutoff.py); a candidate whose
-        floor (`time.floor_s`) exceeds them is outranked. No advice (`advise`)."""
+        docstring); no candidate at all is an empty result. `steps`: the steps of the plans
+        found before, on the backends searched before, to which this search adds its own
+        (step_cutoff.py; None: this search's alone); a candidate whose floor (`time.floor_s`)
+        exceeds what they set is outranked. No advice (`advise`)."""
         if request.spec.kind != self.kind:
             raise ValueError(f"a planner for {self.kind} models got {request.spec.name}")
         if request.options.backend != self.backend:
             raise ValueError(f"a {self.backend} planner got options for {request.options.backend}")
         floored = self.floored and request.objective == "time"
-        steps = StepCutoff(request.top, cutoff, cutoff_no_cp) if floored else None
-        search = _Search(self, request, steps)
+        if steps is None:
+            steps = StepCutoff(request.top)
+        search = _Search(self, request, steps if floored else None)
         search.run()
         return search.result()
 

@@ -21,6 +21,7 @@ from parplan_gen.planning.backend_planner import BackendPlanner
 from parplan_gen.planning.rejections import Rejection, merge
 from parplan_gen.planning.search_result import SearchResult, ranking_key
 from parplan_gen.planning.search_space import Objective, Request
+from parplan_gen.planning.step_cutoff import StepCutoff
 from parplan_gen.rules.ruleset import RuleSet
 
 __all__ = ["BackendPlanner", "PlanError", "Planner", "SearchResult"]
@@ -85,11 +86,12 @@ class Planner:
         if problem:
             raise PlanError(f"no layout meets the pins: {problem}")
         found: list[SearchResult] = []
-        for backend in order:  # each backend's search skips what the ones before outrank
+        # the steps of the plans found so far, on every backend: each backend's search skips
+        # what they outrank (backend_planner.py, step_cutoff.py)
+        steps = StepCutoff(request.top)
+        for backend in order:
             part = replace(request, options=request.options.on(backend))
-            no_cp = _best_without_cp(found, request.objective)
-            step = None if no_cp is None else no_cp.time.step_s
-            found.append(self.on(backend).plan(part, _cutoff(found, request.top), step))
+            found.append(self.on(backend).plan(part, steps))
         rejections = merge(part.rejections for part in found)
         feasible = any(part.feasible and part.candidates for part in found)
         pool = [
@@ -123,13 +125,6 @@ class Planner:
             bounded=bounded,
             without_cp=no_cp,
         )
-
-
-def _cutoff(found: list[SearchResult], top: int) -> float | None:
-    """The step time that `top` fitting candidates of the backends searched so far reach (the
-    `top`-th best), or None while fewer fit: a later candidate slower than it cannot rank."""
-    steps = sorted(c.time.step_s for part in found if part.feasible for c in part.candidates)
-    return steps[top - 1] if len(steps) >= top else None
 
 
 def _best_without_cp(found: list[SearchResult], objective: Objective) -> Estimate | None:
