@@ -113,3 +113,16 @@ def test_a_plan_json_written_before_keeps_its_headroom_in_bytes(
     assert chart.count("<title>kept free: 4.0 GiB</title>") == columns
     # written back as read: no figure the old file did not hold
     assert '"kept_free"' not in (tmp_path / "out" / "plan.json").read_text(encoding="utf-8")
+
+
+def test_an_estimate_read_back_unfit_without_a_shortfall_names_the_other_memory_rules() -> None:
+    # compare's columns: an estimate without its verdicts whose GPU memory holds the total and
+    # what is kept free, yet the memory rules broke (the host's pinned buffers, an overlay's)
+    from parplan_gen.planning.evaluate import Evaluation
+
+    found = parplan_gen.estimate("llama-3-8b", H100_8, {"global_batch": 64, "zero_stage": 3})
+    assert found.fits
+    memory = found.estimate.memory.model_copy(update={"fits": False})
+    problem = Evaluation(found.estimate.model_copy(update={"memory": memory}), ()).problem()
+    assert problem is not None
+    assert problem.endswith("(another memory rule breaks: the host's, or an overlay's)")

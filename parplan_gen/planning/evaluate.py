@@ -75,7 +75,9 @@ class Evaluation:
         memory = self.estimate.memory
         if memory.total <= memory.capacity and self.host_broken:  # the host's memory does not
             return f"the layout does not fit: {self.host_broken[0].describe()}"
-        why = memory.shortfall() or "a memory rule asks for headroom"  # else an overlay's rule
+        # else another memory rule: the host's for offloaded activations (an estimate read back
+        # without its verdicts, compare's columns) or an overlay's
+        why = memory.shortfall() or "another memory rule breaks: the host's, or an overlay's"
         return (
             f"the layout does not fit: {memory.total / GIB:.1f} GiB per GPU, the GPU has "
             f"{memory.capacity / GIB:.1f} GiB ({why})"
