@@ -32,6 +32,7 @@ from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
 from parplan_gen.rules.layers import figure_label
+from parplan_gen.rules.request_names import MEMORY_HEADROOM, MEMORY_HEADROOM_SHARE
 from parplan_gen.rules.ruleset import RuleSet
 
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "other")
@@ -115,7 +116,7 @@ class MemoryBreakdown(_Figures):
         if self.total > self.capacity:
             return f"{(self.total - self.capacity) / GIB:.1f} GiB over"
         if self.needed > self.capacity:
-            over, kept = self.needed - self.capacity, self.needed - self.total
+            over, kept = self.needed - self.capacity, self.kept_free or 0
             return f"{over / GIB:.1f} GiB over keeping {kept / GIB:.1f} GiB free"
         return ""
 
@@ -131,7 +132,7 @@ class MemoryHeadroom:
 
     def env(self) -> dict[str, float]:
         """The train.* values the memory rule reads."""
-        return {"train.memory_headroom": self.bytes, "train.memory_headroom_share": self.share}
+        return {MEMORY_HEADROOM: self.bytes, MEMORY_HEADROOM_SHARE: self.share}
 
 
 NO_HEADROOM = MemoryHeadroom()  # estimate and check: the whole GPU

@@ -5,8 +5,8 @@ step waits for one after another (compute, the exposed part of each communicatio
 bubble, the optimizer), and the communication that overlaps compute as a band under the
 compute bar, so nothing hidden is added twice. The memory chart stacks each layout's memory
 parts in a column, the memory its plan keeps free (the headroom, the estimate's
-`memory.kept_free`) outlined above, against the GPU's capacity. Every figure is the estimate's; this module only scales
-them. Sizes and colours come from templates/mapping.yaml `report:`.
+`memory.kept_free`) outlined above, against the GPU's capacity. Every figure is the
+estimate's; this module only scales them. Sizes and colours come from templates/mapping.yaml `report:`.
 """
 
 from __future__ import annotations

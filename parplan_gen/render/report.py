@@ -52,7 +52,7 @@ def report_context(
         "script_notes": [md(n) for n in script_notes],
         "memory": _part_rows(chosen.memory.model_dump(), MEMORY_PARTS, gib),
         "memory_total": gib(chosen.memory.total),
-        "memory_kept_free": gib(doc.kept_free(chosen)) if doc.kept_free(chosen) else "",
+        "memory_kept_free": gib(kept) if (kept := doc.kept_free(chosen)) else "",
         "memory_capacity": gib(chosen.memory.capacity),
         "memory_host": gib(chosen.memory.host_offload) if chosen.memory.host_offload else "",
         "host_memory": gib(doc.cluster.host_memory_per_gpu)

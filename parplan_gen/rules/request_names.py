@@ -5,17 +5,19 @@ vocabulary (`vocabulary.NAMES`)."""
 
 from __future__ import annotations
 
+MEMORY_HEADROOM = "train.memory_headroom"  # bytes kept free whatever the layout
+MEMORY_HEADROOM_SHARE = "train.memory_headroom_share"  # the share of its tensors besides
 # (name, kind, unit, doc), as vocabulary.Name takes them.
 PLAN_REQUEST_NAMES: tuple[tuple[str, str, str, str], ...] = (
     (
-        "train.memory_headroom",
+        MEMORY_HEADROOM,
         "number",
         "bytes",
         "Memory per GPU a plan keeps free whatever its layout (`plan --headroom 4` or "
         "`10%`, of the GPU's memory); 0 by default and for `estimate` and `check`.",
     ),
     (
-        "train.memory_headroom_share",
+        MEMORY_HEADROOM_SHARE,
         "number",
         "fraction",
         "Share of a layout's tensors (its memory less `other`) a plan keeps free besides: the "
