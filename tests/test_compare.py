@@ -292,9 +292,7 @@ def test_the_api_sets_the_plan_its_runner_up_and_yours_side_by_side(real):
     runner_up = next(e for e in doc.candidates if e != doc.chosen)
     # yours judged as the plan's columns are, with the plan's headroom
     headroom = doc.search.memory_headroom
-    mine = parplan_gen.estimate(
-        "llama-3-8b", H100_NODE, {**MINE, **REQUEST}, memory_headroom=headroom
-    )
+    mine = parplan_gen.estimate("llama-3-8b", H100_NODE, {**MINE, **REQUEST}, headroom=headroom)
     chosen, second, yours = found.columns
     assert (chosen.role, second.role, yours.role) == ("chosen", "runner-up", "yours")
     assert (chosen.estimate, second.estimate, yours.estimate) == (

@@ -126,3 +126,24 @@ def test_an_estimate_read_back_unfit_without_a_shortfall_names_the_other_memory_
     problem = Evaluation(found.estimate.model_copy(update={"memory": memory}), ()).problem()
     assert problem is not None
     assert problem.endswith("(another memory rule breaks: the host's, or an overlay's)")
+
+
+def test_estimate_keeps_free_what_plan_would_for_each_form_of_the_headroom() -> None:
+    layout = {"tp": 2, "global_batch": 64, "seq_len": 4096, "distributed_optimizer": True}
+
+    def kept(headroom: object) -> MemoryBreakdown:
+        found = parplan_gen.estimate("llama-3-8b", H100_8, layout, headroom=headroom)  # type: ignore[arg-type]
+        return found.estimate.memory
+
+    whole = kept(None)  # the default: the whole GPU, as `parplan estimate` judges
+    assert whole.kept_free == 0
+    assert kept(4).kept_free == 4 * GIB
+    assert kept("10%").kept_free == round(0.1 * 80 * GIB)
+    # GMLake's share (rules/constraints/headroom.yaml: 9.2 / 80) of the tensors (total less other)
+    tensors = whole.total - whole.other
+    assert kept("default").kept_free == pytest.approx(9.2 / 80 * tensors, abs=1)
+    # a plan's own headroom, as plan.json records it, is taken as is
+    plan = parplan_gen.plan("llama-3-8b", H100_8, global_batch=64, seq_len=4096, headroom="10%")
+    assert kept(plan.document.search.memory_headroom).kept_free == round(0.1 * 80 * GIB)
+    with pytest.raises(InputError, match="or default, got 'lots'"):
+        kept("lots")

@@ -57,7 +57,7 @@ def compare(
             rules=ruleset,
             flash_attention=flash,
             backend=backend,
-            memory_headroom=doc.search.memory_headroom,  # judged as the plan's columns are
+            headroom=doc.search.memory_headroom,  # judged as the plan's columns are
         )
         columns.append(("yours", mine.estimate, mine.problem()))
     return compare_estimates(machines, columns, spec.time_parts, spec.layout_dims)

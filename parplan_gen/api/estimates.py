@@ -16,6 +16,7 @@ from parplan_gen.models.kind import ANY_BACKEND
 from parplan_gen.planning.evaluate import Evaluation, evaluate
 from parplan_gen.planning.explain_estimate import explain_estimate
 from parplan_gen.planning.loading import load_cluster_spec, load_model, load_ruleset
+from parplan_gen.planning.pins import Headroom, SearchLimits, headroom_record, parse_headroom
 from parplan_gen.planning.search_space import backends_for
 from parplan_gen.rules.formula_explain import MAX_EXPLAIN_NODES, FormulaNode
 from parplan_gen.rules.ruleset import RuleSet
@@ -30,15 +31,17 @@ def estimate(
     rules: Sequence[str | Path] | RuleSet = (),
     flash_attention: bool = True,
     backend: str | None = None,
-    memory_headroom: MemoryHeadroom = NO_HEADROOM,
+    headroom: float | str | Headroom | MemoryHeadroom | None = None,
 ) -> Evaluation:
     """Estimate one layout: its memory, time and throughput, and every constraint rule it
     breaks; `fits` is the memory rules' verdict. `layout` is a Layout or its sizes as a dict
     (`{"tp": 2, "global_batch": 512, "seq_len": 8192}`; dp defaults to what the other sizes
     leave, `seq_len` to 2048 tokens for a transformer); `rules` layers rule directories over
     the built-in ones (or is a loaded RuleSet). `backend`: the backend whose rules judge it
-    (None: the first of the model's backends that runs it). `memory_headroom`: what the memory
-    rules keep free (none by default: the whole GPU; `compare` passes its plan's)."""
+    (None: the first of the model's backends that runs it). `headroom`: what the memory rules
+    keep free per GPU, as `plan` takes it (GiB, `"10%"` of the GPU's, `"default"`: the rule's
+    share of the layout's tensors) or as a plan recorded it (`plan.document.search.
+    memory_headroom`); None (the default): nothing, the layout is judged against the whole GPU."""
     ruleset = load_ruleset(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
     names = None if backend in (None, ANY_BACKEND) else backends_for(spec, backend)
@@ -46,6 +49,14 @@ def estimate(
         sizes = dict(layout)
         sizes["seq_len"] = spec.sequence_length(sizes.get("seq_len"))
         layout = build_layout(machines.num_gpus, **sizes)
+    if headroom is None:
+        memory_headroom = NO_HEADROOM
+    elif isinstance(headroom, MemoryHeadroom):
+        memory_headroom = headroom
+    else:
+        asked = parse_headroom(headroom)
+        record = headroom_record(asked, SearchLimits(), machines, ruleset, layout.precision)
+        memory_headroom = record.memory_headroom
     return evaluate(
         spec,
         machines,

@@ -85,12 +85,13 @@ class Plan(BaseModel):
         return self.document.chosen
 
     def closest_needs(self) -> str:
-        """`the closest layout needs 143.7 GiB per GPU of 40.0`: what a search where nothing
-        fits says of its closest candidate, with `host_shortfall`."""
+        """`the closest layout needs 143.7 GiB per GPU, the GPU has 40.0 GiB`: what a search
+        where nothing fits says of its closest candidate (the API's error, the CLI's last line),
+        with what it keeps free and `host_shortfall`."""
         memory = self.chosen.memory
         return (
-            f"the closest layout needs {memory.total / GIB:.1f} GiB per GPU{memory.kept_free_text()} "
-            f"of {memory.capacity / GIB:.1f}{self.host_shortfall()}"
+            f"the closest layout needs {memory.total / GIB:.1f} GiB per GPU{memory.kept_free_text()}, "
+            f"the GPU has {memory.capacity / GIB:.1f} GiB{self.host_shortfall()}"
         )
 
     def host_shortfall(self) -> str:

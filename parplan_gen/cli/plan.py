@@ -105,13 +105,11 @@ def _nothing_fits(plan: Plan, out: str | None) -> Exception:
     files are written for a layout that does not fit."""
     from parplan_gen.inputs.errors import NothingFitsError
 
-    cluster, memory = plan.document.cluster, plan.chosen.memory
+    cluster = plan.document.cluster
     fix = next((a.note for a in plan.advice if a.fits), None)
     return NothingFitsError(
         (f"--out {out}: " if out else "")
-        + f"nothing fits on {cluster.num_gpus} x {cluster.gpu.name} (the closest "
-        f"layout needs {memory.total / GIB:.1f} GiB per GPU{memory.kept_free_text()}, the GPU has "
-        f"{memory.capacity / GIB:.1f} GiB{plan.host_shortfall()})"
+        + f"nothing fits on {cluster.num_gpus} x {cluster.gpu.name} ({plan.closest_needs()})"
         + (f"; {fix}" if fix else "")
         + ("; no files written" if out else "")
     )

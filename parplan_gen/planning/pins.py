@@ -226,11 +226,15 @@ class Headroom(BaseModel):
 
 def parse_headroom(value: object) -> Headroom:
     """`--headroom` / `headroom=`: a number of GiB (`4`, `4GiB`, `4 GiB`), a percentage of the
-    GPU's memory (`10%`), a Headroom, or None (the rule's default). An InputError otherwise."""
+    GPU's memory (`10%`), a Headroom, or None or `default` (the rule's default). An InputError
+    otherwise."""
     if value is None or isinstance(value, Headroom):
         return value or Headroom()
+    if isinstance(value, str) and value.strip() == "default":
+        return Headroom()
     problem = (
-        "headroom: expected GiB >= 0 (4 or 4GiB) or a percentage from 0 to below 100 (10%), "
+        "headroom: expected GiB >= 0 (4 or 4GiB), a percentage from 0 to below 100 (10%) or "
+        "default, "
         f"got {value!r}"
     )
     try:
