@@ -114,8 +114,8 @@ def memory_chart(
                 ],
             }
         )
-    limits = [("GPU capacity", capacity, "", -4, gib(capacity))]
-    right = plot_x + plot_w
+    right, capacity_y = plot_x + plot_w, y_of(capacity)
+    shift = -4  # the capacity's name and value just above its line
     return {
         **header,
         "height": num(plot_bottom + style.font_size * LINE_EM * (label_lines + 1) + style.margin),
@@ -135,17 +135,13 @@ def memory_chart(
         ],
         "tick_text_x": num(plot_x - 6),
         "columns": columns,
-        "limits": [
-            {
-                "y": num(y_of(n_bytes)),
-                "dash": dash,
-                "text": f"{name} {gib(n_bytes)}",
-                "name": name,
-                "value": value,
-                "text_x": num(right + 4),
-                "text_y": num(y_of(n_bytes) + shift - (style.font_size if shift < 0 else 0)),
-                "value_y": num(y_of(n_bytes) + shift + (0 if shift < 0 else style.font_size)),
-            }
-            for name, n_bytes, dash, shift, value in limits
-        ],
+        "capacity": {
+            "y": num(capacity_y),
+            "text": f"GPU capacity {gib(capacity)}",
+            "name": "GPU capacity",
+            "value": gib(capacity),
+            "text_x": num(right + 4),
+            "text_y": num(capacity_y + shift - style.font_size),
+            "value_y": num(capacity_y + shift),
+        },
     }
