@@ -358,6 +358,19 @@ def test_torchtitan_float8_row_with_peak_memory(calibration: ModuleType) -> None
     assert any("seq_length 8192" in note for note in case.assumptions)
 
 
+def test_torchtitan_sources_ran_repeated_kv_heads_and_megatron_sources_did_not(
+    calibration: ModuleType,
+) -> None:
+    """Every torchtitan source predates ff0829c10 (2026-01-27, 'GQA without kv repeats'): its
+    Llama repeated the KV heads before SDPA. Transformer Engine takes grouped heads as they are."""
+    model = calibration.CostModel(calibration.builtin_cost_rules(), backend="torchtitan")
+    for entry, repeated in ((TITAN_FLOAT8, True), (KORTHIKANTI_175B, False)):
+        case = calibration.case_from_entry(entry)
+        env = model.layout_env(case.spec, case.cluster, case.layout)
+        assert env["train.kv_heads_repeated"] is False  # a plan's
+        assert case.with_facts(env)["train.kv_heads_repeated"] is repeated
+
+
 def test_torchtitan_pipeline_micro_batch_is_local_batch_over_pp(calibration: ModuleType) -> None:
     case = calibration.case_from_entry(TITAN_405B)
     # local batch 32 split into pp = 8 micro-batches (torchtitan 9dec370 default)

@@ -5,7 +5,11 @@ Llama 3 8B (32 layers, 32 heads of 128, 8 KV heads) at s = 8192 on H100s, micro-
   - the causal attention forward of one rank and layer at cp 2: 2,147,483,648 / 32 layers x 4096
     tokens = 274,877,906,944 FLOP, 137,438,953,472 per ring step;
   - FlashAttention-2 Fig. 4(d) / 7(d): efficiency ~ L / (L + 525); at cp 2 the kernel works on
-    4096 tokens where the whole sequence has 8192: (4096 / 4621) / (8192 / 8717) = 8717 / 9242.
+    4096 tokens where the whole sequence has 8192: (4096 / 4621) / (8192 / 8717) = 8717 / 9242;
+  - the merge of the ring's partial results, per token of a rank and layer: 32 x 128 = 4096
+    query elements and 2 x 8 x 128 = 2048 K and V elements, at the bytes each backend's code
+    moves for them (context.yaml cp_merge_*_bytes, counted from torch's _SDPAMerger and
+    _templated_ring_attention_backward and Transformer Engine's AttnFuncWithCPAndKVP2P).
 """
 
 from __future__ import annotations
@@ -84,3 +88,58 @@ def test_the_exposed_ring_is_never_more_than_its_traffic(cp: int, gbps: int, bac
     # No recompute: K and V go round once in the forward, K, V and dK, dV in the backward.
     traffic = 3 * (cp - 1) * _value("cp_step_comm_s", env)
     assert 0 <= _value("cp_exposed_per_layer_s", env) <= traffic * (1 + 1e-12)
+
+
+QUERY_ELEMENTS, KV_ELEMENTS = 32 * 128, 2 * 8 * 128  # per token of a rank, tp 1
+
+
+def _torch_merge_bytes(cp: int, forwards: int, kv_elements: int = KV_ELEMENTS) -> int:
+    """PyTorch's context_parallel, per token and layer: the forward's first-step cast and cast
+    back (12) and each later step's cast and merge (38) for every query element; the backward's
+    fp32 zeros, per-step += and cast back (10 + 10 cp); for K and V the concatenation to send at
+    every step but the last (4) in each forward and the backward, and the backward's zeros,
+    per-step += and dK, dV concatenation, and cast back (10 + 22 cp)."""
+    query = forwards * (12 + 38 * (cp - 1)) + 10 + 10 * cp
+    kv = forwards * 4 * (cp - 1) + 10 + 22 * cp + 4 * (cp - 1)
+    return QUERY_ELEMENTS * query + kv_elements * kv
+
+
+def _te_merge_bytes(cp: int, forwards: int) -> int:
+    """Transformer Engine: a fused copy (4) then add (6) per step of the output, and of dQ, dK and
+    dV in the backward."""
+    per_element = 4 + 6 * (cp - 1)
+    return QUERY_ELEMENTS * (forwards + 1) * per_element + KV_ELEMENTS * per_element
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_the_merge_of_the_rings_results_costs_what_each_backends_code_moves(cp: int) -> None:
+    titan = _env("torchtitan", gpus=cp, cp=cp)
+    assert _value("cp_merge_per_token_layer", titan) == _torch_merge_bytes(cp, 1)
+    megatron = _env("megatron", gpus=cp, cp=cp)
+    assert _value("cp_merge_per_token_layer", megatron) == _te_merge_bytes(cp, 1)
+    # full recompute runs the ring's forward, and its merge, twice
+    again = _env("torchtitan", gpus=cp, cp=cp, recompute="full")
+    assert _value("cp_merge_per_token_layer", again) == _torch_merge_bytes(cp, 2)
+    # unfused fp32 merges move several times Transformer Engine's fused 16-bit ones
+    assert _torch_merge_bytes(cp, 1) > 3 * _te_merge_bytes(cp, 1)
+    # memory-bound, at the HBM rate elementwise kernels reach: 32 layers, 64 micro-batches of
+    # 8192 / cp tokens
+    tokens = 64 * 8192 // cp
+    hbm = titan["cluster.hbm_bandwidth"] * _value("hbm_efficiency", titan)
+    merge = _torch_merge_bytes(cp, 1) * 32 * tokens / hbm
+    assert _value("cp_merge_s", titan) == pytest.approx(merge, rel=1e-12)
+
+
+def test_without_context_parallelism_nothing_is_merged() -> None:
+    assert _value("cp_merge_s", _env("torchtitan")) == 0
+    assert _value("cp_merge_s", _env("megatron")) == 0
+
+
+def test_torchtitan_before_2026_repeated_the_kv_heads_its_ring_carried() -> None:
+    """Calibration runs on torchtitan (all before ff0829c10, 'GQA without kv repeats') sent and
+    merged the 32 query heads' K and V, four times Llama 3 8B's 8 KV heads."""
+    env = _env("torchtitan", gpus=4, cp=4)
+    assert env["train.kv_heads_repeated"] is False  # a plan: torchtitan 0.3 passes enable_gqa
+    repeated = {**env, "train.kv_heads_repeated": True}
+    assert _value("kv_chunk_bytes", repeated) == 4 * _value("kv_chunk_bytes", env)
+    assert _value("cp_merge_per_token_layer", repeated) == _torch_merge_bytes(4, 1, 4 * KV_ELEMENTS)

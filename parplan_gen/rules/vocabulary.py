@@ -303,6 +303,15 @@ _RUN_NAMES: tuple[Name, ...] = (
         "plan (0.3's sharding gathers 16-bit inputs); true for calibration runs.",
     ),
     Name(
+        "train.kv_heads_repeated",
+        "bool",
+        "-",
+        "torchtitan repeats the key/value heads to the query heads before attention (repeat_kv, "
+        "before ff0829c10 of January 2026; since then SDPA's enable_gqa takes them as they "
+        "are), so context parallelism's ring carries and merges that many: false for every "
+        "plan; true for calibration runs on torchtitan, which all predate it.",
+    ),
+    Name(
         "train.p2p_overlap",
         "bool",
         "-",
