@@ -143,3 +143,40 @@ def test_torchtitan_before_2026_repeated_the_kv_heads_its_ring_carried() -> None
     repeated = {**env, "train.kv_heads_repeated": True}
     assert _value("kv_chunk_bytes", repeated) == 4 * _value("kv_chunk_bytes", env)
     assert _value("cp_merge_per_token_layer", repeated) == _torch_merge_bytes(4, 1, 4 * KV_ELEMENTS)
+
+
+@pytest.mark.parametrize("cp", [2, 8])
+def test_a_layers_ring_attention_holds_its_buffers_beside_the_activations(cp: int) -> None:
+    """Per token of a rank: PyTorch's backward holds the whole ring's K and V (2 cp bytes an
+    element), fp32 and 16-bit dQ (6) and four dK, dV buffers (14); Transformer Engine its two
+    send/receive buffers of K, V, dK, dV and the step's dK, dV (10) and two dQ (4)."""
+    titan = _env("torchtitan", gpus=cp, cp=cp)
+    torch_bytes = 6 * QUERY_ELEMENTS + (14 + 2 * cp) * KV_ELEMENTS
+    assert _value("cp_transient_per_token", titan) == torch_bytes
+    assert _value("cp_transient_bytes", titan) == torch_bytes * 8192 // cp  # mbs 1
+    megatron = _env("megatron", gpus=cp, cp=cp)
+    assert _value("cp_transient_per_token", megatron) == 4 * QUERY_ELEMENTS + 10 * KV_ELEMENTS
+    assert _value("cp_transient_bytes", _env("torchtitan")) == 0
+
+
+def test_the_rings_buffers_are_in_the_activations_peak() -> None:
+    """Megatron-LM adds them to the recomputed layer; torchtitan's peak is the larger of that and
+    its loss's (memory.yaml activation_bytes)."""
+
+    def stored(env: dict[str, Any]) -> float:
+        per_token = _value("stored_layers", env) * _value("act_full_recompute_token_layer", env)
+        per_token += _value("pipeline_stage_outputs", env) * _value(
+            "act_full_recompute_token_layer", env
+        )
+        return _value("tokens_per_microbatch", env) * per_token
+
+    for backend in ("megatron", "torchtitan"):
+        env = _env(backend, cp=2, recompute="full")
+        transient, layer = _value("cp_transient_bytes", env), _value("recompute_layer_bytes", env)
+        logits = _value("logits_bytes", env)
+        assert transient > 0
+        if backend == "megatron":
+            peak = layer + transient + max(logits, _value("offload_resident_bytes", env))
+        else:
+            peak = max(layer + transient, logits)
+        assert _value("activation_bytes", env) == pytest.approx(stored(env) + peak, rel=1e-12)
