@@ -136,8 +136,9 @@ class Case:
         env["train.loss_compiled"] = self.loss_compiled
         # every torchtitan source predates 0.3: its Float8 linears took torchao's float8 TP
         # styles (rules/cost/time.yaml tp_fp8_gathers), and its Llama repeated the KV heads
-        # before SDPA (torchtitan models/llama3/model.py repeat_kv, until ff0829c10 of
-        # 2026-01-27, "GQA without kv repeats"; rules/cost/context.yaml cp_kv_heads)
+        # before SDPA (repeat_kv: 9dec370's torchtitan/models/llama/model.py, v0.2.1's
+        # models/llama3/model/model.py; until ff0829c10 of 2026-01-27, "GQA without kv
+        # repeats"; rules/cost/context.yaml cp_kv_heads)
         env["train.torchao_float8_tp"] = True
         env["train.kv_heads_repeated"] = self.backend == "torchtitan"
         return env

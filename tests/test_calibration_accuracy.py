@@ -78,7 +78,7 @@ BOUNDS = {
     # Llama 3 8B rows at cp 2 with Transformer Engine's merge of the ring's partial results
     # (context.yaml cp_merge_s). 22.89 % (Qwen3-30B-A3B reads +202.4 %: moe.yaml prices no
     # per-layer host or launch time, and its interleaved schedule's pipeline transfers hide
-    # behind compute, time.yaml pp_p2p_overlapped), +16.65.
+    # behind compute, time.yaml pp_p2p_overlapped), +16.60.
     "H100 FP8": Bound(11, 23.0, (16.4, 16.9)),
     # NeMo 25.11's Llama 3 8B on B200, the one row blackwell_gemm_scale is fitted to. 0.00 %.
     "B200": Bound(1, 0.1, (-0.1, 0.1)),

@@ -72,8 +72,9 @@ def test_torchtitan_all_gathers_the_kv_behind_the_first_step_only() -> None:
     env = _env("torchtitan", gpus=cp, cp=cp, gpus_per_node=1, inter_node_gbps=1)
     comm, fwd = _value("cp_step_comm_s", env), _value("cp_step_fwd_s", env)
     bwd = 2.5 * fwd
+    dkv = _value("cp_dkv_step_comm_s", env)  # fp32: twice the chunk's bytes
     # The forward's and the backward's all-gathers of 3 chunks, then dKV step by step.
-    per_layer = (3 * comm - fwd) + (3 * comm - bwd) + 3 * (comm - bwd)
+    per_layer = (3 * comm - fwd) + (3 * comm - bwd) + 3 * (dkv - bwd)
     assert _value("cp_exposed_per_layer_s", env) == pytest.approx(per_layer, rel=1e-12)
 
 
@@ -85,54 +86,50 @@ def test_torchtitan_all_gathers_the_kv_behind_the_first_step_only() -> None:
 )
 def test_the_exposed_ring_is_never_more_than_its_traffic(cp: int, gbps: int, backend: str) -> None:
     env = _env(backend, gpus=cp, cp=cp, gpus_per_node=1, inter_node_gbps=gbps)
-    # No recompute: K and V go round once in the forward, K, V and dK, dV in the backward.
-    traffic = 3 * (cp - 1) * _value("cp_step_comm_s", env)
+    # No recompute: K and V go round once in the forward, K, V and dK, dV in the backward
+    # (PyTorch's dK, dV in fp32).
+    comm = _value("cp_step_comm_s", env)
+    dkv = _value("cp_dkv_step_comm_s", env) if backend == "torchtitan" else comm
+    traffic = (cp - 1) * (2 * comm + dkv)
     assert 0 <= _value("cp_exposed_per_layer_s", env) <= traffic * (1 + 1e-12)
 
 
-QUERY_ELEMENTS, KV_ELEMENTS = 32 * 128, 2 * 8 * 128  # per token of a rank, tp 1
+# Llama 3 8B at tp 1, per token of a rank: 32 x 128 query elements, 2 x 8 x 128 K and V ones.
+QUERY_ELEMENTS, KV_ELEMENTS = 4096, 2048
+
+# Bytes per token and layer, counted op by op from the code on the last rank (every later
+# step merges the whole output and half-adds its dK, dV), at cp 4, one forward:
+# PyTorch (torch 2.13 _attention.py, convert_to_f32):
+#   query, forward: fp32 cast of the first step's output 6 + cast back 6 + 3 later steps x
+#     (cast 6, out - out' 12, sigmoid(.) * (.) 8, out - (.) 12) = 126;
+#   query, backward: fp32 zeros 4 + 4 steps x grad_query += (10) + cast back 6 = 50;
+#   K/V, forward: contiguous() 4 + 3 x torch.cat to send 4 = 16;
+#   K/V, backward: contiguous() 4 + zeros 4 + first += 10 + 3 x _partial_update (5 + 8) + 4 x
+#     cat of dK, dV (8) + 3 x cat of K, V (4) + cast back 6 = 107.
+TORCH_CP4 = 4096 * (126 + 50) + 2048 * (16 + 107)  # 972,800
+TORCH_CP4_FULL_RECOMPUTE = 4096 * (2 * 126 + 50) + 2048 * (2 * 16 + 107)  # the ring runs twice
+# Transformer Engine (AttnFuncWithCPAndKVP2P): query, forward: init copy 4 + 3 fused adds 6 =
+# 22; backward: dq copy 4 + 3 x dq.add_ 6 = 22; K/V, forward: cat into p2p_comm_buffers[0] 4;
+# backward: copy_ into the first buffer 4 + dk/dv copy 4 + 3 x add_ 6 = 26.
+TE_CP4 = 4096 * (22 + 22) + 2048 * (4 + 26)  # 241,664
 
 
-def _torch_merge_bytes(cp: int, forwards: int, kv_elements: int = KV_ELEMENTS) -> int:
-    """PyTorch's context_parallel, per token and layer: the forward's first-step cast and cast
-    back (12) and each later step's cast and merge (38) for every query element; the backward's
-    fp32 zeros, per-step += and cast back (10 + 10 cp); for K and V the concatenation to send at
-    every step but the last (4) in each forward and the backward, and the backward's zeros,
-    per-step += and dK, dV concatenation, and cast back (10 + 22 cp)."""
-    query = forwards * (12 + 38 * (cp - 1)) + 10 + 10 * cp
-    kv = forwards * 4 * (cp - 1) + 10 + 22 * cp + 4 * (cp - 1)
-    return QUERY_ELEMENTS * query + kv_elements * kv
-
-
-def _te_merge_bytes(cp: int, forwards: int) -> int:
-    """Transformer Engine: a fused copy (4) then add (6) per step of the output, and of dQ, dK and
-    dV in the backward."""
-    per_element = 4 + 6 * (cp - 1)
-    return QUERY_ELEMENTS * (forwards + 1) * per_element + KV_ELEMENTS * per_element
-
-
-@pytest.mark.parametrize("cp", [2, 4, 8])
-def test_the_merge_of_the_rings_results_costs_what_each_backends_code_moves(cp: int) -> None:
-    titan = _env("torchtitan", gpus=cp, cp=cp)
-    assert _value("cp_merge_per_token_layer", titan) == _torch_merge_bytes(cp, 1)
-    megatron = _env("megatron", gpus=cp, cp=cp)
-    assert _value("cp_merge_per_token_layer", megatron) == _te_merge_bytes(cp, 1)
-    # full recompute runs the ring's forward, and its merge, twice
-    again = _env("torchtitan", gpus=cp, cp=cp, recompute="full")
-    assert _value("cp_merge_per_token_layer", again) == _torch_merge_bytes(cp, 2)
-    # unfused fp32 merges move several times Transformer Engine's fused 16-bit ones
-    assert _torch_merge_bytes(cp, 1) > 3 * _te_merge_bytes(cp, 1)
+def test_the_merge_of_the_rings_results_costs_what_each_backends_code_moves() -> None:
+    titan = _env("torchtitan", gpus=4, cp=4)
+    assert _value("cp_merge_per_token_layer", titan) == TORCH_CP4
+    assert _value("cp_merge_per_token_layer", _env("megatron", gpus=4, cp=4)) == TE_CP4
+    again = _env("torchtitan", gpus=4, cp=4, recompute="full")
+    assert _value("cp_merge_per_token_layer", again) == TORCH_CP4_FULL_RECOMPUTE
     # memory-bound, at the HBM rate elementwise kernels reach: 32 layers, 64 micro-batches of
-    # 8192 / cp tokens
-    tokens = 64 * 8192 // cp
+    # 2048 tokens a rank
     hbm = titan["cluster.hbm_bandwidth"] * _value("hbm_efficiency", titan)
-    merge = _torch_merge_bytes(cp, 1) * 32 * tokens / hbm
-    assert _value("cp_merge_s", titan) == pytest.approx(merge, rel=1e-12)
+    assert _value("cp_merge_s", titan) == pytest.approx(TORCH_CP4 * 32 * 64 * 2048 / hbm)
 
 
-def test_without_context_parallelism_nothing_is_merged() -> None:
-    assert _value("cp_merge_s", _env("torchtitan")) == 0
-    assert _value("cp_merge_s", _env("megatron")) == 0
+def test_without_context_parallelism_nothing_is_merged_or_held() -> None:
+    for backend in ("torchtitan", "megatron"):
+        assert _value("cp_merge_s", _env(backend)) == 0
+        assert _value("cp_transient_bytes", _env(backend)) == 0
 
 
 def test_torchtitan_before_2026_repeated_the_kv_heads_its_ring_carried() -> None:
@@ -142,41 +139,50 @@ def test_torchtitan_before_2026_repeated_the_kv_heads_its_ring_carried() -> None
     assert env["train.kv_heads_repeated"] is False  # a plan: torchtitan 0.3 passes enable_gqa
     repeated = {**env, "train.kv_heads_repeated": True}
     assert _value("kv_chunk_bytes", repeated) == 4 * _value("kv_chunk_bytes", env)
-    assert _value("cp_merge_per_token_layer", repeated) == _torch_merge_bytes(4, 1, 4 * KV_ELEMENTS)
+    assert _value("cp_merge_per_token_layer", repeated) == 4096 * (126 + 50) + 4 * 2048 * (16 + 107)
 
 
-@pytest.mark.parametrize("cp", [2, 8])
-def test_a_layers_ring_attention_holds_its_buffers_beside_the_activations(cp: int) -> None:
-    """Per token of a rank: PyTorch's backward holds the whole ring's K and V (2 cp bytes an
-    element), fp32 and 16-bit dQ (6) and four dK, dV buffers (14); Transformer Engine its two
-    send/receive buffers of K, V, dK, dV and the step's dK, dV (10) and two dQ (4)."""
-    titan = _env("torchtitan", gpus=cp, cp=cp)
-    torch_bytes = 6 * QUERY_ELEMENTS + (14 + 2 * cp) * KV_ELEMENTS
-    assert _value("cp_transient_per_token", titan) == torch_bytes
-    assert _value("cp_transient_bytes", titan) == torch_bytes * 8192 // cp  # mbs 1
-    megatron = _env("megatron", gpus=cp, cp=cp)
-    assert _value("cp_transient_per_token", megatron) == 4 * QUERY_ELEMENTS + 10 * KV_ELEMENTS
-    assert _value("cp_transient_bytes", _env("torchtitan")) == 0
+def test_pytorchs_backward_sends_dk_dv_in_fp32() -> None:
+    """_templated_ring_attention_backward accumulates dK, dV in float32 (convert_to_f32) and
+    sends them round the ring so: twice a 16-bit K, V chunk's bytes."""
+    env = _env("torchtitan", gpus=4, cp=4, gpus_per_node=1, inter_node_gbps=1)
+    chunk, bandwidth = _value("kv_chunk_bytes", env), _value("cp_bandwidth", env)
+    latency = _value("cp_latency", env)
+    assert _value("cp_dkv_step_comm_s", env) == pytest.approx(2 * chunk / bandwidth + latency)
 
 
-def test_the_rings_buffers_are_in_the_activations_peak() -> None:
-    """Megatron-LM adds them to the recomputed layer; torchtitan's peak is the larger of that and
-    its loss's (memory.yaml activation_bytes)."""
+# The most a layer's ring attention holds at once, per token of a rank, at cp 4:
+# PyTorch forward, at a later step's merge: gathered K, V 2 x 4 x 2048 + contiguous copies
+# 2 x 2048 + 18 x 4096 (fp32 output so far and new, the step's output and its fp32 cast, the
+# product) = 94,208; backward: 8 x 4096 + (20 + 8) x 2048 = 90,112. With the KV heads repeated
+# (4 x 2048): forward 73,728 + 10 x 8192 = 155,648, backward 32,768 + 28 x 8192 = 262,144.
+# Transformer Engine forward: cp send buffers 2 x 4 x 2048 + every step's output and the
+# result 2 x 5 x 4096 = 57,344; backward 4 x 4096 + 10 x 2048 = 36,864.
+def test_a_layers_ring_attention_holds_the_larger_of_its_forwards_and_backwards_buffers() -> None:
+    titan = _env("torchtitan", gpus=4, cp=4)
+    assert _value("cp_transient_per_token", titan) == 94_208
+    repeated = {**titan, "train.kv_heads_repeated": True}
+    assert _value("cp_transient_per_token", repeated) == 262_144
+    assert _value("cp_transient_per_token", _env("megatron", gpus=4, cp=4)) == 57_344
+    assert _value("cp_transient_bytes", titan) == 94_208 * 2048  # mbs 1: 8192 / 4 tokens
 
-    def stored(env: dict[str, Any]) -> float:
-        per_token = _value("stored_layers", env) * _value("act_full_recompute_token_layer", env)
-        per_token += _value("pipeline_stage_outputs", env) * _value(
-            "act_full_recompute_token_layer", env
-        )
-        return _value("tokens_per_microbatch", env) * per_token
 
-    for backend in ("megatron", "torchtitan"):
-        env = _env(backend, cp=2, recompute="full")
-        transient, layer = _value("cp_transient_bytes", env), _value("recompute_layer_bytes", env)
-        logits = _value("logits_bytes", env)
-        assert transient > 0
-        if backend == "megatron":
-            peak = layer + transient + max(logits, _value("offload_resident_bytes", env))
-        else:
-            peak = max(layer + transient, logits)
-        assert _value("activation_bytes", env) == pytest.approx(stored(env) + peak, rel=1e-12)
+def test_the_rings_buffers_are_in_the_activations_memory(tmp_path: Any) -> None:
+    """Set to nothing by an overlay, the estimate's activations lose exactly the buffers."""
+    import parplan_gen
+
+    folder = tmp_path / "no_buffers"
+    folder.mkdir()
+    (folder / "ring.yaml").write_text(
+        "formulas:\n  cp_transient_per_token:\n    value: 0\n    unit: B/token\n"
+        '    source: "test: without the buffers"\n',
+        encoding="utf-8",
+    )
+    layout = {"cp": 4, "global_batch": 8, "seq_len": 8192}
+    cluster = {"gpus": 8, "gpu": "h100"}
+    held = parplan_gen.estimate("llama-3-8b", cluster, layout, backend="megatron")
+    freed = parplan_gen.estimate(
+        "llama-3-8b", cluster, layout, backend="megatron", rules=[str(folder)]
+    )
+    gone = held.estimate.memory.activations - freed.estimate.memory.activations
+    assert gone == 57_344 * 2048  # Transformer Engine's forward buffers, 2048 tokens a rank

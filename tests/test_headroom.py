@@ -147,3 +147,21 @@ def test_estimate_keeps_free_what_plan_would_for_each_form_of_the_headroom() -> 
     assert kept(plan.document.search.memory_headroom).kept_free == round(0.1 * 80 * GIB)
     with pytest.raises(InputError, match="or default, got 'lots'"):
         kept("lots")
+
+
+def test_a_recorded_headroom_out_of_range_is_refused_and_explain_keeps_it_too() -> None:
+    from parplan_gen.cost.estimate import MemoryHeadroom
+
+    layout = {"tp": 2, "global_batch": 64, "seq_len": 4096}
+    with pytest.raises(InputError, match="headroom: -5 bytes and 2 of the tensors"):
+        parplan_gen.estimate("llama-3-8b", H100_8, layout, headroom=MemoryHeadroom(-5, 2.0))
+    # explain takes estimate's arguments: what memory.fits keeps free is the headroom asked
+    tree = parplan_gen.explain("llama-3-8b", H100_8, layout, "memory_kept_free", headroom="10%")
+    assert tree.value == round(0.1 * 80 * GIB)
+    assert parplan_gen.explain("llama-3-8b", H100_8, layout, "memory_kept_free").value == 0
+    # a plan's default headroom, a share of the tensors, is carried as recorded
+    plan = parplan_gen.plan("llama-3-8b", H100_8, global_batch=64, seq_len=4096)
+    recorded = plan.document.search.memory_headroom
+    assert (recorded.bytes, recorded.share) == (0, pytest.approx(9.2 / 80))
+    kept = parplan_gen.estimate("llama-3-8b", H100_8, layout, headroom=recorded).estimate.memory
+    assert kept.kept_free == pytest.approx(9.2 / 80 * (kept.total - kept.other), abs=1)

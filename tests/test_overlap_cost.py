@@ -115,12 +115,13 @@ def test_a_context_parallel_ring_with_full_recompute(backend: str) -> None:
     # cp 2 over NVLink with full recompute: the forward ring runs twice (forward, recomputed
     # forward), each step's KV chunk behind that step's attention; in the backward the KV and
     # dKV chunks behind the backward steps. Megatron's ring and torchtitan's all-gather send the
-    # same chunks at cp 2.
+    # same chunks at cp 2, but torchtitan's dK, dV in fp32 (context.yaml cp_dkv_step_comm_s).
     env = _env(backend, cp=2, recompute="full")
     step = _v("cp_step_comm_s", env)
+    dkv = 2 * step - _v("cp_latency", env) if backend == "torchtitan" else step
     fwd, bwd = _v("cp_step_fwd_s", env), _v("cp_step_bwd_s", env)
     assert _v("cp_forward_rings", env) == 2
-    per_layer = 2 * window_cost(step, fwd) + 2 * window_cost(step, bwd)
+    per_layer = 2 * window_cost(step, fwd) + window_cost(step, bwd) + window_cost(dkv, bwd)
     expected = per_layer * LAYERS * _v("plan.grad_accum", env)
     assert _v("cp_overlap_cost_s", env) == pytest.approx(expected, rel=1e-9)
     assert _v("stage_overlap_cost_s", env) == pytest.approx(expected, rel=1e-9)  # tp 1, no ep
@@ -161,7 +162,9 @@ def test_each_cost_is_at_most_the_share_of_its_traffic(
     compute hides all of it)."""
     env = _env(backend, **layout)
     cp, rings = _v("plan.cp", env), _v("cp_forward_rings", env)
-    cp_traffic = (rings + 2) * (cp - 1) * _v("cp_step_comm_s", env)
+    step = _v("cp_step_comm_s", env)
+    dkv = _v("cp_dkv_step_comm_s", env) if backend == "torchtitan" else step  # fp32 dK, dV
+    cp_traffic = (cp - 1) * ((rings + 1) * step + dkv)
     traffic = {
         "tp_overlap_cost_s": _v("tp_comm_s", env),
         "cp_overlap_cost_s": cp_traffic * LAYERS * _v("plan.grad_accum", env),

@@ -11,6 +11,7 @@ from parplan_gen.api.wording import parameter_wording
 from parplan_gen.cost.estimate import NO_HEADROOM, Estimate, MemoryHeadroom
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import Layout, build_layout
+from parplan_gen.inputs.errors import InputError
 from parplan_gen.models.any_model import AnyModelSpec
 from parplan_gen.models.kind import ANY_BACKEND
 from parplan_gen.planning.evaluate import Evaluation, evaluate
@@ -49,14 +50,6 @@ def estimate(
         sizes = dict(layout)
         sizes["seq_len"] = spec.sequence_length(sizes.get("seq_len"))
         layout = build_layout(machines.num_gpus, **sizes)
-    if headroom is None:
-        memory_headroom = NO_HEADROOM
-    elif isinstance(headroom, MemoryHeadroom):
-        memory_headroom = headroom
-    else:
-        asked = parse_headroom(headroom)
-        record = headroom_record(asked, SearchLimits(), machines, ruleset, layout.precision)
-        memory_headroom = record.memory_headroom
     return evaluate(
         spec,
         machines,
@@ -64,8 +57,30 @@ def estimate(
         ruleset,
         flash_attention=flash_attention,
         backend=None if names is None else names[0],
-        memory_headroom=memory_headroom,
+        memory_headroom=_memory_headroom(headroom, machines, ruleset, layout.precision),
     )
+
+
+def _memory_headroom(
+    headroom: float | str | Headroom | MemoryHeadroom | None,
+    cluster: Cluster,
+    rules: RuleSet,
+    precision: str,
+) -> MemoryHeadroom:
+    """What the memory rules keep free for `estimate(headroom=)`: nothing for None, a plan's
+    recorded headroom as it is (checked), else what `plan(headroom=)` would keep."""
+    if headroom is None:
+        return NO_HEADROOM
+    if isinstance(headroom, MemoryHeadroom):
+        if not (0 <= headroom.bytes < cluster.gpu.memory_bytes and 0 <= headroom.share < 1):
+            raise InputError(
+                f"headroom: {headroom.bytes:g} bytes and {headroom.share:g} of the tensors "
+                f"(valid: bytes from 0 to below the GPU's {cluster.gpu.memory_bytes}, a share from "
+                "0 to below 1)"
+            )
+        return headroom
+    record = headroom_record(parse_headroom(headroom), SearchLimits(), cluster, rules, precision)
+    return record.memory_headroom
 
 
 @parameter_wording
@@ -78,6 +93,7 @@ def explain(
     rules: Sequence[str | Path] | RuleSet = (),
     flash_attention: bool = True,
     backend: str | None = None,
+    headroom: float | str | Headroom | MemoryHeadroom | None = None,
     max_depth: int | None = None,
     max_nodes: int = MAX_EXPLAIN_NODES,
 ) -> FormulaNode:
@@ -95,6 +111,7 @@ def explain(
             rules=ruleset,
             flash_attention=flash_attention,
             backend=backend,
+            headroom=headroom,
         ).estimate
     return explain_estimate(
         spec,
@@ -103,6 +120,7 @@ def explain(
         name,
         ruleset,
         flash_attention=flash_attention,
+        memory_headroom=_memory_headroom(headroom, machines, ruleset, layout.plan.precision),
         max_depth=max_depth,
         max_nodes=max_nodes,
     )

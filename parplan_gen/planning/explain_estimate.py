@@ -7,7 +7,7 @@ it reads.
 
 from __future__ import annotations
 
-from parplan_gen.cost.estimate import Estimate
+from parplan_gen.cost.estimate import NO_HEADROOM, Estimate, MemoryHeadroom
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.planning.constraints import estimate_env
@@ -24,15 +24,23 @@ def explain_estimate(
     rules: RuleSet,
     *,
     flash_attention: bool = True,
+    memory_headroom: MemoryHeadroom = NO_HEADROOM,
     max_depth: int | None = None,
     max_nodes: int = MAX_EXPLAIN_NODES,
 ) -> FormulaNode:
     """The tree of `name` (a figure, `time.step_s`, or a named formula, `dp_comm_s`) in the
     evaluation that gave `estimate` (what `estimate(...)` returned: its layout, on its backend)
-    under `rules`. `max_depth`: levels shown below `name` (None: down to the inputs)."""
+    under `rules`, keeping `memory_headroom` free. `max_depth`: levels shown below `name` (None:
+    down to the inputs)."""
     backend = None if estimate.backend is None else estimate.backend.name
     evaluator = Evaluator(rules, model.kind, backend)
-    env = evaluator.env(model, cluster, estimate.plan, flash_attention=flash_attention)
+    env = evaluator.env(
+        model,
+        cluster,
+        estimate.plan,
+        flash_attention=flash_attention,
+        memory_headroom=memory_headroom,
+    )
     memo: dict[str, object] = {}
     env.update(estimate_env(evaluator.cost.figures(env, memo)))
     return explain_name(
