@@ -24,6 +24,7 @@ from calibration_read import (
     _need,
     _words,
     cluster_from_entry,
+    ran_values,
     row_facts,
     spec_and_notes,
 )
@@ -358,13 +359,7 @@ def case_from_entry(entry: Mapping[str, Any]) -> Case:
         families=facts.families,
         published_memory_gib=None if memory is None else float(memory),
         memory_reserved_peak=facts.memory_figure == "reserved_peak",
-        fp8_recipe=recipe,
-        tp_comm_overlap=facts.tp_comm_overlap,
-        p2p_overlap=facts.p2p_overlap,
-        moe_a2a_overlap=facts.moe_a2a_overlap,
-        zero3_overlap=facts.zero3_overlap,
-        chunked_loss=facts.chunked_loss,
-        loss_compiled=facts.loss_compiled,
+        ran=ran_values(facts, recipe),
         validation=facts.validation,
     )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -105,13 +106,8 @@ class Case:
     families: tuple[str, ...] = ()
     published_memory_gib: float | None = None
     memory_reserved_peak: bool = False  # the published memory is the allocator's reserved peak
-    fp8_recipe: str | None = None  # the FP8 recipe the source ran (calibration_rows.yaml)
-    tp_comm_overlap: bool = True  # the source's framework could overlap TP traffic
-    p2p_overlap: bool = True  # the source's Megatron-LM could overlap pipeline transfers
-    moe_a2a_overlap: bool = True  # the source's recipe hid the expert all-to-alls where it could
-    zero3_overlap: bool = True  # the source's DeepSpeed ran ZeRO-3 traffic beside compute
-    chunked_loss: bool = False  # the source's torchtitan computed the loss in sequence chunks
-    loss_compiled: bool = False  # the source's torchtitan compiled its loss with the model
+    # The train.* values the source's framework ran, where a plan's may differ (`ran_values`)
+    ran: Mapping[str, object] = dataclass_field(default_factory=dict)
     validation: bool = False  # a validation row (its source says so): never fitted on
 
     @property
@@ -121,26 +117,8 @@ class Case:
 
     def with_facts(self, env: dict[str, Any]) -> dict[str, Any]:
         """`env` (the cost model's names for this case) with what the source says it ran where
-        the planner's default would differ: the FP8 recipe, a framework without TP overlap."""
-        if self.fp8_recipe is not None:
-            env["train.fp8_recipe"] = self.fp8_recipe
-        if not self.tp_comm_overlap:
-            env["train.tp_comm_overlap"] = False
-        if not self.p2p_overlap:
-            env["train.p2p_overlap"] = False
-        if not self.moe_a2a_overlap:
-            env["train.moe_a2a_overlap"] = False
-        if not self.zero3_overlap:
-            env["train.zero3_overlap"] = False
-        env["train.chunked_loss"] = self.chunked_loss
-        env["train.loss_compiled"] = self.loss_compiled
-        # every torchtitan source predates 0.3: its Float8 linears took torchao's float8 TP
-        # styles (rules/cost/time.yaml tp_fp8_gathers), and its Llama repeated the KV heads
-        # before SDPA (repeat_kv: 9dec370's torchtitan/models/llama/model.py, v0.2.1's
-        # models/llama3/model/model.py; until ff0829c10 of 2026-01-27, "GQA without kv
-        # repeats"; rules/cost/context.yaml cp_kv_heads)
-        env["train.torchao_float8_tp"] = True
-        env["train.kv_heads_repeated"] = self.backend == "torchtitan"
+        the planner's default would differ (`ran`)."""
+        env.update(self.ran)
         return env
 
 
@@ -206,6 +184,30 @@ class RowFacts:
     # (calibration_rows.yaml `rows: NAME: micro_batch_size` with `micro_batch_reason`), or None
     micro_batch_ran: int | None = None
     micro_batch_ran_reason: str = ""
+
+
+def ran_values(facts: RowFacts, fp8_recipe: str | None) -> dict[str, object]:
+    """The train.* values a row's framework ran, from what calibration_rows.yaml says of its
+    source (`facts`) and the FP8 recipe it ran (None: not FP8, the plan's own): the names a
+    plan takes from cost/estimate.py FRAMEWORK_FEATURES, as that framework had them."""
+    values: dict[str, object] = {
+        "train.tp_comm_overlap": facts.tp_comm_overlap,
+        "train.p2p_overlap": facts.p2p_overlap,
+        "train.moe_a2a_overlap": facts.moe_a2a_overlap,
+        "train.zero3_overlap": facts.zero3_overlap,
+        "train.chunked_loss": facts.chunked_loss,
+        "train.loss_compiled": facts.loss_compiled,
+        # every torchtitan source predates 0.3: its Float8 linears took torchao's float8 TP
+        # styles (rules/cost/time.yaml tp_fp8_gathers), and its Llama repeated the KV heads
+        # before SDPA (repeat_kv: 9dec370's torchtitan/models/llama/model.py, v0.2.1's
+        # models/llama3/model/model.py; until ff0829c10 of 2026-01-27, "GQA without kv
+        # repeats"; rules/cost/context.yaml cp_kv_heads)
+        "train.torchao_float8_tp": True,
+        "train.kv_heads_repeated": facts.backend == "torchtitan",
+    }
+    if fp8_recipe is not None:
+        values["train.fp8_recipe"] = fp8_recipe
+    return values
 
 
 @cache

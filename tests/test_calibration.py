@@ -448,7 +448,7 @@ def test_a_source_without_tp_overlap_is_priced_with_the_traffic_exposed(
     sequence-parallel rows run the TP collectives between the GEMMs."""
     case = calibration.case_from_entry(KORTHIKANTI_175B)
     assert case.layout.sequence_parallel and case.layout.tp == 8
-    assert not case.tp_comm_overlap
+    assert case.ran["train.tp_comm_overlap"] is False
     assert any("2e90a342f5" in note for note in case.assumptions)
     model = calibration.CostModel(calibration.builtin_cost_rules(), backend=case.backend)
     env = model.layout_env(case.spec, case.cluster, case.layout, flash_attention=False)
@@ -456,7 +456,7 @@ def test_a_source_without_tp_overlap_is_priced_with_the_traffic_exposed(
     figures = model.figures(case.with_facts(env))
     assert figures["time_tp_exposed_s"] == figures["time_tp_comm_s"] > 0
     # A source whose framework had the overlap keeps the default.
-    assert calibration.case_from_entry(FP8_MOE).tp_comm_overlap
+    assert calibration.case_from_entry(FP8_MOE).ran["train.tp_comm_overlap"] is True
 
 
 def test_layout_reference_row(calibration: ModuleType) -> None:
@@ -605,9 +605,9 @@ def test_validation_rows_read_their_system_and_recipe(
     assert gb200.cluster.gpu.name == "gb200" and gb200.cluster.nvlink_domain == 72
     assert gb200.layout.zero_stage == 3  # FSDP=64: Megatron-FSDP
     mx = calibration.case_from_entry(rows["mbridge2511_b200_qwen3_30b_a3b_8gpus_fp8mx"])
-    assert mx.cluster.gpu.name == "b200" and mx.fp8_recipe == "mxfp8"  # 'FP8-MX'
+    assert mx.cluster.gpu.name == "b200" and mx.ran["train.fp8_recipe"] == "mxfp8"  # 'FP8-MX'
     cs = calibration.case_from_entry(rows["mbridge2511_h100_llama3_70b_64gpus_fp8cs"])
-    assert cs.fp8_recipe == "tensorwise"  # 'FP8-CS'
+    assert cs.ran["train.fp8_recipe"] == "tensorwise"  # 'FP8-CS'
     # Qwen3-235B on H100: tp 2 with expert tp 1 (the recipe's), else ep 32 x etp 2 > 32 ranks
     qwen = calibration.case_from_entry(rows["mbridge2511_h100_qwen3_235b_a22b_256gpus_fp8cs"])
     assert (qwen.layout.tp, qwen.layout.etp, qwen.layout.ep, qwen.layout.dp) == (2, 1, 32, 16)
@@ -617,9 +617,10 @@ def test_validation_rows_read_their_system_and_recipe(
         calibration.case_from_entry(rows[f"torchtitan_at25_70b_fsdp32_tp8_float8_{mode}"])
         for mode in ("vanilla_tp", "async_tp")
     )
-    assert not vanilla.tp_comm_overlap and overlapped.tp_comm_overlap
+    assert vanilla.ran["train.tp_comm_overlap"] is False
+    assert overlapped.ran["train.tp_comm_overlap"] is True
     assert (vanilla.layout.tp, vanilla.layout.dp, vanilla.layout.mbs) == (8, 32, 16)
-    assert vanilla.layout.global_batch == 512 and vanilla.fp8_recipe == "tensorwise"
+    assert vanilla.layout.global_batch == 512 and vanilla.ran["train.fp8_recipe"] == "tensorwise"
     assert vanilla.source == overlapped.source == "torchtitan_asynctp2025"
 
 
