@@ -337,7 +337,7 @@ def add_budget_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--headroom",
         type=headroom_type,
-        metavar="GIB|PCT",
+        metavar="GIB|PCT|default",
         help="memory kept free per GPU: GiB (4) or a share of the GPU's memory (10%%); default "
         "(also: 'default'): the rule memory_headroom_share_default (rules/constraints/"
         "headroom.yaml), a share of each layout's tensors; 0 keeps none",
