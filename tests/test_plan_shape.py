@@ -10,9 +10,10 @@ import pytest
 
 import parplan_gen
 from parplan_gen.cost.layout import PLAN_FIELDS, Layout, build_layout, plan_values
-from parplan_gen.planning.backend_planner import DOMINATED, LEVEL_OF, OUTRANKED, Candidate
+from parplan_gen.planning.backend_planner import DOMINATED, OUTRANKED, Candidate
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.rejections import Rejection, merge
+from parplan_gen.planning.search_levels import LEVEL_OF
 from parplan_gen.planning.search_result import SearchResult
 from parplan_gen.rules import vocabulary
 from parplan_gen.rules.engine import Proposal

@@ -45,9 +45,22 @@ from parplan_gen.cost.estimate import Estimate, Figures
 from parplan_gen.cost.layout import plan_values
 from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind
-from parplan_gen.planning.constraints import Violation, figures_read, first_violation, names_read
+from parplan_gen.planning.constraints import Violation, figures_read, first_violation
 from parplan_gen.planning.evaluate import Evaluator
 from parplan_gen.planning.rejections import Refusal, tally
+from parplan_gen.planning.search_levels import (
+    LEVEL_OF,
+    MEMORY,
+    MEMORY_NAMES,
+    MICRO,
+    STRUCTURE,
+    STRUCTURE_NAMES,
+    VIRTUAL,
+    check_bound,
+    plan_names,
+    rule_case,
+    rule_level,
+)
 from parplan_gen.planning.search_result import SearchResult, ranking_key
 from parplan_gen.planning.search_space import (
     RECOMPUTE,
@@ -71,17 +84,6 @@ OUTRANKED = "outranked: fits, but slower than the best plans found before it"
 _OUTRANKED = Refusal(None, OUTRANKED)
 FLOOR, STEP = "time_floor_s", "time_step_s"  # a time the step never goes below; the step
 FLOOR_TOLERANCE = 1e-9  # relative: a floor this close above a step time is that time, rounded
-STRUCTURE, VIRTUAL, MICRO, MEMORY = range(4)  # search levels
-# The plan.* names each level sets: a Structure, vpp, the micro-batch split, a MemoryOption.
-STRUCTURE_NAMES, MEMORY_NAMES = (
-    tuple(f"plan.{f}" for f in t._fields) for t in (Structure, MemoryOption)
-)
-LEVEL_OF: dict[str, int] = {
-    **dict.fromkeys(STRUCTURE_NAMES, STRUCTURE),
-    "plan.vpp": VIRTUAL,
-    **dict.fromkeys(("plan.mbs", "plan.grad_accum"), MICRO),
-    **dict.fromkeys(MEMORY_NAMES, MEMORY),
-}
 
 
 class Candidate(NamedTuple):
@@ -124,53 +126,6 @@ class _Scored(NamedTuple):
     figures: dict[str, float]
 
 
-# ---- figures and rules as the search uses them -----------------------------------------------
-
-
-def _plan_names(constraint: CompiledConstraint) -> tuple[str, ...]:
-    return tuple(sorted(n for n in names_read(constraint) if n.startswith("plan.")))
-
-
-class _Case(NamedTuple):
-    """What a rule's rejection cases are told apart by (read from the environment when it
-    rejects): the plan names it reads, and with them the names its reason reads."""
-
-    plan_names: tuple[str, ...]
-    names: tuple[str, ...]  # the reason's names, then the plan names
-    fields: tuple[str, ...]  # the plan names without their `plan.` prefix
-
-
-def _level(constraint: CompiledConstraint) -> int:
-    plan_names = _plan_names(constraint)
-    unknown = [n for n in plan_names if n not in LEVEL_OF]
-    if unknown:
-        raise RuleError(
-            f"constraint '{constraint.rule.id}' reads {', '.join(unknown)}, which the planner "
-            "does not set",
-            constraint.origin.where,
-        )
-    return max((LEVEL_OF[n] for n in plan_names), default=STRUCTURE)
-
-
-def _check_bound(constraint: CompiledConstraint, level: int) -> None:
-    """A rule that bounds the search reads the plan names of one level besides the layout's
-    sizes (the structure), so that it filters that level's values alone; a RuleError else."""
-    names = [n for n in _plan_names(constraint) if LEVEL_OF[n] not in (STRUCTURE, level)]
-    if names:
-        raise RuleError(
-            f"constraint '{constraint.rule.id}' bounds the search (bounds_search) but reads "
-            f"{', '.join(names)} beside its own level's plan names: split it, or drop "
-            "bounds_search",
-            constraint.origin.where,
-        )
-
-
-def _case(constraint: CompiledConstraint) -> _Case:
-    plan_names = _plan_names(constraint)
-    fields = tuple(n.removeprefix("plan.") for n in plan_names)
-    return _Case(plan_names, (*sorted(constraint.reason.names), *plan_names), fields)
-
-
 class BackendPlanner:
     """Plans for one RuleSet on one backend: its layout rules by search level, its estimate
     rules split into the memory rules that decide fitting (`evaluate.Evaluator.memory_rules`)
@@ -186,14 +141,14 @@ class BackendPlanner:
         bounds: list[list[CompiledConstraint]] = [[] for _ in range(MEMORY + 1)]
         for constraint in self.constraints.layout:
             into = bounds if constraint.rule.bounds_search else levels
-            into[_level(constraint)].append(constraint)
+            into[rule_level(constraint)].append(constraint)
         for level, found in enumerate(bounds):
             for constraint in found:
-                _check_bound(constraint, level)
+                check_bound(constraint, level)
         self.levels = tuple(tuple(level) for level in levels)
         self.bounds = tuple(tuple(level) for level in bounds)  # bound each level's enumeration
         self.level_names = tuple(
-            tuple(sorted({n for c in level for n in _plan_names(c)})) for level in levels
+            tuple(sorted({n for c in level for n in plan_names(c)})) for level in levels
         )
         # Memory-level rules that do not read mbs/grad_accum have one outcome per option and vpp.
         self.memory_level_fixed = all(LEVEL_OF[n] != MICRO for n in self.level_names[MEMORY])
@@ -214,7 +169,7 @@ class BackendPlanner:
         floor = {FLOOR} if self.floored else set()
         self.time_figures = Figures(self.cost, (needed - memory_needs) | floor, memory=False)
         self.floor_figures = Figures(self.cost, floor, memory=False)
-        self.cases = {c.rule.id: _case(c) for c in self.constraints.all}
+        self.cases = {c.rule.id: rule_case(c) for c in self.constraints.all}
 
     def plan(self, request: Request, steps: StepCutoff | None = None) -> SearchResult:
         """Search the request's candidates on this backend and rank those that pass (module
