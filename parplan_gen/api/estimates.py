@@ -103,15 +103,9 @@ def explain(
     may also be the Estimate it returned (its layout, on its backend)."""
     ruleset = load_ruleset(rules)
     spec, machines = load_model(model), load_cluster_spec(cluster)
-    if not isinstance(layout, Estimate):
+    if not isinstance(layout, Estimate):  # its layout on its backend (the headroom moves neither)
         layout = estimate(
-            spec,
-            machines,
-            layout,
-            rules=ruleset,
-            flash_attention=flash_attention,
-            backend=backend,
-            headroom=headroom,
+            spec, machines, layout, rules=ruleset, flash_attention=flash_attention, backend=backend
         ).estimate
     return explain_estimate(
         spec,

@@ -108,8 +108,8 @@ def memory_lines(estimate: Estimate, cluster: Cluster | None = None) -> list[str
         verdict = f"fits, {free:.2f} GiB free{kept}"
     elif m.total > m.capacity:
         verdict = f"DOES NOT FIT by {-free:.2f} GiB"
-    elif m.shortfall():
-        verdict = f"DOES NOT FIT: {m.shortfall()}"
+    elif shortfall := m.shortfall():
+        verdict = f"DOES NOT FIT: {shortfall}"
     else:  # an overlay's memory rule asks for more headroom
         verdict = f"DOES NOT FIT the memory rules, {free:.2f} GiB free"
     lines.append(f"  {'total':<12} {m.total / GIB:8.2f} GiB of {m.capacity / GIB:.2f}: {verdict}")

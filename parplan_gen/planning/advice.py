@@ -84,8 +84,8 @@ def _try_change(
     total, capacity = memory.total, memory.capacity
     if fits:
         verdict = "fits"
-    elif memory.shortfall():
-        verdict = f"still {memory.shortfall()}"
+    elif shortfall := memory.shortfall():
+        verdict = f"still {shortfall}"
     else:
         verdict = f"still breaks {found.violations[0].rule_id}"
     note = f"{label}: {total / GIB:.1f} GiB per GPU of {capacity / GIB:.1f} GiB, {verdict}"
