@@ -5,14 +5,18 @@ Run: python benchmarks/plan_speed.py [--repeat N]
 The target (issue "parplan plan", DESIGN speed): the whole command
 `parplan plan llama-3-405b --gpus 16384 --gpu h100 --global-batch 2048 --seq-len 8192` in
 <= 1 s wall on a 2-core machine. Stages are timed in one process (best of N, wall and CPU), the
-whole command in fresh processes (each pays the imports and the YAML loading again).
+whole command in fresh processes (each pays the imports and the YAML loading again), with the
+modules' bytecode cached as an installed package has it (the target's measure), and again
+compiling every module from source, as a machine with PYTHONDONTWRITEBYTECODE set runs them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -112,35 +116,62 @@ class CommandTiming:
     stderr: str
 
 
-def time_command(args: Sequence[str], repeat: int) -> CommandTiming:
+def _environment(bytecode: bool, cache: str) -> dict[str, str]:
+    """The environment of a timed run. With `bytecode`, Python reads the modules' compiled
+    bytecode from `cache` (PYTHONPYCACHEPREFIX, written by an untimed first run), as an
+    installed package runs: pip compiles a wheel's modules at install, and an editable install
+    writes them at the first import, unless PYTHONDONTWRITEBYTECODE is set, as some sandboxes
+    and CI images do. Without, every module is compiled from source in every process."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    if bytecode:
+        env["PYTHONPYCACHEPREFIX"] = cache
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def time_command(args: Sequence[str], repeat: int, *, bytecode: bool = True) -> CommandTiming:
     """Run `parplan ARGS` `repeat` times, each in a fresh process as a user runs it (paying
-    the imports and the YAML loading again); stops at the first failure."""
+    the imports and the YAML loading again); stops at the first failure. `bytecode`: the
+    modules' bytecode cached, as an installed package has it (`_environment`; one untimed run
+    writes it first), else compiled from source in every run."""
     if repeat < 1:
         raise ValueError(f"repeat must be at least 1, not {repeat}")
     walls: list[float] = []
     runs: list[subprocess.CompletedProcess[str]] = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        runs.append(
-            subprocess.run(
-                [sys.executable, "-c", CLI_CODE, *args], capture_output=True, text=True, check=False
+    with tempfile.TemporaryDirectory(prefix="parplan-bytecode-") as cache:
+        env = _environment(bytecode, cache)
+        command = [sys.executable, "-c", CLI_CODE, *args]
+        if bytecode:  # untimed: writes the bytecode the timed runs read
+            subprocess.run(command, capture_output=True, env=env, check=False)
+        for _ in range(repeat):
+            start = time.perf_counter()
+            runs.append(
+                subprocess.run(command, capture_output=True, text=True, env=env, check=False)
             )
-        )
-        walls.append(time.perf_counter() - start)
-        if runs[-1].returncode:
-            break
+            walls.append(time.perf_counter() - start)
+            if runs[-1].returncode:
+                break
     return CommandTiming(min(walls), max(walls), runs[-1].returncode, runs[-1].stderr.strip())
 
 
 def whole_command(repeat: int) -> None:
-    """The whole command and `parplan --help` in fresh processes, as a user runs them."""
-    run = time_command(COMMAND, repeat)
-    if run.returncode:
-        print(f"\nwhole command failed ({run.returncode}): {run.stderr[:200]}")
-        return
-    print(f"\nwhole command, fresh process: best {run.best_s:.2f} s, worst {run.worst_s:.2f} s")
-    helped = time_command(["--help"], repeat)
-    print(f"`parplan --help`: best {helped.best_s:.2f} s, worst {helped.worst_s:.2f} s")
+    """The whole command and `parplan --help` in fresh processes, as a user runs them: with the
+    bytecode cached (the target's measure), and compiling every module, as this machine runs
+    them when PYTHONDONTWRITEBYTECODE is set."""
+    for bytecode, label in ((True, "bytecode cached"), (False, "every module compiled")):
+        run = time_command(COMMAND, repeat, bytecode=bytecode)
+        if run.returncode:
+            print(f"\nwhole command failed ({run.returncode}): {run.stderr[:200]}")
+            return
+        helped = time_command(["--help"], repeat, bytecode=bytecode)
+        print(
+            f"\n{label}: whole command, fresh process: best {run.best_s:.2f} s, "
+            f"worst {run.worst_s:.2f} s; `parplan --help`: best {helped.best_s:.2f} s, "
+            f"worst {helped.worst_s:.2f} s"
+        )
 
 
 def main() -> None:

@@ -147,6 +147,9 @@ class BackendPlanner:
                 check_bound(constraint, level)
         self.levels = tuple(tuple(level) for level in levels)
         self.bounds = tuple(tuple(level) for level in bounds)  # bound each level's enumeration
+        self.bound_names = tuple(
+            tuple(sorted({n for c in level for n in plan_names(c)})) for level in bounds
+        )
         self.level_names = tuple(
             tuple(sorted({n for c in level for n in plan_names(c)})) for level in levels
         )
@@ -220,6 +223,14 @@ class _Search:
         self._cache: dict[Candidate, tuple[dict[str, float], Refusal | None]] = {}
         self._memo: list[dict[tuple[Any, ...], Refusal | None]] = [{} for _ in planner.levels]
         self._cases: dict[tuple[Any, ...], Refusal] = {}
+        self._memory_names: dict[MemoryOption, dict[str, object]] = {}  # an option's env names
+        self._bound_memo: list[dict[tuple[Any, ...], Violation | None]] = [
+            {} for _ in planner.bounds
+        ]
+        # each pp's vpp options, each dp's micro-batches, each tp's memory options
+        self._vpps: dict[int, list[int]] = {}
+        self._mbss: dict[int, list[int]] = {}
+        self._mems: dict[int, list[MemoryOption]] = {}
         self.bounded: dict[str, str] = {}  # rule id -> its reason for the first layout left out
 
     def run(self) -> None:
@@ -232,8 +243,15 @@ class _Search:
     def _within(self, level: int, names: Mapping[str, object]) -> bool:
         """Whether the rules that bound the search at `level` allow the candidate with `names`
         set in the environment; the first that does not is kept (by id) to be named."""
-        self.env.update(names)
-        broken = first_violation(self.p.bounds[level], self.env)
+        env, memo = self.env, self._bound_memo[level]
+        env.update(names)
+        # memoised on the plan names the level's bounds read: within one search nothing else
+        # varies (as in `_first`)
+        key = tuple([env[n] for n in self.p.bound_names[level]])
+        if key in memo:
+            broken = memo[key]
+        else:
+            broken = memo[key] = first_violation(self.p.bounds[level], env)
         if broken is None:
             return True
         self.bounded.setdefault(broken.rule_id, broken.reason)
@@ -242,9 +260,16 @@ class _Search:
     def _bounded_values(self, head: Structure) -> tuple[list[int], list[int], list[MemoryOption]]:
         """The vpp, micro-batch and memory options of `head` within the search's bounds (a
         level no rule bounds keeps them all)."""
-        vpps = vpp_options(self.r.layers, head.pp, self.r.options)
-        mbss = mbs_options(self.r.global_batch, head.dp, self.r.options.limits)
-        mems = memory_options(head.tp, self.r.options)
+        r = self.r
+        vpps = self._vpps.get(head.pp)
+        if vpps is None:
+            vpps = self._vpps[head.pp] = vpp_options(r.layers, head.pp, r.options)
+        mbss = self._mbss.get(head.dp)
+        if mbss is None:
+            mbss = self._mbss[head.dp] = mbs_options(r.global_batch, head.dp, r.options.limits)
+        mems = self._mems.get(head.tp)
+        if mems is None:
+            mems = self._mems[head.tp] = memory_options(head.tp, r.options)
         bounds, dp, batch = self.p.bounds, head.dp, self.r.global_batch
         if bounds[VIRTUAL]:
             vpps = [v for v in vpps if self._within(VIRTUAL, {"plan.vpp": v})]
@@ -308,7 +333,10 @@ class _Search:
         return accum, self._first(MICRO)
 
     def _set_memory(self, mem: MemoryOption) -> None:
-        self.env.update(zip(MEMORY_NAMES, mem, strict=True))
+        names = self._memory_names.get(mem)
+        if names is None:
+            names = self._memory_names[mem] = dict(zip(MEMORY_NAMES, mem, strict=True))
+        self.env.update(names)
 
     def _memory_allowed(self, mem: MemoryOption) -> bool:
         """Whether the layout rules of the memory level allow `mem` (set in the environment)."""

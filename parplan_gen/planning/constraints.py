@@ -88,9 +88,11 @@ def violation(
 def first_violation(
     constraints: Iterable[CompiledConstraint], env: Mapping[str, object]
 ) -> Violation | None:
-    """The first constraint, in order, that `env` breaks; None when it meets them all."""
+    """The first constraint, in order, that `env` breaks; None when it meets them all. The
+    named formulas they share are computed once (one memo for `env`)."""
+    memo: dict[str, object] = {}
     for constraint in constraints:
-        found = violation(constraint, env)
+        found = violation(constraint, env, memo)
         if found is not None:
             return found
     return None
