@@ -58,12 +58,14 @@ def test_fp8_speeds_up_only_the_linear_layers() -> None:
     bf16, _ = _env(8, "h100", "megatron")
     fp8, _ = _env(8, "h100", "megatron", precision="fp8")
     scale = _value("fp8_gemm_scale", {})  # an FP8 GEMM's fraction of its peak (fitted)
-    # The linear layers and the LM head run at the linear layers' efficiency (the roofline's
-    # ridge is the 16-bit one in both runs), the attention at its kernel's.
+    # The linear layers and the LM head run at their GEMMs' rooflines (the ridge is the 16-bit
+    # one in both runs), the attention at its kernel's.
     linear, attention = _value("linear_gemm_efficiency", bf16), _value("attention_efficiency", bf16)
+    head = _value("lm_head_gemm_efficiency", bf16)
     assert _value("linear_gemm_efficiency", fp8) == linear
+    assert _value("lm_head_gemm_efficiency", fp8) == head
     assert _value("attention_efficiency", fp8) == attention
-    other = 3.5 * ATTENTION_CAUSAL / attention + 3 * LM_HEAD / linear
+    other = 3.5 * ATTENTION_CAUSAL / attention + 3 * LM_HEAD / head
     expected = (3 * LINEAR / (H100_FP8 * scale * linear) + other / H100_BF16) / (
         (3 * LINEAR / linear + other) / H100_BF16
     )
