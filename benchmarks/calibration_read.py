@@ -204,6 +204,10 @@ def ran_values(facts: RowFacts, fp8_recipe: str | None) -> dict[str, object]:
         # repeats"; rules/cost/context.yaml cp_kv_heads)
         "train.torchao_float8_tp": True,
         "train.kv_heads_repeated": facts.backend == "torchtitan",
+        # every source predates torch's preference for cuDNN's attention in SDPA on Hopper and
+        # Blackwell (sdp_utils.cpp check_prefer_cudnn_attention, cuDNN > 9.15, 2026): their
+        # SDPA ran FlashAttention-2 (rules/cost/context.yaml sdpa_attention_efficiency)
+        "train.sdpa_cudnn": False,
     }
     if fp8_recipe is not None:
         values["train.fp8_recipe"] = fp8_recipe

@@ -215,13 +215,16 @@ class Estimate(BaseModel):
 # (time.yaml tp_fp8_gathers), and interleaved schedules overlap the pipeline's transfers with
 # compute (time.yaml pp_p2p_overlapped), and Megatron-LM pairs micro-batches to hide the expert
 # all-to-alls (moe.yaml moe_a2a_overlapped), and torchtitan passes the key/value heads to
-# attention unrepeated (context.yaml cp_kv_heads); calibration sets them for each source as its
-# framework ran. The loss kernel is the layout's (cost/layout.py cross_entropy_value).
+# attention unrepeated (context.yaml cp_kv_heads), and PyTorch's scaled_dot_product_attention
+# runs cuDNN's attention on Hopper and Blackwell (context.yaml sdpa_attention_efficiency);
+# calibration sets them for each source as its framework ran. The loss kernel is the layout's
+# (cost/layout.py cross_entropy_value).
 FRAMEWORK_FEATURES: dict[str, Any] = {
     "train.tp_comm_overlap": True,
     "train.chunked_loss": True,
     "train.torchao_float8_tp": False,
     "train.kv_heads_repeated": False,
+    "train.sdpa_cudnn": True,
     "train.p2p_overlap": True,
     "train.zero3_overlap": True,
     "train.moe_a2a_overlap": True,

@@ -303,6 +303,15 @@ _RUN_NAMES: tuple[Name, ...] = (
         "plan (0.3's sharding gathers 16-bit inputs); true for calibration runs.",
     ),
     Name(
+        "train.sdpa_cudnn",
+        "bool",
+        "-",
+        "PyTorch's scaled_dot_product_attention prefers cuDNN's attention on Hopper and "
+        "Blackwell (torch's sdp_utils.cpp check_prefer_cudnn_attention, with cuDNN above 9.15, "
+        "which the CUDA 13 wheels ship) where it ran FlashAttention-2 before: true for every "
+        "plan; false for calibration runs, which all predate it.",
+    ),
+    Name(
         "train.kv_heads_repeated",
         "bool",
         "-",
