@@ -205,7 +205,7 @@ def test_check_says_what_the_planner_offers(cli: Callable[..., Run]) -> None:
     # The layout is judged on the first backend that runs it (Megatron-LM) and the better plan
     # is that backend's, not DeepSpeed's: Megatron-FSDP sharding the gradients too (ZeRO-2,
     # optim_grads), which leaves room for micro-batches of 4, whose linear layers run closer to
-    # the GEMM's peak than 2's (rules/cost/efficiency.yaml gemm_tokens_efficiency).
+    # the GEMM's peak than 2's (rules/cost/efficiency.yaml linear_gemm_efficiency: 1 / M).
     assert "backend: megatron core_v0.16\n" in run.out
     better = "Better plan: megatron core_v0.16: dp=8 tp=1 pp=1 mbs=4 grad_accum=2"
     assert better in run.out and "zero=2" in run.out
