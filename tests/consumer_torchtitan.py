@@ -94,7 +94,9 @@ def _value(args: list[str], flag: str) -> str:
 def layout_read(reading: TorchtitanReading) -> dict[str, Any]:
     """The plan fields torchtitan's reading sets: degrees from ParallelDims, the micro-batch and
     the accumulation as trainer.py works them (accumulation = global / (local x dp); pp splits
-    the local batch into micro-batches), the sequence and the recomputation."""
+    the local batch into micro-batches), the sequence, the recomputation and whether the loss
+    is compiled (components/loss.py BaseLoss._maybe_compile: compile.enable with "loss" among
+    compile.components)."""
     ac = consumer("torchtitan.distributed.activation_checkpoint")
     dims, par, train = reading.dims, reading.parsed.parallelism, reading.parsed.training
     dp = dims.dp_replicate * dims.dp_shard
@@ -107,7 +109,13 @@ def layout_read(reading: TorchtitanReading) -> dict[str, Any]:
         "grad_accum": steps * pp_micro, "global_batch": train.global_batch_size,
         "seq_len": train.seq_len,
         "recompute": recompute[type(reading.parsed.activation_checkpoint)],
+        "loss_compiled": _loss_compiled(reading),
     }  # fmt: skip
+
+
+def _loss_compiled(reading: TorchtitanReading) -> bool:
+    compile_config = reading.parsed.compile
+    return bool(compile_config.enable) and "loss" in compile_config.components
 
 
 def schedule_read(reading: TorchtitanReading) -> dict[str, Any]:
@@ -169,6 +177,5 @@ def float8_read(reading: TorchtitanReading) -> dict[str, Any]:
         "fsdp_float8_all_gather": any(c.enable_fsdp_float8_all_gather for c in configs),
         "lm_head_16bit": any(f == "lm_head" and type(c) is linear.Linear.Config for f, c in found),
         "compile": reading.parsed.compile.enable,
-        "loss_compiled": reading.parsed.compile.enable
-        and "loss" in reading.parsed.compile.components,
+        "loss_compiled": _loss_compiled(reading),
     }

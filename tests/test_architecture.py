@@ -35,6 +35,7 @@ BACKEND_PARTS = {
     "capabilities": "planning",
     "facts": "render",
     "reader": "render",
+    "configs": "render",  # torchtitan's: the config functions' settings its reader starts from
     "model_from_script": "render",  # Megatron-LM's: the model a script trains
 }
 

@@ -289,6 +289,7 @@ CONTRACT: dict[str, dict[str, type]] = {
         "offload_layers": int,
         **dict.fromkeys(("recompute", "grad_reduce_dtype", "precision"), str),
         "cross_entropy_fusion": str,  # Megatron-LM's loss kernel (null on other backends)
+        "loss_compiled": type(None),  # torchtitan compiles the loss (null on other backends)
     },
     "memory": {
         **dict.fromkeys(("params", "grads", "optimizer", "activations", "other"), int),

@@ -18,8 +18,8 @@ from parplan_gen.planning.search_result import SearchResult
 from parplan_gen.rules import vocabulary
 from parplan_gen.rules.engine import Proposal
 
-# the request's, and the loss kernel (a backend's, not searched), read as train.*
-TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "cross_entropy_fusion")
+# the request's, and the loss kernel and its compile (a backend's, not searched), read as train.*
+TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "cross_entropy_fusion", "loss_compiled")
 H100_64 = {"gpus": 64, "gpu": "h100"}
 
 

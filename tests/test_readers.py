@@ -21,7 +21,12 @@ from parplan_gen.backends.accelerate.reader import (
 )
 from parplan_gen.backends.deepspeed.reader import UNFILLED, deepspeed_values
 from parplan_gen.backends.megatron.reader import megatron_values
-from parplan_gen.cost.layout import PLAN_CROSS_ENTROPY_FUSION, Layout, build_layout
+from parplan_gen.cost.layout import (
+    PLAN_CROSS_ENTROPY_FUSION,
+    Layout,
+    build_layout,
+    plan_loss_compiled,
+)
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.checks import RenderError, check_accelerate
@@ -321,9 +326,13 @@ def test_check_reads_back_every_file_plan_writes(
         run = cli("check", model, *cluster, READERS[name], out / name, *flags, "--json")
         assert (run.code, run.err) == (0, ""), f"{name}: {run.err}"
         report = run.json()
-        # another backend's file computes its framework's own loss: no Megatron-LM loss kernel
-        mine = FILE_BACKEND[name] == chosen["backend"]["name"] or FILE_BACKEND[name] == "megatron"
+        # another backend's file computes its framework's own loss: no Megatron-LM loss kernel,
+        # and compiled as that backend's plans compile it (torchtitan's: compiled; others: none)
+        own_file = FILE_BACKEND[name] == chosen["backend"]["name"]
+        mine = own_file or FILE_BACKEND[name] == "megatron"
         expected = chosen["plan"] if mine else {**chosen["plan"], "cross_entropy_fusion": None}
+        if not own_file:
+            expected = {**expected, "loss_compiled": plan_loss_compiled(FILE_BACKEND[name])}
         assert report["plan"] == expected, name
         # each file is judged by its own backend: the chosen one's, or another that runs the
         # same layout (its file is written only then)

@@ -16,7 +16,8 @@ import parplan_gen
 from parplan_gen.api import load_model
 from parplan_gen.backends.megatron.model_from_script import megatron_model
 from parplan_gen.backends.megatron.reader import megatron_arguments
-from parplan_gen.backends.torchtitan.reader import config_registry, torchtitan_values
+from parplan_gen.backends.torchtitan.configs import config_registry
+from parplan_gen.backends.torchtitan.reader import torchtitan_values
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.render.mapping import load_mapping
 
@@ -127,7 +128,8 @@ def test_config_registry_covers_the_mapping_configs() -> None:
         "tensor_parallel_degree": 8, "enable_sequence_parallel": True,
         "pipeline_parallel_degree": 1, "pipeline_parallel_microbatch_size": 1,
         "context_parallel_degree": 1, "expert_parallel_degree": 1,
-        "activation_checkpoint": "full", "compile": False, "async_tp": False, "float8": False,
+        "activation_checkpoint": "full", "compile": False, "compile_components": ("model", "loss"),
+        "async_tp": False, "float8": False,
     }  # fmt: skip
 
 

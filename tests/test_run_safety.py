@@ -95,7 +95,9 @@ def value_after(words: list[str], flag: str) -> str:
 
 @pytest.fixture(scope="module")
 def eight_gpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    return planned(tmp_path_factory.mktemp("eight"), {"gpus": 8, "gpu": "h100"})
+    # a Megatron-LM plan (Megatron-FSDP), whose layout torchtitan runs too: both files written
+    cluster = {"gpus": 8, "gpu": "h100"}
+    return planned(tmp_path_factory.mktemp("eight"), cluster, backend="megatron")
 
 
 @needs_bash
@@ -249,7 +251,8 @@ def test_torchtitan_imports_the_plans_config_function_from_its_folder(tmp_path):
 
 @pytest.fixture(scope="module")
 def budgeted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    return planned(tmp_path_factory.mktemp("budget"), {"gpus": 8, "gpu": "h100"}, tokens=TOKENS)
+    cluster = {"gpus": 8, "gpu": "h100"}  # Megatron-LM's plan; torchtitan runs it too
+    return planned(tmp_path_factory.mktemp("budget"), cluster, tokens=TOKENS, backend="megatron")
 
 
 def budget_figures(doc: dict) -> tuple[int, int]:

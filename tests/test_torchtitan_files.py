@@ -121,9 +121,9 @@ def test_torchtitan_parses_the_overrides(
     assert built["fsdp_float8_all_gather"] is layout["fp8_param_gather"] is False
     assert built["lm_head_16bit"]
     assert built["compile"] or not fp8  # (bf16 plans compile for async TP, as llama3_405b)
-    # a loss the model prices compiled (rules/cost/memory.yaml tt_loss_compiled) is compiled by
-    # the run; the converse need not hold (a BF16 plan that compiles is priced eager: above)
-    assert built["loss_compiled"] or not plan_loss_compiled("torchtitan", precision)
+    # the loss compiled as the plan says (Layout.loss_compiled: torchtitan's plans compile it,
+    # rules/cost/memory.yaml tt_loss_compiled prices it); the layout read above compares it too
+    assert built["loss_compiled"] is layout["loss_compiled"] is plan_loss_compiled("torchtitan")
     written = script.with_name("parplan_torchtitan_config.py").is_file()
     assert written is (reading.module == "parplan_torchtitan_config")
     # torchtitan's own config builds the model as priced: llama3_8b / llama3_70b in bf16,

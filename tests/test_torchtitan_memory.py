@@ -110,18 +110,24 @@ def test_a_compiled_loss_keeps_its_16_bit_logits_and_gradient() -> None:
     )
 
 
-def test_a_torchtitan_plan_compiles_its_loss_where_it_compiles_the_model() -> None:
-    def compiled(backend: str, precision: str) -> bool:
+def test_torchtitan_plans_compile_their_loss_unless_the_layout_says_not() -> None:
+    def compiled(backend: str, precision: str, **layout: Any) -> bool:
         env = formula_env(
-            "llama-3-8b", {"gpus": 8, "gpu": "h100"}, backend, zero_stage=3, precision=precision
+            "llama-3-8b",
+            {"gpus": 8, "gpu": "h100"},
+            backend,
+            zero_stage=3,
+            precision=precision,
+            **layout,
         )
         return bool(env["train.loss_compiled"])
 
-    # an FP8 plan's converter runs under torch.compile (parplan_torchtitan_config.py.j2), and
-    # CompileConfig.components ["model", "loss"] compiles the loss with it
-    assert compiled("torchtitan", "fp8")
-    assert not compiled("torchtitan", "bf16")
-    assert not compiled("megatron", "fp8")
+    # torchtitan's plans write --compile.enable with "loss" in --compile.components
+    # (CompileConfig.components; components/loss.py BaseLoss._maybe_compile), in either
+    # precision; a layout read from a file that does not (Layout.loss_compiled) is priced eager
+    assert compiled("torchtitan", "fp8") and compiled("torchtitan", "bf16")
+    assert not compiled("torchtitan", "fp8", loss_compiled=False)
+    assert not compiled("megatron", "fp8")  # Megatron-LM computes its own loss, uncompiled
 
 
 def test_under_pp_fsdp2_keeps_the_stage_whole_with_fp32_grads() -> None:

@@ -298,7 +298,7 @@ def test_a_bigger_model_never_gets_a_higher_peak_lr(params: float, ratio: float)
 # PLANNED case -> (Megatron-Core config fields, script arguments, OptimizerConfig fields),
 # worked from the configs above, GPT-3 Table 2.1 and the models' published schedules.
 EXPECTED: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
-    "llama-3-8b-8xh100": (
+    "llama-3-8b-8xh100-megatron": (
         {"layernorm_epsilon": 1e-5, "attention_dropout": 0.0, "hidden_dropout": 0.0},
         {"rotary_base": "500000"},
         # Llama 3 paper Table 3: peak 3e-4 for 8B; GPT-3 Appendix B's 10 % minimum

@@ -62,6 +62,9 @@ class Capabilities:
     # runs `off`, its framework's own loss (the one its plans write: cost/layout.py
     # plan_cross_entropy_fusion).
     cross_entropy_fusions: tuple[str, ...] = ()
+    # Its files can compile the loss with torch.compile (Layout.loss_compiled; torchtitan's
+    # --compile.components). Every backend runs its loss uncompiled (False).
+    compiled_loss: bool = False
 
     @property
     def ref(self) -> BackendRef:
@@ -118,6 +121,8 @@ class Capabilities:
         fusion = layout.cross_entropy_fusion
         if fusion not in (None, NO_CROSS_ENTROPY_FUSION, *self.cross_entropy_fusions):
             return f"{self.title} has no cross-entropy fusion {fusion} (cross_entropy_fusion)"
+        if layout.loss_compiled and not self.compiled_loss:
+            return f"{self.title} does not compile the loss (loss_compiled)"
         return None
 
 

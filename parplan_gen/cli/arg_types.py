@@ -50,6 +50,17 @@ def _offload_layers(text: str) -> int:
     return whole_number(text, MAX_LAYERS, 0)
 
 
+# The words an on/off setting takes (a flag's or a `compare --layout` word's).
+SWITCHES = {"on": True, "true": True, "off": False, "false": False}
+
+
+def _switch(text: str) -> bool:
+    if text not in SWITCHES:
+        raise ValueError(f"invalid choice: {text!r} (choose from {', '.join(SWITCHES)})")
+    return SWITCHES[text]
+
+
+switch = argument_type(_switch, "switch")
 # Layers whose activations are offloaded (Layout.offload_layers): 0 to the most a model has.
 offload_layers = argument_type(_offload_layers, "offload_layers")
 # Counts of GPUs, devices or ranks, and of candidates shown: 1 to layout.MAX_GPUS.

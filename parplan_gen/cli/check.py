@@ -264,6 +264,7 @@ def layout_values(
         "sequence_parallel",
         "offload_layers",
         "cross_entropy_fusion",
+        "loss_compiled",
     )
     flags.update({k: getattr(args, k) for k in options if getattr(args, k) is not None})
     if args.zero is not None:

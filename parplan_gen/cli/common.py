@@ -16,6 +16,7 @@ from parplan_gen.cli.arg_types import (
     positive_float,
     positive_int,
     size_type,
+    switch,
     token_count_type,
     zero_stage,
 )
@@ -247,6 +248,13 @@ def add_layout_options(
             "(--cross-entropy-loss-fusion) or te (with --cross-entropy-fusion-impl te); "
             "default: te on Megatron-LM, as plans write it",
         )
+        group.add_argument(
+            "--loss-compiled",
+            type=switch,
+            metavar="{on,off}",
+            help="torchtitan computes the loss with torch.compile (--compile.enable, loss in "
+            "--compile.components): on or off; default: on on torchtitan, as plans write it",
+        )
     return group
 
 
@@ -398,6 +406,7 @@ def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) ->
         recompute=args.recompute,
         offload_layers=args.offload_layers,
         cross_entropy_fusion=args.cross_entropy_fusion,
+        loss_compiled=args.loss_compiled,
         precision=args.precision,
     )
 

@@ -15,6 +15,7 @@ import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from parplan_gen.cli.arg_types import SWITCHES
 from parplan_gen.cli.common import (
     CROSS_ENTROPY_FUSIONS,
     LAYOUT_SIZES,
@@ -42,7 +43,6 @@ COMPARE_EXAMPLE = (
     "  parplan compare llama-3-70b --gpus 64 --gpu h100 --global-batch 512 "
     '--layout "tp=4 pp=4 mbs=1 recompute=selective"'
 )
-SWITCHES = {"on": True, "true": True, "off": False, "false": False}
 # --layout keys whose value is a number: key -> Layout field, the flag's argparse type
 LAYOUT_NUMBERS: dict[str, tuple[str, Callable[[str], int]]] = {
     "zero": ("zero_stage", zero_stage),
@@ -56,6 +56,7 @@ LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "distributed_optimizer": ("distributed_optimizer", tuple(SWITCHES)),
     "backend": ("backend", BACKEND_NAMES),
     "cross_entropy": ("cross_entropy_fusion", CROSS_ENTROPY_FUSIONS),
+    "loss_compiled": ("loss_compiled", tuple(SWITCHES)),
 }
 
 

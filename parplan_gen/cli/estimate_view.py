@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import PLAN_CROSS_ENTROPY_FUSION
+from parplan_gen.cost.layout import PLAN_CROSS_ENTROPY_FUSION, plan_loss_compiled
 from parplan_gen.cost.mfu_convention import convention_of, mfu_text
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.safe_text import printable
@@ -59,9 +59,9 @@ def backend_text(estimate: Estimate) -> str:
 
 def layout_line(estimate: Estimate, against: Estimate | None = None) -> str:
     """`tp=8 pp=12 dp=16 ...` for the non-default parts of a layout (the precision when it is
-    not bf16, the gradients' reduce type when it is not the backend's own, the loss kernel when
-    it is not the one plans write, or differs from the one of `against`, the layout it is set
-    beside)."""
+    not bf16, the gradients' reduce type when it is not the backend's own, the loss kernel and
+    the loss's compile when they are not the plans' or differ from those of `against`, the
+    layout it is set beside)."""
     p = estimate.plan
     parts = [f"dp={p.dp}", f"tp={p.tp}", f"pp={p.pp}"]
     parts += [f"{k}={v}" for k, v in (("cp", p.cp), ("ep", p.ep)) if v > 1]
@@ -88,6 +88,11 @@ def layout_line(estimate: Estimate, against: Estimate | None = None) -> str:
     differs = against is not None and loss != against.plan.cross_entropy_fusion
     if loss is not None and (loss != PLAN_CROSS_ENTROPY_FUSION or differs):
         parts.append(f"cross_entropy={loss}")
+    compiled = p.loss_compiled  # likewise the loss's compile (torchtitan's plans compile it)
+    differs = against is not None and compiled != against.plan.loss_compiled
+    backend = estimate.backend.name if estimate.backend is not None else None
+    if compiled is not None and (compiled != plan_loss_compiled(backend) or differs):
+        parts.append(f"loss_compiled={'on' if compiled else 'off'}")
     return " ".join(parts)
 
 

@@ -25,7 +25,7 @@ from parplan_gen.cost.layout import (
     Layout,
     cross_entropy_value,
     fp8_recipe,
-    plan_loss_compiled,
+    loss_compiled_value,
     plan_values,
 )
 from parplan_gen.inputs.defaults import GIB
@@ -327,7 +327,7 @@ class CostModel:
             "train.backend": self.backend or "",
             "train.fp8_recipe": fp8_recipe(cluster.gpu.architecture, self.backend),
             "train.cross_entropy_fusion": cross_entropy_value(None, self.backend),
-            "train.loss_compiled": plan_loss_compiled(self.backend, precision),
+            "train.loss_compiled": loss_compiled_value(None, self.backend),
             **FRAMEWORK_FEATURES,
             **memory_headroom.env(),
         }
@@ -363,6 +363,7 @@ class CostModel:
         env["train.cross_entropy_fusion"] = cross_entropy_value(
             layout.cross_entropy_fusion, self.backend
         )
+        env["train.loss_compiled"] = loss_compiled_value(layout.loss_compiled, self.backend)
         return env
 
 

@@ -70,16 +70,22 @@ def cross_entropy_value(
 SIXTEEN_BIT: dict[str, Precision] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16"}
 
 
-def plan_loss_compiled(backend: str | None, precision: Precision) -> bool:
-    """Whether a plan on `backend` in `precision` compiles its loss (train.loss_compiled): a
-    torchtitan plan in FP8 runs its converter with torch.compile on
-    (backends/torchtitan/templates/0.3/parplan_torchtitan_config.py.j2, the llama3_405b config),
-    and torchtitan 0.3 compiles the loss with the model (config/configs.py
-    CompileConfig.components ["model", "loss"], components/loss.py BaseLoss._maybe_compile).
-    BF16 plans are priced eager: those that compile for async TP run the loss-parallel loss
-    (tp > 1), priced eager compiled or not; one on the llama3_405b config (which compiles) at
-    tp 1 is priced above what it holds."""
-    return backend == "torchtitan" and precision == "fp8"
+def plan_loss_compiled(backend: str | None) -> bool | None:
+    """Whether a plan on `backend` compiles its loss (Layout.loss_compiled). torchtitan's plans
+    do: torchtitan 0.3 compiles the loss when --compile.enable and `loss` is in
+    --compile.components (components/loss.py BaseLoss._maybe_compile; config/configs.py
+    CompileConfig.components, default ["model", "loss"]), which keeps 4 bytes a logit instead
+    of 12 (rules/cost/memory.yaml tt_loss_bytes_per_vocab) and moves fewer (pipeline.yaml
+    loss_bytes_compiled). Their files compile the model too where the plan needs it (FP8's
+    converters, async TP) and the loss alone elsewhere (backends/torchtitan/facts.py). None on
+    the other backends: their files compute the framework's own loss, uncompiled."""
+    return True if backend == "torchtitan" else None
+
+
+def loss_compiled_value(named: bool | None, backend: str | None) -> bool:
+    """Whether a layout that says `named` (Layout.loss_compiled) runs a compiled loss on
+    `backend` (train.loss_compiled): `named`, else as the backend's plans run it."""
+    return bool(plan_loss_compiled(backend)) if named is None else named
 
 
 # The FP8 scaling recipe an FP8 plan runs (rules/cost/compute.yaml prices its quantization;
@@ -229,6 +235,13 @@ class Layout(BaseModel):
         "default), `native` (--cross-entropy-loss-fusion) or `te` (--cross-entropy-loss-fusion "
         "--cross-entropy-fusion-impl te); not given: as the backend's plan files run it (`te` on "
         "Megatron-LM; other backends compute their framework's own loss).",
+    )
+    loss_compiled: bool | None = Field(
+        None,
+        description="torchtitan computes the loss with torch.compile (--compile.enable with "
+        "`loss` in --compile.components); not given: as the backend's plan files run it "
+        "(compiled on torchtitan; other backends compute their framework's own loss, "
+        "uncompiled).",
     )
     seq_len: int = Field(ge=1, le=SIZE_LIMITS["seq_len"], description="Tokens per sequence.")
     precision: Precision = Field("bf16", description="Compute precision of the matmuls.")

@@ -27,7 +27,7 @@ from parplan_gen.cost.estimate import (
     estimate_from_figures,
 )
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import Layout, plan_cross_entropy_fusion
+from parplan_gen.cost.layout import Layout, plan_cross_entropy_fusion, plan_loss_compiled
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.models.kind import BackendName, ModelKind, TrainedModel
@@ -154,11 +154,10 @@ class Evaluator:
         memory_headroom: MemoryHeadroom = NO_HEADROOM,
     ) -> Evaluation:
         """The estimate of `layout` and the rules it breaks (`memory_headroom`: what the memory
-        rules keep free per GPU). A layout that names no loss kernel is priced, and shown,
-        with the one the backend's plans write (cost/layout.py plan_cross_entropy_fusion)."""
-        fusion = plan_cross_entropy_fusion(self.backend)
-        if layout.cross_entropy_fusion is None and fusion is not None:
-            layout = layout.model_copy(update={"cross_entropy_fusion": fusion})
+        rules keep free per GPU). A layout that names no loss kernel, or leaves the loss's
+        compile unsaid, is priced, and shown, as the backend's plans write it (cost/layout.py
+        plan_cross_entropy_fusion, plan_loss_compiled)."""
+        layout = self.as_plans_write(layout)
         env = self.env(
             model,
             cluster,
@@ -167,6 +166,18 @@ class Evaluator:
             memory_headroom=memory_headroom,
         )
         return self.evaluate_env(layout, env)
+
+    def as_plans_write(self, layout: Layout) -> Layout:
+        """`layout` with what it leaves unsaid of the loss (its kernel, its compile) as the
+        backend's plan files write it."""
+        update: dict[str, Any] = {}
+        fusion = plan_cross_entropy_fusion(self.backend)
+        if layout.cross_entropy_fusion is None and fusion is not None:
+            update["cross_entropy_fusion"] = fusion
+        compiled = plan_loss_compiled(self.backend)
+        if layout.loss_compiled is None and compiled is not None:
+            update["loss_compiled"] = compiled
+        return layout.model_copy(update=update) if update else layout
 
     def evaluate_env(self, layout: Layout, env: dict[str, Any]) -> Evaluation:
         """`evaluate` for an environment already built for `layout` (the planner's, reused
@@ -261,8 +272,9 @@ def backend_verdicts(
     """For each of the model's backends: None when it runs `layout` (it is within the backend's
     capabilities and breaks none of its `invalid` rules) as the plan, priced on `priced_on`
     (None: on none), was priced, else why not. A backend the plan was not priced on is judged
-    on the layout less its loss kernel (Layout.cross_entropy_fusion), which is Megatron-LM's:
-    the others compute their framework's own loss."""
+    on the layout less its loss kernel (Layout.cross_entropy_fusion), which is Megatron-LM's,
+    and its loss's compile (Layout.loss_compiled), which is torchtitan's: the others compute
+    their framework's own loss."""
     env: dict[str, Any] | None = None
     out: dict[str, str | None] = {}
     for name in model.backends:
@@ -270,7 +282,7 @@ def backend_verdicts(
         judged = (
             layout
             if name == priced_on
-            else layout.model_copy(update={"cross_entropy_fusion": None})
+            else layout.model_copy(update={"cross_entropy_fusion": None, "loss_compiled": None})
         )
         why = caps.refuses(judged)
         if why is None and priced_on != name and caps.priced_apart(layout):

@@ -26,6 +26,7 @@ from parplan_gen.cost.layout import (
     Precision,
     check_sizes,
     plan_cross_entropy_fusion,
+    plan_loss_compiled,
 )
 from parplan_gen.inputs.errors import InputError, shown_value
 from parplan_gen.inputs.validation import check_choice
@@ -445,11 +446,12 @@ def outside_search(layout: Layout, request: Request) -> str | None:
 
 def layout_of(plan: Iterable[Any], request: Request) -> Layout:
     """The Layout whose plan fields (cost.layout.PLAN_FIELDS, in order) are `plan`, with the
-    loss kernel the request's backend writes."""
+    loss kernel and the loss's compile the request's backend writes."""
     values = dict(zip(PLAN_FIELDS, plan, strict=True))
     return Layout(
         **values,
         cross_entropy_fusion=plan_cross_entropy_fusion(request.options.backend),
+        loss_compiled=plan_loss_compiled(request.options.backend),
         global_batch=request.global_batch,
         seq_len=request.seq_len,
         precision=request.precision,

@@ -277,10 +277,11 @@ _RUN_NAMES: tuple[Name, ...] = (
         "train.loss_compiled",
         "bool",
         "-",
-        "torchtitan compiles its loss with the model (torch.compile; CompileConfig.components "
-        "['model', 'loss']): true for a torchtitan plan in FP8, whose converter runs compiled; "
-        "false for other plans and for calibration runs unless their torchtitan compiled it "
-        "(bbb1b616e, April 2025, and later, with compile on).",
+        "torchtitan compiles its loss (Layout.loss_compiled: torch.compile with 'loss' in "
+        "CompileConfig.components): true for torchtitan's plans, which write --compile.enable "
+        "and the components; as read for a file `check --from-torchtitan` reads, or a layout "
+        "that says so; false on other backends, and for calibration runs unless their "
+        "torchtitan compiled it (bbb1b616e, April 2025, and later, with compile on).",
     ),
     Name(
         "train.cross_entropy_fusion",

@@ -31,4 +31,6 @@ TORCHTITAN = Capabilities(
     experts=True,
     sequence_parallel=True,
     recompute=("none", "selective", "full"),
+    # config/configs.py CompileConfig.components; components/loss.py BaseLoss._maybe_compile
+    compiled_loss=True,
 )

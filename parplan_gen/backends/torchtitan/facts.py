@@ -36,7 +36,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from parplan_gen.cost.layout import Layout, fp8_recipe
+from parplan_gen.backends.torchtitan.configs import config_registry
+from parplan_gen.cost.layout import Layout, fp8_recipe, loss_compiled_value
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.inputs.resources import BACKEND_CONSTRAINTS
 from parplan_gen.models.any_model import transformer_of
@@ -75,6 +76,8 @@ FACT_NAMES = (
     "torchtitan.sequence_parallel",
     "torchtitan.no_sequence_parallel",
     "torchtitan.async_tp",
+    "torchtitan.compile",
+    "torchtitan.compile_components",
 )
 
 
@@ -96,6 +99,8 @@ def torchtitan_facts(
     # torchtitan_run.sh's --config, written only where torchtitan runs the layout
     config = None if decided is None else config_name(model, layout, mapping)
     recipe = fp8_recipe(architecture, "torchtitan") if layout.precision == "fp8" else None
+    async_tp = decided is not None and decided.tp_comm_overlap
+    compiled = _compiled(layout, config, converted=recipe is not None, async_tp=async_tp)
     return {
         "torchtitan.config": config,
         "torchtitan.flavor": _own(mapping, config, "flavor"),
@@ -112,8 +117,27 @@ def torchtitan_facts(
         "torchtitan.sequence_parallel": split,
         "torchtitan.no_sequence_parallel": layout.tp > 1 and not split,
         # Async TP where the cost model priced the TP traffic overlapped (it needs SP).
-        "torchtitan.async_tp": decided is not None and decided.tp_comm_overlap,
+        "torchtitan.async_tp": async_tp,
+        "torchtitan.compile": bool(compiled),
+        # one comma-separated word (torchtitan's config/manager.py list_str_rule)
+        "torchtitan.compile_components": ",".join(compiled) or None,
     }
+
+
+def _compiled(
+    layout: Layout, config: str | None, *, converted: bool, async_tp: bool
+) -> tuple[str, ...]:
+    """What the job compiles (config/configs.py CompileConfig.components; empty: nothing):
+    the model where its FP8 converters run (compiled, as torchtitan's float8 configs run them),
+    where async TP needs it (CompileConfig.__post_init__: "Async TP requires 'model' in
+    --compile.components") or where the config compiles it already (configs.yaml); the loss as
+    the layout says (Layout.loss_compiled; unsaid: as plans run it, cost/layout.py
+    plan_loss_compiled). None of it without a config (no files)."""
+    if config is None:
+        return ()
+    model = converted or async_tp or bool(config_registry().settings(config)["compile"])
+    loss = loss_compiled_value(layout.loss_compiled, "torchtitan")
+    return tuple(part for part, on in (("model", model), ("loss", loss)) if on)
 
 
 def config_name(model: TrainedModel, layout: Layout, mapping: MappingFile) -> str | None:

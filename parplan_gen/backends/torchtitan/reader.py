@@ -1,13 +1,15 @@
 """Reads a torchtitan 0.3 launch line back (`parplan check --from-torchtitan FILE`) as
 torchtitan reads it: the settings of its config function (`--config llama3_70b`:
 configs.yaml beside this file, read in torchtitan's own source: local batch, sequence length,
-tensor parallelism, activation checkpointing, sequence parallelism, float8), then the tyro
-overrides of the `torchtitan` section of mapping.yaml beside this file, read backwards
+tensor parallelism, activation checkpointing, sequence parallelism, float8, compile), then the
+tyro overrides of the `torchtitan` section of mapping.yaml beside this file, read backwards
 (facts.py beside it says how each is written). A line that starts from the config function a
 plan writes (`--module parplan_torchtitan_config`) is read from that file beside it, as
 torchtitan_run.sh puts its folder on PYTHONPATH: parsed, never run, for the torchtitan config
-the function calls and the converter its model_registry(...) builds the model with
-(`_written_function`). A later override wins, as tyro's argparse does;
+the function calls, the converter its model_registry(...) builds the model with and the compile
+it assigns (`_written_function`). The loss is compiled (Layout.loss_compiled) with
+compile.enable and "loss" among compile.components, as torchtitan's BaseLoss decides. A later
+override wins, as tyro's argparse does;
 other arguments are ignored. `data_parallel_shard_degree -1` (the default) is the rest of the
 world size, and `global_batch_size -1` (the default) the local batch x dp, as torchtitan's
 ParallelDims and Trainer make them. How many stages the layers make is the named formula
@@ -18,13 +20,11 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from functools import cache
 from math import ceil
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from parplan_gen.backends.torchtitan.configs import THE_REST, ConfigRegistry, config_registry
 from parplan_gen.backends.torchtitan.facts import CONFIG_MODULE, CONFIG_MODULE_FILE, ZERO_SHARDED
 from parplan_gen.cost.layout import SIZE_LIMITS
 from parplan_gen.inputs.errors import InputError, SourceRef
@@ -32,7 +32,6 @@ from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.inputs.shell_script import MAX_ARGUMENT_SCRIPT_BYTES
-from parplan_gen.inputs.validation import validated_file
 from parplan_gen.models.transformer_shape import MAX_LAYERS
 from parplan_gen.planning.evaluate import named_formula
 from parplan_gen.render.mapping import LoadedMapping
@@ -65,21 +64,25 @@ SWITCHES = {
 # Spellings parplan does not write but reads: torchtitan 0.1/0.2's activation checkpointing
 # flag (JobConfig.activation_checkpoint.mode), before 0.3 made it a tyro subcommand.
 ALIASES = {"--activation_checkpoint.mode": "plan.recompute"}
+# torch.compile (config/configs.py CompileConfig): --compile.enable and tyro's negation of it,
+# and the components it compiles (a list[str], which torchtitan's tyro rule reads as one
+# comma-separated word: config/manager.py list_str_rule), the loss among them when "loss" is
+# (components/loss.py BaseLoss._maybe_compile). A written config function
+# may assign either (`config.compile.enable = True`). Layout.loss_compiled is what they make.
+COMPILE_SECTION, COMPILE_ENABLE, COMPILE_COMPONENTS = "compile", "enable", "components"
+COMPILE_KEY, COMPONENTS_KEY = "compile", "compile_components"  # configs.yaml settings
+COMPILE_SWITCHES = {"--compile.enable": True, "--compile.no_enable": False}
+COMPONENTS_FLAG, LOSS_COMPONENT = "--compile.components", "loss"
 # The type FSDP2 reduces gradients in (config/configs.py TrainingConfig.mixed_precision_reduce,
 # passed to fully_shard's MixedPrecisionPolicy(reduce_dtype)): torchtitan 0.3.0's Literal has
 # "float32" alone, its default, so the layout's grad_reduce_dtype is `default` (parplan writes
 # no override: rules/cost/memory.yaml prices float32 for it).
 REDUCE_FLAG, REDUCE_KEY = "--training.mixed_precision_reduce", "grad_reduce_dtype"
 REDUCE_DTYPES = {"float32": "default"}
-CONFIGS_FILE = Path(__file__).with_name("configs.yaml")
 # What the written config function calls to build the model (models/llama3/__init__.py
 # model_registry(flavor, ..., converters=...)), and the converter's class attribute it names.
 MODEL_REGISTRY, CONVERTERS_ARG, CONVERTER_CONFIG = "model_registry", "converters", "Config"
 RECIPE_ARG = "recipe_name"  # Float8LinearConverter.Config.recipe_name
-# torchtitan's "the rest" / "the default" value (ParallelismConfig.data_parallel_shard_degree:
-# "-1 means leftover ranks will be used"; TrainingConfig.global_batch_size: "Defaults to
-# training.local_batch_size * data-parallel degree").
-THE_REST = -1
 # The overrides that may say THE_REST (the settings they override, in configs.yaml).
 REST_KEYS = {
     "torchtitan.dp_shard": "data_parallel_shard_degree",
@@ -97,92 +100,6 @@ SETTING_OF_KEY = {
     "torchtitan.local_batch_size": "local_batch_size",
     "plan.seq_len": "seq_len",
 }
-
-
-class Settings(BaseModel):
-    """What a torchtitan job starts from, as far as a layout reads it (configs.yaml: None where
-    a group of it does not set the setting)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    local_batch_size: int | None = Field(None, ge=1)
-    global_batch_size: int | None = Field(None, ge=THE_REST)
-    seq_len: int | None = Field(None, ge=1)
-    data_parallel_replicate_degree: int | None = Field(None, ge=1)
-    data_parallel_shard_degree: int | None = Field(None, ge=THE_REST)
-    tensor_parallel_degree: int | None = Field(None, ge=1)
-    enable_sequence_parallel: bool | None = None
-    pipeline_parallel_degree: int | None = Field(None, ge=1)
-    pipeline_parallel_microbatch_size: int | None = Field(None, ge=1)
-    context_parallel_degree: int | None = Field(None, ge=1)
-    expert_parallel_degree: int | None = Field(None, ge=1)
-    activation_checkpoint: Literal["none", "selective", "full"] | None = None
-    compile: bool | None = None  # recorded; a Layout has no field for it
-    async_tp: bool | None = None  # recorded; the rules decide the TP overlap a check prices
-    float8: bool | None = None  # Float8Linear converters: the layout's precision fp8
-
-
-class SettingsGroup(BaseModel):
-    """Settings and the file and class or function of torchtitan they come from."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    source: str = Field(min_length=1)
-    settings: Settings
-
-
-class ConfigSettings(SettingsGroup):
-    """A config function's settings and the model_registry flavor it builds."""
-
-    flavor: str = Field(min_length=1)
-
-
-class Converter(BaseModel):
-    """A model converter a config function may build the model with (an FP8 plan's), and the
-    recipe_name values it takes (none: it has no such field)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    source: str = Field(min_length=1)
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    recipes: tuple[str, ...]
-
-
-class ConfigRegistry(BaseModel):
-    """configs.yaml: torchtitan's defaults, the converters, then each config function's own
-    settings."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    release: str = Field(min_length=1)
-    repository: str = Field(min_length=1)
-    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
-    defaults: tuple[SettingsGroup, ...] = Field(min_length=1)
-    converters: tuple[Converter, ...] = Field(min_length=1)
-    configs: dict[str, ConfigSettings] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _every_default(self) -> ConfigRegistry:
-        missing = [name for name in Settings.model_fields if self.default(name) is None]
-        if missing:
-            raise ValueError(f"defaults: no value for {', '.join(missing)}")
-        return self
-
-    def default(self, name: str) -> Any:
-        """The default of one setting (the first group that sets it), None if none does."""
-        values = (getattr(group.settings, name) for group in self.defaults)
-        return next((value for value in values if value is not None), None)
-
-    def settings(self, config: str) -> dict[str, Any]:
-        """Every setting a job started from `config` has before its overrides."""
-        own = self.configs[config].settings.model_dump(exclude_none=True)
-        return {name: self.default(name) for name in Settings.model_fields} | own
-
-
-@cache
-def config_registry() -> ConfigRegistry:
-    """configs.yaml beside this module, validated."""
-    return validated_file(CONFIGS_FILE, ConfigRegistry)
 
 
 @dataclass(frozen=True)
@@ -213,10 +130,12 @@ def torchtitan_values(
                 f"no {written}: the config function this line starts from is written beside it",
                 said["module"].where,
             )
-        config, float8 = _written_function(written, said["config"])
+        config, float8, compile_set = _written_function(written, said["config"])
         said["config"] = _Said(config, said["config"].where)
         if float8 is not None:
             said["float8"] = _Said(float8, SourceRef(str(written)))
+        for key, (value, where) in compile_set.items():  # the line's own overrides win
+            said.setdefault(key, _Said(value, where))
     else:
         _checked(said["config"].text, tuple(_latest(mapping).configs), said["config"].where)
     return _layout(said, num_layers, num_gpus, rules, ref)
@@ -234,10 +153,14 @@ def _code(node: ast.AST) -> str:
         return f"a {type(node).__name__} nested too deeply to show"
 
 
-def _written_function(path: Path, config: _Said) -> tuple[str, bool | None]:
+def _written_function(
+    path: Path, config: _Said
+) -> tuple[str, bool | None, dict[str, tuple[Any, SourceRef]]]:
     """The torchtitan config the function `config` names in the written config module calls,
-    and whether its model_registry(...) converts the linear layers (None: it keeps the config's
-    model). Read from the file's syntax tree: nothing in it is run."""
+    whether its model_registry(...) converts the linear layers (None: it keeps the config's
+    model), and the compile settings it assigns (`config.compile.enable = True`, as a plan's
+    FP8 function does: COMPILE_KEY, COMPONENTS_KEY). Read from the file's syntax tree: nothing
+    in it is run."""
     text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
     try:
         tree = ast.parse(text, filename=str(path))
@@ -267,9 +190,41 @@ def _written_function(path: Path, config: _Said) -> tuple[str, bool | None]:
             SourceRef(str(path), found[-1].lineno),
         )
     build = next((call for called, call in calls if called == MODEL_REGISTRY), None)
+    compile_set = _compile_assigned(found[-1], path)
     if build is None:
-        return own, None
-    return own, _converts(build, registry, own, SourceRef(str(path), build.lineno))
+        return own, None, compile_set
+    converts = _converts(build, registry, own, SourceRef(str(path), build.lineno))
+    return own, converts, compile_set
+
+
+def _compile_assigned(function: ast.FunctionDef, path: Path) -> dict[str, tuple[Any, SourceRef]]:
+    """What `function` assigns to `<config>.compile.enable` and `.components` (the last
+    assignment of each, in the file's order), with where: a bool and a list of names, or an
+    InputError for a value that is not one written out."""
+    out: dict[str, tuple[Any, SourceRef]] = {}
+    assigns = [n for n in ast.walk(function) if isinstance(n, ast.Assign)]
+    for node in sorted(assigns, key=lambda n: (n.lineno, n.col_offset)):
+        for target in node.targets:
+            if not isinstance(target, ast.Attribute):
+                continue
+            inner = target.value
+            if not (isinstance(inner, ast.Attribute) and inner.attr == COMPILE_SECTION):
+                continue
+            where = SourceRef(str(path), node.lineno, path=f"{COMPILE_SECTION}.{target.attr}")
+            value = node.value
+            if target.attr == COMPILE_ENABLE:
+                if not (isinstance(value, ast.Constant) and isinstance(value.value, bool)):
+                    raise InputError(f"{_code(value)}: not True or False", where)
+                out[COMPILE_KEY] = (value.value, where)
+            elif target.attr == COMPILE_COMPONENTS:
+                items = value.elts if isinstance(value, ast.List | ast.Tuple) else None
+                if items is None or not all(
+                    isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items
+                ):
+                    raise InputError(f"{_code(value)}: not a list of names parplan reads", where)
+                names = tuple(i.value for i in items if isinstance(i, ast.Constant))
+                out[COMPONENTS_KEY] = (names, where)
+    return out
 
 
 def _converts(build: ast.Call, registry: ConfigRegistry, config: str, where: SourceRef) -> bool:
@@ -338,7 +293,13 @@ def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) 
     for i, (word, line) in enumerate(words):
         flag = word.partition("=")[0]
         flag = flag.replace("-", "_").replace("__", "--", 1)  # tyro takes either spelling
-        if flag in flags:
+        if flag in COMPILE_SWITCHES:
+            where = SourceRef(ref.file, line, path=flag)
+            out[COMPILE_KEY] = _Said(COMPILE_SWITCHES[flag], where)
+        elif flag == COMPONENTS_FLAG:
+            where = SourceRef(ref.file, line, path=flag)
+            out[COMPONENTS_KEY] = _Said(tuple(argument_value(words, i).split(",")), where)
+        elif flag in flags:
             key, switch = flags[flag]
             where = SourceRef(ref.file, line, path=flag)
             if switch:
@@ -411,6 +372,13 @@ def _layout(
         if "plan.recompute" in said
         else settings["activation_checkpoint"]
     )
+    # components/loss.py BaseLoss._maybe_compile: the loss is compiled with compile.enable and
+    # "loss" among compile.components (the config's, the written function's, then the line's)
+    enable = said[COMPILE_KEY].text if COMPILE_KEY in said else settings["compile"]
+    components = (
+        said[COMPONENTS_KEY].text if COMPONENTS_KEY in said else settings["compile_components"]
+    )
+    out["loss_compiled"] = bool(enable) and LOSS_COMPONENT in components
     if REDUCE_KEY in said:
         out[REDUCE_KEY] = REDUCE_DTYPES[said[REDUCE_KEY].text]
     split = said["sequence_parallel"].text if "sequence_parallel" in said else None
