@@ -177,5 +177,7 @@ def float8_read(reading: TorchtitanReading) -> dict[str, Any]:
         "fsdp_float8_all_gather": any(c.enable_fsdp_float8_all_gather for c in configs),
         "lm_head_16bit": any(f == "lm_head" and type(c) is linear.Linear.Config for f, c in found),
         "compile": reading.parsed.compile.enable,
+        "model_compiled": reading.parsed.compile.enable
+        and "model" in reading.parsed.compile.components,
         "loss_compiled": _loss_compiled(reading),
     }

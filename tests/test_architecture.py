@@ -35,7 +35,8 @@ BACKEND_PARTS = {
     "capabilities": "planning",
     "facts": "render",
     "reader": "render",
-    "configs": "render",  # torchtitan's: the config functions' settings its reader starts from
+    "configs": "render",
+    "compile_settings": "render",  # torchtitan's: the compile a line and its config function set  # torchtitan's: the config functions' settings its reader starts from
     "model_from_script": "render",  # Megatron-LM's: the model a script trains
 }
 

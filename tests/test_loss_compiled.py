@@ -14,6 +14,7 @@ Llama 3 8B: vocabulary 128,256; at seq 8192, mbs 1 a chunk has 1,024 tokens.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -177,8 +178,107 @@ def test_check_prices_an_fp8_line_without_compile_eager(
 def test_compare_takes_the_loss_compile_as_a_layout_word(cli: Callable[..., Run]) -> None:
     run = cli("compare", "llama-3-8b", "--gpus", 8, "--gpu", "h100", "--global-batch", 64,
               "--seq-len", 8_192, "--backend", "torchtitan", "--no-runner-up",
-              "--layout", "dp=8 zero=3 mbs=1 loss_compiled=off", "--json")  # fmt: skip
+              "--layout", "dp=8 zero=3 mbs=1 loss_compiled=off backend=torchtitan",
+              "--json")  # fmt: skip
     assert run.code == 0, run.err
     chosen, yours = run.json()["columns"]
     assert chosen["estimate"]["plan"]["loss_compiled"] is True
+    assert yours["estimate"]["backend"]["name"] == "torchtitan"
     assert yours["estimate"]["plan"]["loss_compiled"] is False
+
+
+# ---- what torchtitan refuses is refused -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "flags", "message"),
+    [
+        ("llama3_8b", "--compile.enable=False",
+         "--compile.enable is a switch: it takes no value (--compile.enable=False)"),
+        ("llama3_8b", "--compile.no-enable True",
+         "--compile.no_enable is a switch: it takes no value (--compile.no-enable True)"),
+        ("llama3_8b", "--compile.enable --compile.components model loss",
+         "--compile.components model loss: torchtitan reads the parts as one comma-separated "
+         "word (model,loss)"),
+        ("llama3_8b", "--compile.enable --compile.components",
+         "--compile.components needs a value: the parts, comma-separated (model,loss)"),
+        # llama3_405b turns async TP on: CompileConfig.__post_init__ refuses it without the model
+        ("llama3_405b", "--compile.no-enable",
+         "Async TP requires 'model' in --compile.components and --compile.enable "
+         "(CompileConfig.__post_init__)"),
+        ("llama3_405b", "--compile.components loss",
+         "Async TP requires 'model' in --compile.components and --compile.enable "
+         "(CompileConfig.__post_init__)"),
+    ],
+)  # fmt: skip
+def test_what_torchtitan_refuses_is_refused_naming_the_flag(
+    tmp_path: Path, config: str, flags: str, message: str
+) -> None:
+    path = _line(tmp_path, LAUNCH.format(config=config, flags=flags))
+    with pytest.raises(InputError) as caught:
+        _read(path)
+    assert str(caught.value).split(": ", 2)[2] == message
+    assert str(caught.value).startswith(f"{path}:1: --compile.")
+
+
+@pytest.mark.parametrize(
+    ("body", "compiled"),
+    [
+        # a CompileConfig of its own: what it leaves out is CompileConfig's default
+        ("    c.compile = CompileConfig(enable=True, components=['loss'])\n", True),
+        ("    c.compile = CompileConfig(enable=True, components=['model'])\n", False),
+        ("    c.compile = CompileConfig(components=['loss'])\n", False),
+        ("    c.compile.components = ('model', 'loss')\n    c.compile.enable = True\n", True),
+    ],
+)  # fmt: skip
+def test_a_written_function_may_set_its_own_compile_config(
+    tmp_path: Path, body: str, compiled: bool
+) -> None:
+    function = f"def f():\n    c = llama3_8b()\n{body}    return c\n"
+    assert _read(_written(tmp_path, function))["loss_compiled"] is compiled
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    c.compile.enable = True\n    c.compile.components.remove('loss')\n",
+        "    d = llama3_8b()\n    d.compile.enable = True\n",  # not the config it returns
+        "    if False:\n        c.compile.enable = True\n",  # not at its top level
+        "    c.compile.components += ['loss']\n",
+    ],
+)
+def test_a_compile_change_parplan_cannot_follow_is_an_error(tmp_path: Path, body: str) -> None:
+    function = f"def f():\n    c = llama3_8b()\n{body}    return c\n"
+    with pytest.raises(InputError) as caught:
+        _read(_written(tmp_path, function))
+    assert (
+        "parplan reads compile settings assigned at the function's top level to the config "
+        "it returns, as `c.compile.enable = True` or `c.compile = CompileConfig(...)`"
+        in str(caught.value)
+    )
+
+
+# ---- a plan.json that says otherwise is written as it says -----------------------------------
+
+
+def test_a_layout_that_leaves_the_loss_eager_writes_no_compile(
+    tmp_path: Path, cli: Callable[..., Run]
+) -> None:
+    """A BF16 tp 1 plan compiles the loss alone (the model stays eager); its plan.json with
+    loss_compiled false renders a line that compiles nothing, and check reads it so."""
+    out = tmp_path / "plan"
+    parplan_gen.plan(
+        "llama-3-8b", H100_8, global_batch=64, seq_len=8_192, backend="torchtitan",
+        pins={"tp": 1},
+    ).write(out)  # fmt: skip
+    script = (out / "torchtitan_run.sh").read_text(encoding="utf-8")
+    assert "    --compile.enable\n    --compile.components loss\n" in script
+    doc = json.loads((out / "plan.json").read_text(encoding="utf-8"))
+    doc["chosen"]["plan"]["loss_compiled"] = False
+    edited = tmp_path / "eager.json"
+    edited.write_text(json.dumps(doc), encoding="utf-8")
+    run = cli("render", edited, "--out", tmp_path / "eager")
+    assert run.code == 0, run.err
+    eager = tmp_path / "eager" / "torchtitan_run.sh"
+    assert "--compile" not in eager.read_text(encoding="utf-8")
+    assert _read(eager)["loss_compiled"] is False

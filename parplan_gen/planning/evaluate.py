@@ -169,7 +169,8 @@ class Evaluator:
 
     def as_plans_write(self, layout: Layout) -> Layout:
         """`layout` with what it leaves unsaid of the loss (its kernel, its compile) as the
-        backend's plan files write it."""
+        backend's plan files write it; an uncompiled loss is unsaid on a backend that never
+        compiles it (None, as its plans say)."""
         update: dict[str, Any] = {}
         fusion = plan_cross_entropy_fusion(self.backend)
         if layout.cross_entropy_fusion is None and fusion is not None:
@@ -177,6 +178,8 @@ class Evaluator:
         compiled = plan_loss_compiled(self.backend)
         if layout.loss_compiled is None and compiled is not None:
             update["loss_compiled"] = compiled
+        elif layout.loss_compiled is False and compiled is None:
+            update["loss_compiled"] = None
         return layout.model_copy(update=update) if update else layout
 
     def evaluate_env(self, layout: Layout, env: dict[str, Any]) -> Evaluation:

@@ -360,6 +360,9 @@ def _config_module(
         "registry": f"torchtitan.models.{section.module}",
         "flavor": values["torchtitan.flavor"],
         "converter": values["torchtitan.converter"],
+        # torch.compile on in the function, where the plan compiles the model (facts.py
+        # _compiled): a converter reads it when the config is built (model_compile_enabled)
+        "compile_model": "model" in (values["torchtitan.compile_components"] or "").split(","),
         "recipe": values["torchtitan.fp8_recipe"],
         "filter_fqns": own.float8_filter_fqns,
         "fqns": own.mxfp8_fqns,

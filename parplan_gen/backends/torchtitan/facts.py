@@ -130,12 +130,13 @@ def _compiled(
     """What the job compiles (config/configs.py CompileConfig.components; empty: nothing):
     the model where its FP8 converters run (compiled, as torchtitan's float8 configs run them),
     where async TP needs it (CompileConfig.__post_init__: "Async TP requires 'model' in
-    --compile.components") or where the config compiles it already (configs.yaml); the loss as
-    the layout says (Layout.loss_compiled; unsaid: as plans run it, cost/layout.py
-    plan_loss_compiled). None of it without a config (no files)."""
+    --compile.components") or where the config compiles it already or turns async TP on
+    (configs.yaml); the loss as the layout says (Layout.loss_compiled; unsaid: as plans run
+    it, cost/layout.py plan_loss_compiled). None of it without a config (no files)."""
     if config is None:
         return ()
-    model = converted or async_tp or bool(config_registry().settings(config)["compile"])
+    own = config_registry().settings(config)
+    model = converted or async_tp or bool(own["compile"] or own["async_tp"])
     loss = loss_compiled_value(layout.loss_compiled, "torchtitan")
     return tuple(part for part, on in (("model", model), ("loss", loss)) if on)
 

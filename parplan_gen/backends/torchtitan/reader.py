@@ -7,10 +7,9 @@ tyro overrides of the `torchtitan` section of mapping.yaml beside this file, rea
 plan writes (`--module parplan_torchtitan_config`) is read from that file beside it, as
 torchtitan_run.sh puts its folder on PYTHONPATH: parsed, never run, for the torchtitan config
 the function calls, the converter its model_registry(...) builds the model with and the compile
-it assigns (`_written_function`). The loss is compiled (Layout.loss_compiled) with
-compile.enable and "loss" among compile.components, as torchtitan's BaseLoss decides. A later
-override wins, as tyro's argparse does;
-other arguments are ignored. `data_parallel_shard_degree -1` (the default) is the rest of the
+it assigns (`_written_function`). Whether the loss is compiled (Layout.loss_compiled) is read
+by compile_settings.py beside this file. A later override wins, as tyro's argparse does; other
+arguments are ignored. `data_parallel_shard_degree -1` (the default) is the rest of the
 world size, and `global_batch_size -1` (the default) the local batch x dp, as torchtitan's
 ParallelDims and Trainer make them. How many stages the layers make is the named formula
 `tt_weighted_layers` of the check's own rules (built-in and overlays).
@@ -24,6 +23,14 @@ from math import ceil
 from pathlib import Path
 from typing import Any
 
+from parplan_gen.backends.torchtitan.compile_settings import (
+    COMPILE_SETTINGS,
+    assigned,
+    is_flag,
+    line_setting,
+    loss_compiled,
+    source_text,
+)
 from parplan_gen.backends.torchtitan.configs import THE_REST, ConfigRegistry, config_registry
 from parplan_gen.backends.torchtitan.facts import CONFIG_MODULE, CONFIG_MODULE_FILE, ZERO_SHARDED
 from parplan_gen.cost.layout import SIZE_LIMITS
@@ -57,22 +64,13 @@ LIMIT_OF_KEY = {
     "torchtitan.layers_per_stage": MAX_LAYERS + 2,
 }
 WEIGHTED_LAYERS = "tt_weighted_layers"  # constraints.yaml: layers + embedding + output
-SWITCHES = {
+SEQUENCE_PARALLEL_SWITCHES = {
     "torchtitan.sequence_parallel": True,
     "torchtitan.no_sequence_parallel": False,
 }
 # Spellings parplan does not write but reads: torchtitan 0.1/0.2's activation checkpointing
 # flag (JobConfig.activation_checkpoint.mode), before 0.3 made it a tyro subcommand.
 ALIASES = {"--activation_checkpoint.mode": "plan.recompute"}
-# torch.compile (config/configs.py CompileConfig): --compile.enable and tyro's negation of it,
-# and the components it compiles (a list[str], which torchtitan's tyro rule reads as one
-# comma-separated word: config/manager.py list_str_rule), the loss among them when "loss" is
-# (components/loss.py BaseLoss._maybe_compile). A written config function
-# may assign either (`config.compile.enable = True`). Layout.loss_compiled is what they make.
-COMPILE_SECTION, COMPILE_ENABLE, COMPILE_COMPONENTS = "compile", "enable", "components"
-COMPILE_KEY, COMPONENTS_KEY = "compile", "compile_components"  # configs.yaml settings
-COMPILE_SWITCHES = {"--compile.enable": True, "--compile.no_enable": False}
-COMPONENTS_FLAG, LOSS_COMPONENT = "--compile.components", "loss"
 # The type FSDP2 reduces gradients in (config/configs.py TrainingConfig.mixed_precision_reduce,
 # passed to fully_shard's MixedPrecisionPolicy(reduce_dtype)): torchtitan 0.3.0's Literal has
 # "float32" alone, its default, so the layout's grad_reduce_dtype is `default` (parplan writes
@@ -145,21 +143,13 @@ def _latest(mapping: LoadedMapping) -> TorchtitanMapping:
     return mapping.data.torchtitan[max(mapping.data.torchtitan)]
 
 
-def _code(node: ast.AST) -> str:
-    """A node of a config module as its source, for a message (escaped and cut)."""
-    try:
-        return printable(ast.unparse(node))
-    except RecursionError:
-        return f"a {type(node).__name__} nested too deeply to show"
-
-
 def _written_function(
     path: Path, config: _Said
 ) -> tuple[str, bool | None, dict[str, tuple[Any, SourceRef]]]:
     """The torchtitan config the function `config` names in the written config module calls,
     whether its model_registry(...) converts the linear layers (None: it keeps the config's
     model), and the compile settings it assigns (`config.compile.enable = True`, as a plan's
-    FP8 function does: COMPILE_KEY, COMPONENTS_KEY). Read from the file's syntax tree: nothing
+    FP8 function does; compile_settings.assigned). Read from the file's syntax tree: nothing
     in it is run."""
     text = read_text(str(path), max_bytes=MAX_ARGUMENT_SCRIPT_BYTES)
     try:
@@ -190,41 +180,12 @@ def _written_function(
             SourceRef(str(path), found[-1].lineno),
         )
     build = next((call for called, call in calls if called == MODEL_REGISTRY), None)
-    compile_set = _compile_assigned(found[-1], path)
+    defaults = registry.settings(own)
+    compile_set = assigned(found[-1], path, defaults)
     if build is None:
         return own, None, compile_set
     converts = _converts(build, registry, own, SourceRef(str(path), build.lineno))
     return own, converts, compile_set
-
-
-def _compile_assigned(function: ast.FunctionDef, path: Path) -> dict[str, tuple[Any, SourceRef]]:
-    """What `function` assigns to `<config>.compile.enable` and `.components` (the last
-    assignment of each, in the file's order), with where: a bool and a list of names, or an
-    InputError for a value that is not one written out."""
-    out: dict[str, tuple[Any, SourceRef]] = {}
-    assigns = [n for n in ast.walk(function) if isinstance(n, ast.Assign)]
-    for node in sorted(assigns, key=lambda n: (n.lineno, n.col_offset)):
-        for target in node.targets:
-            if not isinstance(target, ast.Attribute):
-                continue
-            inner = target.value
-            if not (isinstance(inner, ast.Attribute) and inner.attr == COMPILE_SECTION):
-                continue
-            where = SourceRef(str(path), node.lineno, path=f"{COMPILE_SECTION}.{target.attr}")
-            value = node.value
-            if target.attr == COMPILE_ENABLE:
-                if not (isinstance(value, ast.Constant) and isinstance(value.value, bool)):
-                    raise InputError(f"{_code(value)}: not True or False", where)
-                out[COMPILE_KEY] = (value.value, where)
-            elif target.attr == COMPILE_COMPONENTS:
-                items = value.elts if isinstance(value, ast.List | ast.Tuple) else None
-                if items is None or not all(
-                    isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items
-                ):
-                    raise InputError(f"{_code(value)}: not a list of names parplan reads", where)
-                names = tuple(i.value for i in items if isinstance(i, ast.Constant))
-                out[COMPONENTS_KEY] = (names, where)
-    return out
 
 
 def _converts(build: ast.Call, registry: ConfigRegistry, config: str, where: SourceRef) -> bool:
@@ -234,13 +195,13 @@ def _converts(build: ast.Call, registry: ConfigRegistry, config: str, where: Sou
     flavor = build.args[0] if build.args else None
     expected = registry.configs[config].flavor
     if not (isinstance(flavor, ast.Constant) and flavor.value == expected):
-        shown = _code(flavor) if flavor is not None else "no flavor"
+        shown = source_text(flavor) if flavor is not None else "no flavor"
         raise InputError(f"model_registry({shown}): {config} builds the {expected} model", where)
     given = next((k.value for k in build.keywords if k.arg == CONVERTERS_ARG), None)
     if given is None or (isinstance(given, ast.Constant) and given.value is None):
         return False
     if not isinstance(given, ast.List | ast.Tuple):
-        raise InputError(f"{CONVERTERS_ARG}={_code(given)}: not a list parplan reads", where)
+        raise InputError(f"{CONVERTERS_ARG}={source_text(given)}: not a list parplan reads", where)
     known = {c.name: c for c in registry.converters}
     for item in given.elts:
         func = item.func if isinstance(item, ast.Call) else None
@@ -253,7 +214,7 @@ def _converts(build: ast.Call, registry: ConfigRegistry, config: str, where: Sou
             and target.id in known
         ):
             raise InputError(
-                f"converter {_code(item)}: torchtitan 0.3's converters parplan prices are "
+                f"converter {source_text(item)}: torchtitan 0.3's converters parplan prices are "
                 f"{', '.join(f'{n}.{CONVERTER_CONFIG}(...)' for n in known)}",
                 SourceRef(where.file, item.lineno),
             )
@@ -263,7 +224,7 @@ def _converts(build: ast.Call, registry: ConfigRegistry, config: str, where: Sou
             ref = SourceRef(where.file, item.lineno, path=RECIPE_ARG)
             if not accepted:
                 raise InputError(f"{target.id}.{CONVERTER_CONFIG} has no {RECIPE_ARG}", ref)
-            value = recipe.value if isinstance(recipe, ast.Constant) else _code(recipe)
+            value = recipe.value if isinstance(recipe, ast.Constant) else source_text(recipe)
             read_choice(value, accepted, ref)
     return bool(given.elts)
 
@@ -276,7 +237,7 @@ def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) 
         for arg in version.overrides:
             if arg.key is not None:
                 flags[arg.flag] = (arg.key, False)
-            elif arg.when in SWITCHES:
+            elif arg.when in SEQUENCE_PARALLEL_SWITCHES:
                 flags[arg.flag] = (arg.when, True)
         sub = version.activation_checkpoint
         subcommands[sub.subcommand + ":"] = sub.key
@@ -293,17 +254,15 @@ def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) 
     for i, (word, line) in enumerate(words):
         flag = word.partition("=")[0]
         flag = flag.replace("-", "_").replace("__", "--", 1)  # tyro takes either spelling
-        if flag in COMPILE_SWITCHES:
+        if is_flag(flag):
             where = SourceRef(ref.file, line, path=flag)
-            out[COMPILE_KEY] = _Said(COMPILE_SWITCHES[flag], where)
-        elif flag == COMPONENTS_FLAG:
-            where = SourceRef(ref.file, line, path=flag)
-            out[COMPONENTS_KEY] = _Said(tuple(argument_value(words, i).split(",")), where)
+            setting, value = line_setting(words, i, flag, where)
+            out[setting] = _Said(value, where)
         elif flag in flags:
             key, switch = flags[flag]
             where = SourceRef(ref.file, line, path=flag)
             if switch:
-                out["sequence_parallel"] = _Said(SWITCHES[key], where)
+                out["sequence_parallel"] = _Said(SEQUENCE_PARALLEL_SWITCHES[key], where)
             else:
                 value = argument_value(words, i)
                 out[key] = _Said(_checked(value, choices.get(key), where), where)
@@ -372,13 +331,10 @@ def _layout(
         if "plan.recompute" in said
         else settings["activation_checkpoint"]
     )
-    # components/loss.py BaseLoss._maybe_compile: the loss is compiled with compile.enable and
-    # "loss" among compile.components (the config's, the written function's, then the line's)
-    enable = said[COMPILE_KEY].text if COMPILE_KEY in said else settings["compile"]
-    components = (
-        said[COMPONENTS_KEY].text if COMPONENTS_KEY in said else settings["compile_components"]
-    )
-    out["loss_compiled"] = bool(enable) and LOSS_COMPONENT in components
+    # torch.compile: the config's, then the written function's, then the line's settings
+    compiled = {k: said[k].text if k in said else settings[k] for k in COMPILE_SETTINGS}
+    where = next((said[k].where for k in COMPILE_SETTINGS if k in said), ref)
+    out["loss_compiled"] = loss_compiled(compiled, where)
     if REDUCE_KEY in said:
         out[REDUCE_KEY] = REDUCE_DTYPES[said[REDUCE_KEY].text]
     split = said["sequence_parallel"].text if "sequence_parallel" in said else None
