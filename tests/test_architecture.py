@@ -35,8 +35,9 @@ BACKEND_PARTS = {
     "capabilities": "planning",
     "facts": "render",
     "reader": "render",
-    "configs": "render",
-    "compile_settings": "render",  # torchtitan's: the compile a line and its config function set  # torchtitan's: the config functions' settings its reader starts from
+    "configs": "render",  # torchtitan's: the config functions' settings its reader starts from
+    "compile_settings": "render",  # torchtitan's: the compile a line and its config function set
+    "flags": "render",  # torchtitan's: the flags a line gives beside its layout
     "model_from_script": "render",  # Megatron-LM's: the model a script trains
 }
 

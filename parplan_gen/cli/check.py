@@ -118,6 +118,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             model_read = args.model is None
             head = model_line(args.from_megatron, spec) + "\n" if model_read else ""
             read = megatron_line(args.from_megatron, report, model_read=model_read) + "\n"
+        if args.from_torchtitan:
+            read += torchtitan_line(args.from_torchtitan) + "\n"
         if args.from_accelerate:
             read += accelerate_line(args.from_accelerate, cluster.num_gpus) + "\n"
         write_view(head + check_text(report) + read)
@@ -220,6 +222,18 @@ def accelerate_line(path: str, num_gpus: int) -> str:
     read = accelerate_reading(path, Templates.at(None).mapping(), num_gpus=num_gpus)
     ignored = " ".join(read.ignored) or "none"
     return f"Accelerate keys beside the layout: ignored {ignored}; {_no_effect(read.no_effect)}"
+
+
+def torchtitan_line(path: str) -> str:
+    """One line on what a torchtitan launch line says beside its layout: the flags ignored (by
+    name) and how many were read with no effect on the estimate (by group; docs/backends.md,
+    "What check reads of a torchtitan launch line")."""
+    from parplan_gen.backends.torchtitan.reader import torchtitan_flags
+    from parplan_gen.render.template_env import Templates
+
+    read = torchtitan_flags(path, Templates.at(None).mapping())
+    ignored = " ".join(read.ignored) or "none"
+    return f"torchtitan flags beside the layout: ignored {ignored}; {_no_effect(read.no_effect)}"
 
 
 def _no_effect(groups: Mapping[str, Sequence[str]]) -> str:

@@ -38,6 +38,7 @@ SWITCHES = {
     for prefix in ("", "no_")
 }
 COMPONENTS_FLAG = f"--{SECTION}.components"
+COMPILE_FLAGS = (*SWITCHES, COMPONENTS_FLAG)  # every compile flag `line_setting` reads
 COMPONENTS = ("model", "loss")  # the parts torchtitan 0.3 compiles (trainer.py, components/loss.py)
 LOSS, MODEL = "loss", "model"
 BOOL_WORDS = ("true", "false")  # a value a switch is sometimes (wrongly) given
@@ -75,7 +76,7 @@ def line_setting(words: Sequence[Word], i: int, flag: str, where: SourceRef) -> 
 
 def is_flag(flag: str) -> bool:
     """Whether `flag` (normalised) is one of the compile flags `line_setting` reads."""
-    return flag in SWITCHES or flag == COMPONENTS_FLAG
+    return flag in COMPILE_FLAGS
 
 
 def loss_compiled(settings: Mapping[str, Any], where: SourceRef) -> bool:

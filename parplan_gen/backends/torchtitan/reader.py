@@ -8,8 +8,9 @@ plan writes (`--module parplan_torchtitan_config`) is read from that file beside
 torchtitan_run.sh puts its folder on PYTHONPATH: parsed, never run, for the torchtitan config
 the function calls, the converter its model_registry(...) builds the model with and the compile
 it assigns (`_written_function`). Whether the loss is compiled (Layout.loss_compiled) is read
-by compile_settings.py beside this file. A later override wins, as tyro's argparse does; other
-arguments are ignored. `data_parallel_shard_degree -1` (the default) is the rest of the
+by compile_settings.py beside this file. A later override wins, as tyro's argparse does; the
+other flags are refused where the estimate assumes another value, else counted or named as
+ignored (flags.py beside this file). `data_parallel_shard_degree -1` (the default) is the rest of the
 world size, and `global_batch_size -1` (the default) the local batch x dp, as torchtitan's
 ParallelDims and Trainer make them. How many stages the layers make is the named formula
 `tt_weighted_layers` of the check's own rules (built-in and overlays).
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from parplan_gen.backends.torchtitan.compile_settings import (
+    COMPILE_FLAGS,
     COMPILE_SETTINGS,
     assigned,
     is_flag,
@@ -33,6 +35,12 @@ from parplan_gen.backends.torchtitan.compile_settings import (
 )
 from parplan_gen.backends.torchtitan.configs import THE_REST, ConfigRegistry, config_registry
 from parplan_gen.backends.torchtitan.facts import CONFIG_MODULE, CONFIG_MODULE_FILE, ZERO_SHARDED
+from parplan_gen.backends.torchtitan.flags import (
+    FlagsRead,
+    flags_beside,
+    normalised,
+    refuse_unpriced,
+)
 from parplan_gen.cost.layout import SIZE_LIMITS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
@@ -63,6 +71,7 @@ LIMIT_OF_KEY = {
     "torchtitan.local_batch_size": SIZE_LIMITS["global_batch"],
     "torchtitan.layers_per_stage": MAX_LAYERS + 2,
 }
+RUN_KEYS = ("train.", "budget.")  # the mapping's keys of the run, not of its layout
 WEIGHTED_LAYERS = "tt_weighted_layers"  # constraints.yaml: layers + embedding + output
 SEQUENCE_PARALLEL_SWITCHES = {
     "torchtitan.sequence_parallel": True,
@@ -120,7 +129,8 @@ def torchtitan_values(
     of `num_layers` layers: its config function's settings, then its overrides, under `rules`
     (the check's; None: the built-in rules, loaded only if the line needs a named formula)."""
     ref = SourceRef(str(path))
-    said = _said(script_words(path), mapping, ref)
+    words = script_words(path)
+    said = _said(words, mapping, ref)
     if "module" in said and said["module"].text == CONFIG_MODULE:
         written = Path(path).parent / CONFIG_MODULE_FILE
         if not written.is_file():  # torchtitan_run.sh puts its own folder on PYTHONPATH
@@ -136,7 +146,9 @@ def torchtitan_values(
             said.setdefault(key, _Said(value, where))
     else:
         _checked(said["config"].text, tuple(_latest(mapping).configs), said["config"].where)
-    return _layout(said, num_layers, num_gpus, rules, ref)
+    out = _layout(said, num_layers, num_gpus, rules, ref)
+    refuse_unpriced(words, str(path), pp=out["pp"])
+    return out
 
 
 def _latest(mapping: LoadedMapping) -> TorchtitanMapping:
@@ -229,9 +241,10 @@ def _converts(build: ast.Call, registry: ConfigRegistry, config: str, where: Sou
     return bool(given.elts)
 
 
-def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) -> dict[str, _Said]:
-    """{canonical key or field: what the words say of it}."""
-    flags: dict[str, tuple[str, bool]] = {}  # flag -> (key, is a switch)
+def _flag_keys(mapping: LoadedMapping) -> tuple[dict[str, tuple[str, bool]], dict[str, str]]:
+    """The flags the layout is read from (flag -> its canonical key or field, and whether it
+    is a switch) and the subcommands (`activation_checkpoint:` -> its key)."""
+    flags: dict[str, tuple[str, bool]] = {}
     subcommands: dict[str, str] = {}
     for version in mapping.data.torchtitan.values():
         for arg in version.overrides:
@@ -244,6 +257,21 @@ def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) 
     flags |= {"--module": ("module", False), "--config": ("config", False)}
     flags |= {alias: (key, False) for alias, key in ALIASES.items()}
     flags[REDUCE_FLAG] = (REDUCE_KEY, False)
+    return flags, subcommands
+
+
+def torchtitan_flags(path: str | Path, mapping: LoadedMapping) -> FlagsRead:
+    """What the launch line at `path` says beside its layout: the flags read with no effect on
+    the estimate, by group, and those ignored (flags.py `flags_beside`)."""
+    flags, _ = _flag_keys(mapping)
+    # the layout's own: what the mapping writes of the run (train.*, budget.*) is not
+    layout = {f for f, (key, _) in flags.items() if not key.startswith(RUN_KEYS)}
+    return flags_beside(script_words(path), layout | set(COMPILE_FLAGS))
+
+
+def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) -> dict[str, _Said]:
+    """{canonical key or field: what the words say of it}."""
+    flags, subcommands = _flag_keys(mapping)
     # Every occurrence of a choice is checked, as tyro's argparse checks each (--config, which
     # config/manager.py reads before tyro, the last one given, when its module is known).
     choices = {
@@ -252,8 +280,7 @@ def _said(words: list[tuple[str, int]], mapping: LoadedMapping, ref: SourceRef) 
     }
     out: dict[str, _Said] = {}
     for i, (word, line) in enumerate(words):
-        flag = word.partition("=")[0]
-        flag = flag.replace("-", "_").replace("__", "--", 1)  # tyro takes either spelling
+        flag = normalised(word)  # tyro takes either spelling
         if is_flag(flag):
             where = SourceRef(ref.file, line, path=flag)
             setting, value = line_setting(words, i, flag, where)

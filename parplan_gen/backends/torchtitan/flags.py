@@ -1,0 +1,143 @@
+"""What a torchtitan 0.3 launch line says beside its layout (`parplan check --from-torchtitan`):
+the flags whose value the estimate assumes, refused with why when the line says another
+(`refuse_unpriced`, from the reader), and the rest, each read with no effect on the estimate (by
+group) or ignored (`flags_beside`, check's report line). unpriced_flags.yaml beside this module
+holds the lists with their sources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from parplan_gen.inputs.errors import InputError, SourceRef
+from parplan_gen.inputs.safe_text import printable
+from parplan_gen.inputs.validation import validated_file
+from parplan_gen.render.mapping_inverse import argument_value
+
+FLAGS_FILE = Path(__file__).with_name("unpriced_flags.yaml")
+FLAG = r"^--[a-z][a-z0-9_]*(\.[a-z0-9_]+)*\.?$"  # a flag, or a section ending in `.`
+# FSDP2's reshard policy: `always` is the default without pp, `never` with it
+# (distributed/fsdp.py get_fsdp_reshard_after_forward_policy).
+RESHARD_FLAG = "--parallelism.fsdp_reshard_after_forward"
+RESHARD_AS_DEFAULT = {"always": False, "never": True}  # the policy -> with pp it is the default
+Word = tuple[str, int]  # a word of the launch line and its line number
+
+
+class PricedFlag(BaseModel):
+    """A flag whose value the estimate assumes: `values` (none: any value is refused), or for a
+    switch, off (the flag given is refused; tyro's `--no_` form is the default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    flag: str = Field(pattern=FLAG)
+    values: tuple[str, ...] = ()
+    switch: bool = False
+    why: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+
+class FlagGroup(BaseModel):
+    """Flags read with no effect on the estimate: a flag, or a section (`--checkpoint.`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]*$")
+    what: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    flags: tuple[str, ...] = Field(min_length=1)
+
+    def covers(self, flag: str) -> bool:
+        return any(flag == f or (f.endswith(".") and flag.startswith(f)) for f in self.flags)
+
+
+class UnpricedFlags(BaseModel):
+    """unpriced_flags.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    release: str = Field(min_length=1)
+    priced: tuple[PricedFlag, ...] = Field(min_length=1)
+    groups: tuple[FlagGroup, ...] = Field(min_length=1)
+
+    def priced_flags(self) -> set[str]:
+        """Every spelling of the priced flags (a switch's tyro negation too)."""
+        names = {p.flag for p in self.priced}
+        return names | {_negation(p.flag) for p in self.priced if p.switch}
+
+
+@cache
+def unpriced_flags() -> UnpricedFlags:
+    """unpriced_flags.yaml beside this module, validated."""
+    return validated_file(FLAGS_FILE, UnpricedFlags)
+
+
+def normalised(word: str) -> str:
+    """A word's flag as tyro matches it (`-` and `_` alike): `--training.enable_cpu_offload`."""
+    return word.partition("=")[0].replace("-", "_").replace("__", "--", 1)
+
+
+def _negation(flag: str) -> str:
+    """tyro's `--no_` form of a switch (`--training.no_enable_cpu_offload`)."""
+    section, _, name = flag.rpartition(".")
+    return f"{section}.no_{name}" if section else f"--no_{flag.removeprefix('--')}"
+
+
+def refuse_unpriced(words: Sequence[Word], file: str, *, pp: int) -> None:
+    """An InputError naming the flag, its line and why, for the first priced flag the line
+    gives a value the estimate does not price (with `pp`, the layout's pipeline degree)."""
+    priced = {p.flag: p for p in unpriced_flags().priced}
+    for i, (word, line) in enumerate(words):
+        entry = priced.get(normalised(word))
+        if entry is None:
+            continue
+        where = SourceRef(file, line, path=entry.flag)
+        if entry.switch:
+            raise InputError(f"not priced: {entry.why}", where)
+        value = argument_value(words, i)
+        if value in entry.values or _same_as_default(entry.flag, value, pp):
+            continue
+        allowed = ", ".join(repr(v) for v in entry.values) or "none"
+        raise InputError(
+            f"{printable(value)!r} is not priced (priced: {allowed}): {entry.why}", where
+        )
+
+
+def _same_as_default(flag: str, value: str, pp: int) -> bool:
+    return flag == RESHARD_FLAG and RESHARD_AS_DEFAULT.get(value) is (pp > 1)
+
+
+@dataclass(frozen=True)
+class FlagsRead:
+    """What a torchtitan line says beside its layout: the flags read with no effect on the
+    estimate (group name -> flags, in the line's order; the groups in the file's order) and
+    those ignored (the estimate takes torchtitan's default for them)."""
+
+    no_effect: Mapping[str, tuple[str, ...]]
+    ignored: tuple[str, ...]
+
+
+def flags_beside(words: Iterable[Word], layout_flags: set[str]) -> FlagsRead:
+    """Each `--flag` of the line, once, that is none of `layout_flags` (what the reader takes
+    into the layout) or the priced ones: in a group of unpriced_flags.yaml, or ignored."""
+    read = unpriced_flags()
+    own = layout_flags | read.priced_flags()
+    no_effect: dict[str, list[str]] = {}
+    ignored: list[str] = []
+    seen: set[str] = set()
+    for word, _ in words:
+        flag = normalised(word)
+        if len(flag) < 3 or not flag.startswith("--") or flag in seen or flag in own:
+            continue
+        seen.add(flag)
+        group = next((g.name for g in read.groups if g.covers(flag)), None)
+        if group is None:
+            ignored.append(printable(flag))
+        else:
+            no_effect.setdefault(group, []).append(flag)
+    groups = {g.name: tuple(no_effect[g.name]) for g in read.groups if g.name in no_effect}
+    return FlagsRead(no_effect=groups, ignored=tuple(ignored))
