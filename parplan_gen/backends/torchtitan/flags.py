@@ -7,10 +7,12 @@ holds the lists with their sources.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,12 +22,31 @@ from parplan_gen.inputs.validation import validated_file
 from parplan_gen.render.mapping_inverse import argument_value
 
 FLAGS_FILE = Path(__file__).with_name("unpriced_flags.yaml")
-FLAG = r"^--[a-z][a-z0-9_]*(\.[a-z0-9_]+)*\.?$"  # a flag, or a section ending in `.`
-# FSDP2's reshard policy: `always` is the default without pp, `never` with it
+FLAG = r"^--[a-z][a-z0-9_]*(\.([a-z0-9_]+|N))*\.?$"  # a flag, or a section ending in `.`
+INDEX = re.compile(r"\.\d+(?=\.|$)")  # a list's index in a flag (`param_groups.0`): `.N`
+# FSDP2's reshard policy: `never` is the default with pp
 # (distributed/fsdp.py get_fsdp_reshard_after_forward_policy).
 RESHARD_FLAG = "--parallelism.fsdp_reshard_after_forward"
-RESHARD_AS_DEFAULT = {"always": False, "never": True}  # the policy -> with pp it is the default
+RESHARD_AS_DEFAULT_WITH_PP = "never"
 Word = tuple[str, int]  # a word of the launch line and its line number
+# What a priced flag acts on (PricedFlag.when): the layout where its value changes anything.
+Acts = Literal["pp", "cp", "fsdp"]
+
+
+@dataclass(frozen=True)
+class LayoutRead:
+    """The parts of a layout a priced flag's `when` looks at."""
+
+    pp: int
+    cp: int
+    sharded: bool  # FSDP2 over the data-parallel ranks (ZeRO-3)
+
+    def acts(self, when: Acts | None) -> bool:
+        if when == "pp":
+            return self.pp > 1
+        if when == "cp":
+            return self.cp > 1
+        return self.sharded if when == "fsdp" else True
 
 
 class PricedFlag(BaseModel):
@@ -37,6 +58,7 @@ class PricedFlag(BaseModel):
     flag: str = Field(pattern=FLAG)
     values: tuple[str, ...] = ()
     switch: bool = False
+    when: Acts | None = None
     why: str = Field(min_length=1)
     source: str = Field(min_length=1)
 
@@ -81,34 +103,44 @@ def normalised(word: str) -> str:
     return word.partition("=")[0].replace("-", "_").replace("__", "--", 1)
 
 
+def _entry_name(flag: str) -> str:
+    """A normalised flag as unpriced_flags.yaml names it (a list's index as `N`)."""
+    return INDEX.sub(".N", flag)
+
+
 def _negation(flag: str) -> str:
     """tyro's `--no_` form of a switch (`--training.no_enable_cpu_offload`)."""
     section, _, name = flag.rpartition(".")
     return f"{section}.no_{name}" if section else f"--no_{flag.removeprefix('--')}"
 
 
-def refuse_unpriced(words: Sequence[Word], file: str, *, pp: int) -> None:
-    """An InputError naming the flag, its line and why, for the first priced flag the line
-    gives a value the estimate does not price (with `pp`, the layout's pipeline degree)."""
+def refuse_unpriced(words: Sequence[Word], file: str, layout: LayoutRead) -> None:
+    """An InputError naming the flag, its line and why, for a priced flag whose last value on
+    the line (as tyro takes it; a switch and its `no_` form are one flag) is not one the
+    estimate prices, where it acts on `layout`."""
     priced = {p.flag: p for p in unpriced_flags().priced}
+    switches = {_negation(p.flag): p for p in priced.values() if p.switch}
+    last: dict[str, tuple[PricedFlag, str | bool, SourceRef]] = {}
     for i, (word, line) in enumerate(words):
-        entry = priced.get(normalised(word))
+        flag = normalised(word)
+        name = _entry_name(flag)
+        entry = priced.get(name) or switches.get(name)
         if entry is None:
             continue
-        where = SourceRef(file, line, path=entry.flag)
-        if entry.switch:
-            raise InputError(f"not priced: {entry.why}", where)
-        value = argument_value(words, i)
-        if value in entry.values or _same_as_default(entry.flag, value, pp):
+        where = SourceRef(file, line, path=flag)
+        value: str | bool = name == entry.flag if entry.switch else argument_value(words, i)
+        last[entry.flag] = (entry, value, where)  # a switch and its `no_` form: one flag
+    for entry, value, where in last.values():
+        if not layout.acts(entry.when) or value is False or value in entry.values:
             continue
+        if entry.flag == RESHARD_FLAG and value == RESHARD_AS_DEFAULT_WITH_PP and layout.pp > 1:
+            continue
+        if value is True:
+            raise InputError(f"not priced: {entry.why}", where)
         allowed = ", ".join(repr(v) for v in entry.values) or "none"
         raise InputError(
-            f"{printable(value)!r} is not priced (priced: {allowed}): {entry.why}", where
+            f"{printable(str(value))!r} is not priced (priced: {allowed}): {entry.why}", where
         )
-
-
-def _same_as_default(flag: str, value: str, pp: int) -> bool:
-    return flag == RESHARD_FLAG and RESHARD_AS_DEFAULT.get(value) is (pp > 1)
 
 
 @dataclass(frozen=True)
@@ -122,8 +154,12 @@ class FlagsRead:
 
 
 def flags_beside(words: Iterable[Word], layout_flags: set[str]) -> FlagsRead:
-    """Each `--flag` of the line, once, that is none of `layout_flags` (what the reader takes
-    into the layout) or the priced ones: in a group of unpriced_flags.yaml, or ignored."""
+    """Each flag of the torchtitan line, once, as first written, that is none of
+    `layout_flags` (what the reader takes into the layout) or the priced ones: in a group of
+    unpriced_flags.yaml, or ignored. torchtitan's flags are dotted (`--training.steps`) but for
+    its top-level fields, which a group names (`--dump_folder`); a plain flag no group names
+    belongs to another command of the script (`srun --nodes`, `nvidia-smi --query-gpu`) and is
+    not listed."""
     read = unpriced_flags()
     own = layout_flags | read.priced_flags()
     no_effect: dict[str, list[str]] = {}
@@ -131,13 +167,14 @@ def flags_beside(words: Iterable[Word], layout_flags: set[str]) -> FlagsRead:
     seen: set[str] = set()
     for word, _ in words:
         flag = normalised(word)
-        if len(flag) < 3 or not flag.startswith("--") or flag in seen or flag in own:
+        name = _entry_name(flag)
+        if len(flag) < 3 or not flag.startswith("--") or flag in seen or name in own:
             continue
         seen.add(flag)
-        group = next((g.name for g in read.groups if g.covers(flag)), None)
-        if group is None:
-            ignored.append(printable(flag))
-        else:
+        group = next((g.name for g in read.groups if g.covers(name)), None)
+        if group is not None:
             no_effect.setdefault(group, []).append(flag)
+        elif "." in flag:
+            ignored.append(printable(word.partition("=")[0]))
     groups = {g.name: tuple(no_effect[g.name]) for g in read.groups if g.name in no_effect}
     return FlagsRead(no_effect=groups, ignored=tuple(ignored))

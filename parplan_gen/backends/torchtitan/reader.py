@@ -34,9 +34,16 @@ from parplan_gen.backends.torchtitan.compile_settings import (
     source_text,
 )
 from parplan_gen.backends.torchtitan.configs import THE_REST, ConfigRegistry, config_registry
-from parplan_gen.backends.torchtitan.facts import CONFIG_MODULE, CONFIG_MODULE_FILE, ZERO_SHARDED
+from parplan_gen.backends.torchtitan.facts import (
+    CONFIG_MODULE,
+    CONFIG_MODULE_FILE,
+    SCHEDULE_1F1B,
+    SCHEDULE_INTERLEAVED,
+    ZERO_SHARDED,
+)
 from parplan_gen.backends.torchtitan.flags import (
     FlagsRead,
+    LayoutRead,
     flags_beside,
     normalised,
     refuse_unpriced,
@@ -71,6 +78,12 @@ LIMIT_OF_KEY = {
     "torchtitan.local_batch_size": SIZE_LIMITS["global_batch"],
     "torchtitan.layers_per_stage": MAX_LAYERS + 2,
 }
+# The pipeline schedules parplan prices and writes (facts.py SCHEDULE_1F1B, SCHEDULE_INTERLEAVED;
+# rules/cost/pipeline.yaml), lower-cased as torch's get_schedule_class matches them, and
+# whether each is looped (several stages a rank); ParallelismConfig's default schedule.
+SCHEDULE_NAMES = (SCHEDULE_1F1B, SCHEDULE_INTERLEAVED)
+SCHEDULES = {SCHEDULE_1F1B.lower(): False, SCHEDULE_INTERLEAVED.lower(): True}
+DEFAULT_SCHEDULE = SCHEDULE_1F1B
 RUN_KEYS = ("train.", "budget.")  # the mapping's keys of the run, not of its layout
 WEIGHTED_LAYERS = "tt_weighted_layers"  # constraints.yaml: layers + embedding + output
 SEQUENCE_PARALLEL_SWITCHES = {
@@ -147,7 +160,8 @@ def torchtitan_values(
     else:
         _checked(said["config"].text, tuple(_latest(mapping).configs), said["config"].where)
     out = _layout(said, num_layers, num_gpus, rules, ref)
-    refuse_unpriced(words, str(path), pp=out["pp"])
+    sharded = out.get("zero_stage") == ZERO_SHARDED or out["cp"] > 1  # FSDP2 over dp x cp
+    refuse_unpriced(words, str(path), LayoutRead(pp=out["pp"], cp=out["cp"], sharded=sharded))
     return out
 
 
@@ -367,17 +381,51 @@ def _layout(
     split = said["sequence_parallel"].text if "sequence_parallel" in said else None
     split = settings["enable_sequence_parallel"] if split is None else split
     out["sequence_parallel"] = split and sizes["tp"] > 1
-    if "torchtitan.layers_per_stage" in said and pp > 1:
-        per_stage = _number(said, "torchtitan.layers_per_stage", settings)
-        # torchtitan distributed/pipeline_parallel.py: the stages the weighted layers make
-        stages = ceil(_weighted_layers(rules, num_layers) / per_stage)
-        if stages % pp:
-            raise InputError(
-                f"{stages} pipeline stages do not divide by pp {pp}",
-                said["torchtitan.layers_per_stage"].where,
-            )
-        out["vpp"] = stages // pp
+    if pp > 1:
+        out["vpp"] = _stages_per_rank(said, settings, pp, _weighted_layers(rules, num_layers), ref)
     return out
+
+
+def _stages_per_rank(
+    said: dict[str, _Said], settings: dict[str, Any], pp: int, weighted: float, ref: SourceRef
+) -> int:
+    """The pipeline stages each rank runs (vpp), as torchtitan 0.3's distributed/
+    pipeline_parallel.py works them: the weighted layers over pipeline_parallel_layers_per_stage,
+    or without it 1 for a single-stage schedule and 2 for a looped one; a schedule parplan does
+    not price, or a stage count the schedule refuses, is an InputError (torchtitan's words)."""
+    given = said.get("torchtitan.pp_schedule")
+    schedule = given.text if given is not None else DEFAULT_SCHEDULE
+    where = given.where if given is not None else ref
+    looped = SCHEDULES.get(schedule.lower())  # torch's get_schedule_class ignores case
+    if looped is None:
+        raise InputError(
+            f"pipeline_parallel_schedule {printable(schedule)} is not priced (priced: "
+            f"{', '.join(SCHEDULE_NAMES)}: rules/cost/pipeline.yaml)",
+            where,
+        )
+    if "torchtitan.layers_per_stage" not in said:
+        return 2 if looped else 1
+    where = given.where if given is not None else said["torchtitan.layers_per_stage"].where
+    per_stage = _number(said, "torchtitan.layers_per_stage", settings)
+    stages = ceil(weighted / per_stage)  # the stages the weighted layers make
+    if stages % pp:
+        raise InputError(
+            f"{stages} pipeline stages do not divide by pp {pp}",
+            said["torchtitan.layers_per_stage"].where,
+        )
+    if looped and stages // pp < 2:
+        raise InputError(
+            f"Multi-stage schedule requires at least 2 stages per rank, but got {stages // pp} "
+            f"({schedule}: distributed/pipeline_parallel.py)",
+            where,
+        )
+    if not looped and stages // pp != 1:
+        raise InputError(
+            f"Single stage schedule requires exactly 1 stage per rank, but got {stages // pp} "
+            f"({schedule}: distributed/pipeline_parallel.py)",
+            where,
+        )
+    return stages // pp
 
 
 def _shard(
