@@ -266,6 +266,7 @@ INTERLEAVED = (  # llama-3-8b: 32 layers + embedding + output = 34 weighted, 9 a
     "torchrun -m torchtitan.train --module llama3 --config llama3_8b "
     "--parallelism.data_parallel_shard_degree 4 --parallelism.pipeline_parallel_degree 2 "
     "--parallelism.pipeline_parallel_layers_per_stage 9 "
+    "--parallelism.pipeline_parallel_schedule Interleaved1F1B "  # 2 stages a rank: looped
     "--parallelism.pipeline_parallel_microbatch_size 1 "
     "--training.local_batch_size 8 --training.global_batch_size 32 --training.seq_len 2048\n"
 )
