@@ -73,6 +73,8 @@ def layout_read(reading: AccelerateReading) -> dict[str, Any]:
         "world_size": reading.config.num_processes,
         "precision": reading.env["ACCELERATE_MIXED_PRECISION"],
         "recompute": "full" if plugin.activation_checkpointing else "none",
+        # FullyShardedDataParallelPlugin.reshard_after_forward: False keeps the units gathered
+        "fsdp_reshard": "default" if plugin.reshard_after_forward else "never",
     }
 
 

@@ -110,6 +110,7 @@ def layout_read(reading: TorchtitanReading) -> dict[str, Any]:
         "seq_len": train.seq_len,
         "recompute": recompute[type(reading.parsed.activation_checkpoint)],
         "loss_compiled": _loss_compiled(reading),
+        "fsdp_reshard": par.fsdp_reshard_after_forward,  # default | never (always: not planned)
     }  # fmt: skip
 
 

@@ -290,6 +290,7 @@ CONTRACT: dict[str, dict[str, type]] = {
         **dict.fromkeys(("recompute", "grad_reduce_dtype", "precision"), str),
         "cross_entropy_fusion": str,  # Megatron-LM's loss kernel (null on other backends)
         "loss_compiled": type(None),  # torchtitan compiles the loss (null on other backends)
+        "fsdp_reshard": str,  # FSDP2's reshard policy (`default` but on FSDP2's backends)
     },
     "memory": {
         **dict.fromkeys(("params", "grads", "optimizer", "activations", "other"), int),

@@ -18,8 +18,11 @@ from parplan_gen.planning.search_result import SearchResult
 from parplan_gen.rules import vocabulary
 from parplan_gen.rules.engine import Proposal
 
-# the request's, and the loss kernel and its compile (a backend's, not searched), read as train.*
-TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "cross_entropy_fusion", "loss_compiled")
+# the request's, and the loss kernel, its compile and FSDP2's reshard policy (a backend's, not
+# searched), read as train.*
+TRAIN_FIELDS = (
+    "global_batch", "seq_len", "precision", "cross_entropy_fusion", "loss_compiled", "fsdp_reshard"
+)  # fmt: skip
 H100_64 = {"gpus": 64, "gpu": "h100"}
 
 

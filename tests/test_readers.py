@@ -403,12 +403,17 @@ def read_accelerate(tmp_path: Path, text: str, gpus: int = 16) -> AccelerateRead
     ("extra", "expected"),
     [
         # no parallelism config: FSDP2 over every process (fsdp2_prepare_model, mesh None)
-        ("", {"dp": 16, "tp": 1, "cp": 1, "recompute": "none"}),
+        ("", {"dp": 16, "tp": 1, "cp": 1, "recompute": "none", "fsdp_reshard": "default"}),
         # a parallelism config: the launcher's defaults (1) for what it leaves out
         ("parallelism_config:\n  parallelism_config_tp_size: 2\n"
-         "  parallelism_config_dp_shard_size: 8\n", {"dp": 8, "tp": 2, "cp": 1, "recompute": "none"}),
+         "  parallelism_config_dp_shard_size: 8\n",
+         {"dp": 8, "tp": 2, "cp": 1, "recompute": "none", "fsdp_reshard": "default"}),
         # a switch as Accelerate reads it (str_to_bool of the launcher's lower-cased text)
-        ("  fsdp_activation_checkpointing: 'True'\n", {"dp": 16, "tp": 1, "cp": 1, "recompute": "full"}),
+        ("  fsdp_activation_checkpointing: 'True'\n",
+         {"dp": 16, "tp": 1, "cp": 1, "recompute": "full", "fsdp_reshard": "default"}),
+        # FullyShardedDataParallelPlugin.reshard_after_forward false: every unit kept gathered
+        ("  fsdp_reshard_after_forward: 'false'\n",
+         {"dp": 16, "tp": 1, "cp": 1, "recompute": "none", "fsdp_reshard": "never"}),
     ],
 )  # fmt: skip
 def test_accelerate_config_layout(tmp_path: Path, extra: str, expected: dict[str, Any]) -> None:

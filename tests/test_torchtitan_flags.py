@@ -39,11 +39,10 @@ def _values(path: Path) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        ("--parallelism.fsdp_reshard_after_forward never",
-         "--parallelism.fsdp_reshard_after_forward: 'never' is not priced (priced: 'default')"),
-        # without pp `always` reshards the final norm and output too (distributed/fsdp.py)
+        # `always` reshards the final norm and output too (distributed/fsdp.py)
         ("--parallelism.fsdp-reshard-after-forward always",
-         "--parallelism.fsdp_reshard_after_forward: 'always' is not priced (priced: 'default')"),
+         "--parallelism.fsdp_reshard_after_forward: always is not priced (priced: default, "
+         "never)"),
         ("--training.mixed_precision_param float32",
          "--training.mixed_precision_param: 'float32' is not priced (priced: 'bfloat16')"),
         ("--training.dtype float32 --training.dtype bfloat16",  # the last one wins
@@ -117,6 +116,22 @@ def test_a_value_the_estimate_does_not_price_is_refused_with_why(
 def test_a_value_the_estimate_prices_is_read(tmp_path: Path, flags: str, vpp: int | None) -> None:
     read = _values(_line(tmp_path, flags))
     assert read["precision"] == "bf16" and read.get("vpp") == vpp
+
+
+@pytest.mark.parametrize(
+    ("flags", "policy"),
+    [
+        ("", "default"),
+        ("--parallelism.fsdp_reshard_after_forward never", "never"),
+        ("--parallelism.fsdp_reshard_after_forward never "
+         "--parallelism.fsdp_reshard_after_forward default", "default"),  # the last one wins
+        # where nothing is sharded the policy acts on nothing
+        ("--parallelism.data_parallel_shard_degree 1 --parallelism.data_parallel_replicate_degree 8 "
+         "--parallelism.fsdp_reshard_after_forward never", "default"),
+    ],
+)  # fmt: skip
+def test_the_reshard_policy_is_the_layouts(tmp_path: Path, flags: str, policy: str) -> None:
+    assert _values(_line(tmp_path, flags))["fsdp_reshard"] == policy
 
 
 def test_the_other_flags_are_counted_by_group_or_named_as_ignored(tmp_path: Path) -> None:

@@ -6,8 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from parplan_gen.cost.estimate import BackendRef
-from parplan_gen.cost.layout import NO_CROSS_ENTROPY_FUSION, Layout
+from parplan_gen.cost.layout import DEFAULT_FSDP_RESHARD, NO_CROSS_ENTROPY_FUSION, Layout
 from parplan_gen.models.kind import BackendName
+
+ZERO_3 = 3  # full sharding (FSDP2's), the stage a reshard policy acts on
 
 # (zero_stage, distributed_optimizer) pairs: DeepSpeed ZeRO 0-3, Megatron's distributed optimizer
 Optimizer = tuple[int, bool]
@@ -65,6 +67,10 @@ class Capabilities:
     # Its files can compile the loss with torch.compile (Layout.loss_compiled; torchtitan's
     # --compile.components). Every backend runs its loss uncompiled (False).
     compiled_loss: bool = False
+    # FSDP2's reshard policy can be set to keep every block gathered (Layout.fsdp_reshard
+    # `never`: torchtitan's --parallelism.fsdp_reshard_after_forward, Accelerate's
+    # fsdp_reshard_after_forward); it applies to its ZeRO-3 (FSDP2) layouts.
+    fsdp_reshard: bool = False
 
     @property
     def ref(self) -> BackendRef:
@@ -123,6 +129,11 @@ class Capabilities:
             return f"{self.title} has no cross-entropy fusion {fusion} (cross_entropy_fusion)"
         if layout.loss_compiled and not self.compiled_loss:
             return f"{self.title} does not compile the loss (loss_compiled)"
+        if layout.fsdp_reshard != DEFAULT_FSDP_RESHARD:
+            if not self.fsdp_reshard:
+                return f"{self.title} has no FSDP2 reshard policy to set (fsdp_reshard)"
+            if layout.zero_stage != ZERO_3:
+                return f"fsdp_reshard {layout.fsdp_reshard} needs FSDP2's sharding (zero 3)"
         return None
 
 

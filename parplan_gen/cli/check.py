@@ -279,6 +279,7 @@ def layout_values(
         "offload_layers",
         "cross_entropy_fusion",
         "loss_compiled",
+        "fsdp_reshard",
     )
     flags.update({k: getattr(args, k) for k in options if getattr(args, k) is not None})
     if args.zero is not None:

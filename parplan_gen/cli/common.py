@@ -33,6 +33,7 @@ RECOMPUTE = ("none", "selective", "full")
 # Layout.cross_entropy_fusion's values (cost/layout.py CrossEntropyFusion; not imported here, so
 # that the CLI starts without pydantic's models)
 CROSS_ENTROPY_FUSIONS = ("off", "native", "te")
+FSDP_RESHARDS = ("default", "never")  # Layout.fsdp_reshard's values (cost/layout.py FsdpReshard)
 # The layout's sizes as flags (each a size of layout.SIZE_LIMITS): dest, help, default.
 LAYOUT_SIZES: tuple[tuple[str, str, int | None], ...] = (
     ("tp", "tensor-parallel size (default 1)", 1),
@@ -249,6 +250,13 @@ def add_layout_options(
             "default: te on Megatron-LM, as plans write it",
         )
         group.add_argument(
+            "--fsdp-reshard",
+            choices=FSDP_RESHARDS,
+            help="FSDP2's reshard policy (torchtitan, Accelerate; with --zero 3): default, the "
+            "backend's own, or never (every block stays gathered from its forward to its "
+            "backward, skipping the backward's all-gather); default: default",
+        )
+        group.add_argument(
             "--loss-compiled",
             type=switch,
             metavar="{on,off}",
@@ -407,6 +415,7 @@ def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) ->
         offload_layers=args.offload_layers,
         cross_entropy_fusion=args.cross_entropy_fusion,
         loss_compiled=args.loss_compiled,
+        **({} if args.fsdp_reshard is None else {"fsdp_reshard": args.fsdp_reshard}),
         precision=args.precision,
     )
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from parplan_gen.cli.arg_types import SWITCHES
 from parplan_gen.cli.common import (
     CROSS_ENTROPY_FUSIONS,
+    FSDP_RESHARDS,
     LAYOUT_SIZES,
     PRECISIONS,
     RECOMPUTE,
@@ -57,6 +58,7 @@ LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "backend": ("backend", BACKEND_NAMES),
     "cross_entropy": ("cross_entropy_fusion", CROSS_ENTROPY_FUSIONS),
     "loss_compiled": ("loss_compiled", tuple(SWITCHES)),
+    "fsdp_reshard": ("fsdp_reshard", FSDP_RESHARDS),
 }
 
 

@@ -6,7 +6,11 @@ from collections.abc import Sequence
 
 from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.cost.hardware import Cluster
-from parplan_gen.cost.layout import PLAN_CROSS_ENTROPY_FUSION, plan_loss_compiled
+from parplan_gen.cost.layout import (
+    DEFAULT_FSDP_RESHARD,
+    PLAN_CROSS_ENTROPY_FUSION,
+    plan_loss_compiled,
+)
 from parplan_gen.cost.mfu_convention import convention_of, mfu_text
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.inputs.safe_text import printable
@@ -84,6 +88,8 @@ def layout_line(estimate: Estimate, against: Estimate | None = None) -> str:
         parts.append("precision_aware_optimizer")
     if p.offload_layers:
         parts.append(f"offload_layers={p.offload_layers}")
+    if p.fsdp_reshard != DEFAULT_FSDP_RESHARD:
+        parts.append(f"fsdp_reshard={p.fsdp_reshard}")
     loss = p.cross_entropy_fusion  # the plans' kernel is not shown, but where the two differ
     differs = against is not None and loss != against.plan.cross_entropy_fusion
     if loss is not None and (loss != PLAN_CROSS_ENTROPY_FUSION or differs):

@@ -42,6 +42,15 @@ GradReduceDtype = Literal["default", "fp32", "bf16"]
 # writes: less memory and time than either, the same loss). rules/cost/memory.yaml
 # logits_bytes_per_vocab and pipeline.yaml loss_bytes_per_logit price each (train.cross_entropy_fusion).
 CrossEntropyFusion = Literal["off", "native", "te"]
+# FSDP2's reshard policy (torchtitan --parallelism.fsdp_reshard_after_forward, Accelerate
+# fsdp_reshard_after_forward): `default`, the backend's own (each block resharded after its
+# forward, gathered again for its backward; under torchtitan's pipeline the stage stays
+# gathered, distributed/fsdp.py get_fsdp_reshard_after_forward_policy), or `never`: every block
+# stays gathered from its forward to its backward, which skips the backward's all-gather
+# (rules/cost/memory.yaml fsdp2_params_kept, sharding.yaml zero3_backward_gather_s).
+FsdpReshard = Literal["default", "never"]
+DEFAULT_FSDP_RESHARD: FsdpReshard = "default"
+NEVER_RESHARD: FsdpReshard = "never"
 PLAN_CROSS_ENTROPY_FUSION: CrossEntropyFusion = "te"
 NO_CROSS_ENTROPY_FUSION: CrossEntropyFusion = "off"  # the framework's own loss
 # The fused kernels (Megatron-LM --cross-entropy-fusion-impl's choices)
@@ -235,6 +244,15 @@ class Layout(BaseModel):
         "default), `native` (--cross-entropy-loss-fusion) or `te` (--cross-entropy-loss-fusion "
         "--cross-entropy-fusion-impl te); not given: as the backend's plan files run it (`te` on "
         "Megatron-LM; other backends compute their framework's own loss).",
+    )
+    fsdp_reshard: FsdpReshard = Field(
+        DEFAULT_FSDP_RESHARD,
+        description="FSDP2's reshard policy: `default` (the backend's own: each block's "
+        "parameters resharded after its forward and gathered again for its backward; under "
+        "torchtitan's pipeline the stage stays gathered) or `never` (every block stays gathered "
+        "from its forward to its backward, which skips the backward's all-gather: torchtitan "
+        "--parallelism.fsdp_reshard_after_forward never, Accelerate fsdp_reshard_after_forward "
+        "false).",
     )
     loss_compiled: bool | None = Field(
         None,

@@ -284,6 +284,16 @@ _RUN_NAMES: tuple[Name, ...] = (
         "torchtitan compiled it (bbb1b616e, April 2025, and later, with compile on).",
     ),
     Name(
+        "train.fsdp_reshard",
+        "str",
+        "-",
+        "FSDP2's reshard policy (Layout.fsdp_reshard): 'default', the backend's own (each block "
+        "resharded after its forward and gathered again for its backward; under torchtitan's "
+        "pipeline the stage stays gathered), or 'never' (every block stays gathered from its "
+        "forward to its backward: torchtitan --parallelism.fsdp_reshard_after_forward never, "
+        "Accelerate fsdp_reshard_after_forward false). 'default' for every plan.",
+    ),
+    Name(
         "train.cross_entropy_fusion",
         "str",
         "-",

@@ -45,4 +45,6 @@ ACCELERATE = Capabilities(
     # FSDP2's reduce_dtype is the mixed precision's own (dataclasses.py set_mixed_precision);
     # no key of the config file sets another.
     grad_reduce_dtypes=("default",),
+    # fsdp_config.fsdp_reshard_after_forward (FullyShardedDataParallelPlugin.reshard_after_forward)
+    fsdp_reshard=True,
 )

@@ -17,9 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from parplan_gen.cost.layout import SIXTEEN_BIT, Layout
+from parplan_gen.cost.layout import NEVER_RESHARD, SIXTEEN_BIT, Layout
 
-FACT_NAMES = ("accelerate.mixed_precision", "accelerate.context_parallel", "accelerate.user_script")
+FACT_NAMES = (
+    "accelerate.mixed_precision",
+    "accelerate.context_parallel",
+    "accelerate.user_script",
+    "accelerate.reshard_after_forward",
+)
 
 
 def accelerate_facts(layout: Layout) -> dict[str, Any]:
@@ -28,6 +33,8 @@ def accelerate_facts(layout: Layout) -> dict[str, Any]:
         # ClusterConfig.mixed_precision: "no", "fp16", "bf16" or "fp8" (utils PrecisionType)
         "accelerate.mixed_precision": SIXTEEN_BIT[layout.precision],
         "accelerate.context_parallel": layout.cp > 1,
+        # fsdp_config.fsdp_reshard_after_forward: false where the layout keeps the units gathered
+        "accelerate.reshard_after_forward": layout.fsdp_reshard != NEVER_RESHARD,
         # accelerate_launch.sh runs the user's training script (TRAIN_SCRIPT): the note saying what
         # it must do for the plan is shown for every plan
         "accelerate.user_script": True,

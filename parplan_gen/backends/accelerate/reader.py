@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.backends.accelerate.capabilities import FSDP2
 from parplan_gen.backends.deepspeed.reader import UNFILLED
-from parplan_gen.cost.layout import size_problem
+from parplan_gen.cost.layout import DEFAULT_FSDP_RESHARD, NEVER_RESHARD, size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
 from parplan_gen.inputs.source import Document, load_mapping_document
 from parplan_gen.inputs.validation import validated_file
@@ -38,10 +38,11 @@ KEYS_FILE = Path(__file__).with_name("keys.yaml")
 SECTIONS = ("fsdp_config", "parallelism_config")  # read key by key (`section.key`)
 PARALLELISM = "parallelism_config"
 # The mapping's canonical keys, besides plan.<Layout field>, that the reader takes back.
-WORLD_SIZE, RECOMPUTE, PRECISION = (
+WORLD_SIZE, RECOMPUTE, PRECISION, RESHARD = (
     "plan.world_size",
     "plan.recompute_full",
     "accelerate.mixed_precision",
+    "accelerate.reshard_after_forward",
 )
 # ClusterConfig.mixed_precision values (utils/dataclasses.py PrecisionType) and what each is: `no`
 # (fp32) is no precision parplan prices.
@@ -200,7 +201,7 @@ def _layout(
             found = layout_field(entry.key)
             if found is not None:
                 sizes[found] = entry.name
-            elif entry.key in (WORLD_SIZE, RECOMPUTE, PRECISION):
+            elif entry.key in (WORLD_SIZE, RECOMPUTE, PRECISION, RESHARD):
                 others[entry.key] = entry.name
     processes = _number(doc, said, others[WORLD_SIZE], "dp", None)
     if processes != num_gpus:
@@ -219,10 +220,11 @@ def _layout(
             )
     else:  # no parallelism config: FSDP2 over every process (utils/fsdp_utils.py: mesh None)
         values |= {"dp": processes, "tp": 1, "cp": 1}
-    recompute = said.get(others[RECOMPUTE], False)
-    values["recompute"] = "full" if _same(recompute, True) else "none"
-    if not _same(recompute, True) and not _same(recompute, False):
-        raise InputError(f"{shown_value(recompute)} is no switch", _where(doc, others[RECOMPUTE]))
+    values["recompute"] = "full" if _switch(doc, said, others[RECOMPUTE], False) else "none"
+    # FullyShardedDataParallelPlugin.reshard_after_forward (default True): false keeps every
+    # unit gathered from its forward to its backward (Layout.fsdp_reshard `never`)
+    kept = not _switch(doc, said, others[RESHARD], True)
+    values["fsdp_reshard"] = NEVER_RESHARD if kept else DEFAULT_FSDP_RESHARD
     precision = said.get(others[PRECISION], NO_MIXED_PRECISION)
     if precision in (NO_MIXED_PRECISION, False):  # `no` unquoted is false to YAML 1.1 readers
         unfilled["precision"] = (
@@ -234,6 +236,17 @@ def _layout(
         where = _where(doc, others[PRECISION])
         values["precision"] = read_choice(precision, CHOICES["precision"], where)
     return values | {UNFILLED: unfilled}, {*sizes.values(), *others.values()}
+
+
+def _switch(doc: Document, said: dict[str, Any], key: str, default: bool) -> bool:
+    """The switch at `key` as Accelerate reads it (`default` where the file leaves it out); an
+    InputError for a value that is no switch."""
+    value = said.get(key, default)
+    if _same(value, True):
+        return True
+    if _same(value, False):
+        return False
+    raise InputError(f"{shown_value(value)} is no switch", _where(doc, key))
 
 
 def _number(doc: Document, said: dict[str, Any], key: str, field_: str, default: int | None) -> int:

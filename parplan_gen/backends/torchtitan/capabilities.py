@@ -33,4 +33,6 @@ TORCHTITAN = Capabilities(
     recompute=("none", "selective", "full"),
     # config/configs.py CompileConfig.components; components/loss.py BaseLoss._maybe_compile
     compiled_loss=True,
+    # config/configs.py ParallelismConfig.fsdp_reshard_after_forward; distributed/fsdp.py
+    fsdp_reshard=True,
 )

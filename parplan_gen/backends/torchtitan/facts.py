@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from parplan_gen.backends.torchtitan.configs import config_registry
-from parplan_gen.cost.layout import Layout, fp8_recipe, loss_compiled_value
+from parplan_gen.cost.layout import DEFAULT_FSDP_RESHARD, Layout, fp8_recipe, loss_compiled_value
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.inputs.resources import BACKEND_CONSTRAINTS
 from parplan_gen.models.any_model import transformer_of
@@ -78,6 +78,7 @@ FACT_NAMES = (
     "torchtitan.async_tp",
     "torchtitan.compile",
     "torchtitan.compile_components",
+    "torchtitan.fsdp_reshard",
 )
 
 
@@ -121,6 +122,10 @@ def torchtitan_facts(
         "torchtitan.compile": bool(compiled),
         # one comma-separated word (torchtitan's config/manager.py list_str_rule)
         "torchtitan.compile_components": ",".join(compiled) or None,
+        # the reshard policy where it is not torchtitan's default (Layout.fsdp_reshard)
+        "torchtitan.fsdp_reshard": None
+        if layout.fsdp_reshard == DEFAULT_FSDP_RESHARD
+        else layout.fsdp_reshard,
     }
 
 

@@ -24,10 +24,6 @@ from parplan_gen.render.mapping_inverse import argument_value
 FLAGS_FILE = Path(__file__).with_name("unpriced_flags.yaml")
 FLAG = r"^--[a-z][a-z0-9_]*(\.([a-z0-9_]+|N))*\.?$"  # a flag, or a section ending in `.`
 INDEX = re.compile(r"\.\d+(?=\.|$)")  # a list's index in a flag (`param_groups.0`): `.N`
-# FSDP2's reshard policy: `never` is the default with pp
-# (distributed/fsdp.py get_fsdp_reshard_after_forward_policy).
-RESHARD_FLAG = "--parallelism.fsdp_reshard_after_forward"
-RESHARD_AS_DEFAULT_WITH_PP = "never"
 Word = tuple[str, int]  # a word of the launch line and its line number
 # What a priced flag acts on (PricedFlag.when): the layout where its value changes anything.
 Acts = Literal["pp", "cp", "fsdp"]
@@ -132,8 +128,6 @@ def refuse_unpriced(words: Sequence[Word], file: str, layout: LayoutRead) -> Non
         last[entry.flag] = (entry, value, where)  # a switch and its `no_` form: one flag
     for entry, value, where in last.values():
         if not layout.acts(entry.when) or value is False or value in entry.values:
-            continue
-        if entry.flag == RESHARD_FLAG and value == RESHARD_AS_DEFAULT_WITH_PP and layout.pp > 1:
             continue
         if value is True:
             raise InputError(f"not priced: {entry.why}", where)

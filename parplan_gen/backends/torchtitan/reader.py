@@ -22,7 +22,7 @@ import ast
 from dataclasses import dataclass
 from math import ceil
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from parplan_gen.backends.torchtitan.compile_settings import (
     COMPILE_FLAGS,
@@ -48,7 +48,7 @@ from parplan_gen.backends.torchtitan.flags import (
     normalised,
     refuse_unpriced,
 )
-from parplan_gen.cost.layout import SIZE_LIMITS
+from parplan_gen.cost.layout import DEFAULT_FSDP_RESHARD, SIZE_LIMITS, FsdpReshard
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
@@ -84,7 +84,13 @@ LIMIT_OF_KEY = {
 SCHEDULE_NAMES = (SCHEDULE_1F1B, SCHEDULE_INTERLEAVED)
 SCHEDULES = {SCHEDULE_1F1B.lower(): False, SCHEDULE_INTERLEAVED.lower(): True}
 DEFAULT_SCHEDULE = SCHEDULE_1F1B
-RUN_KEYS = ("train.", "budget.")  # the mapping's keys of the run, not of its layout
+RUN_KEYS = ("train.", "budget.")
+# FSDP2's reshard policy (config/configs.py ParallelismConfig.fsdp_reshard_after_forward:
+# default, always, never); `always` is not priced.
+RESHARD_KEY, RESHARD_ALWAYS = (
+    "torchtitan.fsdp_reshard",
+    "always",
+)  # the mapping's keys of the run, not of its layout
 WEIGHTED_LAYERS = "tt_weighted_layers"  # constraints.yaml: layers + embedding + output
 SEQUENCE_PARALLEL_SWITCHES = {
     "torchtitan.sequence_parallel": True,
@@ -376,6 +382,7 @@ def _layout(
     compiled = {k: said[k].text if k in said else settings[k] for k in COMPILE_SETTINGS}
     where = next((said[k].where for k in COMPILE_SETTINGS if k in said), ref)
     out["loss_compiled"] = loss_compiled(compiled, where)
+    out["fsdp_reshard"] = _reshard(said, sharded=shard > 1 or sizes["cp"] > 1)
     if REDUCE_KEY in said:
         out[REDUCE_KEY] = REDUCE_DTYPES[said[REDUCE_KEY].text]
     split = said["sequence_parallel"].text if "sequence_parallel" in said else None
@@ -384,6 +391,23 @@ def _layout(
     if pp > 1:
         out["vpp"] = _stages_per_rank(said, settings, pp, _weighted_layers(rules, num_layers), ref)
     return out
+
+
+def _reshard(said: dict[str, _Said], *, sharded: bool) -> str:
+    """Layout.fsdp_reshard of the line's --parallelism.fsdp_reshard_after_forward: `default` or
+    `never` as said (`default` where nothing is sharded: the policy acts on nothing), `always`
+    refused (it reshards the final norm and output too, which no layout prices)."""
+    given = said.get(RESHARD_KEY)
+    if given is None or not sharded:
+        return DEFAULT_FSDP_RESHARD
+    if given.text == RESHARD_ALWAYS:
+        raise InputError(
+            f"{RESHARD_ALWAYS} is not priced (priced: {', '.join(get_args(FsdpReshard))}): it "
+            "reshards the final norm and output after the forward too (distributed/fsdp.py), "
+            "which the default keeps gathered (rules/cost/memory.yaml fsdp2_root_params)",
+            given.where,
+        )
+    return read_choice(given.text, get_args(FsdpReshard), given.where)
 
 
 def _stages_per_rank(

@@ -1,0 +1,123 @@
+"""FSDP2's reshard policy (Layout.fsdp_reshard): `never` keeps every block's parameters gathered
+from its forward to its backward, which skips the backward's all-gather; written by torchtitan's
+and Accelerate's files, read back by check, accepted by each framework's own config code.
+
+The figures, from Llama 3 8B's published shape (hidden 4096, 32 layers, 8 KV heads of 128, FFN
+14336), not from the cost model: a block holds 4096 x 4096 (q) + 2 x 4096 x 1024 (k, v) + 4096
+x 4096 (o) + 3 x 4096 x 14336 (the SwiGLU MLP) + 2 x 4096 (its norms) = 218,112,000
+parameters. FSDP2's default keeps two blocks gathered at the peak (the one computing and the
+one prefetched, rules/cost/memory.yaml zero3_live_params); `never` keeps all 32, so 30 more
+blocks' 16-bit parameters: 2 x 30 x 218,112,000 bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import consumer_accelerate
+import consumer_torchtitan
+import pytest
+from formula_env import formula_env, formula_value
+
+import parplan_gen
+from parplan_gen.backends.accelerate.reader import accelerate_values
+from parplan_gen.render.mapping import load_mapping
+
+from conftest import REPO
+
+H100_8 = {"gpus": 8, "gpu": "h100"}
+BLOCK_PARAMS = 4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096 + 3 * 4096 * 14336 + 2 * 4096
+LAYERS = 32
+EMBEDDING_PARAMS = 128_256 * 4096  # the vocabulary's embedding
+LAYOUT = {"mbs": 1, "global_batch": 64, "seq_len": 8192, "zero_stage": 3}
+
+
+def _estimate(backend: str, **layout: Any) -> Any:
+    found = parplan_gen.estimate("llama-3-8b", H100_8, {**LAYOUT, **layout}, backend=backend)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("backend", "kept_by_default"),
+    [
+        # torchtitan keeps its root group (embedding, final norm, LM head) gathered after the
+        # forward either way (memory.yaml fsdp2_root_params)
+        ("torchtitan", 0),
+        # Accelerate keeps only its tail (final norm, LM head) gathered: its embedding, a unit
+        # of its own, is resharded by default and kept with `never` (utils/fsdp_utils.py
+        # fsdp2_prepare_model)
+        ("accelerate", EMBEDDING_PARAMS),
+    ],
+)
+def test_never_keeps_every_block_gathered(backend: str, kept_by_default: int) -> None:
+    default = _estimate(backend).estimate.memory.params
+    never = _estimate(backend, fsdp_reshard="never").estimate.memory.params
+    assert never - default == 2 * ((LAYERS - 2) * BLOCK_PARAMS + kept_by_default)
+
+
+@pytest.mark.parametrize("backend", ["torchtitan", "accelerate"])
+def test_never_skips_the_backwards_gather(backend: str) -> None:
+    """A step's FSDP2 traffic is, each micro-batch and block, a forward gather, a backward gather
+    and a reduce-scatter (rules/cost/sharding.yaml); `never` drops the backward gather."""
+    default = _estimate(backend).estimate.time.dp_comm_s
+    never = _estimate(backend, fsdp_reshard="never").estimate.time.dp_comm_s
+    env = formula_env("llama-3-8b", H100_8, backend, **LAYOUT)
+    gather = formula_value("zero3_gather_s", env)
+    micro_batches = LAYOUT["global_batch"] // (LAYOUT["mbs"] * 8)
+    assert default - never == pytest.approx(micro_batches * LAYERS * gather, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("backend", "layout", "why"),
+    [
+        ("megatron", {}, "Megatron-LM has no FSDP2 reshard policy to set (fsdp_reshard)"),
+        ("deepspeed", {}, "DeepSpeed has no FSDP2 reshard policy to set (fsdp_reshard)"),
+        ("torchtitan", {"zero_stage": 0}, "fsdp_reshard never needs FSDP2's sharding (zero 3)"),
+    ],
+)
+def test_only_fsdp2_sharding_takes_it(backend: str, layout: dict[str, Any], why: str) -> None:
+    found = _estimate(backend, fsdp_reshard="never", **layout)
+    reasons = [v.reason for v in found.violations if v.rule_id == "backend.capabilities"]
+    assert reasons == [why]
+
+
+def _never(plan_dir: Path, tmp_path: Path, cli: Any) -> Path:
+    """The plan's plan.json with fsdp_reshard never, rendered again."""
+    doc = json.loads((plan_dir / "plan.json").read_text(encoding="utf-8"))
+    doc["chosen"]["plan"]["fsdp_reshard"] = "never"
+    edited = tmp_path / "never.json"
+    edited.write_text(json.dumps(doc), encoding="utf-8")
+    run = cli("render", edited, "--out", tmp_path / "never")
+    assert run.code == 0, run.err
+    return tmp_path / "never"
+
+
+def test_torchtitan_writes_it_and_reads_it_back(tmp_path: Path, cli: Any) -> None:
+    out = tmp_path / "plan"
+    parplan_gen.plan(
+        "llama-3-8b", H100_8, global_batch=64, seq_len=8192, backend="torchtitan",
+        pins={"tp": 1, "zero_stage": 3},
+    ).write(out)  # fmt: skip
+    assert "fsdp_reshard_after_forward" not in (out / "torchtitan_run.sh").read_text()
+    script = _never(out, tmp_path, cli) / "torchtitan_run.sh"
+    assert "    --parallelism.fsdp_reshard_after_forward never\n" in script.read_text()
+    run = cli("check", "llama-3-8b", "--gpus", 8, "--gpu", "h100", "--from-torchtitan", script,
+              "--json")  # fmt: skip
+    assert run.json()["plan"]["fsdp_reshard"] == "never"
+    reading = consumer_torchtitan.torchtitan_reading(script, 8)
+    assert consumer_torchtitan.layout_read(reading)["fsdp_reshard"] == "never"
+
+
+def test_accelerate_writes_it_and_reads_it_back(tmp_path: Path, cli: Any) -> None:
+    out = tmp_path / "plan"
+    parplan_gen.plan(
+        "llama-3-8b", H100_8, global_batch=64, seq_len=8192, backend="accelerate"
+    ).write(out)  # fmt: skip
+    config = _never(out, tmp_path, cli) / "accelerate_config.yaml"
+    assert "  fsdp_reshard_after_forward: false\n" in config.read_text()
+    mapping = load_mapping(REPO / "templates" / "mapping.yaml")
+    assert accelerate_values(config, mapping, num_gpus=8)["fsdp_reshard"] == "never"
+    reading = consumer_accelerate.accelerate_reading(config)
+    assert consumer_accelerate.layout_read(reading)["fsdp_reshard"] == "never"
