@@ -203,6 +203,9 @@ def ran_values(facts: RowFacts, fp8_recipe: str | None) -> dict[str, object]:
         # models/llama3/model/model.py; until ff0829c10 of 2026-01-27, "GQA without kv
         # repeats"; rules/cost/context.yaml cp_kv_heads)
         "train.torchao_float8_tp": True,
+        # ... and wrapped FSDP2 as 9dec370 / e7c0cae's parallelize_llama.py apply_fsdp did: the
+        # root module (embedding, final norm, output) kept gathered, the last block too
+        "train.tt_fsdp_units_03": False,
         "train.kv_heads_repeated": facts.backend == "torchtitan",
         # every source predates torch's preference for cuDNN's attention in SDPA on Hopper and
         # Blackwell (sdp_utils.cpp check_prefer_cudnn_attention, cuDNN > 9.15, 2026): their

@@ -5,10 +5,11 @@ Each difference is worked from the source it follows, on Llama 3 8B (V = 128256,
 models/llama3/__init__.py, the preset's config) on 16 H100s, FSDP2 over dp 16:
 - the shards are fp32 on both (accelerate 1.16.0 utils/fsdp_utils.py fsdp2_prepare_model
   upcasts them; torchtitan builds the model in fp32): the same optimizer figure;
-- torchtitan's root group (embedding, final norm, LM head) stays gathered from its forward to
-  its backward, Accelerate's tail only (final norm and LM head: fsdp2_prepare_model shards the
-  untied embedding as a unit of its own, resharded after forward): 16-bit weights of the
-  embedding, 2 x V x h bytes, fewer on Accelerate;
+- both keep only the final norm and LM head gathered from the forward to the backward and shard
+  the untied embedding as a unit of its own, resharded after forward (fsdp2_prepare_model;
+  torchtitan 0.3 distributed/fsdp.py apply_fsdp_to_decoder): the same parameters. The published
+  runs' torchtitan (9dec370, e7c0cae: apply_fsdp) left the embedding to the root group, which
+  stays gathered: 16-bit weights of the embedding, 2 x V x h bytes, more there;
 - torchtitan reduces gradients in fp32 and Accelerate in the mixed-precision type
   (utils/dataclasses.py set_mixed_precision: reduce_dtype = param_dtype): a block's unsharded
   gradients before the reduce-scatter are 4 and 2 bytes a parameter;
@@ -37,20 +38,27 @@ def memory(backend: str, **changes: object):
     return found.estimate.memory
 
 
-def formula(name: str, backend: str, **changes: object) -> object:
+def formula(
+    name: str, backend: str, env: dict[str, object] | None = None, **changes: object
+) -> object:
+    """The named formula `name` for the layout with `changes`, its names changed by `env`."""
     rules = load_rules()
     layout = build_layout(16, **(LAYOUT | changes))
-    env = CostModel(rules, "transformer", backend).layout_env(
+    values = CostModel(rules, "transformer", backend).layout_env(
         load_model("llama-3-8b"), load_cluster_spec(CLUSTER), layout
     )
-    return named_formula(rules, name).evaluate(env)
+    return named_formula(rules, name).evaluate(values | (env or {}))
 
 
 def test_accelerate_fsdp2_differs_from_torchtitans_where_its_code_does() -> None:
     titan, accelerate = memory("torchtitan"), memory("accelerate")
     assert accelerate.optimizer == pytest.approx(titan.optimizer)  # fp32 shards, 8 B moments
-    # the embedding, gathered all step on torchtitan, resharded after forward on Accelerate
-    assert titan.params - accelerate.params == pytest.approx(2 * VOCAB * HIDDEN)
+    # the embedding, resharded after forward on both (torchtitan 0.3's wrapping), gathered all
+    # step under the published runs' torchtitan (train.tt_fsdp_units_03 false)
+    assert titan.params == pytest.approx(accelerate.params)
+    older = {"train.tt_fsdp_units_03": False}
+    kept = formula("fsdp2_root_params", "torchtitan", env=older)
+    assert kept - formula("fsdp2_root_params", "accelerate") == VOCAB * HIDDEN
     spec = load_model("llama-3-8b").formula_values(4096)
     per_layer = (spec["model.params"] - spec["model.params_embedding"]
                  - spec["model.params_output"]) / LAYERS  # fmt: skip

@@ -23,6 +23,7 @@ from formula_env import formula_env, formula_value
 
 import parplan_gen
 from parplan_gen.backends.accelerate.reader import accelerate_values
+from parplan_gen.inputs.errors import InputError
 from parplan_gen.render.mapping import load_mapping
 
 from conftest import REPO
@@ -39,22 +40,23 @@ def _estimate(backend: str, **layout: Any) -> Any:
     return found
 
 
-@pytest.mark.parametrize(
-    ("backend", "kept_by_default"),
-    [
-        # torchtitan keeps its root group (embedding, final norm, LM head) gathered after the
-        # forward either way (memory.yaml fsdp2_root_params)
-        ("torchtitan", 0),
-        # Accelerate keeps only its tail (final norm, LM head) gathered: its embedding, a unit
-        # of its own, is resharded by default and kept with `never` (utils/fsdp_utils.py
-        # fsdp2_prepare_model)
-        ("accelerate", EMBEDDING_PARAMS),
-    ],
-)
-def test_never_keeps_every_block_gathered(backend: str, kept_by_default: int) -> None:
+@pytest.mark.parametrize("backend", ["torchtitan", "accelerate"])
+def test_never_keeps_every_block_gathered(backend: str) -> None:
+    """Both keep only [final norm, output] gathered by default; the embedding, a unit of its
+    own, is resharded after its forward like a block, and kept with `never` (torchtitan 0.3
+    distributed/fsdp.py apply_fsdp_to_decoder; Accelerate utils/fsdp_utils.py
+    fsdp2_prepare_model)."""
     default = _estimate(backend).estimate.memory.params
     never = _estimate(backend, fsdp_reshard="never").estimate.memory.params
-    assert never - default == 2 * ((LAYERS - 2) * BLOCK_PARAMS + kept_by_default)
+    assert never - default == 2 * ((LAYERS - 2) * BLOCK_PARAMS + EMBEDDING_PARAMS)
+
+
+def test_under_torchtitans_pipeline_never_is_its_default() -> None:
+    """With pp torchtitan's default policy keeps the stage gathered (distributed/fsdp.py)."""
+    pp2 = {"pp": 2, "global_batch": 64, "mbs": 1}
+    default = _estimate("torchtitan", **pp2).estimate
+    never = _estimate("torchtitan", fsdp_reshard="never", **pp2).estimate
+    assert (never.memory, never.time) == (default.memory, default.time)
 
 
 @pytest.mark.parametrize("backend", ["torchtitan", "accelerate"])
@@ -121,3 +123,34 @@ def test_accelerate_writes_it_and_reads_it_back(tmp_path: Path, cli: Any) -> Non
     assert accelerate_values(config, mapping, num_gpus=8)["fsdp_reshard"] == "never"
     reading = consumer_accelerate.accelerate_reading(config)
     assert consumer_accelerate.layout_read(reading)["fsdp_reshard"] == "never"
+
+
+def test_an_accelerate_reshard_that_is_no_switch_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "accelerate_config.yaml"
+    config.write_text(
+        "distributed_type: FSDP\nmixed_precision: bf16\nnum_processes: 8\nfsdp_config:\n"
+        "  fsdp_version: 2\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+        "  fsdp_reshard_after_forward: sometimes\n",
+        encoding="utf-8",
+    )
+    mapping = load_mapping(REPO / "templates" / "mapping.yaml")
+    with pytest.raises(InputError) as caught:
+        accelerate_values(config, mapping, num_gpus=8)
+    assert str(caught.value) == (
+        f"{config}:7:3: fsdp_config.fsdp_reshard_after_forward: 'sometimes' is no switch"
+    )
+
+
+def test_a_torchtitan_plan_sharded_over_cp_alone_reads_back(tmp_path: Path, cli: Any) -> None:
+    """dp 1 x cp 8: FSDP2 shards over dp_shard x cp (distributed/parallel_dims.py), ZeRO-3."""
+    out = tmp_path / "plan"
+    parplan_gen.plan(
+        "llama-3-8b", H100_8, global_batch=8, seq_len=65_536, backend="torchtitan",
+        pins={"cp": 8, "tp": 1, "zero_stage": 3},
+    ).write(out)  # fmt: skip
+    script = _never(out, tmp_path, cli) / "torchtitan_run.sh"
+    run = cli("check", "llama-3-8b", "--gpus", 8, "--gpu", "h100", "--from-torchtitan", script,
+              "--json")  # fmt: skip
+    assert run.code == 0, run.err
+    plan = run.json()["plan"]
+    assert (plan["dp"], plan["cp"], plan["zero_stage"], plan["fsdp_reshard"]) == (1, 8, 3, "never")

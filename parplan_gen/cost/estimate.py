@@ -219,10 +219,12 @@ class Estimate(BaseModel):
 # attention unrepeated (context.yaml cp_kv_heads), and PyTorch's scaled_dot_product_attention
 # runs cuDNN's attention on Hopper and Blackwell (context.yaml sdpa_attention_efficiency);
 # calibration sets them for each source as its framework ran. The loss kernel is the layout's
-# (cost/layout.py cross_entropy_value).
+# (cost/layout.py cross_entropy_value). torchtitan 0.3 wraps FSDP2 as its
+# distributed/fsdp.py apply_fsdp_to_decoder does (memory.yaml fsdp2_root_params).
 FRAMEWORK_FEATURES: dict[str, Any] = {
     "train.tp_comm_overlap": True,
     "train.chunked_loss": True,
+    "train.tt_fsdp_units_03": True,
     "train.torchao_float8_tp": False,
     "train.kv_heads_repeated": False,
     "train.sdpa_cudnn": True,

@@ -42,7 +42,7 @@ plain identifiers usable by name in any formula. Each is checked and compiled on
 time an evaluation needs it, kept in the evaluation's memo (`Formula.evaluate`) and reused, so
 one evaluation runs each named formula at most once however often it is used. Recursion between
 them is an error showing the cycle; so is a formula whose graph (itself and every named formula
-it reaches, each counted once) has more than 5000 syntax nodes (MAX_GRAPH_NODES), or a chain of
+it reaches, each counted once) has more than 10000 syntax nodes (MAX_GRAPH_NODES), or a chain of
 uses more than 64 named formulas deep (MAX_NAMED_DEPTH: each link is a Python call as it runs),
 and more than 5000 named formulas in a library (MAX_NAMED_FORMULAS).
 A named formula's value is checked against ±MAX_MAGNITUDE as a result is. A named formula that

@@ -274,6 +274,16 @@ _RUN_NAMES: tuple[Name, ...] = (
         "calibration runs, whose torchtitan predates it.",
     ),
     Name(
+        "train.tt_fsdp_units_03",
+        "bool",
+        "-",
+        "torchtitan wraps FSDP2 as 0.3 does (distributed/fsdp.py apply_fsdp_to_decoder): the "
+        "embedding a unit of its own, resharded after its forward like a block, the final "
+        "norm and output kept gathered; true for every plan; false for calibration runs, whose "
+        "torchtitan (9dec370, e7c0cae parallelize_llama.py apply_fsdp) kept the root module "
+        "(embedding, final norm, output) gathered.",
+    ),
+    Name(
         "train.loss_compiled",
         "bool",
         "-",

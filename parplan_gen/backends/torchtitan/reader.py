@@ -84,13 +84,10 @@ LIMIT_OF_KEY = {
 SCHEDULE_NAMES = (SCHEDULE_1F1B, SCHEDULE_INTERLEAVED)
 SCHEDULES = {SCHEDULE_1F1B.lower(): False, SCHEDULE_INTERLEAVED.lower(): True}
 DEFAULT_SCHEDULE = SCHEDULE_1F1B
-RUN_KEYS = ("train.", "budget.")
+RUN_KEYS = ("train.", "budget.")  # the mapping's keys of the run, not of its layout
 # FSDP2's reshard policy (config/configs.py ParallelismConfig.fsdp_reshard_after_forward:
 # default, always, never); `always` is not priced.
-RESHARD_KEY, RESHARD_ALWAYS = (
-    "torchtitan.fsdp_reshard",
-    "always",
-)  # the mapping's keys of the run, not of its layout
+RESHARD_KEY, RESHARD_ALWAYS = "torchtitan.fsdp_reshard", "always"
 WEIGHTED_LAYERS = "tt_weighted_layers"  # constraints.yaml: layers + embedding + output
 SEQUENCE_PARALLEL_SWITCHES = {
     "torchtitan.sequence_parallel": True,
@@ -166,7 +163,7 @@ def torchtitan_values(
     else:
         _checked(said["config"].text, tuple(_latest(mapping).configs), said["config"].where)
     out = _layout(said, num_layers, num_gpus, rules, ref)
-    sharded = out.get("zero_stage") == ZERO_SHARDED or out["cp"] > 1  # FSDP2 over dp x cp
+    sharded = out.get("zero_stage") == ZERO_SHARDED  # FSDP2 over dp_shard x cp
     refuse_unpriced(words, str(path), LayoutRead(pp=out["pp"], cp=out["cp"], sharded=sharded))
     return out
 
@@ -365,8 +362,11 @@ def _layout(
     float8 = said["float8"].text if "float8" in said else settings["float8"]
     out: dict[str, Any] = {"precision": "fp8" if float8 else "bf16", **sizes}
     out["dp"] = replicate * shard
-    if out["dp"] > 1:  # with one data-parallel rank, sharding and replicating are the same
-        out["zero_stage"] = ZERO_SHARDED if shard > 1 else 0
+    # FSDP2 shards over dp_shard x cp (distributed/parallel_dims.py fsdp mesh); with one rank
+    # there, sharding and replicating are the same
+    sharded = shard > 1 or sizes["cp"] > 1
+    if out["dp"] > 1 or sizes["cp"] > 1:
+        out["zero_stage"] = ZERO_SHARDED if sharded else 0
     pp = sizes["pp"]
     local = _number(said, "torchtitan.local_batch_size", settings)
     out["mbs"] = _number(said, "plan.mbs", settings) if pp > 1 else local
@@ -382,7 +382,7 @@ def _layout(
     compiled = {k: said[k].text if k in said else settings[k] for k in COMPILE_SETTINGS}
     where = next((said[k].where for k in COMPILE_SETTINGS if k in said), ref)
     out["loss_compiled"] = loss_compiled(compiled, where)
-    out["fsdp_reshard"] = _reshard(said, sharded=shard > 1 or sizes["cp"] > 1)
+    out["fsdp_reshard"] = _reshard(said, sharded=out.get("zero_stage") == ZERO_SHARDED)
     if REDUCE_KEY in said:
         out[REDUCE_KEY] = REDUCE_DTYPES[said[REDUCE_KEY].text]
     split = said["sequence_parallel"].text if "sequence_parallel" in said else None
