@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 from parplan_gen.cost.estimate import BackendRef
 from parplan_gen.cost.layout import DEFAULT_FSDP_RESHARD, NO_CROSS_ENTROPY_FUSION, Layout
+from parplan_gen.inputs.defaults import ZERO_FULL
 from parplan_gen.models.kind import BackendName
-
-ZERO_3 = 3  # full sharding (FSDP2's), the stage a reshard policy acts on
 
 # (zero_stage, distributed_optimizer) pairs: DeepSpeed ZeRO 0-3, Megatron's distributed optimizer
 Optimizer = tuple[int, bool]
@@ -132,7 +131,7 @@ class Capabilities:
         if layout.fsdp_reshard != DEFAULT_FSDP_RESHARD:
             if not self.fsdp_reshard:
                 return f"{self.title} has no FSDP2 reshard policy to set (fsdp_reshard)"
-            if layout.zero_stage != ZERO_3:
+            if layout.zero_stage != ZERO_FULL:  # the sharding a reshard policy acts on
                 return f"fsdp_reshard {layout.fsdp_reshard} needs FSDP2's sharding (zero 3)"
         return None
 

@@ -9,6 +9,9 @@ MIB = 1024 * 1024  # bytes in a MiB (the unit of the input size caps)
 GIB = 1024**3  # bytes in a GiB (GPU memory is sold in binary units: "80 GB" is 80 GiB)
 DEFAULT_SEQ_LEN = 2048  # tokens per sequence when none is given (DESIGN.md plan contract)
 ZERO_STAGES = (0, 1, 2, 3)  # DeepSpeed ZeRO stages (deepspeed/runtime/zero/config.py)
+# The stage that shards parameters too, with gradients and optimizer states (ZeRO-3; FSDP's
+# full sharding, FSDP2's fully_shard)
+ZERO_FULL = ZERO_STAGES[-1]
 # Layout sizes a request may bound (`min_<size>`, `max_<size>`; `--min-<size>`), in the Layout's
 # order (etp follows tp unless pinned, so it is not bounded).
 BOUNDED_SIZES = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs")

@@ -362,7 +362,7 @@ def _config_module(
         "converter": values["torchtitan.converter"],
         # torch.compile on in the function, where the plan compiles the model (facts.py
         # _compiled): a converter reads it when the config is built (model_compile_enabled)
-        "compile_model": "model" in (values["torchtitan.compile_components"] or "").split(","),
+        "compile_model": values["torchtitan.compile_model"],
         "recipe": values["torchtitan.fp8_recipe"],
         "filter_fqns": own.float8_filter_fqns,
         "fqns": own.mxfp8_fqns,

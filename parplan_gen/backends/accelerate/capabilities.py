@@ -24,8 +24,12 @@ written for plans priced on it only.
 from __future__ import annotations
 
 from parplan_gen.backends.capabilities import Capabilities
+from parplan_gen.inputs.defaults import ZERO_FULL
 
-FSDP2 = (3, False)  # fully_shard over dp_shard x cp: parameters, gradients and optimizer states
+FSDP2 = (
+    ZERO_FULL,
+    False,
+)  # fully_shard over dp_shard x cp: parameters, gradients and optimizer states
 
 ACCELERATE = Capabilities(
     name="accelerate",

@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from parplan_gen.cost.layout import Layout
+from parplan_gen.inputs.defaults import ZERO_FULL
 from parplan_gen.planning.decisions import BackendDecisions
 
-ZERO_PARAMS_STAGE = 3  # the ZeRO stage that also shards the parameters
+ZERO_PARAMS_STAGE = ZERO_FULL  # the ZeRO stage that also shards the parameters
 
 
 def deepspeed_facts(layout: Layout, decided: BackendDecisions | None) -> dict[str, Any]:

@@ -19,8 +19,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from parplan_gen.backends.torchtitan.facts import LOSS_PART, MODEL_PART
+from parplan_gen.backends.torchtitan.flags import negation
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.safe_text import printable
+from parplan_gen.inputs.shell_script import Seg
 
 # The settings of configs.yaml (reader.py Settings) that CompileConfig's fields are.
 SETTING_OF_FIELD = {
@@ -31,23 +34,19 @@ SETTING_OF_FIELD = {
 COMPILE_SETTINGS = tuple(SETTING_OF_FIELD.values())
 SECTION = "compile"  # Trainer.Config.compile
 CONFIG_CLASS = "CompileConfig"
-# The switches (normalised as reader.py does: tyro takes `-` or `_`), tyro's negation of each.
-SWITCHES = {
-    f"--{SECTION}.{prefix}{field}": (SETTING_OF_FIELD[field], not prefix)
-    for field in ("enable", "enable_async_tensor_parallel")
-    for prefix in ("", "no_")
+# The switches (normalised as reader.py does: tyro takes `-` or `_`), and tyro's negation of each.
+_SWITCH_FIELDS = ("enable", "enable_async_tensor_parallel")
+SWITCHES = {f"--{SECTION}.{f}": (SETTING_OF_FIELD[f], True) for f in _SWITCH_FIELDS} | {
+    negation(f"--{SECTION}.{f}"): (SETTING_OF_FIELD[f], False) for f in _SWITCH_FIELDS
 }
 COMPONENTS_FLAG = f"--{SECTION}.components"
 COMPILE_FLAGS = (*SWITCHES, COMPONENTS_FLAG)  # every compile flag `line_setting` reads
-COMPONENTS = ("model", "loss")  # the parts torchtitan 0.3 compiles (trainer.py, components/loss.py)
-LOSS, MODEL = "loss", "model"
+COMPONENTS = (MODEL_PART, LOSS_PART)  # the parts torchtitan 0.3 compiles (trainer.py, loss.py)
 BOOL_WORDS = ("true", "false")  # a value a switch is sometimes (wrongly) given
 ASYNC_TP_NEEDS = "Async TP requires 'model' in --compile.components and --compile.enable"
 
-Word = tuple[str, int]  # a word of the launch line and its line number
 
-
-def line_setting(words: Sequence[Word], i: int, flag: str, where: SourceRef) -> tuple[str, Any]:
+def line_setting(words: Sequence[Seg], i: int, flag: str, where: SourceRef) -> tuple[str, Any]:
     """The setting (configs.yaml name) and value the compile flag `flag` at `words[i]` gives; an
     InputError where torchtitan's tyro refuses it."""
     word = words[i][0]
@@ -83,9 +82,9 @@ def loss_compiled(settings: Mapping[str, Any], where: SourceRef) -> bool:
     """Whether a job with these compile settings (COMPILE_SETTINGS) compiles its loss; torchtitan's
     own InputError for async TP without the model compiled."""
     enable, components = settings["compile"], settings["compile_components"]
-    if settings["async_tp"] and not (enable and MODEL in components):
+    if settings["async_tp"] and not (enable and MODEL_PART in components):
         raise InputError(f"{ASYNC_TP_NEEDS} (CompileConfig.__post_init__)", where)
-    return bool(enable) and LOSS in components
+    return bool(enable) and LOSS_PART in components
 
 
 def assigned(

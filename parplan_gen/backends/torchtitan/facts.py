@@ -38,6 +38,7 @@ from typing import Any
 
 from parplan_gen.backends.torchtitan.configs import config_registry
 from parplan_gen.cost.layout import DEFAULT_FSDP_RESHARD, Layout, fp8_recipe, loss_compiled_value
+from parplan_gen.inputs.defaults import ZERO_FULL
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.inputs.resources import BACKEND_CONSTRAINTS
 from parplan_gen.models.any_model import transformer_of
@@ -48,7 +49,8 @@ from parplan_gen.rules.formulas import FormulaLibrary
 from parplan_gen.rules.ruleset import load_rule_file
 from parplan_gen.rules.schema import NamedFormula
 
-ZERO_SHARDED = 3  # FSDP2 shards parameters, gradients and optimizer states (ZeRO-3)
+MODEL_PART, LOSS_PART = "model", "loss"  # config/configs.py CompileConfig.components' parts
+ZERO_SHARDED = ZERO_FULL  # FSDP2 shards parameters, gradients and optimizer states (ZeRO-3)
 # torch.distributed.pipelining schedule names (ParallelismConfig.pipeline_parallel_schedule).
 SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = "1F1B", "Interleaved1F1B"
 # The config module a plan writes where no torchtitan config builds its model as priced
@@ -78,6 +80,7 @@ FACT_NAMES = (
     "torchtitan.async_tp",
     "torchtitan.compile",
     "torchtitan.compile_components",
+    "torchtitan.compile_model",
     "torchtitan.fsdp_reshard",
 )
 
@@ -122,6 +125,7 @@ def torchtitan_facts(
         "torchtitan.compile": bool(compiled),
         # one comma-separated word (torchtitan's config/manager.py list_str_rule)
         "torchtitan.compile_components": ",".join(compiled) or None,
+        "torchtitan.compile_model": MODEL_PART in compiled,
         # the reshard policy where it is not torchtitan's default (Layout.fsdp_reshard)
         "torchtitan.fsdp_reshard": None
         if layout.fsdp_reshard == DEFAULT_FSDP_RESHARD
@@ -143,7 +147,7 @@ def _compiled(
     own = config_registry().settings(config)
     model = converted or async_tp or bool(own["compile"] or own["async_tp"])
     loss = loss_compiled_value(layout.loss_compiled, "torchtitan")
-    return tuple(part for part, on in (("model", model), ("loss", loss)) if on)
+    return tuple(part for part, on in ((MODEL_PART, model), (LOSS_PART, loss)) if on)
 
 
 def config_name(model: TrainedModel, layout: Layout, mapping: MappingFile) -> str | None:

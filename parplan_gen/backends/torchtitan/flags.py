@@ -18,13 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.safe_text import printable
+from parplan_gen.inputs.shell_script import Seg
 from parplan_gen.inputs.validation import validated_file
 from parplan_gen.render.mapping_inverse import argument_value
 
 FLAGS_FILE = Path(__file__).with_name("unpriced_flags.yaml")
 FLAG = r"^--[a-z][a-z0-9_]*(\.([a-z0-9_]+|N))*\.?$"  # a flag, or a section ending in `.`
 INDEX = re.compile(r"\.\d+(?=\.|$)")  # a list's index in a flag (`param_groups.0`): `.N`
-Word = tuple[str, int]  # a word of the launch line and its line number
 # What a priced flag acts on (PricedFlag.when): the layout where its value changes anything.
 Acts = Literal["pp", "cp", "fsdp"]
 
@@ -85,7 +85,7 @@ class UnpricedFlags(BaseModel):
     def priced_flags(self) -> set[str]:
         """Every spelling of the priced flags (a switch's tyro negation too)."""
         names = {p.flag for p in self.priced}
-        return names | {_negation(p.flag) for p in self.priced if p.switch}
+        return names | {negation(p.flag) for p in self.priced if p.switch}
 
 
 @cache
@@ -104,18 +104,18 @@ def _entry_name(flag: str) -> str:
     return INDEX.sub(".N", flag)
 
 
-def _negation(flag: str) -> str:
+def negation(flag: str) -> str:
     """tyro's `--no_` form of a switch (`--training.no_enable_cpu_offload`)."""
     section, _, name = flag.rpartition(".")
     return f"{section}.no_{name}" if section else f"--no_{flag.removeprefix('--')}"
 
 
-def refuse_unpriced(words: Sequence[Word], file: str, layout: LayoutRead) -> None:
+def refuse_unpriced(words: Sequence[Seg], file: str, layout: LayoutRead) -> None:
     """An InputError naming the flag, its line and why, for a priced flag whose last value on
     the line (as tyro takes it; a switch and its `no_` form are one flag) is not one the
     estimate prices, where it acts on `layout`."""
     priced = {p.flag: p for p in unpriced_flags().priced}
-    switches = {_negation(p.flag): p for p in priced.values() if p.switch}
+    switches = {negation(p.flag): p for p in priced.values() if p.switch}
     last: dict[str, tuple[PricedFlag, str | bool, SourceRef]] = {}
     for i, (word, line) in enumerate(words):
         flag = normalised(word)
@@ -147,7 +147,7 @@ class FlagsRead:
     ignored: tuple[str, ...]
 
 
-def flags_beside(words: Iterable[Word], layout_flags: set[str]) -> FlagsRead:
+def flags_beside(words: Iterable[Seg], layout_flags: set[str]) -> FlagsRead:
     """Each flag of the torchtitan line, once, as first written, that is none of
     `layout_flags` (what the reader takes into the layout) or the priced ones: in a group of
     unpriced_flags.yaml, or ignored. torchtitan's flags are dotted (`--training.steps`) but for

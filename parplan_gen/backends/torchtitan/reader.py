@@ -382,7 +382,7 @@ def _layout(
     compiled = {k: said[k].text if k in said else settings[k] for k in COMPILE_SETTINGS}
     where = next((said[k].where for k in COMPILE_SETTINGS if k in said), ref)
     out["loss_compiled"] = loss_compiled(compiled, where)
-    out["fsdp_reshard"] = _reshard(said, sharded=out.get("zero_stage") == ZERO_SHARDED)
+    out["fsdp_reshard"] = _reshard(said, sharded=sharded)
     if REDUCE_KEY in said:
         out[REDUCE_KEY] = REDUCE_DTYPES[said[REDUCE_KEY].text]
     split = said["sequence_parallel"].text if "sequence_parallel" in said else None
