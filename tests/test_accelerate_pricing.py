@@ -13,7 +13,11 @@ models/llama3/__init__.py, the preset's config) on 16 H100s, FSDP2 over dp 16:
 - torchtitan reduces gradients in fp32 and Accelerate in the mixed-precision type
   (utils/dataclasses.py set_mixed_precision: reduce_dtype = param_dtype): a block's unsharded
   gradients before the reduce-scatter are 4 and 2 bytes a parameter;
-- the activations of a transformers model (Korthikanti, fp32 logits) are DeepSpeed's.
+- the activations of a transformers model (Korthikanti, fp32 logits) are DeepSpeed's;
+- Accelerate accumulates gradients under no_sync (accelerator.py accumulate, no_sync:
+  set_requires_gradient_sync(False) on FSDP2), so FSDP2 keeps every block's unsharded gradient
+  until the step's last micro-batch reduce-scatters it; torchtitan syncs every micro-batch (its
+  train loop never turns gradient sync off but for the chunked loss's LM head).
 """
 
 from __future__ import annotations
@@ -82,3 +86,29 @@ def test_accelerate_context_parallelism_is_torchs_allgather_rotation() -> None:
     assert formula("cp_allgather_rotation", "accelerate", **cp) is True
     assert formula("cp_allgather_rotation", "torchtitan", **cp) is True
     assert formula("cp_allgather_rotation", "megatron", **cp) is False
+
+
+def test_accelerate_accumulation_holds_the_whole_models_gradients_once_a_step() -> None:
+    spec = load_model("llama-3-8b").formula_values(4096)
+    per_layer = (spec["model.params"] - spec["model.params_embedding"]
+                 - spec["model.params_output"]) / LAYERS  # fmt: skip
+    one, four = memory("accelerate"), memory("accelerate", global_batch=64)  # accum 1, 4
+    # four micro-batches: every 16-bit unsharded gradient (tp 1: the whole model) stays until the
+    # last one's reduce-scatter, instead of one block's before its reduce-scatter
+    assert four.grads - one.grads == pytest.approx(2 * (spec["model.params"] - per_layer))
+    titan_one, titan_four = memory("torchtitan"), memory("torchtitan", global_batch=64)
+    assert titan_four.grads == pytest.approx(titan_one.grads)
+
+
+def test_accelerate_reduce_scatters_once_a_step_and_gathers_every_micro_batch() -> None:
+    four = {"global_batch": 64}
+    assert formula("zero3_scatter_rounds", "accelerate", **four) == 1
+    assert formula("zero3_rounds", "accelerate", **four) == 4
+    assert formula("zero3_scatter_rounds", "torchtitan", **four) == 4
+    gather, scatter, layers = (
+        formula(n, "accelerate", **four)
+        for n in ("zero3_gather_s", "zero3_scatter_s", "layers_per_stage")
+    )
+    # forward and backward gathers of each of the four micro-batches, one reduce-scatter a layer
+    comm = formula("zero3_comm_s", "accelerate", **four)
+    assert comm == pytest.approx(layers * (4 * 2 * gather + scatter))  # type: ignore[operator]

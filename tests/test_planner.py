@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from parplan_gen.api import Plan, check, plan
@@ -106,8 +106,18 @@ REQUESTS = st.builds(
 )
 
 
+# Memory is not monotone in the micro-batch here: with Accelerate, a step of one micro-batch (mbs
+# 8, accum 1) holds less than mbs 4 with accum 2, which keeps FSDP2's unsharded gradients
+# between its micro-batches (rules/cost/memory.yaml fsdp2_grads_unsynced).
+NOT_MONOTONE = Request(
+    spec=load_preset("mixtral-8x7b"), cluster=cluster_from_flags(16, "h100"), global_batch=8,
+    seq_len=1024, objective="time", options=SearchOptions(),
+)  # fmt: skip
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(request=REQUESTS)
+@example(request=NOT_MONOTONE)
 def test_the_pruned_search_finds_what_brute_force_finds(request: Request) -> None:
     p = planner()
     keys, total = brute_force(p, request)

@@ -16,7 +16,10 @@ stated properties of the cost model:
   sharding, recomputation, sequence parallelism, bf16 gradients, FP8 parameters and offloading
   (the host's grows with offloading: it bounds nothing): if the most frugal candidates of a
   (structure, vpp) do not fit the GPU, none does; once an option does not fit at some mbs, it
-  does not fit at a larger one;
+  does not fit at a larger one. A step without gradient accumulation is the exception (it may
+  hold less than one with: Accelerate keeps FSDP2's unsharded gradients between the micro-
+  batches it accumulates, rules/cost/memory.yaml fsdp2_grads_unsynced), so the micro-batch of
+  one accumulation step is a frugal candidate of its own and is never pruned by smaller ones;
 * recomputation and offloading never make a fixed layout faster: with objective `time`, a
   variant of a layout that fits recomputing less (or offloading fewer layers) is dominated;
 * the cost model's optional `time.floor_s` never exceeds `time.step_s` (checked on every
@@ -372,6 +375,8 @@ class _Search:
             if found is not None:
                 self._count(found, len(mems))
                 continue
+            if accum == 1:  # no accumulation: may hold less than a smaller mbs (docstring)
+                failed = {}
             live, dead = fixed or self._options(mems, bound)
             self.rejected.update(dead)
             # the sharding (memory option less its recomputation) of each option that fits here
@@ -494,16 +499,15 @@ class _Search:
         keep: bool = True,
     ) -> Refusal | None:
         """The GPU memory rule all candidates of (`head`, `vpp`) break, when even the most
-        frugal (least mbs, full recompute, most sharding, for each sharding the smallest
-        gradients, FP8 parameters and most offloading its rules allow; `keep`: closest) do."""
-        for mbs in mbss:
-            accum, found = self._micro(head.dp, mbs)
-            if found is None:
-                break
-        else:
+        frugal (least mbs, and the mbs of one accumulation step (module docstring); full
+        recompute, most sharding, for each sharding the smallest gradients, FP8 parameters and
+        most offloading its rules allow; `keep`: closest) do."""
+        frugal_mbs = [m for m in mbss if self._micro(head.dp, m)[1] is None]
+        if not frugal_mbs or not mems:
             return None
-        if not mems:
-            return None
+        least, most_mbs = frugal_mbs[0], frugal_mbs[-1]
+        whole = most_mbs != least and self.r.global_batch == most_mbs * head.dp
+        micro = [least, most_mbs] if whole else [least]
         most = max(RECOMPUTE.index(m.recompute) for m in mems)  # the most frugal left open
         most_sp = any(m.sequence_parallel for m in mems)
         frugal = [
@@ -516,7 +520,8 @@ class _Search:
         reps = [max(zeros, key=lambda m: m.zero_stage)] if zeros else []
         reps += [m for m in allowed if m.distributed_optimizer]
         broken: list[tuple[float, Refusal, Candidate]] = []
-        for mem in reps:
+        for mbs, mem in ((m, o) for m in micro for o in reps):
+            accum, _ = self._micro(head.dp, mbs)
             self._set_memory(mem)
             plan = Candidate(*(*head, vpp, mbs, accum), *mem)  # one prefix: mypy counts it
             figures, found = self._assess(plan)
