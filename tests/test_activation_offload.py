@@ -263,7 +263,7 @@ def test_a_grid_that_is_no_whole_number_of_parts_is_refused(write, value: str) -
 def test_more_offloading_than_fits_is_counted_as_dominated(offload_plan) -> None:
     """Once a count fits, offloading more layers only adds copies: the search counts those
     candidates under their own reason, not recomputation's."""
-    from parplan_gen.planning.backend_planner import DOMINATED_OFFLOAD
+    from parplan_gen.planning.memory_order import DOMINATED_OFFLOAD
 
     plan, _ = offload_plan
     assert plan.document.rejected.get(DOMINATED_OFFLOAD, 0) > 0

@@ -264,7 +264,7 @@ def test_every_driver_is_read_by_its_terms_formulas():
         names |= {n.removeprefix("plan.") for n in e.formula.names if n.startswith("plan.")}
         names |= {"backend"} if "train.backend" in e.formula.names else set()
         # the loss kernel and its compile, FSDP2's reshard policy: Layout fields read as
-        # train.cross_entropy_fusion, train.loss_compiled, train.fsdp_reshard
+        # train.cross_entropy_fusion, train.loss_compiled, plan.fsdp_reshard
         train_fields = {"cross_entropy_fusion", "loss_compiled", "fsdp_reshard"}
         names |= train_fields & {n.removeprefix("train.") for n in e.formula.names}
     for t in compare_file().terms:

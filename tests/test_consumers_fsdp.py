@@ -244,6 +244,8 @@ def test_rendered_accelerate_launch_trains_fsdp2_shards_on_two_cpu_ranks(tmp_pat
     plan.write(folder)
     chosen = plan.document.chosen.plan
     assert (chosen.dp, chosen.tp, chosen.cp, chosen.zero_stage) == (2, 1, 1, 3)
+    # 1.7B's 16-bit weights fit on an H100 whole: the search keeps the blocks gathered
+    assert chosen.fsdp_reshard == "never"
     script, result = tmp_path / "train.py", tmp_path / "result.json"
     script.write_text(ACCELERATE_TRAIN, encoding="utf-8")
     run = launch_two_cpu_ranks(
@@ -258,7 +260,7 @@ def test_rendered_accelerate_launch_trains_fsdp2_shards_on_two_cpu_ranks(tmp_pat
         "world": chosen.dp * chosen.tp * chosen.cp,
         "distributed_type": "DistributedType.FSDP",
         "fsdp_version": 2,
-        "reshard_after_forward": True,
+        "reshard_after_forward": False,  # fsdp_reshard never
         "dp_shard": chosen.dp,
         "tp": chosen.tp,
         "cp": chosen.cp,

@@ -154,3 +154,52 @@ def test_a_torchtitan_plan_sharded_over_cp_alone_reads_back(tmp_path: Path, cli:
     assert run.code == 0, run.err
     plan = run.json()["plan"]
     assert (plan["dp"], plan["cp"], plan["zero_stage"], plan["fsdp_reshard"]) == (1, 8, 3, "never")
+
+
+# The search: both policies on torchtitan's and Accelerate's FSDP2 layouts (rules/search/
+# defaults.yaml search_fsdp_reshard_default), the faster that fits winning.
+PINNED = {"dp": 8, "zero_stage": 3, "mbs": 1, "recompute": "none"}
+
+
+def _plan(seq_len: int, search: dict[str, str] | None = None) -> Any:
+    return parplan_gen.plan(
+        "llama-3-8b", H100_8, global_batch=64, seq_len=seq_len, backend="torchtitan",
+        pins=PINNED, search=search,
+    )  # fmt: skip
+
+
+def test_the_search_keeps_the_blocks_gathered_where_they_fit() -> None:
+    searched, asked = _plan(4096).document, _plan(4096, {"fsdp_reshard": "default"}).document
+    assert (searched.chosen.plan.fsdp_reshard, asked.chosen.plan.fsdp_reshard) == (
+        "never",
+        "default",
+    )
+    # the same layout but for the policy: the 30 more blocks and the embedding held, and a
+    # step without the backward's all-gathers, never slower
+    extra = searched.chosen.memory.total - asked.chosen.memory.total
+    assert extra == pytest.approx(2 * ((LAYERS - 2) * BLOCK_PARAMS + EMBEDDING_PARAMS), abs=2)
+    assert searched.chosen.time.step_s < asked.chosen.time.step_s
+    record = json.loads(asked.to_json())["search"]
+    assert (record["fsdp_reshard"], record["fsdp_reshard_source"]) == (
+        "default",
+        "--fsdp-reshard (requested)",
+    )
+    assert json.loads(searched.to_json())["search"]["fsdp_reshard"] == "search"
+
+
+def test_the_search_reshards_where_the_gathered_blocks_do_not_fit() -> None:
+    # at 8192 tokens the activations leave no room for 14 GB more beside the plan's headroom
+    never = _plan(8192, {"fsdp_reshard": "never"}).document
+    assert not never.feasible and list(never.rejected) == [
+        "does not fit in GPU memory (80 GiB, keeping 0.0 GiB and 11.5% of its tensors free) "
+        "[memory.fits]"
+    ]
+    assert _plan(8192).document.chosen.plan.fsdp_reshard == "default"
+
+
+def test_never_asked_of_backends_without_the_policy_is_refused() -> None:
+    with pytest.raises(InputError, match="fsdp_reshard never: megatron has no FSDP2 reshard"):
+        parplan_gen.plan(
+            "llama-3-8b", H100_8, global_batch=64, seq_len=4096, backend="megatron",
+            search={"fsdp_reshard": "never"},
+        )  # fmt: skip

@@ -10,19 +10,17 @@ import pytest
 
 import parplan_gen
 from parplan_gen.cost.layout import PLAN_FIELDS, Layout, build_layout, plan_values
-from parplan_gen.planning.backend_planner import DOMINATED, OUTRANKED, Candidate
+from parplan_gen.planning.backend_planner import OUTRANKED, Candidate
 from parplan_gen.planning.document import PlanDocument
+from parplan_gen.planning.memory_order import DOMINATED
 from parplan_gen.planning.rejections import Rejection, merge
 from parplan_gen.planning.search_levels import LEVEL_OF
 from parplan_gen.planning.search_result import SearchResult
 from parplan_gen.rules import vocabulary
 from parplan_gen.rules.engine import Proposal
 
-# the request's, and the loss kernel, its compile and FSDP2's reshard policy (a backend's, not
-# searched), read as train.*
-TRAIN_FIELDS = (
-    "global_batch", "seq_len", "precision", "cross_entropy_fusion", "loss_compiled", "fsdp_reshard"
-)  # fmt: skip
+# the request's, and the loss kernel and its compile (a backend's, not searched), read as train.*
+TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "cross_entropy_fusion", "loss_compiled")
 H100_64 = {"gpus": 64, "gpu": "h100"}
 
 
@@ -45,7 +43,7 @@ def test_plan_values_give_every_plan_name() -> None:
         "plan.distributed_optimizer": False, "plan.sequence_parallel": False,
         "plan.recompute": "none", "plan.grad_reduce_dtype": "default",
         "plan.fp8_param_gather": False, "plan.precision_aware_optimizer": False,
-        "plan.offload_layers": 0,
+        "plan.offload_layers": 0, "plan.fsdp_reshard": "default",
     }  # fmt: skip
 
 

@@ -326,6 +326,13 @@ SEARCH_FLAGS = (  # `plan`'s search options: flag, choices, help
         "layers (rule search_activation_offload_parts; default: off); --offload-layers N pins "
         "the count",
     ),
+    (
+        "--fsdp-reshard",
+        ("default", "never", "search"),
+        "FSDP2's reshard policy on torchtitan's and Accelerate's FSDP2 layouts: the backend's "
+        "own, never (every block stays gathered from its forward to its backward, skipping the "
+        "backward's all-gathers), or both (default: search)",
+    ),
 )
 
 

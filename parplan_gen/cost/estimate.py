@@ -21,7 +21,6 @@ from parplan_gen.cost.catalog import Precision
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.host_links import host_bytes_per_s
 from parplan_gen.cost.layout import (
-    DEFAULT_FSDP_RESHARD,
     SIXTEEN_BIT,
     Layout,
     cross_entropy_value,
@@ -331,7 +330,6 @@ class CostModel:
             "train.fp8_recipe": fp8_recipe(cluster.gpu.architecture, self.backend),
             "train.cross_entropy_fusion": cross_entropy_value(None, self.backend),
             "train.loss_compiled": loss_compiled_value(None, self.backend),
-            "train.fsdp_reshard": DEFAULT_FSDP_RESHARD,
             **FRAMEWORK_FEATURES,
             **memory_headroom.env(),
         }
@@ -368,7 +366,6 @@ class CostModel:
             layout.cross_entropy_fusion, self.backend
         )
         env["train.loss_compiled"] = loss_compiled_value(layout.loss_compiled, self.backend)
-        env["train.fsdp_reshard"] = layout.fsdp_reshard
         return env
 
 

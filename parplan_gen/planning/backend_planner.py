@@ -20,8 +20,10 @@ stated properties of the cost model:
   hold less than one with: Accelerate keeps FSDP2's unsharded gradients between the micro-
   batches it accumulates, rules/cost/memory.yaml fsdp2_grads_unsynced), so the micro-batch of
   one accumulation step is a frugal candidate of its own and is never pruned by smaller ones;
-* recomputation and offloading never make a fixed layout faster: with objective `time`, a
-  variant of a layout that fits recomputing less (or offloading fewer layers) is dominated;
+* recomputation and offloading never make a fixed layout faster, and FSDP2's blocks kept
+  gathered (fsdp_reshard `never`: the backward's all-gathers skipped) never make it slower:
+  with objective `time`, a variant of a layout that fits recomputing less (or offloading fewer
+  layers, or keeping the blocks gathered) is dominated;
 * the cost model's optional `time.floor_s` never exceeds `time.step_s` (checked on every
   candidate estimated in full): with objective `time`, a candidate that fits but whose floor
   already exceeds the K-th best step found before it, here or on the backends searched before
@@ -50,6 +52,11 @@ from parplan_gen.inputs.errors import FormulaError, RuleError
 from parplan_gen.models.kind import BackendName, ModelKind
 from parplan_gen.planning.constraints import Violation, figures_read, first_violation
 from parplan_gen.planning.evaluate import Evaluator
+from parplan_gen.planning.memory_order import (
+    Sharding,
+    dominated_by,
+    least_per_sharding,
+)
 from parplan_gen.planning.rejections import Refusal, tally
 from parplan_gen.planning.search_levels import (
     LEVEL_OF,
@@ -79,10 +86,6 @@ from parplan_gen.planning.search_space import (
 from parplan_gen.planning.step_cutoff import StepCutoff
 from parplan_gen.rules.ruleset import CompiledConstraint, RuleSet
 
-DOMINATED = "dominated: fits with less recomputation, which is never slower"
-_DOMINATED = Refusal(None, DOMINATED)  # the search's own pruning: no rule, no plan field
-DOMINATED_OFFLOAD = "dominated: fits offloading fewer layers, or none (time.yaml offload_s)"
-_DOMINATED_OFFLOAD = Refusal(None, DOMINATED_OFFLOAD)
 OUTRANKED = "outranked: fits, but slower than the best plans found before it"
 _OUTRANKED = Refusal(None, OUTRANKED)
 FLOOR, STEP = "time_floor_s", "time_step_s"  # a time the step never goes below; the step
@@ -110,15 +113,11 @@ class Candidate(NamedTuple):
     fp8_param_gather: bool
     precision_aware_optimizer: bool
     offload_layers: int
+    fsdp_reshard: str
 
 
 # A candidate's fields before its memory option: its structure, vpp, mbs and grad_accum.
 _Prefix = tuple[int, int, int, int, int, int, int, int, int]
-# A memory option less its recomputation and with only whether it offloads activations: what a
-# recomputing variant, or one offloading more layers, is dominated within.
-_Sharding = tuple[int, bool, bool, str, bool, bool, bool]
-# The gradients' reduce types, least memory first (rules/cost/memory.yaml grad_bytes).
-_GRAD_FRUGALITY = ("bf16", "default", "fp32")
 _UNSEEN = object()
 
 
@@ -380,7 +379,7 @@ class _Search:
             live, dead = fixed or self._options(mems, bound)
             self.rejected.update(dead)
             # the sharding (memory option less its recomputation) of each option that fits here
-            fitted: set[_Sharding] = set()
+            fitted: set[Sharding] = set()
             prefix = (*head, vpp, mbs, accum)
             for mem in live:
                 self._leaf(prefix, mem, failed, fitted)
@@ -390,7 +389,7 @@ class _Search:
         prefix: _Prefix,
         mem: MemoryOption,
         failed: dict[MemoryOption, Refusal],
-        fitted: set[_Sharding],
+        fitted: set[Sharding],
     ) -> None:
         """Estimate one candidate (its fields `prefix`, then the memory option `mem`) that
         passes every layout rule, unless it is pruned."""
@@ -404,11 +403,14 @@ class _Search:
             mem.grad_reduce_dtype,
             mem.fp8_param_gather,
             mem.precision_aware_optimizer,
+            mem.fsdp_reshard,
             mem.offload_layers > 0,
         )
-        if self.r.objective == "time" and (sharding in fitted or (*sharding[:-1], False) in fitted):
-            self.rejected[_DOMINATED_OFFLOAD if mem.offload_layers else _DOMINATED] += 1
-            return
+        if self.r.objective == "time":
+            dominated = dominated_by(sharding, fitted)
+            if dominated is not None:
+                self.rejected[dominated] += 1
+                return
         self._set_memory(mem)
         plan = Candidate(*prefix, *mem)
         figures, found = self._assess(plan)
@@ -515,7 +517,7 @@ class _Search:
             for m in mems
             if RECOMPUTE.index(m.recompute) == most and m.sequence_parallel == most_sp
         ]
-        allowed = _least_per_sharding([m for m in frugal if self._memory_allowed(m)])
+        allowed = least_per_sharding([m for m in frugal if self._memory_allowed(m)])
         zeros = [m for m in allowed if not m.distributed_optimizer]
         reps = [max(zeros, key=lambda m: m.zero_stage)] if zeros else []
         reps += [m for m in allowed if m.distributed_optimizer]
@@ -560,28 +562,3 @@ class _Search:
         layout = layout_of(plan, self.r)
         self.env.update(plan_values(layout))
         return self.p.evaluator.evaluate_env(layout, self.env).estimate
-
-
-def _least_per_sharding(options: list[MemoryOption]) -> list[MemoryOption]:
-    """For each (zero stage, distributed optimizer) of `options`, its option that holds the
-    least memory: the smallest gradients (_GRAD_FRUGALITY), then FP8 parameters (1-byte
-    weights: rules/cost/memory.yaml held_weight_bytes), then bf16 optimizer states
-    (memory.yaml optimizer_bytes), then the most layers offloaded, in their first order."""
-    best: dict[tuple[int, bool], MemoryOption] = {}
-    for mem in options:
-        key = (mem.zero_stage, mem.distributed_optimizer)
-        held = best.get(key)
-        if held is None or _frugality(mem) < _frugality(held):
-            best[key] = mem
-    return list(best.values())
-
-
-def _frugality(mem: MemoryOption) -> tuple[int, bool, bool, int]:
-    """How much memory `mem`'s gradients, parameters, optimizer states and activations hold,
-    least first."""
-    return (
-        _GRAD_FRUGALITY.index(mem.grad_reduce_dtype),
-        not mem.fp8_param_gather,
-        not mem.precision_aware_optimizer,
-        -mem.offload_layers,
-    )

@@ -34,6 +34,7 @@ from parplan_gen.planning.search_choices import (
     ActivationOffloadChoice,
     ChosenOptions,
     Fp8ParamGatherChoice,
+    FsdpReshardChoice,
     GradReduceChoice,
     InterleaveChoice,
     PrecisionAwareOptimizerChoice,
@@ -330,6 +331,15 @@ class SearchRecord(HeadroomRecord):
     )
     activation_offload_parts_source: str = Field(
         description="Where `activation_offload_parts` came from."
+    )
+    fsdp_reshard: FsdpReshardChoice = Field(
+        "default",
+        description="FSDP2 reshard policies searched: `default`, `never` or `search` (both); "
+        "`default` in plan.json written before the choice.",
+    )
+    fsdp_reshard_source: str = Field(
+        "not recorded (plan.json written before the choice)",
+        description="Where `fsdp_reshard` came from.",
     )
 
     def options(self) -> ChosenOptions:

@@ -1,7 +1,7 @@
 """What a planning request asks of the search's optional parts, and the rules' defaults for
 what it leaves out.
 
-Seven choices, each a field of `SearchChoices` (None: the rule's default):
+Eight choices, each a field of `SearchChoices` (None: the rule's default):
 
 * `interleave` (`plan --interleave search|off`): whether layouts with vpp > 1 are searched;
 * `sequence_parallel` (`--sequence-parallel-with-tp search|on|off`): sequence parallelism on
@@ -19,8 +19,12 @@ Seven choices, each a field of `SearchChoices` (None: the rule's default):
   layouts of a backend that has it, off, or both;
 * `activation_offload` (`--activation-offload off|search`): layouts that offload some layers'
   activations to host memory (Megatron-LM --cpu-offloading-num-layers, Layout.offload_layers)
-  tried beside those that do not, or not.
-The three before it change the numerics of the run, so their defaults
+  tried beside those that do not, or not;
+* `fsdp_reshard` (`--fsdp-reshard default|never|search`): FSDP2's reshard policy
+  (Layout.fsdp_reshard) on the FSDP2 layouts of the backends that set it (torchtitan,
+  Accelerate): the backend's own, every block kept gathered from its forward to its backward,
+  or both.
+The grad_reduce_dtype, fp8_param_gather and precision_aware_optimizer choices change the numerics of the run, so their defaults
 (rules/search/defaults.yaml) are the frameworks' own: a request that does not name them is
 planned as the frameworks run.
 
@@ -53,6 +57,7 @@ GradReduceChoice = Literal["default", "bf16", "search"]
 Fp8ParamGatherChoice = Literal["off", "on", "search"]
 PrecisionAwareOptimizerChoice = Literal["off", "on", "search"]
 ActivationOffloadChoice = Literal["off", "search"]
+FsdpReshardChoice = Literal["default", "never", "search"]
 CHOICES: dict[str, tuple[object, ...]] = {
     "interleave": get_args(InterleaveChoice),
     "sequence_parallel": get_args(SequenceParallelChoice),
@@ -61,6 +66,7 @@ CHOICES: dict[str, tuple[object, ...]] = {
     "fp8_param_gather": get_args(Fp8ParamGatherChoice),
     "precision_aware_optimizer": get_args(PrecisionAwareOptimizerChoice),
     "activation_offload": get_args(ActivationOffloadChoice),
+    "fsdp_reshard": get_args(FsdpReshardChoice),
 }
 # The named formula that gives each default, and the file that defines it.
 DEFAULT_FORMULAS: dict[str, str] = {
@@ -71,6 +77,7 @@ DEFAULT_FORMULAS: dict[str, str] = {
     "fp8_param_gather": "search_fp8_param_gather_default",
     "precision_aware_optimizer": "search_precision_aware_optimizer_default",
     "activation_offload": "search_activation_offload_default",
+    "fsdp_reshard": "search_fsdp_reshard_default",
 }
 DEFAULTS_FILE = "rules/search/defaults.yaml"
 # Not a choice: the grid `--activation-offload search` tries (each whole 1/parts of the layers),
@@ -87,6 +94,7 @@ FLAGS: dict[str, str] = {
     "fp8_param_gather": "--fp8-param-gather",
     "precision_aware_optimizer": "--precision-aware-optimizer",
     "activation_offload": "--activation-offload",
+    "fsdp_reshard": "--fsdp-reshard",
 }
 # The Layout values each choice of the memory options searches (Layout.grad_reduce_dtype,
 # Layout.fp8_param_gather, Layout.precision_aware_optimizer), before a backend keeps those it
@@ -102,6 +110,12 @@ FP8_PARAM_GATHER: dict[str, tuple[bool, ...]] = {
     "search": (False, True),
 }
 PRECISION_AWARE_OPTIMIZER = FP8_PARAM_GATHER  # the same off / on / search over a switch
+# Layout.fsdp_reshard's values, the faster first (search_space.memory_options)
+FSDP_RESHARDS: dict[str, tuple[str, ...]] = {
+    "default": ("default",),
+    "never": ("never",),
+    "search": ("never", "default"),
+}
 # The training precisions each memory option can be used with: bf16 gradients with 16-bit
 # BF16 training (an FP8 run keeps --bf16; Megatron-LM arguments.py validate_args reads
 # --grad-reduce-in-bf16 only under `if args.bf16:`), FP8 parameters with FP8 training
@@ -159,6 +173,12 @@ class SearchChoices(BaseModel):
         "--cpu-offloading-num-layers): `off`, or `search` (layouts that offload eighths of the "
         "layers tried beside those that do not).",
     )
+    fsdp_reshard: FsdpReshardChoice | None = Field(
+        None,
+        description="FSDP2's reshard policy on the FSDP2 layouts of torchtitan and Accelerate: "
+        "`default` (the backend's own), `never` (every block gathered from its forward to its "
+        "backward) or `search` (both).",
+    )
 
     def given(self) -> dict[str, object]:
         """The choices the request makes, in field order."""
@@ -186,6 +206,8 @@ class ChosenOptions(BaseModel):
     activation_offload_source: str
     activation_offload_parts: StrictInt
     activation_offload_parts_source: str
+    fsdp_reshard: FsdpReshardChoice
+    fsdp_reshard_source: str
 
 
 def search_choices(value: SearchChoices | Mapping[str, Any] | None) -> SearchChoices:

@@ -21,6 +21,7 @@ from typing import Any, Literal, NamedTuple, get_args
 from parplan_gen.cost.estimate import NO_HEADROOM, MemoryHeadroom
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import (
+    DEFAULT_FSDP_RESHARD,
     PLAN_FIELDS,
     Layout,
     Precision,
@@ -28,6 +29,7 @@ from parplan_gen.cost.layout import (
     plan_cross_entropy_fusion,
     plan_loss_compiled,
 )
+from parplan_gen.inputs.defaults import ZERO_FULL
 from parplan_gen.inputs.errors import InputError, shown_value
 from parplan_gen.inputs.validation import check_choice
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES, BackendName, TrainedModel
@@ -36,6 +38,7 @@ from parplan_gen.planning.pins import SearchLimits
 from parplan_gen.planning.search_choices import (
     FLAGS,
     FP8_PARAM_GATHER,
+    FSDP_RESHARDS,
     GRAD_REDUCE_DTYPES,
     PRECISION_AWARE_OPTIMIZER,
     ChosenOptions,
@@ -67,6 +70,9 @@ class SearchOptions:
     precision_aware_optimizer: tuple[bool, ...] = (False,)
     # Layers offloaded to host memory (Layout.offload_layers), none first.
     offload_layers: tuple[int, ...] = (0,)
+    # FSDP2's reshard policies tried (Layout.fsdp_reshard), the faster first: `never` on the
+    # backends that set it, for their FSDP2 (zero 3) layouts (memory_options).
+    fsdp_reshard: tuple[str, ...] = (DEFAULT_FSDP_RESHARD,)
 
     @property
     def runs(self) -> Capabilities:
@@ -105,6 +111,11 @@ class SearchOptions:
                 runs.activation_offload,
                 (0,) if self.limits.pins.offload_layers is None else (),
             ),
+            # a backend without FSDP2's policy runs its default (as for the reduce type)
+            fsdp_reshard=tuple(
+                r for r in self.fsdp_reshard if runs.fsdp_reshard or r == DEFAULT_FSDP_RESHARD
+            )
+            or (DEFAULT_FSDP_RESHARD,),
         )
 
     @classmethod
@@ -139,6 +150,7 @@ class SearchOptions:
             fp8_param_gather=FP8_PARAM_GATHER[chosen.fp8_param_gather],
             precision_aware_optimizer=PRECISION_AWARE_OPTIMIZER[chosen.precision_aware_optimizer],
             offload_layers=offload_options(model.pipeline_layers, chosen, limits),
+            fsdp_reshard=FSDP_RESHARDS[chosen.fsdp_reshard],
         )
 
 
@@ -164,18 +176,21 @@ def offload_options(layers: int, chosen: ChosenOptions, limits: SearchLimits) ->
     return (0, *sorted({n for n in counts if 0 < n < layers}))
 
 
-# The switches a request can ask for outright, and what a backend without them cannot do.
+# The memory options a request can ask for outright (the value), and what a backend without
+# them cannot do.
 _SWITCHES = {
-    "fp8_param_gather": "cannot gather FP8 parameters",
-    "precision_aware_optimizer": "has no precision-aware optimizer",
+    "fp8_param_gather": ("on", "cannot gather FP8 parameters"),
+    "precision_aware_optimizer": ("on", "has no precision-aware optimizer"),
+    "fsdp_reshard": ("never", "has no FSDP2 reshard policy to set"),
 }
 
 
 def _check_memory_options(
     chosen: ChosenOptions, backends: tuple[BackendName, ...], limits: SearchLimits
 ) -> None:
-    """FP8 parameters or bf16 optimizer states asked for outright (`--fp8-param-gather on`,
-    `--precision-aware-optimizer on`) where none of `backends` has them: an InputError naming
+    """FP8 parameters, bf16 optimizer states or FSDP2's blocks kept gathered asked for
+    outright (`--fp8-param-gather on`, `--precision-aware-optimizer on`, `--fsdp-reshard
+    never`) where none of `backends` has them: an InputError naming
     the backends that do, rather than a plan that silently leaves them out
     (`SearchOptions.on` drops what a backend lacks). The gradients' reduce type is not checked
     so: a backend without the choice reduces in its own type, which may be the one asked
@@ -187,14 +202,14 @@ def _check_memory_options(
             f"--offload-layers {limits.pins.offload_layers}: {', '.join(backends)} does not "
             f"offload activations (only {', '.join(others)} does; docs/backends.md)"
         )
-    for field, lacks in _SWITCHES.items():
-        if getattr(chosen, field) != "on":
+    for field, (asked, lacks) in _SWITCHES.items():
+        if getattr(chosen, field) != asked:
             continue
         if any(getattr(BACKENDS[b], field) for b in backends):
             continue
         others = [b for b in BACKEND_NAMES if getattr(BACKENDS[b], field)]
         raise InputError(
-            f"{FLAGS[field]} on: {', '.join(backends)} {lacks} (only {', '.join(others)} "
+            f"{FLAGS[field]} {asked}: {', '.join(backends)} {lacks} (only {', '.join(others)} "
             "does; docs/backends.md)"
         )
 
@@ -258,7 +273,8 @@ class Structure(NamedTuple):
 
 class MemoryOption(NamedTuple):
     """How a candidate saves memory: optimizer sharding, sequence parallelism, recomputation,
-    the gradients' reduce type, FP8 parameters and bf16 optimizer states."""
+    the gradients' reduce type, FP8 parameters, bf16 optimizer states, layers offloaded and
+    FSDP2's reshard policy."""
 
     zero_stage: int
     distributed_optimizer: bool
@@ -268,6 +284,7 @@ class MemoryOption(NamedTuple):
     fp8_param_gather: bool
     precision_aware_optimizer: bool
     offload_layers: int
+    fsdp_reshard: str
 
 
 def prime_factors(n: int) -> dict[int, int]:
@@ -353,7 +370,7 @@ def mbs_options(global_batch: int, dp: int, limits: SearchLimits = NO_LIMITS) ->
 def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
     """Optimizer sharding x sequence parallelism x recomputation (least first) x layers
     offloaded (none first) x the gradients' reduce type x FP8 parameters x bf16 optimizer
-    states (innermost)."""
+    states x FSDP2's reshard policy (innermost; other than the default only with zero 3)."""
     pinned_sp = options.limits.pins.sequence_parallel
     if tp == 1 or not options.sequence_parallel:
         sp_choices = [False]
@@ -363,7 +380,7 @@ def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
         sp_choices = [True] if options.sequence_parallel_fixed else [False, True]
     ok = options.limits.allows
     return [
-        MemoryOption(zero, dist, sp, recompute, grad, fp8, states, offload)
+        MemoryOption(zero, dist, sp, recompute, grad, fp8, states, offload, reshard)
         for zero, dist in options.optimizers
         if ok("zero_stage", zero) and ok("distributed_optimizer", dist)
         for sp in sp_choices
@@ -374,6 +391,9 @@ def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
         for grad in options.grad_reduce_dtypes
         for fp8 in options.fp8_param_gather
         for states in options.precision_aware_optimizer
+        # the policy is FSDP2's: other shardings keep the default whatever is asked
+        for reshard in (options.fsdp_reshard if zero == ZERO_FULL else (DEFAULT_FSDP_RESHARD,))
+        if ok("fsdp_reshard", reshard)
     ]
 
 
@@ -409,6 +429,7 @@ def outside_search(layout: Layout, request: Request) -> str | None:
         layout.fp8_param_gather,
         layout.precision_aware_optimizer,
         layout.offload_layers,
+        layout.fsdp_reshard,
     )
     if mem not in memory_options(layout.tp, options):
         if layout.grad_reduce_dtype not in options.grad_reduce_dtypes:

@@ -72,6 +72,7 @@ READ_BY_CODE: tuple[str, ...] = (
     "search_fp8_param_gather_default",
     "search_precision_aware_optimizer_default",
     "search_activation_offload_default",
+    "search_fsdp_reshard_default",
     "search_activation_offload_parts",
     "budget_mtbf_gpu_hours_default",
     "budget_storage_bytes_per_s_per_gpu_default",

@@ -294,16 +294,6 @@ _RUN_NAMES: tuple[Name, ...] = (
         "torchtitan compiled it (bbb1b616e, April 2025, and later, with compile on).",
     ),
     Name(
-        "train.fsdp_reshard",
-        "str",
-        "-",
-        "FSDP2's reshard policy (Layout.fsdp_reshard): 'default', the backend's own (each block "
-        "resharded after its forward and gathered again for its backward; under torchtitan's "
-        "pipeline the stage stays gathered), or 'never' (every block stays gathered from its "
-        "forward to its backward: torchtitan --parallelism.fsdp_reshard_after_forward never, "
-        "Accelerate fsdp_reshard_after_forward false). 'default' for every plan.",
-    ),
-    Name(
         "train.cross_entropy_fusion",
         "str",
         "-",
@@ -410,6 +400,17 @@ _RUN_NAMES: tuple[Name, ...] = (
         "Transformer layers whose activations go to host memory between their forward and "
         "backward (Megatron-LM --cpu-offloading-num-layers): rules/cost/memory.yaml "
         "offloaded_layers, rules/cost/time.yaml offload_exposed_s.",
+    ),
+    Name(
+        "plan.fsdp_reshard",
+        "str",
+        "-",
+        "FSDP2's reshard policy (Layout.fsdp_reshard): 'default', the backend's own (each block "
+        "resharded after its forward and gathered again for its backward; under torchtitan's "
+        "pipeline the stage stays gathered), or 'never' (every block stays gathered from its "
+        "forward to its backward: torchtitan --parallelism.fsdp_reshard_after_forward never, "
+        "Accelerate fsdp_reshard_after_forward false). Searched both ways on the backends that set "
+        "it, for FSDP2's layouts (zero 3), unless plan --fsdp-reshard says otherwise.",
     ),
     # --- estimate.*: figures of this plan's estimate (constraints only) ------------------------
     Name(
