@@ -85,6 +85,16 @@ def layout_read(config: Any) -> dict[str, Any]:
     }
 
 
+def buffers_read(config: Any) -> dict[str, int]:
+    """DeepSpeed's ZeRO buffer sizes as its config class read them (names as in plan.json)."""
+    zero = config.zero_config
+    return {
+        "ds_prefetch_bucket_size": zero.prefetch_bucket_size,
+        "ds_max_live_parameters": zero.max_live_parameters,
+        "ds_reduce_bucket_size": zero.reduce_bucket_size,
+    }
+
+
 def zero_read(config: Any) -> str:
     """DeepSpeed's ZeRO stage, as `zero-N`."""
     return f"zero-{int(config.zero_optimization_stage)}"

@@ -17,7 +17,7 @@ from test_render import H100, cluster, dense_multinode, estimate, rendered_cases
 
 import parplan_gen
 from parplan_gen.cost.estimate import Estimate
-from parplan_gen.cost.layout import build_layout
+from parplan_gen.cost.layout import DS_SETTINGS, build_layout
 from parplan_gen.inputs.defaults import GIB
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.render.compare import compare_estimates, compare_file, tie_sentences
@@ -263,9 +263,8 @@ def test_every_driver_is_read_by_its_terms_formulas():
         names = reads.setdefault(f"{e.section}.{e.key}", set())
         names |= {n.removeprefix("plan.") for n in e.formula.names if n.startswith("plan.")}
         names |= {"backend"} if "train.backend" in e.formula.names else set()
-        # the loss kernel and its compile, FSDP2's reshard policy: Layout fields read as
-        # train.cross_entropy_fusion, train.loss_compiled, plan.fsdp_reshard
-        train_fields = {"cross_entropy_fusion", "loss_compiled", "fsdp_reshard"}
+        # the loss kernel and its compile, DeepSpeed's buffers: Layout fields read as train.*
+        train_fields = {"cross_entropy_fusion", "loss_compiled", *DS_SETTINGS}
         names |= train_fields & {n.removeprefix("train.") for n in e.formula.names}
     for t in compare_file().terms:
         if f"{t.group}.{t.term}" in reads:

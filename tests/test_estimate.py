@@ -17,7 +17,7 @@ import pytest
 from parplan_gen.cost.catalog import load_catalog
 from parplan_gen.cost.estimate import CostModel
 from parplan_gen.cost.hardware import Cluster, cluster_from_flags
-from parplan_gen.cost.layout import Layout, build_layout
+from parplan_gen.cost.layout import DS_SETTINGS, Layout, build_layout
 from parplan_gen.inputs.errors import SourceRef
 from parplan_gen.models.presets import load_preset, preset_names
 from parplan_gen.models.transformer import ModelSpec
@@ -291,6 +291,8 @@ CONTRACT: dict[str, dict[str, type]] = {
         "cross_entropy_fusion": str,  # Megatron-LM's loss kernel (null on other backends)
         "loss_compiled": type(None),  # torchtitan compiles the loss (null on other backends)
         "fsdp_reshard": str,  # FSDP2's reshard policy (`default` but on FSDP2's backends)
+        # DeepSpeed ZeRO-3's buffers, elements (DeepSpeed's defaults but where a layout says)
+        **dict.fromkeys(DS_SETTINGS, int),
     },
     "memory": {
         **dict.fromkeys(("params", "grads", "optimizer", "activations", "other"), int),

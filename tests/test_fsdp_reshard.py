@@ -20,6 +20,7 @@ import consumer_accelerate
 import consumer_torchtitan
 import pytest
 from formula_env import formula_env, formula_value
+from plan_edit import rendered_with
 
 import parplan_gen
 from parplan_gen.backends.accelerate.reader import accelerate_values
@@ -87,13 +88,7 @@ def test_only_fsdp2_sharding_takes_it(backend: str, layout: dict[str, Any], why:
 
 def _never(plan_dir: Path, tmp_path: Path, cli: Any) -> Path:
     """The plan's plan.json with fsdp_reshard never, rendered again."""
-    doc = json.loads((plan_dir / "plan.json").read_text(encoding="utf-8"))
-    doc["chosen"]["plan"]["fsdp_reshard"] = "never"
-    edited = tmp_path / "never.json"
-    edited.write_text(json.dumps(doc), encoding="utf-8")
-    run = cli("render", edited, "--out", tmp_path / "never")
-    assert run.code == 0, run.err
-    return tmp_path / "never"
+    return rendered_with(plan_dir, tmp_path / "never", cli, fsdp_reshard="never")
 
 
 def test_torchtitan_writes_it_and_reads_it_back(tmp_path: Path, cli: Any) -> None:

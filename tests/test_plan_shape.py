@@ -9,7 +9,7 @@ import json
 import pytest
 
 import parplan_gen
-from parplan_gen.cost.layout import PLAN_FIELDS, Layout, build_layout, plan_values
+from parplan_gen.cost.layout import DS_SETTINGS, PLAN_FIELDS, Layout, build_layout, plan_values
 from parplan_gen.planning.backend_planner import OUTRANKED, Candidate
 from parplan_gen.planning.document import PlanDocument
 from parplan_gen.planning.memory_order import DOMINATED
@@ -19,8 +19,11 @@ from parplan_gen.planning.search_result import SearchResult
 from parplan_gen.rules import vocabulary
 from parplan_gen.rules.engine import Proposal
 
-# the request's, and the loss kernel and its compile (a backend's, not searched), read as train.*
-TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "cross_entropy_fusion", "loss_compiled")
+# the request's, the loss kernel and its compile, DeepSpeed's buffers (a backend's, not searched),
+# read as train.*
+TRAIN_FIELDS = (
+    "global_batch", "seq_len", "precision", "cross_entropy_fusion", "loss_compiled", *DS_SETTINGS
+)  # fmt: skip
 H100_64 = {"gpus": 64, "gpu": "h100"}
 
 

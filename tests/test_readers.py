@@ -92,8 +92,10 @@ def as_written(layout: Layout) -> Layout:
 
 def deepspeed_says(layout: Layout) -> dict[str, Any]:
     """What ds_config.json says of `layout`: the batch, AutoTP's size, the pipeline stages,
-    ZeRO, 16-bit precision (FP8 runs inside bf16) and, for a pipeline, whether every layer is
-    recomputed."""
+    ZeRO, 16-bit precision (FP8 runs inside bf16), for a pipeline whether every layer is
+    recomputed, and DeepSpeed's buffers: the reduce bucket with ZeRO, the prefetch bucket and
+    the live-parameter limit with ZeRO-3."""
+    zero3 = layout.zero_stage == 3
     return {
         "global_batch": layout.global_batch,
         "mbs": layout.mbs,
@@ -103,6 +105,9 @@ def deepspeed_says(layout: Layout) -> dict[str, Any]:
         **({"tp": layout.tp} if layout.tp > 1 else {}),
         **({"pp": layout.pp} if layout.pp > 1 else {}),
         **({"recompute": "full"} if layout.pp > 1 and layout.recompute == "full" else {}),
+        **({"ds_reduce_bucket_size": layout.ds_reduce_bucket_size} if layout.zero_stage else {}),
+        **({"ds_prefetch_bucket_size": layout.ds_prefetch_bucket_size} if zero3 else {}),
+        **({"ds_max_live_parameters": layout.ds_max_live_parameters} if zero3 else {}),
     }
 
 

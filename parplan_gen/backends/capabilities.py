@@ -6,7 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from parplan_gen.cost.estimate import BackendRef
-from parplan_gen.cost.layout import DEFAULT_FSDP_RESHARD, NO_CROSS_ENTROPY_FUSION, Layout
+from parplan_gen.cost.layout import (
+    DEFAULT_FSDP_RESHARD,
+    DS_REDUCE_BUCKET,
+    DS_SETTINGS,
+    NO_CROSS_ENTROPY_FUSION,
+    Layout,
+)
 from parplan_gen.inputs.defaults import ZERO_FULL
 from parplan_gen.models.kind import BackendName
 
@@ -70,6 +76,10 @@ class Capabilities:
     # `never`: torchtitan's --parallelism.fsdp_reshard_after_forward, Accelerate's
     # fsdp_reshard_after_forward); it applies to its ZeRO-3 (FSDP2) layouts.
     fsdp_reshard: bool = False
+    # DeepSpeed ZeRO-3's prefetch bucket, live-parameter limit and reduce bucket can be sized
+    # (Layout.ds_*: ds_config.json stage3_prefetch_bucket_size, stage3_max_live_parameters,
+    # reduce_bucket_size); they apply to its ZeRO-3 layouts.
+    zero3_buffers: bool = False
 
     @property
     def ref(self) -> BackendRef:
@@ -133,6 +143,22 @@ class Capabilities:
                 return f"{self.title} has no FSDP2 reshard policy to set (fsdp_reshard)"
             if layout.zero_stage != ZERO_FULL:  # the sharding a reshard policy acts on
                 return f"fsdp_reshard {layout.fsdp_reshard} needs FSDP2's sharding (zero 3)"
+        return self._buffers_refused(layout)
+
+    def _buffers_refused(self, layout: Layout) -> str | None:
+        """Why DeepSpeed's buffer sizes of `layout` (Layout.ds_*) cannot be set, or None: the
+        reduce bucket acts with any ZeRO stage (runtime/zero/stage_1_and_2.py and stage3.py
+        read reduce_bucket_size), the prefetch bucket and the live-parameter limit with ZeRO-3
+        (runtime/zero/partitioned_param_coordinator.py)."""
+        changed = [f for f in DS_SETTINGS if getattr(layout, f) != Layout.model_fields[f].default]
+        if not changed:
+            return None
+        if not self.zero3_buffers:
+            return f"{self.title} has no DeepSpeed ZeRO buffers to size ({changed[0]})"
+        least = {DS_REDUCE_BUCKET: 1}
+        for field in changed:
+            if layout.zero_stage < least.get(field, ZERO_FULL):
+                return f"{field} acts with ZeRO-{least.get(field, ZERO_FULL)} and up (zero {layout.zero_stage})"
         return None
 
 

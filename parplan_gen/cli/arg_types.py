@@ -14,6 +14,7 @@ from parplan_gen.inputs.defaults import ZERO_STAGES
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.inputs.number_text import (
     ascii_decimal,
+    element_count,
     positive_decimal,
     token_count,
     whole_number,
@@ -42,6 +43,15 @@ def size_type(field: str) -> Callable[[str], int]:
         return whole_number(text, SIZE_LIMITS[field])
 
     return argument_type(parse, field)
+
+
+def _elements(text: str) -> int:
+    from parplan_gen.inputs.defaults import DS_MAX_ELEMENTS
+
+    return element_count(text, DS_MAX_ELEMENTS)
+
+
+element_count_type = argument_type(_elements, "elements")  # 5e8, 500000000
 
 
 def _offload_layers(text: str) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.common import (
+    DS_FIELDS,
     LAYOUT_SIZES,
     TRAINED_MODEL_HELP,
     add_backend_option,
@@ -280,6 +281,7 @@ def layout_values(
         "cross_entropy_fusion",
         "loss_compiled",
         "fsdp_reshard",
+        *DS_FIELDS,
     )
     flags.update({k: getattr(args, k) for k in options if getattr(args, k) is not None})
     if args.zero is not None:

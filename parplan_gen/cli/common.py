@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.arg_types import (
     cpu_count_type,
+    element_count_type,
     gpu_hour_price_type,
     headroom_type,
     offload_layers,
@@ -33,6 +34,13 @@ RECOMPUTE = ("none", "selective", "full")
 # Layout.cross_entropy_fusion's values (cost/layout.py CrossEntropyFusion; not imported here, so
 # that the CLI starts without pydantic's models)
 CROSS_ENTROPY_FUSIONS = ("off", "native", "te")
+# DeepSpeed ZeRO-3's buffers (Layout.ds_*): flag, ds_config.json key, DeepSpeed's default
+DS_FLAGS = (
+    ("--ds-prefetch-bucket-size", "stage3_prefetch_bucket_size", "5e7"),
+    ("--ds-max-live-parameters", "stage3_max_live_parameters", "1e9"),
+    ("--ds-reduce-bucket-size", "reduce_bucket_size", "5e8"),
+)
+DS_FIELDS = tuple(flag[2:].replace("-", "_") for flag, _, _ in DS_FLAGS)  # Layout.ds_*
 FSDP_RESHARDS = ("default", "never")  # Layout.fsdp_reshard's values (cost/layout.py FsdpReshard)
 # The layout's sizes as flags (each a size of layout.SIZE_LIMITS): dest, help, default.
 LAYOUT_SIZES: tuple[tuple[str, str, int | None], ...] = (
@@ -256,6 +264,14 @@ def add_layout_options(
             "backend's own, or never (every block stays gathered from its forward to its "
             "backward, skipping the backward's all-gather); default: default",
         )
+        for flag, key, ds_default in DS_FLAGS:
+            group.add_argument(
+                flag,
+                type=element_count_type,
+                metavar="N",
+                help=f"DeepSpeed ZeRO-3's zero_optimization.{key}, elements (5e8 or "
+                f"500000000; with --zero 3 on DeepSpeed); default: DeepSpeed's, {ds_default}",
+            )
         group.add_argument(
             "--loss-compiled",
             type=switch,
@@ -423,6 +439,7 @@ def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) ->
         cross_entropy_fusion=args.cross_entropy_fusion,
         loss_compiled=args.loss_compiled,
         **({} if args.fsdp_reshard is None else {"fsdp_reshard": args.fsdp_reshard}),
+        **{f: getattr(args, f) for f in DS_FIELDS if getattr(args, f) is not None},
         precision=args.precision,
     )
 

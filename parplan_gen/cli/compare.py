@@ -15,9 +15,10 @@ import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from parplan_gen.cli.arg_types import SWITCHES
+from parplan_gen.cli.arg_types import SWITCHES, element_count_type
 from parplan_gen.cli.common import (
     CROSS_ENTROPY_FUSIONS,
+    DS_FIELDS,
     FSDP_RESHARDS,
     LAYOUT_SIZES,
     PRECISIONS,
@@ -48,6 +49,7 @@ COMPARE_EXAMPLE = (
 LAYOUT_NUMBERS: dict[str, tuple[str, Callable[[str], int]]] = {
     "zero": ("zero_stage", zero_stage),
     "offload": ("offload_layers", offload_layers),
+    **{field: (field, element_count_type) for field in DS_FIELDS},
 }
 # --layout keys: the layout sizes, the numbers above, then these (key -> Layout field, words)
 LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...]]] = {

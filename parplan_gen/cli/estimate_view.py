@@ -8,7 +8,9 @@ from parplan_gen.cost.estimate import MEMORY_PARTS, Estimate
 from parplan_gen.cost.hardware import Cluster
 from parplan_gen.cost.layout import (
     DEFAULT_FSDP_RESHARD,
+    DS_SETTINGS,
     PLAN_CROSS_ENTROPY_FUSION,
+    Layout,
     plan_loss_compiled,
 )
 from parplan_gen.cost.mfu_convention import convention_of, mfu_text
@@ -90,6 +92,12 @@ def layout_line(estimate: Estimate, against: Estimate | None = None) -> str:
         parts.append(f"offload_layers={p.offload_layers}")
     if p.fsdp_reshard != DEFAULT_FSDP_RESHARD:
         parts.append(f"fsdp_reshard={p.fsdp_reshard}")
+    # DeepSpeed ZeRO-3's buffers where they are not DeepSpeed's defaults
+    parts += [
+        f"{f}={getattr(p, f)}"
+        for f in DS_SETTINGS
+        if getattr(p, f) != Layout.model_fields[f].default
+    ]
     loss = p.cross_entropy_fusion  # the plans' kernel is not shown, but where the two differ
     differs = against is not None and loss != against.plan.cross_entropy_fusion
     if loss is not None and (loss != PLAN_CROSS_ENTROPY_FUSION or differs):

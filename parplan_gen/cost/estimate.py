@@ -24,6 +24,7 @@ from parplan_gen.cost.layout import (
     SIXTEEN_BIT,
     Layout,
     cross_entropy_value,
+    ds_settings,
     fp8_recipe,
     loss_compiled_value,
     plan_values,
@@ -330,6 +331,7 @@ class CostModel:
             "train.fp8_recipe": fp8_recipe(cluster.gpu.architecture, self.backend),
             "train.cross_entropy_fusion": cross_entropy_value(None, self.backend),
             "train.loss_compiled": loss_compiled_value(None, self.backend),
+            **ds_settings(None),
             **FRAMEWORK_FEATURES,
             **memory_headroom.env(),
         }
@@ -366,6 +368,7 @@ class CostModel:
             layout.cross_entropy_fusion, self.backend
         )
         env["train.loss_compiled"] = loss_compiled_value(layout.loss_compiled, self.backend)
+        env.update(ds_settings(layout))
         return env
 
 

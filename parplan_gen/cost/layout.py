@@ -22,6 +22,12 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from parplan_gen.cost.catalog import Precision
+from parplan_gen.inputs.defaults import (
+    DS_MAX_ELEMENTS,
+    DS_MAX_LIVE_PARAMETERS,
+    DS_PREFETCH_BUCKET_SIZE,
+    DS_REDUCE_BUCKET_SIZE,
+)
 from parplan_gen.inputs.errors import InputError, shown_value
 from parplan_gen.models.transformer_shape import MAX_LAYERS, MAX_WIDTH
 from parplan_gen.rules.vocabulary import NAMES
@@ -91,6 +97,13 @@ def plan_loss_compiled(backend: str | None) -> bool | None:
     return True if backend == "torchtitan" else None
 
 
+def ds_settings(layout: Layout | None) -> dict[str, int]:
+    """train.ds_* of `layout` (None: DeepSpeed's defaults, the Layout's)."""
+    if layout is None:
+        return {f"train.{f}": Layout.model_fields[f].default for f in DS_SETTINGS}
+    return {f"train.{f}": getattr(layout, f) for f in DS_SETTINGS}
+
+
 def loss_compiled_value(named: bool | None, backend: str | None) -> bool:
     """Whether a layout that says `named` (Layout.loss_compiled) runs a compiled loss on
     `backend` (train.loss_compiled): `named`, else as the backend's plans run it."""
@@ -123,6 +136,11 @@ def fp8_recipe(architecture: str, backend: str | None) -> str:
     return FP8_RECIPES.get(architecture, default)
 
 
+# DeepSpeed ZeRO-3's buffer sizes (Layout.ds_*), each a train.* name of the cost rules.
+DS_REDUCE_BUCKET = "ds_reduce_bucket_size"  # the one that acts below ZeRO-3 too
+DS_SETTINGS = ("ds_prefetch_bucket_size", "ds_max_live_parameters", DS_REDUCE_BUCKET)
+
+
 # GPUs of a cluster, and so any parallel size (dp, tp, pp, cp, ep, etp): ~5x the largest clusters
 # built (about 200,000 GPUs); bounds the search and the launch files.
 MAX_GPUS = 1 << 20
@@ -142,6 +160,8 @@ SIZE_LIMITS: dict[str, int] = {
     "vpp": MAX_VPP,
     **dict.fromkeys(("mbs", "global_batch", "grad_accum"), MAX_GLOBAL_BATCH),
     "seq_len": MAX_SEQ_LEN,
+    # DeepSpeed ZeRO-3's buffers, in elements (Layout.ds_*)
+    **dict.fromkeys(DS_SETTINGS, DS_MAX_ELEMENTS),
 }
 
 
@@ -253,6 +273,32 @@ class Layout(BaseModel):
         "from its forward to its backward, which skips the backward's all-gather: torchtitan "
         "--parallelism.fsdp_reshard_after_forward never, Accelerate fsdp_reshard_after_forward "
         "false).",
+    )
+    ds_prefetch_bucket_size: int = Field(
+        DS_PREFETCH_BUCKET_SIZE,
+        ge=1,
+        le=DS_MAX_ELEMENTS,
+        description="DeepSpeed ZeRO-3's prefetch bucket, elements (ds_config.json "
+        "zero_optimization.stage3_prefetch_bucket_size; DeepSpeed's default 5e7): how much each "
+        "fetch gathers ahead, so a layer of P parameters takes P / it all-gathers a pass "
+        "(rules/cost/sharding.yaml zero3_gathers_per_layer). DeepSpeed only, with zero 3.",
+    )
+    ds_max_live_parameters: int = Field(
+        DS_MAX_LIVE_PARAMETERS,
+        ge=1,
+        le=DS_MAX_ELEMENTS,
+        description="DeepSpeed ZeRO-3's most parameters gathered at once, elements "
+        "(zero_optimization.stage3_max_live_parameters; default 1e9; rules/cost/memory.yaml "
+        "zero3_live_params). DeepSpeed only, with zero 3.",
+    )
+    ds_reduce_bucket_size: int = Field(
+        DS_REDUCE_BUCKET_SIZE,
+        ge=1,
+        le=DS_MAX_ELEMENTS,
+        description="DeepSpeed ZeRO-3's gradient bucket, elements (zero_optimization."
+        "reduce_bucket_size; default 5e8): reduce-scattered when full (rules/cost/sharding.yaml "
+        "zero3_scatters_per_layer, memory.yaml zero3_live_grad_bytes). DeepSpeed only, with "
+        "zero 3 (below it the bucket is not priced, so only the default is planned).",
     )
     loss_compiled: bool | None = Field(
         None,

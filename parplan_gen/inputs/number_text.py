@@ -31,6 +31,23 @@ def whole_number(text: str, maximum: int, minimum: int = 1) -> int:
     raise ValueError(f"expected a whole number from {minimum} to {maximum}, got {got}")
 
 
+def element_count(text: str, maximum: int) -> int:
+    """`text` as a whole count from 1 to `maximum`, in digits or with an exponent (`5e8`, as
+    DeepSpeed's configs write bucket sizes), or a ValueError saying why."""
+    if _WHOLE.fullmatch(text):
+        return whole_number(text, maximum)
+    if not _DECIMAL.fullmatch(text):
+        raise ValueError(
+            f"expected a whole number such as 500000000 or 5e8, got {shown_value(text)}"
+        )
+    value = float(text)
+    if not (1 <= value <= maximum and value.is_integer()):
+        raise ValueError(
+            f"expected a whole number from 1 to {maximum:.0e}, got {shown_value(text)}"
+        )
+    return int(value)
+
+
 def ascii_decimal(text: str) -> float:
     """`text` as a number in ASCII (exponent allowed; `inf` and `nan` are returned as such, for
     the caller's range to refuse with its own words), or a ValueError."""

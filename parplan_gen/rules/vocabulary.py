@@ -294,6 +294,27 @@ _RUN_NAMES: tuple[Name, ...] = (
         "torchtitan compiled it (bbb1b616e, April 2025, and later, with compile on).",
     ),
     Name(
+        "train.ds_prefetch_bucket_size",
+        "number",
+        "elements",
+        "DeepSpeed ZeRO-3's prefetch bucket (Layout.ds_prefetch_bucket_size, ds_config.json "
+        "stage3_prefetch_bucket_size): DeepSpeed's default 5e7 unless the layout says otherwise.",
+    ),
+    Name(
+        "train.ds_max_live_parameters",
+        "number",
+        "elements",
+        "DeepSpeed ZeRO-3's most parameters gathered at once (Layout.ds_max_live_parameters, "
+        "stage3_max_live_parameters): DeepSpeed's default 1e9 unless the layout says otherwise.",
+    ),
+    Name(
+        "train.ds_reduce_bucket_size",
+        "number",
+        "elements",
+        "DeepSpeed's gradient bucket (Layout.ds_reduce_bucket_size, reduce_bucket_size): "
+        "DeepSpeed's default 5e8 unless the layout says otherwise.",
+    ),
+    Name(
         "train.cross_entropy_fusion",
         "str",
         "-",

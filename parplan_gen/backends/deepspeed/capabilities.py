@@ -25,4 +25,7 @@ DEEPSPEED = Capabilities(
     # ds_config.json communication_data_type (runtime/config.py get_communication_data_type:
     # fp16, bf16 or fp32), written from plan.json's decisions (planning/decisions.py).
     grad_reduce_dtypes=("default", "fp32", "bf16"),
+    # zero_optimization.stage3_prefetch_bucket_size, stage3_max_live_parameters,
+    # reduce_bucket_size (runtime/zero/config.py DeepSpeedZeroConfig)
+    zero3_buffers=True,
 )

@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from parplan_gen.cost.layout import SIXTEEN_BIT, size_problem
+from parplan_gen.cost.layout import DS_SETTINGS, SIXTEEN_BIT, size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.source import Document, load_mapping_document
 from parplan_gen.planning.decisions import GRADIENT_BYTES, TYPE_BYTES
@@ -169,6 +169,8 @@ def _deepspeed_value(doc: Document, key: DeepSpeedKey, value: Any) -> dict[str, 
     if key.field in CHOICES:  # the ZeRO stage: an int, not True, not 3.0
         return {key.field: read_choice(value, CHOICES[key.field], doc.ref(key.path))}
     if key.field is not None:
+        if key.field in DS_SETTINGS and isinstance(value, float) and value.is_integer():
+            value = int(value)  # DeepSpeedZeroConfig's int fields take 5e8 (pydantic, lax)
         problem = size_problem(key.field, value)
         if problem:
             raise InputError(problem, doc.ref(key.path))
