@@ -26,6 +26,7 @@ PLAN_DEFAULTS: dict[str, Any] = {
     "plan.distributed_optimizer": False, "plan.sequence_parallel": False, "plan.recompute": "none",
     "plan.grad_reduce_dtype": "default", "plan.fp8_param_gather": False,
     "plan.precision_aware_optimizer": False, "plan.offload_layers": 0,
+    "plan.fsdp_reshard": "default",
 }  # fmt: skip
 
 
@@ -282,6 +283,14 @@ CASES = [
         {"zero_stage": 0, "ep": 2},
         {"model": "mixtral-8x7b"},
         "torchtitan: ep (2) does not divide dp_shard x cp x tp",
+    ),
+    (
+        # distributed/fsdp.py: with pp the default policy keeps the blocks gathered already
+        "torchtitan.reshard_never_is_pipeline_default",
+        {"zero_stage": 3, "pp": 2, "fsdp_reshard": "never"},
+        {},
+        "torchtitan: with pp (2) > 1 its default reshard policy already keeps the blocks "
+        "gathered: fsdp_reshard never is the default's run, named default",
     ),
     (
         # ZeRO 0 is data_parallel_replicate_degree; with cp 2, FSDP shards over cp all the same.

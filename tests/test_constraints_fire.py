@@ -389,6 +389,14 @@ CASES = [
         fires=side("mixtral-8x7b", tp=2, ep=4, global_batch=8, seq_len=4096),
         holds=side("mixtral-8x7b", tp=2, ep=2, global_batch=8, seq_len=4096),
     ),
+    # distributed/fsdp.py get_fsdp_reshard_after_forward_policy: with pp the default keeps the
+    # blocks gathered, which is what `never` says.
+    Case(
+        "torchtitan.reshard_never_is_pipeline_default",
+        "torchtitan",
+        fires=side(pp=2, zero_stage=3, fsdp_reshard="never", global_batch=64, seq_len=4096),
+        holds=side(pp=1, zero_stage=3, fsdp_reshard="never", global_batch=64, seq_len=4096),
+    ),
     # distributed/parallel_dims.py ParallelDims.fsdp_enabled (dp_shard_enabled or cp_enabled):
     # with cp > 1 the parameters are FSDP-sharded, never replicated.
     Case(

@@ -128,6 +128,9 @@ def test_a_value_the_estimate_prices_is_read(tmp_path: Path, flags: str, vpp: in
         # where nothing is sharded the policy acts on nothing
         ("--parallelism.data_parallel_shard_degree 1 --parallelism.data_parallel_replicate_degree 8 "
          "--parallelism.fsdp_reshard_after_forward never", "default"),
+        # with pp the default keeps the blocks gathered: `never` is its run (distributed/fsdp.py)
+        ("--parallelism.pipeline_parallel_degree 2 --parallelism.fsdp_reshard_after_forward never",
+         "default"),
     ],
 )  # fmt: skip
 def test_the_reshard_policy_is_the_layouts(tmp_path: Path, flags: str, policy: str) -> None:

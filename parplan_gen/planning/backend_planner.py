@@ -517,22 +517,23 @@ class _Search:
             for m in mems
             if RECOMPUTE.index(m.recompute) == most and m.sequence_parallel == most_sp
         ]
-        allowed = least_per_sharding([m for m in frugal if self._memory_allowed(m)])
-        zeros = [m for m in allowed if not m.distributed_optimizer]
-        reps = [max(zeros, key=lambda m: m.zero_stage)] if zeros else []
-        reps += [m for m in allowed if m.distributed_optimizer]
         broken: list[tuple[float, Refusal, Candidate]] = []
-        for mbs, mem in ((m, o) for m in micro for o in reps):
-            accum, _ = self._micro(head.dp, mbs)
-            self._set_memory(mem)
-            plan = Candidate(*(*head, vpp, mbs, accum), *mem)  # one prefix: mypy counts it
-            figures, found = self._assess(plan)
-            if found is _OUTRANKED or STEP in figures:  # it fits memory: no bound
-                return None
-            found = self._check(self.p.evaluator.gpu_memory_rules, figures, {})
-            if found is None:  # only the host's memory rule broken: no bound either
-                return None
-            broken.append((figures["memory_total"], found, plan))
+        for mbs in micro:
+            accum, _ = self._micro(head.dp, mbs)  # the memory-level rules may read mbs
+            allowed = least_per_sharding([m for m in frugal if self._memory_allowed(m)])
+            zeros = [m for m in allowed if not m.distributed_optimizer]
+            reps = [max(zeros, key=lambda m: m.zero_stage)] if zeros else []
+            reps += [m for m in allowed if m.distributed_optimizer]
+            for mem in reps:
+                self._set_memory(mem)
+                plan = Candidate(*(*head, vpp, mbs, accum), *mem)  # one prefix: mypy counts it
+                figures, found = self._assess(plan)
+                if found is _OUTRANKED or STEP in figures:  # it fits memory: no bound
+                    return None
+                found = self._check(self.p.evaluator.gpu_memory_rules, figures, {})
+                if found is None:  # only the host's memory rule broken: no bound either
+                    return None
+                broken.append((figures["memory_total"], found, plan))
         for _, _, plan in broken if keep else ():
             self._keep(self.unfit, plan, self._cache[plan][0])
         return min(broken, key=lambda b: b[0])[1] if broken else None

@@ -292,8 +292,9 @@ class HeadroomRecord(BaseModel):
 class SearchRecord(HeadroomRecord):
     """plan.json `search`: the pins, bounds, memory headroom and search options (interleaving,
     sequence parallelism, the gradient-reduction overlap, the gradients' reduce type, FP8
-    parameters: planning/search_choices.py) the plan was searched under; every key is
-    required."""
+    parameters, FSDP2's reshard policy: planning/search_choices.py) the plan was searched
+    under; every key is required but those added since, which read as what a plan.json written
+    before them was searched with."""
 
     interleave: InterleaveChoice = Field(
         description="`search`: layouts with vpp > 1 searched; `off`: not."

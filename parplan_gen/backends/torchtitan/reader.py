@@ -382,7 +382,7 @@ def _layout(
     compiled = {k: said[k].text if k in said else settings[k] for k in COMPILE_SETTINGS}
     where = next((said[k].where for k in COMPILE_SETTINGS if k in said), ref)
     out["loss_compiled"] = loss_compiled(compiled, where)
-    out["fsdp_reshard"] = _reshard(said, sharded=sharded)
+    out["fsdp_reshard"] = _reshard(said, sharded=sharded, pipelined=pp > 1)
     if REDUCE_KEY in said:
         out[REDUCE_KEY] = REDUCE_DTYPES[said[REDUCE_KEY].text]
     split = said["sequence_parallel"].text if "sequence_parallel" in said else None
@@ -393,10 +393,12 @@ def _layout(
     return out
 
 
-def _reshard(said: dict[str, _Said], *, sharded: bool) -> str:
+def _reshard(said: dict[str, _Said], *, sharded: bool, pipelined: bool) -> str:
     """Layout.fsdp_reshard of the line's --parallelism.fsdp_reshard_after_forward: `default` or
-    `never` as said (`default` where nothing is sharded: the policy acts on nothing), `always`
-    refused (it reshards the final norm and output too, which no layout prices)."""
+    `never` as said (`default` where nothing is `sharded`, the policy acting on nothing, and
+    where `pipelined`: the default keeps the blocks gathered then, as `never` does), `always`
+    refused (it reshards the final norm and output too, and under a pipeline every block, which
+    no layout prices)."""
     given = said.get(RESHARD_KEY)
     if given is None or not sharded:
         return DEFAULT_FSDP_RESHARD
@@ -407,7 +409,8 @@ def _reshard(said: dict[str, _Said], *, sharded: bool) -> str:
             "which the default keeps gathered (rules/cost/memory.yaml fsdp2_root_params)",
             given.where,
         )
-    return read_choice(given.text, get_args(FsdpReshard), given.where)
+    said_policy = read_choice(given.text, get_args(FsdpReshard), given.where)
+    return DEFAULT_FSDP_RESHARD if pipelined else said_policy
 
 
 def _stages_per_rank(
