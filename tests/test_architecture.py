@@ -38,6 +38,7 @@ BACKEND_PARTS = {
     "configs": "render",  # torchtitan's: the config functions' settings its reader starts from
     "compile_settings": "render",  # torchtitan's: the compile a line and its config function set
     "flags": "render",  # torchtitan's: the flags a line gives beside its layout
+    "keys": "render",  # DeepSpeed's: the keys a ds_config.json gives beside its layout
     "model_from_script": "render",  # Megatron-LM's: the model a script trains
 }
 

@@ -24,7 +24,7 @@ FITS_DS = """
 # DeepSpeed's pipeline engine takes ZeRO 0 or 1 (rules/constraints/deepspeed.yaml).
 INVALID_DS = """
     {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "zero_optimization":
-     {"stage": 2}, "pipeline": {"stages": 2}, "bf16": {"enabled": true}}
+     {"stage": 2, "overlap_comm": true}, "pipeline": {"stages": 2}, "bf16": {"enabled": true}}
 """
 # The common Megatron-LM idiom: arguments kept in a quoted variable.
 MEGATRON_70B_ON_ONE_NODE = """

@@ -251,7 +251,7 @@ def _ds_config(tmp_path: Path, stage: int, reduce: str) -> Path:
     path = tmp_path / "ds_config.json"
     path.write_text(
         '{"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "bf16": '
-        f'{{"enabled": true}}, "zero_optimization": {{"stage": {stage}}}, '
+        f'{{"enabled": true}}, "zero_optimization": {{"stage": {stage}, "overlap_comm": true}}, '
         f'"communication_data_type": "{reduce}"}}',
         encoding="utf-8",
     )

@@ -844,7 +844,13 @@ def test_hf_trainer_variant_says_auto_where_the_trainer_fills_in():
         assert config[key] == "auto"
     assert config["fp16"]["enabled"] == "auto"
     assert config["zero_optimization"]["stage"] == 3  # the plan decides the stage
-    assert config["zero_optimization"]["stage3_prefetch_bucket_size"] == "auto"
+    # ZeRO's buckets are the layout's: the Trainer's "auto" would be h^2 and 0.9 h^2
+    # (transformers integrations/deepspeed.py), not the sizes priced
+    zero = config["zero_optimization"]
+    assert (zero["stage3_prefetch_bucket_size"], zero["reduce_bucket_size"]) == (
+        5 * 10**7,
+        5 * 10**8,
+    )
     # The HF Trainer fills the optimizer and the scheduler's steps from TrainingArguments
     # (transformers integrations/deepspeed.py); WarmupCosineLR's ratios are no argument of it.
     assert set(config["optimizer"]["params"].values()) == {"auto"}

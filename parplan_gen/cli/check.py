@@ -123,6 +123,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             read += torchtitan_line(args.from_torchtitan) + "\n"
         if args.from_accelerate:
             read += accelerate_line(args.from_accelerate, cluster.num_gpus) + "\n"
+        if args.from_deepspeed:
+            read += deepspeed_line(args.from_deepspeed) + "\n"
         write_view(head + check_text(report) + read)
     problem = report.problem()
     if problem is not None:  # the report is on stdout; the reason is the one-line error (exit 1)
@@ -223,6 +225,17 @@ def accelerate_line(path: str, num_gpus: int) -> str:
     read = accelerate_reading(path, Templates.at(None).mapping(), num_gpus=num_gpus)
     ignored = " ".join(read.ignored) or "none"
     return f"Accelerate keys beside the layout: ignored {ignored}; {_no_effect(read.no_effect)}"
+
+
+def deepspeed_line(path: str) -> str:
+    """One line on what a ds_config.json says beside its layout: the keys ignored (by name) and
+    how many were read with no effect on the estimate (by group; docs/backends.md, "What check
+    reads of a ds_config.json")."""
+    from parplan_gen.backends.deepspeed.reader import deepspeed_reading
+
+    read = deepspeed_reading(path).beside
+    ignored = " ".join(read.ignored) or "none"
+    return f"DeepSpeed keys beside the layout: ignored {ignored}; {_no_effect(read.no_effect)}"
 
 
 def torchtitan_line(path: str) -> str:

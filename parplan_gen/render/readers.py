@@ -51,7 +51,8 @@ def layout_from_files(
     an Accelerate config's num_processes must be."""
     values: dict[str, Any] = {}
     if deepspeed:
-        values.update(deepspeed_values(deepspeed, templates_dir=templates_dir))
+        hidden = getattr(model, "hidden_size", None)  # an op-graph model has none
+        values.update(deepspeed_values(deepspeed, templates_dir=templates_dir, hidden=hidden))
     if megatron:
         if "megatron" not in model.backends:
             raise InputError(

@@ -20,9 +20,11 @@ refused by name: the cost model prices optimizer states and parameters in GPU me
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from parplan_gen.backends.deepspeed.keys import KeysBeside, check_keys
 from parplan_gen.cost.layout import DS_SETTINGS, SIXTEEN_BIT, size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.source import Document, load_mapping_document
@@ -60,18 +62,47 @@ def deepspeed_values(
     *,
     templates_dir: str | Path | None = None,
     rules: RuleSet | None = None,
+    hidden: int | None = None,
 ) -> dict[str, Any]:
-    """Batch, pipeline stages, ZeRO stage, precision, (with a pipeline) recompute and the
-    gradients' reduce type of a DeepSpeed ds_config.json; `rules`: the check's (None: the
-    built-in ones, loaded only if the file names a communication_data_type)."""
+    """Batch, pipeline stages, ZeRO stage, precision, (with a pipeline) recompute, the
+    gradients' reduce type and ZeRO's buffers of a DeepSpeed ds_config.json; `rules`: the
+    check's (None: the built-in ones, loaded only if the file names a communication_data_type);
+    `hidden`: the model's hidden size, from which the HF Trainer fills the buffers' "auto"."""
+    return deepspeed_reading(path, templates_dir=templates_dir, rules=rules, hidden=hidden).values
+
+
+@dataclass(frozen=True)
+class DeepSpeedReading:
+    """What a ds_config.json says: layout fields (with UNFILLED: what the flags must give), and
+    the keys beside the layout (keys.py)."""
+
+    values: dict[str, Any]
+    beside: KeysBeside
+
+
+def deepspeed_reading(
+    path: str | Path,
+    *,
+    templates_dir: str | Path | None = None,
+    rules: RuleSet | None = None,
+    hidden: int | None = None,
+) -> DeepSpeedReading:
+    """The whole reading of a ds_config.json (`deepspeed_values`), its other keys accounted for
+    (keys.py: what the estimate does not price refused)."""
     doc = load_mapping_document(str(path), "a DeepSpeed config is a JSON object")
     _refuse_offload(doc)
     out: dict[str, Any] = {}
     unfilled: dict[str, tuple[str, SourceRef]] = {}
+    read: set[str] = set()
     for key in deepspeed_keys(Templates.at(templates_dir).mapping()):
         found, value = _at(doc.data, key.path)
+        read |= {".".join(key.path)} if found else set()
         if found and value == AUTO and key.field is not None:
-            unfilled[key.field] = _auto_line(doc, key.path, key.field)
+            filled = _hf_filled(key.field, hidden)
+            if filled is None:
+                unfilled[key.field] = _auto_line(doc, key.path, key.field)
+            else:
+                out[key.field] = filled
         elif found and value != AUTO:
             out.update(_deepspeed_value(doc, key, value))
     if "precision" not in out:
@@ -82,7 +113,23 @@ def deepspeed_values(
     found, value = _at(doc.data, COMMUNICATION_TYPE)
     if found:
         out.update(_reduce_type(doc, value, out, rules))
-    return out | ({UNFILLED: unfilled} if unfilled else {})
+    read |= {f"{section}.{ENABLED}" for section in PRECISION_SECTIONS}
+    beside = check_keys(doc, out.get("zero_stage", 0), read | set(COMMUNICATION_TYPE))
+    return DeepSpeedReading(out | ({UNFILLED: unfilled} if unfilled else {}), beside)
+
+
+def _hf_filled(field: str, hidden: int | None) -> int | None:
+    """The value the HF Trainer fills for a ZeRO buffer left "auto", from the model's hidden
+    size h (transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig.
+    trainer_config_finalize: reduce_bucket_size h^2, stage3_prefetch_bucket_size int(0.9 h^2)),
+    or None (another field, or no model to read h from)."""
+    if hidden is None:
+        return None
+    filled = {
+        "ds_reduce_bucket_size": hidden * hidden,
+        "ds_prefetch_bucket_size": 9 * hidden * hidden // 10,
+    }
+    return filled.get(field)
 
 
 def _auto_line(doc: Document, path: tuple[str, ...], field: str) -> tuple[str, SourceRef]:

@@ -1,0 +1,150 @@
+"""What `parplan check --from-deepspeed` makes of the keys of a ds_config.json beside its layout
+(keys.yaml beside this file, read in DeepSpeed v0.19.8): a key whose value the estimate assumes
+is refused where the file says, or leaves to DeepSpeed's default, another (`priced`, judged at
+the ZeRO stages that read it), an optimizer other than Adam is refused, the keys that change
+nothing the estimate prices are counted by group (`no_effect`), and every other key is named as
+ignored. The layout's own keys are the mapping's (reader.py); ZeRO-Offload is reader.py's to
+refuse.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from parplan_gen.inputs.errors import InputError
+from parplan_gen.inputs.source import Document
+from parplan_gen.inputs.validation import validated_file
+
+KEYS_FILE = Path(__file__).with_name("keys.yaml")
+OPTIMIZER_TYPE = "optimizer.type"
+Scalar = StrictBool | StrictInt | StrictStr
+
+
+class PricedKey(BaseModel):
+    """A key whose value the estimate assumes (keys.yaml `priced`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str = Field(min_length=1)
+    value: Scalar
+    defaults: dict[int, Scalar] = Field(description="DeepSpeed's default, by ZeRO stage.")
+    stages: tuple[int, ...] = Field(min_length=1, description="The ZeRO stages that read it.")
+    why: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+
+class Names(BaseModel):
+    """Names, with where DeepSpeed reads them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    names: tuple[str, ...] = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+
+class KeyGroup(BaseModel):
+    """Keys of one kind: each key, and every key under it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    group: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    keys: tuple[str, ...] = Field(min_length=1)
+
+
+class DeepSpeedKeys(BaseModel):
+    """keys.yaml: what the check makes of the keys of a ds_config.json."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    release: str = Field(min_length=1)
+    priced: tuple[PricedKey, ...] = Field(min_length=1)
+    adam_optimizers: Names
+    no_effect: tuple[KeyGroup, ...]
+
+
+@cache
+def deepspeed_keys() -> DeepSpeedKeys:
+    """keys.yaml beside this module, validated."""
+    return validated_file(KEYS_FILE, DeepSpeedKeys)
+
+
+@dataclass(frozen=True)
+class KeysBeside:
+    """The keys of a ds_config.json beside its layout: counted by keys.yaml group, or ignored."""
+
+    no_effect: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+
+
+def leaves(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) of every leaf of a JSON object, in its order (a list is a leaf)."""
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from leaves(value, dotted + ".")
+        else:
+            yield dotted, value
+
+
+def check_keys(doc: Document, stage: int, layout_keys: set[str]) -> KeysBeside:
+    """Refuse what the estimate does not price in the file at ZeRO `stage` (module docstring);
+    the other keys, those of `layout_keys` (the layout's own, read by reader.py) apart."""
+    keys = deepspeed_keys()
+    said = dict(leaves(doc.data))
+    for priced in keys.priced:
+        if stage in priced.stages:
+            _check_priced(doc, said, priced, stage)
+    _check_optimizer(doc, said, keys.adam_optimizers)
+    read = layout_keys | {p.key for p in keys.priced} | {OPTIMIZER_TYPE}
+    no_effect: dict[str, tuple[str, ...]] = {}
+    for group in keys.no_effect:
+        found = tuple(k for k in said if k not in read and _under(k, group.keys))
+        if found:
+            no_effect[group.group] = found
+            read |= set(found)
+    return KeysBeside(no_effect, tuple(k for k in said if k not in read))
+
+
+def _under(key: str, names: tuple[str, ...]) -> bool:
+    return any(key == name or key.startswith(name + ".") for name in names)
+
+
+def _check_priced(doc: Document, said: dict[str, Any], priced: PricedKey, stage: int) -> None:
+    default = priced.defaults.get(stage)
+    value = said.get(priced.key, default)
+    if value is None or (type(value) is type(priced.value) and value == priced.value):
+        return
+    why = f"is not priced: {priced.why} (parplan prices {_json(priced.value)})"
+    if priced.key in said:
+        raise InputError(f"{_json(value)} {why}", doc.ref(tuple(priced.key.split("."))))
+    raise InputError(
+        f"{priced.key} left out: DeepSpeed's default at ZeRO-{stage}, {_json(value)}, {why}",
+        doc.ref(),
+    )
+
+
+def _json(value: Any) -> str:
+    """`value` as the file spells it (JSON: true, "Lamb"), at most 60 characters."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_optimizer(doc: Document, said: dict[str, Any], adam: Names) -> None:
+    if OPTIMIZER_TYPE not in said:
+        return  # the client's optimizer (deepspeed.initialize(optimizer=...)), taken as Adam
+    name = said[OPTIMIZER_TYPE]
+    if isinstance(name, str) and name.lower() in adam.names:
+        return
+    raise InputError(
+        f"{_json(name)} is not priced: the estimate prices Adam's two moments "
+        f"(rules/cost/memory.yaml optimizer_bytes; priced: {', '.join(adam.names)})",
+        doc.ref(tuple(OPTIMIZER_TYPE.split("."))),
+    )
