@@ -177,20 +177,22 @@ def test_ds_config_reduces_gradients_in_the_type_the_estimate_counts(
 ) -> None:
     # Without ZeRO-2 the grads and the 16-bit weights are held for the same parameters (all of
     # them, or ZeRO-3's shard), so the estimate's grads / params is grad_bytes / 2 once ZeRO-3's
-    # whole weights in use and its reduce bucket (memory.yaml zero3_live_*) are set aside.
+    # whole weights in use and its reduce bucket (memory.yaml zero3_live_*), or ZeRO-1's reduce
+    # buffers (deepspeed_reduce_buffer_bytes), are set aside.
     model, cluster = load_model("llama-3-8b"), load_cluster_spec(A100S)
     layout = {"zero_stage": zero, "mbs": 1, "global_batch": 64, "precision": precision}
     found = estimate(model, cluster, layout | {"seq_len": 2048})
     memory = found.estimate.memory
+    backend = found.estimate.backend.name  # type: ignore[union-attr]
+    env = Evaluator(builtin_rules(), backend=backend).env(  # type: ignore[arg-type]
+        model, cluster, found.estimate.plan, flash_attention=True
+    )
     live_params = live_grads = 0.0
     if zero == 3:
-        backend = found.estimate.backend.name  # type: ignore[union-attr]
-        rules = builtin_rules()
-        env = Evaluator(rules, backend=backend).env(  # type: ignore[arg-type]
-            model, cluster, found.estimate.plan, flash_attention=True
-        )
         live_params = formula_value("zero3_live_params", env)
         live_grads = formula_value("zero3_live_grad_bytes", env)
+    else:
+        live_grads = formula_value("deepspeed_reduce_buffer_bytes", env)
     counted = 2 * (memory.grads - live_grads) / (memory.params - 2 * live_params)
     config = json.loads(rendered(found, model, cluster)["ds_config.json"])
     written = config["communication_data_type"]

@@ -172,3 +172,16 @@ def test_deepspeeds_zero_0_and_1_reduce_after_the_backward(
         assert found.dp_exposed_s < found.dp_comm_s
     else:
         assert found.dp_exposed_s == pytest.approx(found.dp_comm_s)
+
+
+def test_zero3_sizes_in_a_zero2_file_are_read_as_deepspeed_reads_them(tmp_path: Path) -> None:
+    """DeepSpeed-Chat writes its stage3_* sizes whatever the stage; below ZeRO-3 DeepSpeed reads
+    them not, and neither does the layout (it keeps the defaults)."""
+    config = _zero(2, overlap_comm=True, stage3_max_live_parameters=3e7,
+                   stage3_prefetch_bucket_size=3e7)  # fmt: skip
+    reading = deepspeed_reading(_file(tmp_path, config))
+    assert "ds_max_live_parameters" not in reading.values
+    assert reading.beside.no_effect["settings of another ZeRO stage"] == (
+        "zero_optimization.stage3_max_live_parameters",
+        "zero_optimization.stage3_prefetch_bucket_size",
+    )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from parplan_gen.cost.estimate import BackendRef
 from parplan_gen.cost.layout import (
     DEFAULT_FSDP_RESHARD,
-    DS_REDUCE_BUCKET,
+    DS_LEAST_STAGE,
     DS_SETTINGS,
     NO_CROSS_ENTROPY_FUSION,
     Layout,
@@ -155,10 +155,9 @@ class Capabilities:
             return None
         if not self.zero3_buffers:
             return f"{self.title} has no DeepSpeed ZeRO buffers to size ({changed[0]})"
-        least = {DS_REDUCE_BUCKET: 1}
         for field in changed:
-            if layout.zero_stage < least.get(field, ZERO_FULL):
-                return f"{field} acts with ZeRO-{least.get(field, ZERO_FULL)} and up (zero {layout.zero_stage})"
+            if layout.zero_stage < DS_LEAST_STAGE[field]:
+                return f"{field} acts with ZeRO-{DS_LEAST_STAGE[field]} and up (zero {layout.zero_stage})"
         return None
 
 

@@ -139,6 +139,9 @@ def fp8_recipe(architecture: str, backend: str | None) -> str:
 # DeepSpeed ZeRO-3's buffer sizes (Layout.ds_*), each a train.* name of the cost rules.
 DS_REDUCE_BUCKET = "ds_reduce_bucket_size"  # the one that acts below ZeRO-3 too
 DS_SETTINGS = ("ds_prefetch_bucket_size", "ds_max_live_parameters", DS_REDUCE_BUCKET)
+# The least ZeRO stage that reads each: the reduce bucket the ZeRO optimizers (runtime/zero/
+# stage_1_and_2.py, stage3.py), the others ZeRO-3's parameter coordinator only.
+DS_LEAST_STAGE = {"ds_prefetch_bucket_size": 3, "ds_max_live_parameters": 3, DS_REDUCE_BUCKET: 1}
 
 
 # GPUs of a cluster, and so any parallel size (dp, tp, pp, cp, ep, etp): ~5x the largest clusters

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.backends.deepspeed.keys import KeysBeside, check_keys
-from parplan_gen.cost.layout import DS_SETTINGS, SIXTEEN_BIT, size_problem
+from parplan_gen.cost.layout import DS_LEAST_STAGE, DS_SETTINGS, SIXTEEN_BIT, size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.source import Document, load_mapping_document
 from parplan_gen.planning.decisions import GRADIENT_BYTES, TYPE_BYTES
@@ -113,8 +113,16 @@ def deepspeed_reading(
     found, value = _at(doc.data, COMMUNICATION_TYPE)
     if found:
         out.update(_reduce_type(doc, value, out, rules))
+    stage = out.get("zero_stage", 0)
+    for key in deepspeed_keys(Templates.at(templates_dir).mapping()):
+        # ZeRO's buffers of a stage the file does not run: DeepSpeed reads them not (keys.py
+        # counts them with no effect), so the layout keeps its defaults
+        if key.field in DS_LEAST_STAGE and stage < DS_LEAST_STAGE[key.field]:
+            out.pop(key.field, None)
+            unfilled.pop(key.field, None)
+            read.discard(".".join(key.path))
     read |= {f"{section}.{ENABLED}" for section in PRECISION_SECTIONS}
-    beside = check_keys(doc, out.get("zero_stage", 0), read | set(COMMUNICATION_TYPE))
+    beside = check_keys(doc, stage, read | set(COMMUNICATION_TYPE))
     return DeepSpeedReading(out | ({UNFILLED: unfilled} if unfilled else {}), beside)
 
 
@@ -218,6 +226,12 @@ def _deepspeed_value(doc: Document, key: DeepSpeedKey, value: Any) -> dict[str, 
     if key.field is not None:
         if key.field in DS_SETTINGS and isinstance(value, float) and value.is_integer():
             value = int(value)  # DeepSpeedZeroConfig's int fields take 5e8 (pydantic, lax)
+        if key.field in DS_SETTINGS and value == 0 and not isinstance(value, bool):
+            raise InputError(
+                f"0 turns off what {key.path[-1]} sizes (DeepSpeed takes it: no prefetching, or "
+                "no parameter kept gathered between its uses), which parplan does not price",
+                doc.ref(key.path),
+            )
         problem = size_problem(key.field, value)
         if problem:
             raise InputError(problem, doc.ref(key.path))
