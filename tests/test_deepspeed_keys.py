@@ -93,6 +93,7 @@ def test_a_key_deepspeed_reads_that_nothing_accounts_for_is_named(tmp_path: Path
         (_zero(2, overlap_comm=True, reduce_scatter=False), "false is not priced: with it off ZeRO all-reduces"),
         (_zero(3, zero_quantized_weights=True), "true is not priced: ZeRO++'s quantized weight gathers"),
         (_zero(3, zero_hpz_partition_size=8), "8 is not priced: ZeRO++'s secondary weight partition"),
+        (_zero(3, stage3_max_reuse_distance=1e10), "10000000000.0 is not priced: parameters reused within"),
         (_zero(3) | {"activation_checkpointing": {"cpu_checkpointing": True}},
          "true is not priced: checkpointed activations moved to the CPU"),
         (_zero(3) | {"optimizer": {"type": "Lamb"}}, '"Lamb" is not priced: the estimate prices Adam'),
@@ -113,6 +114,7 @@ def test_what_the_estimate_does_not_price_is_refused(
         _zero(3),  # ZeRO-3 overlaps by default (runtime/zero/config.py overlap_comm_valid)
         _zero(0, overlap_comm=False),  # no ZeRO: the key is read by no stage
         _zero(1),  # ZeRO-1 reduces after the backward whatever it says (priced so)
+        _zero(3, stage3_max_reuse_distance=1e9),  # DeepSpeed's default, as a JSON float
         _zero(2, overlap_comm=True) | {"optimizer": {"type": "AdamW"}},
         _zero(2, overlap_comm=True) | {"optimizer": {"type": "adam"}},
     ],
@@ -125,10 +127,13 @@ def test_what_it_prices_is_taken(tmp_path: Path, config: dict[str, Any]) -> None
 def test_the_priced_defaults_are_deepspeeds_own(stage: int) -> None:
     zero_config = consumer("deepspeed.runtime.zero.config")
     own = zero_config.DeepSpeedZeroConfig(stage=stage)
+    # the config's field of each key: its name, or the field the key is an alias of
+    fields = {f.alias or name: name for name, f in type(own).model_fields.items()}
+    fields |= {name: name for name in type(own).model_fields}
     for priced in deepspeed_keys().priced:
-        section, name = priced.key.split(".")
+        section, key = priced.key.split(".")
         if section == "zero_optimization" and stage in priced.stages:
-            assert getattr(own, name) == priced.defaults[stage], priced.key
+            assert getattr(own, fields[key]) == priced.defaults[stage], priced.key
 
 
 @pytest.mark.parametrize("zero_stage", [2, 3])

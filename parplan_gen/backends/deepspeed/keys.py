@@ -120,7 +120,7 @@ def _under(key: str, names: tuple[str, ...]) -> bool:
 def _check_priced(doc: Document, said: dict[str, Any], priced: PricedKey, stage: int) -> None:
     default = priced.defaults.get(stage)
     value = said.get(priced.key, default)
-    if value is None or (type(value) is type(priced.value) and value == priced.value):
+    if value is None or _same(value, priced.value):
         return
     why = f"is not priced: {priced.why} (parplan prices {_json(priced.value)})"
     if priced.key in said:
@@ -129,6 +129,15 @@ def _check_priced(doc: Document, said: dict[str, Any], priced: PricedKey, stage:
         f"{priced.key} left out: DeepSpeed's default at ZeRO-{stage}, {_json(value)}, {why}",
         doc.ref(),
     )
+
+
+def _same(value: Any, expected: Scalar) -> bool:
+    """Whether DeepSpeed reads `value` as `expected`: numbers by value (its int fields take 1e9,
+    a float), anything else, a switch included, only as itself (`1` is no `true`)."""
+    if isinstance(expected, int) and not isinstance(expected, bool):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and value == expected
+    return type(value) is type(expected) and value == expected
 
 
 def _json(value: Any) -> str:
