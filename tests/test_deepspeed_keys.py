@@ -90,6 +90,10 @@ def test_a_key_deepspeed_reads_that_nothing_accounts_for_is_named(tmp_path: Path
     [
         (_zero(2, overlap_comm=False), 'zero_optimization.overlap_comm: false is not priced: without it ZeRO reduces'),
         (_zero(2), "zero_optimization.overlap_comm left out: DeepSpeed's default at ZeRO-2, false,"),
+        (_zero(1), "zero_optimization.overlap_comm left out: DeepSpeed's default at ZeRO-1, false,"),
+        (_zero(2, overlap_comm=None), "left out: DeepSpeed's default at ZeRO-2, false,"),  # null
+        (BATCH | {"zero_optimization.overlap_comm": True, "zero_optimization": {"stage": 2}},
+         "zero_optimization.overlap_comm left out"),  # a dotted key is no nested one
         (_zero(2, overlap_comm=True, reduce_scatter=False), "false is not priced: with it off ZeRO all-reduces"),
         (_zero(3, zero_quantized_weights=True), "true is not priced: ZeRO++'s quantized weight gathers"),
         (_zero(3, zero_hpz_partition_size=8), "8 is not priced: ZeRO++'s secondary weight partition"),
@@ -113,7 +117,8 @@ def test_what_the_estimate_does_not_price_is_refused(
     [
         _zero(3),  # ZeRO-3 overlaps by default (runtime/zero/config.py overlap_comm_valid)
         _zero(0, overlap_comm=False),  # no ZeRO: the key is read by no stage
-        _zero(1),  # ZeRO-1 reduces after the backward whatever it says (priced so)
+        # the pipeline engine reduces after the backward whatever it says (priced so)
+        _zero(1) | {"pipeline": {"stages": 2}},
         _zero(3, stage3_max_reuse_distance=1e9),  # DeepSpeed's default, as a JSON float
         _zero(2, overlap_comm=True) | {"optimizer": {"type": "AdamW"}},
         _zero(2, overlap_comm=True) | {"optimizer": {"type": "adam"}},
@@ -159,14 +164,15 @@ def test_the_hf_trainers_auto_buckets_are_its_fill(tmp_path: Path, cli: Any) -> 
 
 
 @pytest.mark.parametrize(("backend", "zero_stage", "hidden"), [
-    ("deepspeed", 0, False), ("deepspeed", 1, False), ("deepspeed", 2, True), ("ddp", 0, True),
+    ("deepspeed", 0, False), ("deepspeed", 1, True), ("deepspeed", 2, True), ("ddp", 0, True),
 ])  # fmt: skip
-def test_deepspeeds_zero_0_and_1_reduce_after_the_backward(
+def test_deepspeeds_zero_0_reduces_after_the_backward(
     backend: str, zero_stage: int, hidden: bool
 ) -> None:
-    """DeepSpeed reduces ZeRO 0-1 gradients at the accumulation boundary, once the backward has
-    returned (runtime/engine.py allreduce_gradients): none of the sync hides. ZeRO-2 reduces
-    from hooks during the backward, and torch DDP's buckets too."""
+    """DeepSpeed reduces ZeRO-0 gradients at the accumulation boundary, once the backward has
+    returned (runtime/engine.py allreduce_gradients): none of the sync hides. ZeRO-1 with
+    overlap_comm and ZeRO-2 reduce from hooks during the backward, and torch DDP's buckets
+    too."""
     found = parplan_gen.estimate(
         "llama-3-8b", {"gpus": 16, "gpu": "h100"},
         {"tp": 2, "mbs": 1, "global_batch": 64, "seq_len": 4096, "zero_stage": zero_stage},
@@ -190,3 +196,14 @@ def test_zero3_sizes_in_a_zero2_file_are_read_as_deepspeed_reads_them(tmp_path: 
         "zero_optimization.stage3_max_live_parameters",
         "zero_optimization.stage3_prefetch_bucket_size",
     )
+
+
+def test_a_pipelined_zero1_reduces_after_its_last_micro_batch() -> None:
+    """pipe/engine.py sets the accumulation boundary only in _exec_reduce_grads: the hooks do not
+    reduce during the backward, overlap_comm or not."""
+    found = parplan_gen.estimate(
+        "llama-3-8b", {"gpus": 16, "gpu": "h100"},
+        {"pp": 2, "mbs": 1, "global_batch": 64, "seq_len": 4096, "zero_stage": 1},
+        backend="deepspeed",
+    ).estimate.time  # fmt: skip
+    assert found.dp_exposed_s == pytest.approx(found.dp_comm_s)

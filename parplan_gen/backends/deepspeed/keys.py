@@ -36,6 +36,9 @@ class PricedKey(BaseModel):
     value: Scalar
     defaults: dict[int, Scalar] = Field(description="DeepSpeed's default, by ZeRO stage.")
     stages: tuple[int, ...] = Field(min_length=1, description="The ZeRO stages that read it.")
+    stages_with_pipeline: tuple[int, ...] = Field(
+        description="The stages that read it in a file that runs DeepSpeed's pipeline engine."
+    )
     why: str = Field(min_length=1)
     source: str = Field(min_length=1)
 
@@ -85,22 +88,28 @@ class KeysBeside:
 
 
 def leaves(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, value) of every leaf of a JSON object, in its order (a list is a leaf)."""
+    """(dotted key, value) of every leaf of a JSON object, in its order (a list is a leaf). A
+    key with a dot of its own is bracketed, `[a.b]`: DeepSpeed reads it as no nested key, and
+    neither may it pass for one here."""
     for key, value in data.items():
-        dotted = f"{prefix}{key}"
+        dotted = prefix + (f"[{key}]" if "." in key else key)
         if isinstance(value, Mapping) and value:
             yield from leaves(value, dotted + ".")
         else:
             yield dotted, value
 
 
-def check_keys(doc: Document, stage: int, layout_keys: set[str]) -> KeysBeside:
-    """Refuse what the estimate does not price in the file at ZeRO `stage` (module docstring);
-    the other keys, those of `layout_keys` (the layout's own, read by reader.py) apart."""
+def check_keys(
+    doc: Document, stage: int, layout_keys: set[str], *, pipelined: bool = False
+) -> KeysBeside:
+    """Refuse what the estimate does not price in the file at ZeRO `stage`, with or without a
+    pipeline (module docstring); the other keys, those of `layout_keys` (the layout's own, read
+    by reader.py) apart."""
     keys = deepspeed_keys()
     said = dict(leaves(doc.data))
     for priced in keys.priced:
-        if stage in priced.stages:
+        judged = priced.stages_with_pipeline if pipelined else priced.stages
+        if stage in judged:
             _check_priced(doc, said, priced, stage)
     _check_optimizer(doc, said, keys.adam_optimizers)
     read = layout_keys | {p.key for p in keys.priced} | {OPTIMIZER_TYPE}
@@ -118,12 +127,13 @@ def _under(key: str, names: tuple[str, ...]) -> bool:
 
 
 def _check_priced(doc: Document, said: dict[str, Any], priced: PricedKey, stage: int) -> None:
-    default = priced.defaults.get(stage)
-    value = said.get(priced.key, default)
+    value = said.get(priced.key)
+    if value is None:  # left out, or null: DeepSpeed's default (config.py Optional fields)
+        value = priced.defaults.get(stage)
     if value is None or _same(value, priced.value):
         return
     why = f"is not priced: {priced.why} (parplan prices {_json(priced.value)})"
-    if priced.key in said:
+    if said.get(priced.key) is not None:
         raise InputError(f"{_json(value)} {why}", doc.ref(tuple(priced.key.split("."))))
     raise InputError(
         f"{priced.key} left out: DeepSpeed's default at ZeRO-{stage}, {_json(value)}, {why}",

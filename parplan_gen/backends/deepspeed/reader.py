@@ -122,7 +122,8 @@ def deepspeed_reading(
             unfilled.pop(key.field, None)
             read.discard(".".join(key.path))
     read |= {f"{section}.{ENABLED}" for section in PRECISION_SECTIONS}
-    beside = check_keys(doc, stage, read | set(COMMUNICATION_TYPE))
+    pipelined = out.get("pp", 1) > 1
+    beside = check_keys(doc, stage, read | set(COMMUNICATION_TYPE), pipelined=pipelined)
     return DeepSpeedReading(out | ({UNFILLED: unfilled} if unfilled else {}), beside)
 
 
