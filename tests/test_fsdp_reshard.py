@@ -24,7 +24,11 @@ from plan_edit import rendered_with
 
 import parplan_gen
 from parplan_gen.backends.accelerate.reader import accelerate_values
+from parplan_gen.cost.hardware import cluster_from_flags
+from parplan_gen.cost.layout import build_layout
 from parplan_gen.inputs.errors import InputError
+from parplan_gen.models.presets import load_preset
+from parplan_gen.planning.search_space import Request, SearchOptions, outside_search
 from parplan_gen.render.mapping import load_mapping
 
 from conftest import REPO
@@ -200,3 +204,20 @@ def test_never_asked_of_backends_without_the_policy_is_refused() -> None:
             "llama-3-8b", H100_8, global_batch=64, seq_len=4096, backend="megatron",
             search={"fsdp_reshard": "never"},
         )  # fmt: skip
+
+
+def test_a_policy_the_search_did_not_try_is_named() -> None:
+    layout = build_layout(
+        8, zero_stage=3, mbs=1, global_batch=64, seq_len=4096, fsdp_reshard="never"
+    )
+    options = SearchOptions(backend="torchtitan")  # the default choice alone
+    request = Request(load_preset("llama-3-8b"), cluster_from_flags(8, "h100"), 64, 4096,
+                      options=options)  # fmt: skip
+    assert outside_search(layout, request) == (
+        "FSDP2 reshard policy never is not searched on torchtitan (search option --fsdp-reshard)"
+    )
+    searched = SearchOptions(backend="torchtitan", fsdp_reshard=("never", "default"))
+    assert (
+        outside_search(layout, Request(request.spec, request.cluster, 64, 4096, options=searched))
+        is None
+    )

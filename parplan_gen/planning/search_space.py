@@ -449,6 +449,11 @@ def outside_search(layout: Layout, request: Request) -> str | None:
                 f"the precision-aware optimizer {state} is not searched on {options.backend} "
                 "(search option --precision-aware-optimizer)"
             )
+        if layout.fsdp_reshard not in options.fsdp_reshard:
+            return (
+                f"FSDP2 reshard policy {layout.fsdp_reshard} is not searched on {options.backend} "
+                "(search option --fsdp-reshard)"
+            )
         if layout.offload_layers not in options.offload_layers:
             return (
                 f"{layout.offload_layers} layers offloaded are not searched on {options.backend} "
