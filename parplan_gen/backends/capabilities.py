@@ -13,7 +13,7 @@ from parplan_gen.cost.layout import (
     NO_CROSS_ENTROPY_FUSION,
     Layout,
 )
-from parplan_gen.inputs.defaults import ZERO_FULL
+from parplan_gen.inputs.defaults import DS_DEFAULTS, ZERO_FULL
 from parplan_gen.models.kind import BackendName
 
 # (zero_stage, distributed_optimizer) pairs: DeepSpeed ZeRO 0-3, Megatron's distributed optimizer
@@ -150,7 +150,7 @@ class Capabilities:
         reduce bucket acts with any ZeRO stage (runtime/zero/stage_1_and_2.py and stage3.py
         read reduce_bucket_size), the prefetch bucket and the live-parameter limit with ZeRO-3
         (runtime/zero/partitioned_param_coordinator.py)."""
-        changed = [f for f in DS_SETTINGS if getattr(layout, f) != Layout.model_fields[f].default]
+        changed = [f for f in DS_SETTINGS if getattr(layout, f) != DS_DEFAULTS[f]]
         if not changed:
             return None
         if not self.zero3_buffers:

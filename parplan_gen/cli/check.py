@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.common import (
-    DS_FIELDS,
     LAYOUT_SIZES,
     TRAINED_MODEL_HELP,
     add_backend_option,
@@ -21,6 +20,7 @@ from parplan_gen.cli.common import (
     cluster_from_args,
     print_json,
 )
+from parplan_gen.inputs.defaults import DS_SETTINGS
 
 if TYPE_CHECKING:
     from parplan_gen.api import CheckReport
@@ -223,8 +223,7 @@ def accelerate_line(path: str, num_gpus: int) -> str:
     from parplan_gen.render.template_env import Templates
 
     read = accelerate_reading(path, Templates.at(None).mapping(), num_gpus=num_gpus)
-    ignored = " ".join(read.ignored) or "none"
-    return f"Accelerate keys beside the layout: ignored {ignored}; {_no_effect(read.no_effect)}"
+    return _beside("Accelerate keys", read.ignored, read.no_effect)
 
 
 def deepspeed_line(path: str) -> str:
@@ -234,8 +233,7 @@ def deepspeed_line(path: str) -> str:
     from parplan_gen.backends.deepspeed.reader import deepspeed_reading
 
     read = deepspeed_reading(path).beside
-    ignored = " ".join(read.ignored) or "none"
-    return f"DeepSpeed keys beside the layout: ignored {ignored}; {_no_effect(read.no_effect)}"
+    return _beside("DeepSpeed keys", read.ignored, read.no_effect)
 
 
 def torchtitan_line(path: str) -> str:
@@ -246,8 +244,13 @@ def torchtitan_line(path: str) -> str:
     from parplan_gen.render.template_env import Templates
 
     read = torchtitan_flags(path, Templates.at(None).mapping())
-    ignored = " ".join(read.ignored) or "none"
-    return f"torchtitan flags beside the layout: ignored {ignored}; {_no_effect(read.no_effect)}"
+    return _beside("torchtitan flags", read.ignored, read.no_effect)
+
+
+def _beside(what: str, ignored: Sequence[str], no_effect: Mapping[str, Sequence[str]]) -> str:
+    """`<what> beside the layout: ignored a b; read, no effect on the estimate: ...`."""
+    names = " ".join(ignored) or "none"
+    return f"{what} beside the layout: ignored {names}; {_no_effect(no_effect)}"
 
 
 def _no_effect(groups: Mapping[str, Sequence[str]]) -> str:
@@ -294,7 +297,7 @@ def layout_values(
         "cross_entropy_fusion",
         "loss_compiled",
         "fsdp_reshard",
-        *DS_FIELDS,
+        *DS_SETTINGS,
     )
     flags.update({k: getattr(args, k) for k in options if getattr(args, k) is not None})
     if args.zero is not None:

@@ -21,7 +21,13 @@ from parplan_gen.cli.arg_types import (
     token_count_type,
     zero_stage,
 )
-from parplan_gen.inputs.defaults import BOUNDED_SIZES, DEFAULT_SEQ_LEN, ZERO_STAGES
+from parplan_gen.inputs.defaults import (
+    BOUNDED_SIZES,
+    DEFAULT_SEQ_LEN,
+    DS_DEFAULTS,
+    DS_SETTINGS,
+    ZERO_STAGES,
+)
 from parplan_gen.inputs.errors import UsageError
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
@@ -34,14 +40,7 @@ RECOMPUTE = ("none", "selective", "full")
 # Layout.cross_entropy_fusion's values (cost/layout.py CrossEntropyFusion; not imported here, so
 # that the CLI starts without pydantic's models)
 CROSS_ENTROPY_FUSIONS = ("off", "native", "te")
-# DeepSpeed ZeRO-3's buffers (Layout.ds_*): flag, ds_config.json key, DeepSpeed's default
-DS_FLAGS = (
-    ("--ds-prefetch-bucket-size", "stage3_prefetch_bucket_size", "5e7"),
-    ("--ds-max-live-parameters", "stage3_max_live_parameters", "1e9"),
-    ("--ds-reduce-bucket-size", "reduce_bucket_size", "5e8"),
-)
-DS_FIELDS = tuple(flag[2:].replace("-", "_") for flag, _, _ in DS_FLAGS)  # Layout.ds_*
-FSDP_RESHARDS = ("default", "never")  # Layout.fsdp_reshard's values (cost/layout.py FsdpReshard)
+RESHARD_POLICIES = ("default", "never")  # Layout.fsdp_reshard's values (cost/layout.py FsdpReshard)
 # The layout's sizes as flags (each a size of layout.SIZE_LIMITS): dest, help, default.
 LAYOUT_SIZES: tuple[tuple[str, str, int | None], ...] = (
     ("tp", "tensor-parallel size (default 1)", 1),
@@ -259,18 +258,20 @@ def add_layout_options(
         )
         group.add_argument(
             "--fsdp-reshard",
-            choices=FSDP_RESHARDS,
+            choices=RESHARD_POLICIES,
             help="FSDP2's reshard policy (torchtitan, Accelerate; with --zero 3): default, the "
             "backend's own, or never (every block stays gathered from its forward to its "
             "backward, skipping the backward's all-gather); default: default",
         )
-        for flag, key, ds_default in DS_FLAGS:
+        for field, ds_default in DS_DEFAULTS.items():  # Layout.ds_*, --ds-...
+            what = field.removeprefix("ds_").replace("_", " ")
+            written = f"{ds_default:.0e}".replace("e+0", "e")  # 5e7, as DeepSpeed's docs write it
             group.add_argument(
-                flag,
+                "--" + field.replace("_", "-"),
                 type=element_count_type,
                 metavar="N",
-                help=f"DeepSpeed ZeRO-3's zero_optimization.{key}, elements (5e8 or "
-                f"500000000; with --zero 3 on DeepSpeed); default: DeepSpeed's, {ds_default}",
+                help=f"DeepSpeed ZeRO's {what}, elements (5e8 or 500000000; DeepSpeed only, "
+                f"docs/backends.md); default: DeepSpeed's, {written}",
             )
         group.add_argument(
             "--loss-compiled",
@@ -439,7 +440,7 @@ def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) ->
         cross_entropy_fusion=args.cross_entropy_fusion,
         loss_compiled=args.loss_compiled,
         **({} if args.fsdp_reshard is None else {"fsdp_reshard": args.fsdp_reshard}),
-        **{f: getattr(args, f) for f in DS_FIELDS if getattr(args, f) is not None},
+        **{f: getattr(args, f) for f in DS_SETTINGS if getattr(args, f) is not None},
         precision=args.precision,
     )
 

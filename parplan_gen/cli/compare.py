@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 from parplan_gen.cli.arg_types import SWITCHES, element_count_type
 from parplan_gen.cli.common import (
     CROSS_ENTROPY_FUSIONS,
-    DS_FIELDS,
-    FSDP_RESHARDS,
     LAYOUT_SIZES,
     PRECISIONS,
     RECOMPUTE,
+    RESHARD_POLICIES,
     cluster_from_args,
     offload_layers,
     print_json,
@@ -30,6 +29,7 @@ from parplan_gen.cli.common import (
     zero_stage,
 )
 from parplan_gen.cli.plan_request import add_request_options
+from parplan_gen.inputs.defaults import DS_SETTINGS
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.models.kind import ANY_BACKEND, BACKEND_NAMES
 
@@ -49,7 +49,7 @@ COMPARE_EXAMPLE = (
 LAYOUT_NUMBERS: dict[str, tuple[str, Callable[[str], int]]] = {
     "zero": ("zero_stage", zero_stage),
     "offload": ("offload_layers", offload_layers),
-    **{field: (field, element_count_type) for field in DS_FIELDS},
+    **{field: (field, element_count_type) for field in DS_SETTINGS},
 }
 # --layout keys: the layout sizes, the numbers above, then these (key -> Layout field, words)
 LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -60,7 +60,7 @@ LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "backend": ("backend", BACKEND_NAMES),
     "cross_entropy": ("cross_entropy_fusion", CROSS_ENTROPY_FUSIONS),
     "loss_compiled": ("loss_compiled", tuple(SWITCHES)),
-    "fsdp_reshard": ("fsdp_reshard", FSDP_RESHARDS),
+    "fsdp_reshard": ("fsdp_reshard", RESHARD_POLICIES),
 }
 
 

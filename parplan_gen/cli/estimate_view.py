@@ -10,11 +10,10 @@ from parplan_gen.cost.layout import (
     DEFAULT_FSDP_RESHARD,
     DS_SETTINGS,
     PLAN_CROSS_ENTROPY_FUSION,
-    Layout,
     plan_loss_compiled,
 )
 from parplan_gen.cost.mfu_convention import convention_of, mfu_text
-from parplan_gen.inputs.defaults import GIB
+from parplan_gen.inputs.defaults import DS_DEFAULTS, GIB
 from parplan_gen.inputs.safe_text import printable
 from parplan_gen.models.kind import TrainedModel
 from parplan_gen.planning.constraints import Violation
@@ -93,11 +92,7 @@ def layout_line(estimate: Estimate, against: Estimate | None = None) -> str:
     if p.fsdp_reshard != DEFAULT_FSDP_RESHARD:
         parts.append(f"fsdp_reshard={p.fsdp_reshard}")
     # DeepSpeed ZeRO-3's buffers where they are not DeepSpeed's defaults
-    parts += [
-        f"{f}={getattr(p, f)}"
-        for f in DS_SETTINGS
-        if getattr(p, f) != Layout.model_fields[f].default
-    ]
+    parts += [f"{f}={getattr(p, f)}" for f in DS_SETTINGS if getattr(p, f) != DS_DEFAULTS[f]]
     loss = p.cross_entropy_fusion  # the plans' kernel is not shown, but where the two differ
     differs = against is not None and loss != against.plan.cross_entropy_fusion
     if loss is not None and (loss != PLAN_CROSS_ENTROPY_FUSION or differs):

@@ -22,12 +22,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from parplan_gen.cost.catalog import Precision
-from parplan_gen.inputs.defaults import (
-    DS_MAX_ELEMENTS,
-    DS_MAX_LIVE_PARAMETERS,
-    DS_PREFETCH_BUCKET_SIZE,
-    DS_REDUCE_BUCKET_SIZE,
-)
+from parplan_gen.inputs.defaults import DS_DEFAULTS, DS_MAX_ELEMENTS, DS_SETTINGS, ZERO_FULL
 from parplan_gen.inputs.errors import InputError, shown_value
 from parplan_gen.models.transformer_shape import MAX_LAYERS, MAX_WIDTH
 from parplan_gen.rules.vocabulary import NAMES
@@ -100,7 +95,7 @@ def plan_loss_compiled(backend: str | None) -> bool | None:
 def ds_settings(layout: Layout | None) -> dict[str, int]:
     """train.ds_* of `layout` (None: DeepSpeed's defaults, the Layout's)."""
     if layout is None:
-        return {f"train.{f}": Layout.model_fields[f].default for f in DS_SETTINGS}
+        return {f"train.{f}": DS_DEFAULTS[f] for f in DS_SETTINGS}
     return {f"train.{f}": getattr(layout, f) for f in DS_SETTINGS}
 
 
@@ -136,12 +131,14 @@ def fp8_recipe(architecture: str, backend: str | None) -> str:
     return FP8_RECIPES.get(architecture, default)
 
 
-# DeepSpeed ZeRO-3's buffer sizes (Layout.ds_*), each a train.* name of the cost rules.
-DS_REDUCE_BUCKET = "ds_reduce_bucket_size"  # the one that acts below ZeRO-3 too
-DS_SETTINGS = ("ds_prefetch_bucket_size", "ds_max_live_parameters", DS_REDUCE_BUCKET)
-# The least ZeRO stage that reads each: the reduce bucket the ZeRO optimizers (runtime/zero/
-# stage_1_and_2.py, stage3.py), the others ZeRO-3's parameter coordinator only.
-DS_LEAST_STAGE = {"ds_prefetch_bucket_size": 3, "ds_max_live_parameters": 3, DS_REDUCE_BUCKET: 1}
+# The least ZeRO stage that reads each of DeepSpeed's buffer sizes (inputs/defaults.py
+# DS_SETTINGS): the reduce bucket the ZeRO optimizers (runtime/zero/stage_1_and_2.py,
+# stage3.py), the others ZeRO-3's parameter coordinator only.
+DS_LEAST_STAGE = {
+    "ds_prefetch_bucket_size": ZERO_FULL,
+    "ds_max_live_parameters": ZERO_FULL,
+    "ds_reduce_bucket_size": 1,
+}
 
 
 # GPUs of a cluster, and so any parallel size (dp, tp, pp, cp, ep, etp): ~5x the largest clusters
@@ -278,7 +275,7 @@ class Layout(BaseModel):
         "false).",
     )
     ds_prefetch_bucket_size: int = Field(
-        DS_PREFETCH_BUCKET_SIZE,
+        DS_DEFAULTS["ds_prefetch_bucket_size"],
         ge=1,
         le=DS_MAX_ELEMENTS,
         description="DeepSpeed ZeRO-3's prefetch bucket, elements (ds_config.json "
@@ -287,7 +284,7 @@ class Layout(BaseModel):
         "(rules/cost/sharding.yaml zero3_gathers_per_layer). DeepSpeed only, with zero 3.",
     )
     ds_max_live_parameters: int = Field(
-        DS_MAX_LIVE_PARAMETERS,
+        DS_DEFAULTS["ds_max_live_parameters"],
         ge=1,
         le=DS_MAX_ELEMENTS,
         description="DeepSpeed ZeRO-3's most parameters gathered at once, elements "
@@ -295,7 +292,7 @@ class Layout(BaseModel):
         "zero3_live_params). DeepSpeed only, with zero 3.",
     )
     ds_reduce_bucket_size: int = Field(
-        DS_REDUCE_BUCKET_SIZE,
+        DS_DEFAULTS["ds_reduce_bucket_size"],
         ge=1,
         le=DS_MAX_ELEMENTS,
         description="DeepSpeed ZeRO-3's gradient bucket, elements (zero_optimization."

@@ -12,13 +12,17 @@ ZERO_STAGES = (0, 1, 2, 3)  # DeepSpeed ZeRO stages (deepspeed/runtime/zero/conf
 # The stage that shards parameters too, with gradients and optimizer states (ZeRO-3; FSDP's
 # full sharding, FSDP2's fully_shard)
 ZERO_FULL = ZERO_STAGES[-1]
-# DeepSpeed ZeRO-3's buffers, in elements, as DeepSpeed defaults them (deepspeed 0.19.8
-# runtime/zero/config.py DeepSpeedZeroConfig: stage3_prefetch_bucket_size pp_int(5e7),
-# stage3_max_live_parameters pp_int(1e9), reduce_bucket_size pp_int(5e8)): the Layout's
-# defaults, which a ds_config.json that says otherwise replaces (Layout.ds_*).
-DS_PREFETCH_BUCKET_SIZE = 50_000_000
-DS_MAX_LIVE_PARAMETERS = 1_000_000_000
-DS_REDUCE_BUCKET_SIZE = 500_000_000
+# DeepSpeed ZeRO's buffers (Layout.ds_*, each a train.* name of the cost rules), in elements, as
+# DeepSpeed defaults them (deepspeed 0.19.8 runtime/zero/config.py DeepSpeedZeroConfig:
+# stage3_prefetch_bucket_size pp_int(5e7), stage3_max_live_parameters pp_int(1e9),
+# reduce_bucket_size pp_int(5e8)): the Layout's defaults, which a ds_config.json that says
+# otherwise replaces.
+DS_DEFAULTS = {
+    "ds_prefetch_bucket_size": 50_000_000,
+    "ds_max_live_parameters": 1_000_000_000,
+    "ds_reduce_bucket_size": 500_000_000,
+}
+DS_SETTINGS = tuple(DS_DEFAULTS)
 # The most elements one of them may say: more than any model's parameters (10^15).
 DS_MAX_ELEMENTS = 10**15
 # Layout sizes a request may bound (`min_<size>`, `max_<size>`; `--min-<size>`), in the Layout's

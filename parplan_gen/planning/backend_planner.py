@@ -504,12 +504,13 @@ class _Search:
         frugal (least mbs, and the mbs of one accumulation step (module docstring); full
         recompute, most sharding, for each sharding the smallest gradients, FP8 parameters and
         most offloading its rules allow; `keep`: closest) do."""
-        frugal_mbs = [m for m in mbss if self._micro(head.dp, m)[1] is None]
-        if not frugal_mbs or not mems:
+        least = next((m for m in mbss if self._micro(head.dp, m)[1] is None), None)
+        if least is None or not mems:
             return None
-        least, most_mbs = frugal_mbs[0], frugal_mbs[-1]
-        whole = most_mbs != least and self.r.global_batch == most_mbs * head.dp
-        micro = [least, most_mbs] if whole else [least]
+        micro = [least]
+        whole = self.r.global_batch // head.dp  # the micro-batch of one accumulation step
+        if whole != least and whole in mbss and self._micro(head.dp, whole)[1] is None:
+            micro.append(whole)
         most = max(RECOMPUTE.index(m.recompute) for m in mems)  # the most frugal left open
         most_sp = any(m.sequence_parallel for m in mems)
         frugal = [

@@ -393,7 +393,6 @@ def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
         for states in options.precision_aware_optimizer
         # the policy is FSDP2's: other shardings keep the default whatever is asked
         for reshard in (options.fsdp_reshard if zero == ZERO_FULL else (DEFAULT_FSDP_RESHARD,))
-        if ok("fsdp_reshard", reshard)
     ]
 
 

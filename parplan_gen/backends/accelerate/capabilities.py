@@ -26,10 +26,8 @@ from __future__ import annotations
 from parplan_gen.backends.capabilities import Capabilities
 from parplan_gen.inputs.defaults import ZERO_FULL
 
-FSDP2 = (
-    ZERO_FULL,
-    False,
-)  # fully_shard over dp_shard x cp: parameters, gradients and optimizer states
+# fully_shard over dp_shard x cp: parameters, gradients and optimizer states
+FSDP2 = (ZERO_FULL, False)
 
 ACCELERATE = Capabilities(
     name="accelerate",

@@ -11,8 +11,6 @@ from parplan_gen.cost.layout import Layout
 from parplan_gen.inputs.defaults import ZERO_FULL
 from parplan_gen.planning.decisions import BackendDecisions
 
-ZERO_PARAMS_STAGE = ZERO_FULL  # the ZeRO stage that also shards the parameters
-
 
 def deepspeed_facts(layout: Layout, decided: BackendDecisions | None) -> dict[str, Any]:
     """deepspeed.* for `layout` (`decided`: what the plan's rules decided for DeepSpeed's files,
@@ -22,8 +20,8 @@ def deepspeed_facts(layout: Layout, decided: BackendDecisions | None) -> dict[st
     return {
         "deepspeed.zero_stage": stage,
         "deepspeed.zero": stage > 0,
-        "deepspeed.zero_below_3": 0 < stage < ZERO_PARAMS_STAGE,
-        "deepspeed.zero_3": stage == ZERO_PARAMS_STAGE,
+        "deepspeed.zero_below_3": 0 < stage < ZERO_FULL,
+        "deepspeed.zero_3": stage == ZERO_FULL,
         # the type the plan's rules reduce gradients in (grad_bytes, planning/decisions.py)
         "deepspeed.communication_data_type": decided.grad_reduce_dtype if decided else None,
         # PipelineModule activation_checkpoint_interval: 1 checkpoints every layer, 0 none.

@@ -94,9 +94,11 @@ def deepspeed_reading(
     out: dict[str, Any] = {}
     unfilled: dict[str, tuple[str, SourceRef]] = {}
     read: set[str] = set()
-    for key in deepspeed_keys(Templates.at(templates_dir).mapping()):
+    keys = deepspeed_keys(Templates.at(templates_dir).mapping())
+    for key in keys:
         found, value = _at(doc.data, key.path)
-        read |= {".".join(key.path)} if found else set()
+        if found:
+            read.add(".".join(key.path))
         if found and value == AUTO and key.field is not None:
             filled = _hf_filled(key.field, hidden)
             if filled is None:
@@ -114,7 +116,7 @@ def deepspeed_reading(
     if found:
         out.update(_reduce_type(doc, value, out, rules))
     stage = out.get("zero_stage", 0)
-    for key in deepspeed_keys(Templates.at(templates_dir).mapping()):
+    for key in keys:
         # ZeRO's buffers of a stage the file does not run: DeepSpeed reads them not (keys.py
         # counts them with no effect), so the layout keeps its defaults
         if key.field in DS_LEAST_STAGE and stage < DS_LEAST_STAGE[key.field]:

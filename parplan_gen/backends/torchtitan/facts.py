@@ -50,7 +50,6 @@ from parplan_gen.rules.ruleset import load_rule_file
 from parplan_gen.rules.schema import NamedFormula
 
 MODEL_PART, LOSS_PART = "model", "loss"  # config/configs.py CompileConfig.components' parts
-ZERO_SHARDED = ZERO_FULL  # FSDP2 shards parameters, gradients and optimizer states (ZeRO-3)
 # torch.distributed.pipelining schedule names (ParallelismConfig.pipeline_parallel_schedule).
 SCHEDULE_1F1B, SCHEDULE_INTERLEAVED = "1F1B", "Interleaved1F1B"
 # The config module a plan writes where no torchtitan config builds its model as priced
@@ -97,7 +96,7 @@ def torchtitan_facts(
     not run the layout: its files are not written)."""
     if transformer_of(model) is None:
         return dict.fromkeys(FACT_NAMES)
-    sharded = layout.zero_stage == ZERO_SHARDED
+    sharded = layout.zero_stage == ZERO_FULL
     pipeline, interleaved = layout.pp > 1, layout.vpp > 1
     split = layout.sequence_parallel and layout.tp > 1
     # torchtitan_run.sh's --config, written only where torchtitan runs the layout

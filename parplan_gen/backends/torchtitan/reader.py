@@ -39,7 +39,6 @@ from parplan_gen.backends.torchtitan.facts import (
     CONFIG_MODULE_FILE,
     SCHEDULE_1F1B,
     SCHEDULE_INTERLEAVED,
-    ZERO_SHARDED,
 )
 from parplan_gen.backends.torchtitan.flags import (
     FlagsRead,
@@ -49,6 +48,7 @@ from parplan_gen.backends.torchtitan.flags import (
     refuse_unpriced,
 )
 from parplan_gen.cost.layout import DEFAULT_FSDP_RESHARD, SIZE_LIMITS, FsdpReshard
+from parplan_gen.inputs.defaults import ZERO_FULL
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
 from parplan_gen.inputs.reading import read_text
@@ -163,7 +163,7 @@ def torchtitan_values(
     else:
         _checked(said["config"].text, tuple(_latest(mapping).configs), said["config"].where)
     out = _layout(said, num_layers, num_gpus, rules, ref)
-    sharded = out.get("zero_stage") == ZERO_SHARDED  # FSDP2 over dp_shard x cp
+    sharded = out.get("zero_stage") == ZERO_FULL  # FSDP2 over dp_shard x cp
     refuse_unpriced(words, str(path), LayoutRead(pp=out["pp"], cp=out["cp"], sharded=sharded))
     return out
 
@@ -366,7 +366,7 @@ def _layout(
     # there, sharding and replicating are the same
     sharded = shard > 1 or sizes["cp"] > 1
     if out["dp"] > 1 or sizes["cp"] > 1:
-        out["zero_stage"] = ZERO_SHARDED if sharded else 0
+        out["zero_stage"] = ZERO_FULL if sharded else 0
     pp = sizes["pp"]
     local = _number(said, "torchtitan.local_batch_size", settings)
     out["mbs"] = _number(said, "plan.mbs", settings) if pp > 1 else local
