@@ -88,12 +88,11 @@ def test_a_key_deepspeed_reads_that_nothing_accounts_for_is_named(tmp_path: Path
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        (_zero(2, overlap_comm=False), 'zero_optimization.overlap_comm: false is not priced: without it ZeRO reduces'),
-        (_zero(2), "zero_optimization.overlap_comm left out: DeepSpeed's default at ZeRO-2, false,"),
-        (_zero(1), "zero_optimization.overlap_comm left out: DeepSpeed's default at ZeRO-1, false,"),
-        (_zero(2, overlap_comm=None), "left out: DeepSpeed's default at ZeRO-2, false,"),  # null
-        (BATCH | {"zero_optimization.overlap_comm": True, "zero_optimization": {"stage": 2}},
-         "zero_optimization.overlap_comm left out"),  # a dotted key is no nested one
+        (_zero(2, reduce_scatter=None, contiguous_gradients=False),  # null: the default, true
+         "false is not priced: the estimate prices ZeRO's gradients in its contiguous buffer"),
+        (BATCH | {"zero_optimization.reduce_scatter": True,  # a dotted key is no nested one
+                  "zero_optimization": {"stage": 2, "reduce_scatter": False}},
+         "false is not priced: with it off ZeRO all-reduces"),
         (_zero(2, overlap_comm=True, reduce_scatter=False), "false is not priced: with it off ZeRO all-reduces"),
         (_zero(3, zero_quantized_weights=True), "true is not priced: ZeRO++'s quantized weight gathers"),
         (_zero(3, zero_hpz_partition_size=8), "8 is not priced: ZeRO++'s secondary weight partition"),

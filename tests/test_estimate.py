@@ -291,6 +291,7 @@ CONTRACT: dict[str, dict[str, type]] = {
         "cross_entropy_fusion": str,  # Megatron-LM's loss kernel (null on other backends)
         "loss_compiled": type(None),  # torchtitan compiles the loss (null on other backends)
         "fsdp_reshard": str,  # FSDP2's reshard policy (`default` but on FSDP2's backends)
+        "overlap_grad_reduce": bool,  # the gradient reduction overlapped with the backward
         # DeepSpeed ZeRO-3's buffers, elements (DeepSpeed's defaults but where a layout says)
         **dict.fromkeys(DS_SETTINGS, int),
     },

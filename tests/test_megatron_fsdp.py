@@ -113,9 +113,13 @@ def test_a_zero3_plan_priced_on_deepspeed_writes_no_megatron_fsdp_script():
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
+        # optim_grads(_params) overlap the reduction whatever the script says (megatron_fsdp.py)
         ("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", {"zero_stage": 2}),
-        ("--use-megatron-fsdp --data-parallel-sharding-strategy optim", {"distributed_optimizer": True}),
-        ("--data-parallel-sharding-strategy optim_grads_params", {}),  # not used without FSDP
+        # the others do so only with --overlap-grad-reduce, which these scripts leave out
+        ("--use-megatron-fsdp --data-parallel-sharding-strategy optim",
+         {"distributed_optimizer": True, "overlap_grad_reduce": False}),
+        ("--data-parallel-sharding-strategy optim_grads_params",  # not used without FSDP
+         {"overlap_grad_reduce": False}),
     ],
 )  # fmt: skip
 def test_reader_takes_megatron_fsdp_strategies(tmp_path: Path, args: str, expected: dict):

@@ -41,7 +41,7 @@ LAYOUT_ARGS = {
     "--seq-length", "--micro-batch-size", "--global-batch-size", "--bf16",
     "--grad-reduce-in-bf16", "--fp8-format", "--fp8-param-gather",
     "--tensor-model-parallel-size", "--context-parallel-size", "--sequence-parallel",
-    "--use-distributed-optimizer", "--cross-entropy-loss-fusion",
+    "--use-distributed-optimizer", "--cross-entropy-loss-fusion", "--overlap-grad-reduce",
 }  # fmt: skip
 EXAMPLE_LAYOUT = {
     "mbs": 1, "global_batch": 128, "seq_len": 8192, "precision": "fp8",

@@ -47,6 +47,7 @@ def test_plan_values_give_every_plan_name() -> None:
         "plan.recompute": "none", "plan.grad_reduce_dtype": "default",
         "plan.fp8_param_gather": False, "plan.precision_aware_optimizer": False,
         "plan.offload_layers": 0, "plan.fsdp_reshard": "default",
+        "plan.overlap_grad_reduce": True,
     }  # fmt: skip
 
 

@@ -93,8 +93,8 @@ def as_written(layout: Layout) -> Layout:
 def deepspeed_says(layout: Layout) -> dict[str, Any]:
     """What ds_config.json says of `layout`: the batch, AutoTP's size, the pipeline stages,
     ZeRO, 16-bit precision (FP8 runs inside bf16), for a pipeline whether every layer is
-    recomputed, and DeepSpeed's buffers: the reduce bucket with ZeRO, the prefetch bucket and
-    the live-parameter limit with ZeRO-3."""
+    recomputed, DeepSpeed's buffers (the reduce bucket with ZeRO, the prefetch bucket and
+    the live-parameter limit with ZeRO-3) and, with ZeRO, whether the reduction overlaps."""
     zero3 = layout.zero_stage == 3
     return {
         "global_batch": layout.global_batch,
@@ -108,6 +108,7 @@ def deepspeed_says(layout: Layout) -> dict[str, Any]:
         **({"ds_reduce_bucket_size": layout.ds_reduce_bucket_size} if layout.zero_stage else {}),
         **({"ds_prefetch_bucket_size": layout.ds_prefetch_bucket_size} if zero3 else {}),
         **({"ds_max_live_parameters": layout.ds_max_live_parameters} if zero3 else {}),
+        **({"overlap_grad_reduce": layout.overlap_grad_reduce} if layout.zero_stage else {}),
     }
 
 
@@ -207,6 +208,7 @@ def test_the_megatron_table_is_the_mapping_read_backwards() -> None:
         "--account-for-embedding-in-pipeline-split": (("account_embedding", True), ()),
         "--account-for-loss-in-pipeline-split": (("account_loss", True), ()),
         "--use-megatron-fsdp": (("megatron_fsdp", True), ()),  # core_v0.16.1's Megatron-FSDP
+        "--overlap-grad-reduce": (("overlap_grad_reduce", True), ()),  # without it: off
     }
 
 
@@ -226,7 +228,8 @@ def test_the_megatron_table_is_the_mapping_read_backwards() -> None:
 def test_megatron_spellings(text: str, expected: dict[str, Any], tmp_path: Path) -> None:
     args = tmp_path / "args.sh"
     args.write_text(text + "\n")
-    assert megatron_values(args, LAYERS) == expected
+    # none of these scripts says --overlap-grad-reduce: Megatron-LM reduces after the backward
+    assert megatron_values(args, LAYERS) == {**expected, "overlap_grad_reduce": False}
 
 
 @pytest.mark.parametrize(
@@ -249,7 +252,7 @@ def test_megatron_pipeline_accounting_and_expert_tp(
 ) -> None:
     args = tmp_path / "args.sh"
     args.write_text(text + "\n")
-    assert megatron_values(args, layers) == expected
+    assert megatron_values(args, layers) == {**expected, "overlap_grad_reduce": False}
 
 
 def test_an_unknown_fp8_format_is_named(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ formula of rules/search/defaults.yaml, recorded in plan.json's `search`; the see
 The expected values are those the defaults' sources give: Korthikanti et al. 2022 Sec. 4.2.2
 (sequence parallelism costs no extra traffic: on with tp > 1), Narayanan et al. 2021 Sec. 2.2.2
 (interleaving trades the bubble for traffic: searched), DeepSpeed's overlap_comm / Megatron-LM's
---overlap-grad-reduce (on where a gradient reduction exists: more than one GPU).
+--overlap-grad-reduce (on, as the backends without the switch always overlap).
 """
 
 from __future__ import annotations
@@ -67,9 +67,12 @@ def test_the_defaults_are_the_rules_and_plan_json_records_them() -> None:
     assert any(vpp > 1 for _, _, vpp, _ in layouts)  # interleaving searched
 
 
-def test_one_gpu_has_no_gradient_reduction_to_overlap() -> None:
+def test_one_gpu_plans_with_the_overlap_on_as_a_layout_says_by_default() -> None:
+    """With nothing to reduce the switch changes nothing, and off would leave out every backend
+    that always overlaps (torchtitan, DDP, Accelerate): on, the Layout's own default."""
     one = parplan_gen.plan(SMALL, {"gpus": 1, "gpu": "h100"}, global_batch=8)
-    assert one.document.search is not None and one.document.search.overlap_grad_reduce is False
+    assert one.document.search is not None and one.document.search.overlap_grad_reduce is True
+    assert one.chosen.plan.overlap_grad_reduce is True
 
 
 def test_a_graph_model_has_neither_interleaving_nor_sequence_parallelism() -> None:
@@ -106,11 +109,14 @@ def test_sequence_parallel_search_tries_both_and_off_none() -> None:
     assert both.document.search.sequence_parallel == "search"  # type: ignore[union-attr]
 
 
-def test_overlap_off_leaves_the_overlap_out_of_the_files() -> None:
-    on, off = _plan(), _plan(search={"overlap_grad_reduce": False})
+def test_overlap_off_leaves_the_overlap_out_of_the_files_and_prices_it() -> None:
+    on, off = _plan(), _plan(search={"overlap_grad_reduce": False}, backend="megatron")
     assert "--overlap-grad-reduce" in on.megatron_args()
     assert "--overlap-grad-reduce" not in off.megatron_args()
-    assert on.chosen == off.chosen  # the files change, the search does not
+    assert off.chosen.plan.overlap_grad_reduce is False
+    # the sync after the backward is exposed: no plan with it off is faster than the best on
+    assert off.chosen.time.step_s > on.chosen.time.step_s
+    assert off.chosen.time.dp_exposed_s == pytest.approx(off.chosen.time.dp_comm_s)
 
 
 def test_the_cli_flags_reach_the_request(cli, tmp_path) -> None:

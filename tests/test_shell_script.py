@@ -22,9 +22,13 @@ LAYERS = 32
 
 
 def read(tmp_path: Path, text: str, layers: int = LAYERS) -> dict[str, Any]:
+    """The layout fields of `text`, less the gradient reduction's overlap, which none of these
+    scripts turns on (read as off: tests/test_overlap_grad_reduce.py)."""
     path = tmp_path / "train.sh"
     path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    return megatron_values(path, layers)
+    values = megatron_values(path, layers)
+    assert values.pop("overlap_grad_reduce") is False
+    return values
 
 
 def words(text: str) -> list[str]:

@@ -80,6 +80,10 @@ class Capabilities:
     # (Layout.ds_*: ds_config.json stage3_prefetch_bucket_size, stage3_max_live_parameters,
     # reduce_bucket_size); they apply to its ZeRO-3 layouts.
     zero3_buffers: bool = False
+    # The shardings whose files have a switch for the gradient reduction's overlap with the
+    # backward (Layout.overlap_grad_reduce false: reduced after it); the others' schedules run
+    # as they do whatever is asked (FSDP2 and DDP always overlap, Megatron-FSDP forces it).
+    overlap_switch: tuple[Optimizer, ...] = ()
 
     @property
     def ref(self) -> BackendRef:
@@ -143,6 +147,12 @@ class Capabilities:
                 return f"{self.title} has no FSDP2 reshard policy to set (fsdp_reshard)"
             if layout.zero_stage != ZERO_FULL:  # the sharding a reshard policy acts on
                 return f"fsdp_reshard {layout.fsdp_reshard} needs FSDP2's sharding (zero 3)"
+        sharding = (layout.zero_stage, layout.distributed_optimizer)
+        if not layout.overlap_grad_reduce and sharding not in self.overlap_switch:
+            return (
+                f"{self.title} has no switch to reduce the gradients after the backward with "
+                f"its {_sharding(layout)} (overlap_grad_reduce off)"
+            )
         return self._buffers_refused(layout)
 
     def _buffers_refused(self, layout: Layout) -> str | None:

@@ -297,6 +297,7 @@ def layout_values(
         "cross_entropy_fusion",
         "loss_compiled",
         "fsdp_reshard",
+        "overlap_grad_reduce",
         *DS_SETTINGS,
     )
     flags.update({k: getattr(args, k) for k in options if getattr(args, k) is not None})

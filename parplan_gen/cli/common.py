@@ -263,6 +263,15 @@ def add_layout_options(
             "backend's own, or never (every block stays gathered from its forward to its "
             "backward, skipping the backward's all-gather); default: default",
         )
+        group.add_argument(
+            "--overlap-grad-reduce",
+            type=switch,
+            metavar="{on,off}",
+            help="the data-parallel gradient reduction overlapped with the backward (Megatron-LM "
+            "--overlap-grad-reduce, DeepSpeed overlap_comm): off reduces after the backward, on "
+            "the backends with the switch (Megatron-LM's DDP and distributed optimizer, "
+            "DeepSpeed ZeRO 1-3); default: on",
+        )
         for field, ds_default in DS_DEFAULTS.items():  # Layout.ds_*, --ds-...
             what = field.removeprefix("ds_").replace("_", " ")
             written = f"{ds_default:.0e}".replace("e+0", "e")  # 5e7, as DeepSpeed's docs write it
@@ -440,6 +449,11 @@ def layout_from_args(args: argparse.Namespace, world_size: int, seq_len: int) ->
         cross_entropy_fusion=args.cross_entropy_fusion,
         loss_compiled=args.loss_compiled,
         **({} if args.fsdp_reshard is None else {"fsdp_reshard": args.fsdp_reshard}),
+        **(
+            {}
+            if args.overlap_grad_reduce is None
+            else {"overlap_grad_reduce": args.overlap_grad_reduce}
+        ),
         **{f: getattr(args, f) for f in DS_SETTINGS if getattr(args, f) is not None},
         precision=args.precision,
     )

@@ -61,6 +61,7 @@ LAYOUT_WORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "cross_entropy": ("cross_entropy_fusion", CROSS_ENTROPY_FUSIONS),
     "loss_compiled": ("loss_compiled", tuple(SWITCHES)),
     "fsdp_reshard": ("fsdp_reshard", RESHARD_POLICIES),
+    "overlap_grad_reduce": ("overlap_grad_reduce", tuple(SWITCHES)),
 }
 
 

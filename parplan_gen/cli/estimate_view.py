@@ -91,6 +91,8 @@ def layout_line(estimate: Estimate, against: Estimate | None = None) -> str:
         parts.append(f"offload_layers={p.offload_layers}")
     if p.fsdp_reshard != DEFAULT_FSDP_RESHARD:
         parts.append(f"fsdp_reshard={p.fsdp_reshard}")
+    if not p.overlap_grad_reduce:
+        parts.append("overlap_grad_reduce=off")
     # DeepSpeed ZeRO-3's buffers where they are not DeepSpeed's defaults
     parts += [f"{f}={getattr(p, f)}" for f in DS_SETTINGS if getattr(p, f) != DS_DEFAULTS[f]]
     loss = p.cross_entropy_fusion  # the plans' kernel is not shown, but where the two differ

@@ -274,6 +274,16 @@ class Layout(BaseModel):
         "--parallelism.fsdp_reshard_after_forward never, Accelerate fsdp_reshard_after_forward "
         "false).",
     )
+    overlap_grad_reduce: bool = Field(
+        True,
+        description="The files turn on the overlap of the data-parallel gradient reduction with "
+        "the backward (Megatron-LM --overlap-grad-reduce, with the distributed optimizer also "
+        "--overlap-param-gather; DeepSpeed zero_optimization.overlap_comm). False: the "
+        "reduction runs after the backward, on the compute stream, where a backend has the "
+        "switch (Megatron-LM's DDP and distributed optimizer, DeepSpeed ZeRO 1-3); the other "
+        "backends' schedules always overlap it, and DeepSpeed ZeRO-0 always reduces after the "
+        "backward (rules/cost/sharding.yaml).",
+    )
     ds_prefetch_bucket_size: int = Field(
         DS_DEFAULTS["ds_prefetch_bucket_size"],
         ge=1,

@@ -114,6 +114,7 @@ class Candidate(NamedTuple):
     precision_aware_optimizer: bool
     offload_layers: int
     fsdp_reshard: str
+    overlap_grad_reduce: bool
 
 
 # A candidate's fields before its memory option: its structure, vpp, mbs and grad_accum.
@@ -403,6 +404,7 @@ class _Search:
             mem.grad_reduce_dtype,
             mem.fp8_param_gather,
             mem.precision_aware_optimizer,
+            mem.overlap_grad_reduce,
             mem.fsdp_reshard,
             mem.offload_layers > 0,
         )
@@ -412,7 +414,7 @@ class _Search:
                 self.rejected[dominated] += 1
                 return
         self._set_memory(mem)
-        plan = Candidate(*prefix, *mem)
+        plan = Candidate._make((*prefix, *mem))
         figures, found = self._assess(plan)
         if found is None or found is _OUTRANKED:
             if found is None:
@@ -527,7 +529,7 @@ class _Search:
             reps += [m for m in allowed if m.distributed_optimizer]
             for mem in reps:
                 self._set_memory(mem)
-                plan = Candidate(*(*head, vpp, mbs, accum), *mem)  # one prefix: mypy counts it
+                plan = Candidate._make((*head, vpp, mbs, accum, *mem))
                 figures, found = self._assess(plan)
                 if found is _OUTRANKED or STEP in figures:  # it fits memory: no bound
                     return None

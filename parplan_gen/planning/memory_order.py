@@ -26,7 +26,7 @@ _DOMINATED_RESHARD = Refusal(None, DOMINATED_RESHARD)
 
 # A memory option less its recomputation and with only whether it offloads activations (last):
 # what a recomputing variant, one offloading more layers or one resharding is dominated within.
-Sharding = tuple[int, bool, bool, str, bool, bool, str, bool]
+Sharding = tuple[int, bool, bool, str, bool, bool, bool, str, bool]
 # The gradients' reduce types, least memory first (rules/cost/memory.yaml grad_bytes).
 _GRAD_FRUGALITY = ("bf16", "default", "fp32")
 

@@ -73,6 +73,9 @@ class SearchOptions:
     # FSDP2's reshard policies tried (Layout.fsdp_reshard), the faster first: `never` on the
     # backends that set it, for their FSDP2 (zero 3) layouts (memory_options).
     fsdp_reshard: tuple[str, ...] = (DEFAULT_FSDP_RESHARD,)
+    # The gradient reduction overlapped with the backward (Layout.overlap_grad_reduce); off
+    # keeps the shardings whose files have the switch (`optimizers`).
+    overlap_grad_reduce: bool = True
 
     @property
     def runs(self) -> Capabilities:
@@ -81,8 +84,12 @@ class SearchOptions:
 
     @property
     def optimizers(self) -> tuple[tuple[int, bool], ...]:
-        """(zero_stage, distributed_optimizer) pairs searched."""
-        return self.runs.optimizers
+        """(zero_stage, distributed_optimizer) pairs searched: with the gradient reduction's
+        overlap off, only those whose files can turn it off (Capabilities.overlap_switch)."""
+        runs = self.runs
+        if self.overlap_grad_reduce:
+            return runs.optimizers
+        return tuple(o for o in runs.optimizers if o in runs.overlap_switch)
 
     def on(self, backend: BackendName) -> SearchOptions:
         """These options for the search over `backend`'s part of the space: what the request
@@ -151,6 +158,7 @@ class SearchOptions:
             precision_aware_optimizer=PRECISION_AWARE_OPTIMIZER[chosen.precision_aware_optimizer],
             offload_layers=offload_options(model.pipeline_layers, chosen, limits),
             fsdp_reshard=FSDP_RESHARDS[chosen.fsdp_reshard],
+            overlap_grad_reduce=chosen.overlap_grad_reduce,
         )
 
 
@@ -195,7 +203,15 @@ def _check_memory_options(
     (`SearchOptions.on` drops what a backend lacks). The gradients' reduce type is not checked
     so: a backend without the choice reduces in its own type, which may be the one asked
     (Accelerate's FSDP2 reduces in 16 bits). So are layers offloaded by a pin (`--offload-layers
-    N`) where none of `backends` offloads activations."""
+    N`) where none of `backends` offloads activations, and the gradient reduction's overlap
+    turned off (`--overlap-grad-reduce off`) where none of `backends` can."""
+    if not chosen.overlap_grad_reduce and not any(BACKENDS[b].overlap_switch for b in backends):
+        others = [b for b in BACKEND_NAMES if BACKENDS[b].overlap_switch]
+        raise InputError(
+            f"{FLAGS['overlap_grad_reduce']} off: {', '.join(backends)} always overlaps the "
+            f"gradient reduction with the backward (only {', '.join(others)} can reduce after it; "
+            "docs/backends.md)"
+        )
     if limits.pins.offload_layers and not any(BACKENDS[b].activation_offload for b in backends):
         others = [b for b in BACKEND_NAMES if BACKENDS[b].activation_offload]
         raise InputError(
@@ -273,8 +289,9 @@ class Structure(NamedTuple):
 
 class MemoryOption(NamedTuple):
     """How a candidate saves memory: optimizer sharding, sequence parallelism, recomputation,
-    the gradients' reduce type, FP8 parameters, bf16 optimizer states, layers offloaded and
-    FSDP2's reshard policy."""
+    the gradients' reduce type, FP8 parameters, bf16 optimizer states, layers offloaded,
+    FSDP2's reshard policy and the gradient reduction's overlap (one per sharding and request:
+    DeepSpeed's second reduce buffer is held only with it)."""
 
     zero_stage: int
     distributed_optimizer: bool
@@ -285,6 +302,7 @@ class MemoryOption(NamedTuple):
     precision_aware_optimizer: bool
     offload_layers: int
     fsdp_reshard: str
+    overlap_grad_reduce: bool
 
 
 def prime_factors(n: int) -> dict[int, int]:
@@ -370,7 +388,8 @@ def mbs_options(global_batch: int, dp: int, limits: SearchLimits = NO_LIMITS) ->
 def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
     """Optimizer sharding x sequence parallelism x recomputation (least first) x layers
     offloaded (none first) x the gradients' reduce type x FP8 parameters x bf16 optimizer
-    states x FSDP2's reshard policy (innermost; other than the default only with zero 3)."""
+    states x FSDP2's reshard policy (innermost; other than the default only with zero 3), each
+    with the gradient reduction's overlap the request asks."""
     pinned_sp = options.limits.pins.sequence_parallel
     if tp == 1 or not options.sequence_parallel:
         sp_choices = [False]
@@ -379,8 +398,9 @@ def memory_options(tp: int, options: SearchOptions) -> list[MemoryOption]:
     else:
         sp_choices = [True] if options.sequence_parallel_fixed else [False, True]
     ok = options.limits.allows
+    overlap = options.overlap_grad_reduce
     return [
-        MemoryOption(zero, dist, sp, recompute, grad, fp8, states, offload, reshard)
+        MemoryOption(zero, dist, sp, recompute, grad, fp8, states, offload, reshard, overlap)
         for zero, dist in options.optimizers
         if ok("zero_stage", zero) and ok("distributed_optimizer", dist)
         for sp in sp_choices
@@ -429,6 +449,7 @@ def outside_search(layout: Layout, request: Request) -> str | None:
         layout.precision_aware_optimizer,
         layout.offload_layers,
         layout.fsdp_reshard,
+        layout.overlap_grad_reduce,
     )
     if mem not in memory_options(layout.tp, options):
         if layout.grad_reduce_dtype not in options.grad_reduce_dtypes:
@@ -465,6 +486,12 @@ def outside_search(layout: Layout, request: Request) -> str | None:
         sp_off = not options.sequence_parallel and "sp" in spec.layout_dims
         if with_tp and sp_off and layout.sequence_parallel and options.runs.sequence_parallel:
             return "sequence parallelism is off for this request (search option: off)"
+        if layout.overlap_grad_reduce != options.overlap_grad_reduce:
+            state = "on" if layout.overlap_grad_reduce else "off"
+            return (
+                f"the gradient reduction's overlap {state} is not searched on {options.backend} "
+                "(search option --overlap-grad-reduce)"
+            )
         return f"{mem} is not searched with backend {options.backend}"
     return None
 

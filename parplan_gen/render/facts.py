@@ -53,8 +53,6 @@ def facts(doc: PlanDocument, mapping: MappingFile, *, hf_trainer: bool = False) 
     out |= _train_facts(layout, mapping)
     out |= _graph_training_facts(doc)
     out |= _cluster_facts(doc.cluster, doc.launch or LaunchSettings(), mapping)
-    # the gradient-reduction overlap the plan's search options chose (planning/search_choices.py)
-    out |= {"comm.overlap_grad_reduce": doc.search.overlap_grad_reduce}
     # Megatron-FSDP: ZeRO-2/3 of a plan priced on Megatron (its files are written for no other).
     fsdp = doc.chosen.backend is not None and doc.chosen.backend.name == "megatron"
     decided = doc.decisions

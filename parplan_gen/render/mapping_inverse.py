@@ -45,6 +45,7 @@ FIELD_OF_KEY = {
 # Canonical keys that, at one value, set a layout field (how render/facts.py derives them).
 FIELD_OF_FACT: dict[str, dict[Scalar, tuple[str, Any]]] = {
     "plan.sequence_parallel": {True: ("sequence_parallel", True)},
+    "plan.overlap_grad_reduce": {True: ("overlap_grad_reduce", True)},
     "megatron.distributed_optimizer": {True: ("distributed_optimizer", True)},
     "megatron.fsdp": {True: (MEGATRON_FSDP, True)},
     "train.bf16": {True: ("precision", "bf16")},

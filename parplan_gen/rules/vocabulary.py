@@ -433,6 +433,16 @@ _RUN_NAMES: tuple[Name, ...] = (
         "Accelerate fsdp_reshard_after_forward false). Searched both ways on the backends that set "
         "it, for FSDP2's layouts (zero 3), unless plan --fsdp-reshard says otherwise.",
     ),
+    Name(
+        "plan.overlap_grad_reduce",
+        "bool",
+        "-",
+        "Whether the files turn on the overlap of the data-parallel gradient reduction with the "
+        "backward (Layout.overlap_grad_reduce: Megatron-LM --overlap-grad-reduce with "
+        "--overlap-param-gather, DeepSpeed overlap_comm). False only where the backend has the "
+        "switch (Megatron-LM's DDP and distributed optimizer, DeepSpeed ZeRO 1-3): as plan "
+        "--overlap-grad-reduce asks, true elsewhere.",
+    ),
     # --- estimate.*: figures of this plan's estimate (constraints only) ------------------------
     Name(
         "estimate.<figure>",

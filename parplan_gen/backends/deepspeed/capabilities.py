@@ -28,4 +28,9 @@ DEEPSPEED = Capabilities(
     # zero_optimization.stage3_prefetch_bucket_size, stage3_max_live_parameters,
     # reduce_bucket_size (runtime/zero/config.py DeepSpeedZeroConfig)
     zero3_buffers=True,
+    # zero_optimization.overlap_comm (runtime/zero/stage_1_and_2.py reduction_stream, stage3.py
+    # reduce_and_partition_stream, parameter_offload.py's all-gather stream: the default stream
+    # without it). ZeRO-0 reduces after the backward whatever it says (engine.py
+    # allreduce_gradients).
+    overlap_switch=((1, False), (2, False), (3, False)),
 )

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from parplan_gen.backends.deepspeed.keys import KeysBeside, check_keys
 from parplan_gen.cost.layout import DS_LEAST_STAGE, DS_SETTINGS, SIXTEEN_BIT, size_problem
+from parplan_gen.inputs.defaults import ZERO_FULL
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.source import Document, load_mapping_document
 from parplan_gen.planning.decisions import GRADIENT_BYTES, TYPE_BYTES
@@ -55,6 +56,7 @@ ZERO = "zero_optimization"
 # GRADIENT_BYTES (rules/cost/memory.yaml) gives the size parplan writes for a layout that names
 # no reduce type.
 COMMUNICATION_TYPE = ("communication_data_type",)
+OVERLAP = "overlap_grad_reduce"  # the Layout field zero_optimization.overlap_comm gives
 
 
 def deepspeed_values(
@@ -116,10 +118,15 @@ def deepspeed_reading(
     if found:
         out.update(_reduce_type(doc, value, out, rules))
     stage = out.get("zero_stage", 0)
+    _overlap_default(out, stage)
     for key in keys:
         # ZeRO's buffers of a stage the file does not run: DeepSpeed reads them not (keys.py
         # counts them with no effect), so the layout keeps its defaults
-        if key.field in DS_LEAST_STAGE and stage < DS_LEAST_STAGE[key.field]:
+        # nor overlap_comm at ZeRO-0 (_overlap_default)
+        below = key.field == OVERLAP and stage == 0
+        if key.field is not None and (
+            below or (key.field in DS_LEAST_STAGE and stage < DS_LEAST_STAGE[key.field])
+        ):
             out.pop(key.field, None)
             unfilled.pop(key.field, None)
             read.discard(".".join(key.path))
@@ -127,6 +134,17 @@ def deepspeed_reading(
     pipelined = out.get("pp", 1) > 1
     beside = check_keys(doc, stage, read | set(COMMUNICATION_TYPE), pipelined=pipelined)
     return DeepSpeedReading(out | ({UNFILLED: unfilled} if unfilled else {}), beside)
+
+
+def _overlap_default(out: dict[str, Any], stage: int) -> None:
+    """The layout's overlap_grad_reduce at ZeRO `stage` (`out`: what the file says): DeepSpeed's
+    default where it says nothing (runtime/zero/config.py overlap_comm_valid: true at stage 3,
+    false below), and none at ZeRO-0, which reduces after the backward whatever it says
+    (engine.py allreduce_gradients; capabilities.py beside this file)."""
+    if stage == 0:
+        out.pop(OVERLAP, None)
+    else:
+        out.setdefault(OVERLAP, stage == ZERO_FULL)
 
 
 def _hf_filled(field: str, hidden: int | None) -> int | None:
@@ -224,6 +242,12 @@ def _at(data: dict[str, Any], path: tuple[str, ...]) -> tuple[bool, Any]:
 
 
 def _deepspeed_value(doc: Document, key: DeepSpeedKey, value: Any) -> dict[str, Any]:
+    if key.field == OVERLAP:  # DeepSpeedZeroConfig.overlap_comm: Optional[bool]
+        if value is None:
+            return {}  # DeepSpeed's default for the stage (_overlap_default)
+        if not isinstance(value, bool):
+            raise InputError(f"{key.path[-1]} is true or false, not {value!r}", doc.ref(key.path))
+        return {key.field: value}
     if key.field in CHOICES:  # the ZeRO stage: an int, not True, not 3.0
         return {key.field: read_choice(value, CHOICES[key.field], doc.ref(key.path))}
     if key.field is not None:

@@ -41,4 +41,10 @@ MEGATRON = Capabilities(
     # Transformer Engine's, which holds and moves fewer bytes than Megatron-Core's own
     # (rules/cost/memory.yaml logits_bytes_per_vocab, pipeline.yaml loss_bytes_per_logit).
     cross_entropy_fusions=FUSED_CROSS_ENTROPY,
+    # --overlap-grad-reduce switches DDP's and the distributed optimizer's bucketed reduction
+    # (core_v0.16.1 megatron/core/distributed/distributed_data_parallel.py: without it one
+    # bucket, reduced synchronously in finish_grad_sync). Megatron-FSDP's optim_grads and
+    # optim_grads_params set overlap_grad_reduce themselves (megatron_fsdp/megatron_fsdp.py
+    # MegatronFSDP.__init__: "must be overlapped when using sharding optimizer and gradients").
+    overlap_switch=((0, False), (0, True)),
 )

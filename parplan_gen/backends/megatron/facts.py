@@ -188,7 +188,7 @@ def _megatron_parallel(
         else None,
         "distributed_optimizer": dist_opt,
         # --overlap-param-gather needs the distributed optimizer and --overlap-grad-reduce.
-        "overlap_param_gather": dist_opt and bool(known["comm.overlap_grad_reduce"]),
+        "overlap_param_gather": dist_opt and bool(known["plan.overlap_grad_reduce"]),
         "fsdp": fsdp,
         "fsdp_strategy": strategy,
         # CUDA_DEVICE_MAX_CONNECTIONS=1 is asserted for TP/CP > 1 before Blackwell, unless

@@ -70,6 +70,7 @@ OPTIMIZER_TYPES: dict[str, tuple[str, ...]] = {
     "--exp-avg-sq-dtype": ("fp32", "fp16", "bf16", "fp8"),
 }
 PRECISION_AWARE = "plan.precision_aware_optimizer"  # the mapping's `when` of its arguments
+OVERLAP = "overlap_grad_reduce"  # the Layout field --overlap-grad-reduce sets (capabilities.py)
 GRADS_TYPE = "--main-grads-dtype"
 # The loss kernel (Layout.cross_entropy_fusion; core_v0.16.0 model_parallel_config.py): the switch,
 # and the implementation it runs (choices native, te; default native). Without the switch
@@ -149,7 +150,9 @@ def megatron_values(
     words = script_words(path)
     mapping = Templates.at(templates_dir).mapping()
     flags = _flags(mapping)
-    out: dict[str, Any] = {}
+    # Without --overlap-grad-reduce Megatron-LM reduces the gradients after the backward
+    # (Layout.overlap_grad_reduce; the switch sets it, _fsdp_sharding drops it for Megatron-FSDP)
+    out: dict[str, Any] = {OVERLAP: False}
     fp8 = False
     for i, (word, line) in enumerate(words):
         flag = word.partition("=")[0]
@@ -282,6 +285,7 @@ def _fsdp_sharding(out: dict[str, Any]) -> None:
     if stages[strategy] >= 2:
         out["zero_stage"] = stages[strategy]
         out.pop("distributed_optimizer", None)
+        out.pop(OVERLAP, None)  # optim_grads(_params) overlap whatever the script says
     elif stages[strategy] == 1:
         out["distributed_optimizer"] = True
 
