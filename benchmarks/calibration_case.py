@@ -221,6 +221,7 @@ def layout_and_notes(
         recompute=_recompute(entry.get("activation_recompute"), notes),
         offload_layers=_offload_layers(entry, notes),
         grad_reduce_dtype=_grad_reduce_dtype(facts, notes),
+        overlap_grad_reduce=_overlap_grad_reduce(facts, notes),
         cross_entropy_fusion=_cross_entropy_fusion(facts, notes),
         precision=_precision(entry, notes),
     )
@@ -237,6 +238,14 @@ def _cross_entropy_fusion(facts: RowFacts, notes: list[str]) -> str | None:
             f"cross-entropy fusion {facts.cross_entropy_fusion}: {facts.cross_entropy_fusion_reason}"
         )
     return facts.cross_entropy_fusion
+
+
+def _overlap_grad_reduce(facts: RowFacts, notes: list[str]) -> bool:
+    """Whether the source's runs overlapped the gradient reduction with the backward (its
+    `overlap_grad_reduce`)."""
+    if not facts.overlap_grad_reduce:
+        notes.append(facts.overlap_grad_reduce_reason)
+    return facts.overlap_grad_reduce
 
 
 def _grad_reduce_dtype(facts: RowFacts, notes: list[str]) -> str:

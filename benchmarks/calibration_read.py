@@ -155,6 +155,10 @@ class RowFacts:
     # False: the source's DeepSpeed fetched ZeRO-3 parameters blocking (its first ZeRO-3)
     zero3_overlap: bool = True
     zero3_overlap_reason: str = ""
+    # False: the source's framework reduced the gradients after the backward (Megatron-LM's
+    # local DDP before --overlap-grad-reduce; Layout.overlap_grad_reduce)
+    overlap_grad_reduce: bool = True
+    overlap_grad_reduce_reason: str = ""
     # torchtitan's ChunkedLossWrapper (components/loss.py, since 786e26f8e, 2026-04-27), which
     # every plan's torchtitan 0.3 runs: no published run used it (calibration_rows.yaml
     # `chunked_loss`, default false)
@@ -258,6 +262,10 @@ def row_facts(name: str) -> RowFacts:
         ),
         zero3_overlap=bool(source.get("zero3_overlap", True)),
         zero3_overlap_reason=" ".join(str(source.get("zero3_overlap_reason", "")).split()),
+        overlap_grad_reduce=bool(source.get("overlap_grad_reduce", True)),
+        overlap_grad_reduce_reason=" ".join(
+            str(source.get("overlap_grad_reduce_reason", "")).split()
+        ),
         chunked_loss=bool(source.get("chunked_loss", False)),
         loss_compiled=bool(source.get("loss_compiled", False)),
         loss_compiled_reason=" ".join(str(source.get("loss_compiled_reason", "")).split()),

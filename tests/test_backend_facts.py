@@ -181,7 +181,7 @@ def test_ds_config_reduces_gradients_in_the_type_the_estimate_counts(
     # buffers (deepspeed_reduce_buffer_bytes), are set aside.
     model, cluster = load_model("llama-3-8b"), load_cluster_spec(A100S)
     layout = {"zero_stage": zero, "mbs": 1, "global_batch": 64, "precision": precision}
-    found = estimate(model, cluster, layout | {"seq_len": 2048})
+    found = estimate(model, cluster, layout | {"seq_len": 2048}, backend="deepspeed")
     memory = found.estimate.memory
     backend = found.estimate.backend.name  # type: ignore[union-attr]
     env = Evaluator(builtin_rules(), backend=backend).env(  # type: ignore[arg-type]
