@@ -130,14 +130,23 @@ def test_what_it_prices_is_taken(tmp_path: Path, config: dict[str, Any]) -> None
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_the_priced_defaults_are_deepspeeds_own(stage: int) -> None:
     zero_config = consumer("deepspeed.runtime.zero.config")
-    own = zero_config.DeepSpeedZeroConfig(stage=stage)
-    # the config's field of each key: its name, or the field the key is an alias of
-    fields = {f.alias or name: name for name, f in type(own).model_fields.items()}
-    fields |= {name: name for name in type(own).model_fields}
+    precision = consumer("deepspeed.runtime.precision_config")
+    own = {
+        "zero_optimization": zero_config.DeepSpeedZeroConfig(stage=stage),
+        "bf16": precision.DeepSpeedBF16Config(),
+    }
+    checked = set()
     for priced in deepspeed_keys().priced:
-        section, key = priced.key.split(".")
-        if section == "zero_optimization" and stage in priced.stages:
-            assert getattr(own, fields[key]) == priced.defaults[stage], priced.key
+        section, _, key = priced.key.rpartition(".")
+        if section not in own or stage not in priced.stages:
+            continue
+        config = own[section]
+        # the config's field of each key: its name, or the field the key is an alias of
+        fields = {f.alias or name: name for name, f in type(config).model_fields.items()}
+        fields |= {name: name for name in type(config).model_fields}
+        assert getattr(config, fields[key]) == priced.defaults[stage], priced.key
+        checked.add(section)
+    assert checked == set(own)
 
 
 @pytest.mark.parametrize("zero_stage", [2, 3])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from parplan_gen.api import plan
+from parplan_gen.api import estimate, plan
 from parplan_gen.backends.deepspeed.reader import deepspeed_reading, deepspeed_values
 from parplan_gen.backends.megatron.reader import megatron_values
 from parplan_gen.cost.estimate import CostModel
@@ -26,6 +26,7 @@ from parplan_gen.cost.layout import build_layout
 from parplan_gen.inputs.errors import InputError
 from parplan_gen.planning.backends import BACKENDS
 from parplan_gen.planning.loading import load_cluster_spec, load_model
+from parplan_gen.render.labels import layout_labels
 from parplan_gen.rules.ruleset import load_rules
 
 MODEL = load_model("llama-3-8b")
@@ -144,10 +145,12 @@ def test_megatron_reads_the_switch(tmp_path: Path) -> None:
         (2, True, True),
         (3, False, False),
         (0, False, None),  # ZeRO-0 reads it not
+        (2, "auto", False),  # DeepSpeed reads "auto" as unset (runtime/config_utils.py)
+        (3, "auto", True),
     ],
 )
 def test_deepspeed_reads_overlap_comm(
-    stage: int, said: bool | None, read: bool | None, tmp_path: Path
+    stage: int, said: bool | str | None, read: bool | None, tmp_path: Path
 ) -> None:
     zero: dict[str, object] = {"stage": stage}
     if said is not None:
@@ -175,3 +178,51 @@ def test_deepspeed_zero0_counts_overlap_comm_as_another_stages(tmp_path: Path) -
     assert reading.beside.no_effect["settings of another ZeRO stage"] == (
         "zero_optimization.overlap_comm",
     )
+
+
+def test_a_pipelined_deepspeed_zero1_holds_two_reduce_buffers_either_way() -> None:
+    """The pipeline engine turns overlap_comm off itself (engine.py _configure_zero_optimizer)
+    and reduce_gradients(pipeline_parallel=True) appends a second buffer: the same run."""
+    on = figures("deepspeed", True, zero_stage=1, pp=2)
+    off = figures("deepspeed", False, zero_stage=1, pp=2)
+    assert on["memory_grads"] == off["memory_grads"]
+    assert on["time_step_s"] == off["time_step_s"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "pins", "says"),
+    [
+        ("megatron", {"zero_stage": 3}, "ZeRO-3 on megatron has no switch"),
+        ("deepspeed", {"zero_stage": 0}, "ZeRO-0 on deepspeed has no switch"),
+    ],
+)
+def test_a_pinned_sharding_without_the_switch_is_named(backend: str, pins: dict, says: str):
+    with pytest.raises(InputError, match=f"overlap_grad_reduce off: {says}"):
+        plan(
+            "llama-3-8b",
+            cluster={"gpus": 16, "gpu": "h100", "gpus_per_node": 8},
+            global_batch=64,
+            seq_len=4096,
+            backend=backend,
+            pins=pins,
+            search={"overlap_grad_reduce": False},
+        )
+
+
+def test_megatron_refuses_the_parameter_gather_overlap_alone(tmp_path: Path) -> None:
+    script = tmp_path / "args.sh"
+    script.write_text("--use-distributed-optimizer --overlap-param-gather\n")
+    with pytest.raises(InputError, match="Must use --overlap-param-gather with --overlap-grad"):
+        megatron_values(script, 32)
+
+
+def test_compare_names_the_overlap() -> None:
+    layout = {"mbs": 2, "global_batch": 64, "seq_len": 4096, "zero_stage": 2}
+    estimates = [
+        estimate(MODEL, CLUSTER, layout | {"overlap_grad_reduce": o}, backend="deepspeed").estimate
+        for o in (True, False)
+    ]
+    assert layout_labels(estimates, MODEL.layout_dims) == [
+        "deepspeed tp1 pp1 dp16 mbs2 zero2",
+        "deepspeed tp1 pp1 dp16 mbs2 zero2 no-overlap",
+    ]

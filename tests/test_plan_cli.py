@@ -195,7 +195,8 @@ def test_check_refuses_shell_variables(cli: Callable[..., Run], write: Callable[
     assert run.code == 1
     assert run.err == (
         f"parplan: error: {args}:1: --tensor-model-parallel-size: expected a whole number "
-        "(digits 0-9), got '$TP' (a variable the script does not set; the environment is not read)\n"
+        "(digits 0-9), got '$TP' (a variable the script does not set; the environment is not "
+        "read): give --tp\n"
     )
 
 

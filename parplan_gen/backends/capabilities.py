@@ -150,8 +150,9 @@ class Capabilities:
         sharding = (layout.zero_stage, layout.distributed_optimizer)
         if not layout.overlap_grad_reduce and sharding not in self.overlap_switch:
             return (
-                f"{self.title} has no switch to reduce the gradients after the backward with "
-                f"its {_sharding(layout)} (overlap_grad_reduce off)"
+                f"{self.title}'s {_sharding(layout)} has no switch for the overlap of the "
+                "gradient reduction with the backward: its schedule runs as it does "
+                "(overlap_grad_reduce off)"
             )
         return self._buffers_refused(layout)
 

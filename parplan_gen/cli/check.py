@@ -274,7 +274,7 @@ def layout_values(
     """Layout fields on `num_gpus` GPUs: the defaults, then the --from-* files (read under the
     check's `rules`), then the explicit flags (which must give what a file leaves to them)."""
     from parplan_gen.inputs.errors import UsageError
-    from parplan_gen.render.readers import layout_from_files, require_given
+    from parplan_gen.render.readers import deepspeed_batch, layout_from_files, require_given
 
     values: dict[str, Any] = {"tp": 1, "pp": 1}
     values.update(
@@ -307,6 +307,8 @@ def layout_values(
         flags.update(distributed_optimizer=True, zero_stage=0)
     require_given(values, flags)
     values.update(flags)
+    if args.from_deepspeed:
+        deepspeed_batch(values, values.get("grad_accum"), num_gpus)
     if "global_batch" not in values:
         raise UsageError("give --global-batch (or a file that sets it)")
     values["seq_len"] = spec.sequence_length(values.get("seq_len"))

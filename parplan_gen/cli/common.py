@@ -322,7 +322,8 @@ SEARCH_FLAGS = (  # `plan`'s search options: flag, choices, help
         "--overlap-grad-reduce",
         ("on", "off"),
         "overlap the data-parallel gradient reduction with the backward in the files "
-        "(Megatron-LM --overlap-grad-reduce, DeepSpeed overlap_comm; default: on with > 1 GPU)",
+        "(Megatron-LM --overlap-grad-reduce, DeepSpeed overlap_comm; default: on; off searches "
+        "only Megatron-LM's DDP and distributed optimizer and DeepSpeed ZeRO 1-3)",
     ),
     (
         "--grad-reduce-dtype",

@@ -44,6 +44,19 @@ _SKIPPED = {"if", "then", "else", "elif", "fi", "do", "done", "while", "until", 
 _DECLARATIONS = {"export", "declare", "local", "readonly", "typeset"}
 
 
+def unexpanded_hint(raw: str) -> str:
+    """Why a value read from a script may hold what bash would have replaced (for an error that
+    quotes it): shell arithmetic, a command substitution, or a variable the script does not set;
+    "" where it holds no `$` or backquote."""
+    if "$((" in raw:
+        return " (shell arithmetic, which parplan does not evaluate)"
+    if "$(" in raw or "`" in raw:
+        return " (a command's output, which parplan does not run)"
+    if "$" in raw:
+        return " (a variable the script does not set; the environment is not read)"
+    return ""
+
+
 @dataclass
 class _Var:
     elements: list[list[Seg]] = field(default_factory=list)  # a scalar is one element

@@ -205,13 +205,8 @@ def _check_memory_options(
     (Accelerate's FSDP2 reduces in 16 bits). So are layers offloaded by a pin (`--offload-layers
     N`) where none of `backends` offloads activations, and the gradient reduction's overlap
     turned off (`--overlap-grad-reduce off`) where none of `backends` can."""
-    if not chosen.overlap_grad_reduce and not any(BACKENDS[b].overlap_switch for b in backends):
-        others = [b for b in BACKEND_NAMES if BACKENDS[b].overlap_switch]
-        raise InputError(
-            f"{FLAGS['overlap_grad_reduce']} off: {', '.join(backends)} always overlaps the "
-            f"gradient reduction with the backward (only {', '.join(others)} can reduce after it; "
-            "docs/backends.md)"
-        )
+    if not chosen.overlap_grad_reduce:
+        _check_overlap_off(backends, limits)
     if limits.pins.offload_layers and not any(BACKENDS[b].activation_offload for b in backends):
         others = [b for b in BACKEND_NAMES if BACKENDS[b].activation_offload]
         raise InputError(
@@ -228,6 +223,41 @@ def _check_memory_options(
             f"{FLAGS[field]} {asked}: {', '.join(backends)} {lacks} (only {', '.join(others)} "
             "does; docs/backends.md)"
         )
+
+
+def _check_overlap_off(backends: tuple[BackendName, ...], limits: SearchLimits) -> None:
+    """An InputError where the gradient reduction's overlap is asked off but no sharding of
+    `backends` the pins allow has the switch (Capabilities.overlap_switch): the search would
+    have nothing to try, and its refusals would not say why."""
+    pins = limits.pins
+    switched = [
+        (backend, sharding)
+        for backend in backends
+        for sharding in BACKENDS[backend].overlap_switch
+        if pins.zero_stage in (None, sharding[0])
+        and pins.distributed_optimizer in (None, sharding[1])
+    ]
+    if switched:
+        return
+    flag = f"{FLAGS['overlap_grad_reduce']} off"
+    if any(BACKENDS[b].overlap_switch for b in backends):
+        pinned = (
+            "the distributed optimizer"
+            if pins.distributed_optimizer
+            else (
+                f"ZeRO-{pins.zero_stage}" if pins.zero_stage is not None else "the sharding pinned"
+            )
+        )
+        raise InputError(
+            f"{flag}: {pinned} on {', '.join(backends)} has no switch for the gradient "
+            "reduction's overlap (Megatron-LM's DDP and distributed optimizer and DeepSpeed "
+            "ZeRO 1-3 have; docs/backends.md)"
+        )
+    others = [b for b in BACKEND_NAMES if BACKENDS[b].overlap_switch]
+    raise InputError(
+        f"{flag}: {', '.join(backends)} always overlaps the gradient reduction with the "
+        f"backward (only {', '.join(others)} can reduce after it; docs/backends.md)"
+    )
 
 
 def backends_for(model: TrainedModel, asked: str | Iterable[str]) -> tuple[BackendName, ...]:

@@ -23,7 +23,7 @@ def seconds(value: float) -> str:
 def layout_labels(estimates: Sequence[Estimate], dims: Collection[str]) -> list[str]:
     """`megatron tp8 pp2 dp4`, then what is not the default (cp, ep, vpp above 1, mbs above 1
     or where the layouts differ in it, a ZeRO stage, recompute, sequence parallel, the
-    distributed optimizer, the layers offloaded); a label that would repeat gets ` (2)`, ` (3)`. Only the model
+    distributed optimizer, the layers offloaded, the gradient reduction not overlapped); a label that would repeat gets ` (2)`, ` (3)`. Only the model
     kind's layout dimensions `dims` (`TrainedModel.layout_dims`) are named: an op-graph model,
     laid out over dp and tp, is `deepspeed tp1 dp16`, never `pp1`."""
     mbs_differ = len({e.plan.mbs for e in estimates}) > 1
@@ -41,6 +41,7 @@ def layout_labels(estimates: Sequence[Estimate], dims: Collection[str]) -> list[
         words += ["sp"] if p.sequence_parallel and "sp" in dims else []
         words += ["distopt"] if p.distributed_optimizer else []
         words += [f"offload{p.offload_layers}"] if p.offload_layers else []
+        words += ["no-overlap"] if not p.overlap_grad_reduce else []
         label = " ".join(words)
         count = sum(1 for seen in labels if seen.split(" (")[0] == label)
         labels.append(label if not count else f"{label} ({count + 1})")

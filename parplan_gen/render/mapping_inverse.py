@@ -27,6 +27,9 @@ from parplan_gen.render.checks import RenderError
 from parplan_gen.render.mapping import LoadedMapping
 from parplan_gen.render.mapping_schema import MegatronArg, Scalar
 
+# The key of a reader's values under which it leaves fields to the check's flags: {field: (why,
+# where)}, raised by render/readers.py require_given for each field no flag gives.
+UNFILLED = "unfilled"
 LAYERS_PER_VIRTUAL_STAGE = "layers_per_virtual_stage"  # not a Layout field: read as vpp
 # Not Layout fields either: layers the pipeline split counts besides the transformer's, which
 # --num-layers-per-virtual-pipeline-stage divides with them (arguments.py validate_args).

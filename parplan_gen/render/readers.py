@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.backends.accelerate.reader import accelerate_values
-from parplan_gen.backends.deepspeed.reader import UNFILLED, deepspeed_values
+from parplan_gen.backends.deepspeed.reader import deepspeed_values
 from parplan_gen.backends.megatron.reader import megatron_shape, megatron_values
 from parplan_gen.backends.torchtitan.reader import torchtitan_values
 from parplan_gen.cost.layout import Layout, build_layout
 from parplan_gen.inputs.errors import InputError
+from parplan_gen.render.mapping_inverse import UNFILLED
 from parplan_gen.render.template_env import Templates
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ def layout_from_files(
                 "describe transformers (use --from-deepspeed or the layout flags)"
             )
         megatron_shape(megatron, model)
-        values.update(megatron_values(megatron, model.pipeline_layers, templates_dir=templates_dir))
+        read = megatron_values(megatron, model.pipeline_layers, templates_dir=templates_dir)
+        _merge(values, read)
         # a script that names no loss fusion runs Megatron-LM's own cross-entropy (its default)
         values.setdefault("cross_entropy_fusion", "off")
     if torchtitan:
@@ -79,12 +81,16 @@ def layout_from_files(
         if num_gpus is None:
             raise TypeError("layout_from_files: an Accelerate config needs num_gpus")
         mapping = Templates.at(templates_dir).mapping()
-        read = accelerate_values(accelerate, mapping, num_gpus=num_gpus)
-        unfilled = values.pop(UNFILLED, {}) | read.pop(UNFILLED, {})
-        values.update(read)
-        if unfilled:
-            values[UNFILLED] = unfilled
+        _merge(values, accelerate_values(accelerate, mapping, num_gpus=num_gpus))
     return values
+
+
+def _merge(values: dict[str, Any], read: dict[str, Any]) -> None:
+    """`read` over `values`, the fields each leaves to the flags (UNFILLED) joined."""
+    unfilled = values.pop(UNFILLED, {}) | read.pop(UNFILLED, {})
+    values.update(read)
+    if unfilled:
+        values[UNFILLED] = unfilled
 
 
 def require_given(values: dict[str, Any], given: Mapping[str, Any]) -> None:
@@ -123,12 +129,35 @@ def layout_read(
     require_given(values, given)
     accum = values.pop("grad_accum", None)
     values |= given
+    if deepspeed:
+        deepspeed_batch(values, accum, num_gpus)
     if "global_batch" not in values:
         raise InputError("give --global-batch (or a file that sets it)")
     values["seq_len"] = model.sequence_length(values.get("seq_len"))
     layout = build_layout(num_gpus, **values)
     check_accumulation(deepspeed, accum, layout)
     return layout
+
+
+def deepspeed_batch(values: dict[str, Any], accum: int | None, num_gpus: int) -> None:
+    """Fill the micro-batch or the global batch of `values` (the files' and the flags') that a
+    ds_config.json leaves out, as DeepSpeed derives them from the others over its data-parallel
+    ranks, dp = GPUs / (tp x pp x cp) (runtime/config.py _set_batch_related_parameters):
+    train_batch_size and gradient_accumulation_steps give the micro-batch, the micro-batch and
+    the accumulation the batch, train_batch_size alone one accumulation step of
+    train_batch_size / dp, the micro-batch alone a batch of one step. `accum`: the file's
+    gradient_accumulation_steps, or None. A micro-batch left at none would otherwise be
+    build_layout's 1, which is not what DeepSpeed runs."""
+    model_parallel = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
+    if num_gpus % model_parallel:
+        return  # build_layout names the sizes that do not divide the GPUs
+    dp = num_gpus // model_parallel
+    batch, mbs = values.get("global_batch"), values.get("mbs")
+    if batch is not None and mbs is None:
+        # at least 1: a batch below dp then fails build_layout's divisibility, as DeepSpeed asserts
+        values["mbs"] = max(1, batch // (dp * (accum or 1)))
+    elif batch is None and mbs is not None:
+        values["global_batch"] = mbs * (accum or 1) * dp
 
 
 def check_accumulation(deepspeed: str | Path | None, accum: int | None, layout: Layout) -> None:

@@ -26,13 +26,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from parplan_gen.backends.accelerate.capabilities import FSDP2
-from parplan_gen.backends.deepspeed.reader import UNFILLED
 from parplan_gen.cost.layout import DEFAULT_FSDP_RESHARD, NEVER_RESHARD, size_problem
 from parplan_gen.inputs.errors import InputError, SourceRef, shown_value
 from parplan_gen.inputs.source import Document, load_mapping_document
 from parplan_gen.inputs.validation import validated_file
 from parplan_gen.render.mapping import LoadedMapping
-from parplan_gen.render.mapping_inverse import CHOICES, layout_field, read_choice
+from parplan_gen.render.mapping_inverse import CHOICES, UNFILLED, layout_field, read_choice
 
 KEYS_FILE = Path(__file__).with_name("keys.yaml")
 SECTIONS = ("fsdp_config", "parallelism_config")  # read key by key (`section.key`)

@@ -32,13 +32,18 @@ from parplan_gen.inputs.source import Document, load_mapping_document
 from parplan_gen.planning.decisions import GRADIENT_BYTES, TYPE_BYTES
 from parplan_gen.planning.evaluate import named_formula
 from parplan_gen.render.checks import AUTO, COMMUNICATION_TYPES
-from parplan_gen.render.mapping_inverse import CHOICES, DeepSpeedKey, deepspeed_keys, read_choice
+from parplan_gen.render.mapping_inverse import (
+    CHOICES,
+    UNFILLED,
+    DeepSpeedKey,
+    deepspeed_keys,
+    read_choice,
+)
 from parplan_gen.render.template_env import Templates
 
 if TYPE_CHECKING:
     from parplan_gen.rules.ruleset import RuleSet
 
-UNFILLED = "unfilled"  # {field: (why, where)}: the fields the check's flags must give
 # AUTO (render/checks.py): transformers integrations/deepspeed.py fills "auto" from the
 # Trainer's arguments.
 # The sections that turn 16-bit training on (runtime/precision_config.py: bf16, or its older
@@ -101,6 +106,8 @@ def deepspeed_reading(
         found, value = _at(doc.data, key.path)
         if found:
             read.add(".".join(key.path))
+        if found and value == AUTO and key.field == OVERLAP:
+            continue  # DeepSpeed reads "auto" as unset (config_utils.py): the stage's default
         if found and value == AUTO and key.field is not None:
             filled = _hf_filled(key.field, hidden)
             if filled is None:

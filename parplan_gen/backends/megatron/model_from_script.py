@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import ascii_decimal, whole_number
 from parplan_gen.inputs.safe_text import name_from_path
+from parplan_gen.inputs.shell_script import unexpanded_hint
 from parplan_gen.models.training_settings import TrainingSettings
 from parplan_gen.models.transformer import ModelSpec
 from parplan_gen.models.transformer_shape import MAX_LAYERS, MAX_WIDTH
@@ -148,8 +149,7 @@ class _Arguments:
         try:
             return parse(raw)
         except ValueError as exc:
-            hint = " (a variable the script does not set; the environment is not read)"
-            raise self.fail(flag, f"{exc}{hint if '$' in raw else ''}") from None
+            raise self.fail(flag, f"{exc}{unexpanded_hint(raw)}") from None
 
     def optional(self, flag: str, maximum: int, minimum: int = 1) -> int | None:
         """The whole number the script gives, or None."""

@@ -27,7 +27,7 @@ from parplan_gen.backends.megatron.facts import FSDP_STRATEGIES
 from parplan_gen.cost.layout import FUSED_CROSS_ENTROPY, SIZE_LIMITS
 from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.inputs.number_text import whole_number
-from parplan_gen.inputs.shell_script import Seg
+from parplan_gen.inputs.shell_script import Seg, unexpanded_hint
 from parplan_gen.inputs.validation import validated_file
 from parplan_gen.models.transformer_shape import MAX_LAYERS
 from parplan_gen.render.mapping import LoadedMapping
@@ -37,6 +37,7 @@ from parplan_gen.render.mapping_inverse import (
     FSDP_STRATEGY,
     LAYERS_PER_VIRTUAL_STAGE,
     MEGATRON_FSDP,
+    UNFILLED,
     MegatronFlag,
     argument_value,
     megatron_flags,
@@ -70,6 +71,9 @@ OPTIMIZER_TYPES: dict[str, tuple[str, ...]] = {
     "--exp-avg-sq-dtype": ("fp32", "fp16", "bf16", "fp8"),
 }
 PRECISION_AWARE = "plan.precision_aware_optimizer"  # the mapping's `when` of its arguments
+# examples/multimodal/multimodal_args.py: required by Megatron-LM's multimodal trainer only
+MULTIMODAL_FLAG = "--language-model-type"
+PARAM_GATHER_FLAG = "--overlap-param-gather"  # the parameter all-gather's overlap
 OVERLAP = "overlap_grad_reduce"  # the Layout field --overlap-grad-reduce sets (capabilities.py)
 GRADS_TYPE = "--main-grads-dtype"
 # The loss kernel (Layout.cross_entropy_fusion; core_v0.16.0 model_parallel_config.py): the switch,
@@ -150,9 +154,13 @@ def megatron_values(
     words = script_words(path)
     mapping = Templates.at(templates_dir).mapping()
     flags = _flags(mapping)
+    _refuse_no_arguments(path, words, mapping, flags)
+    _refuse_multimodal(path, words)
     # Without --overlap-grad-reduce Megatron-LM reduces the gradients after the backward
     # (Layout.overlap_grad_reduce; the switch sets it, _fsdp_sharding drops it for Megatron-FSDP)
     out: dict[str, Any] = {OVERLAP: False}
+    # sizes whose value bash would compute ($((...)), an unset variable): the flags may give them
+    unfilled: dict[str, tuple[str, SourceRef]] = {}
     fp8 = False
     for i, (word, line) in enumerate(words):
         flag = word.partition("=")[0]
@@ -164,19 +172,33 @@ def megatron_values(
             out.update([reading.sets])
             continue
         raw = argument_value(words, i)
-        out.update(_megatron_value(flag, reading, raw, where(line), where(line, flag)))
+        try:
+            read = _megatron_value(flag, reading, raw, where(line), where(line, flag))
+        except InputError as exc:
+            if reading.field not in SIZE_LIMITS or not unexpanded_hint(raw):
+                raise
+            unfilled[reading.field] = (exc.message, exc.where or where(line))
+            out.pop(reading.field, None)
+            continue
+        out.update(read)
+        if reading.field is not None:  # a later value stands, as argparse takes it
+            unfilled.pop(reading.field, None)
     if fp8:  # an FP8 run keeps --bf16 for the rest (arguments.py: --fp8-format with --bf16)
         out.update([FP8])
     _optimizer_types(words, out, path, _priced_optimizer_types(mapping))
     fusion = _cross_entropy_fusion(words, path)
     if fusion is not None:
         out["cross_entropy_fusion"] = fusion
-    if out.get("tp", 1) == 1:  # Megatron-LM validate_args: "Disabling sequence parallelism
-        out.pop("sequence_parallel", None)  # because tensor model parallelism is disabled"
+    if out.get("tp", 1) == 1 and "tp" not in unfilled:  # Megatron-LM validate_args: "Disabling
+        out.pop("sequence_parallel", None)  # sequence parallelism because tensor model
+        # parallelism is disabled"
     _fsdp_sharding(out)
+    _refuse_param_gather_alone(path, words, out)
     per_chunk = out.pop(LAYERS_PER_VIRTUAL_STAGE, None)
     counted = num_layers + sum(bool(out.pop(name, False)) for name in ACCOUNTED_LAYERS)
     if per_chunk is not None:
+        if "pp" in unfilled:  # the virtual stages are the layers over pp's
+            raise InputError(*unfilled["pp"])
         stages = out.get("pp", 1)
         if counted % (stages * per_chunk):
             raise InputError(
@@ -185,7 +207,63 @@ def megatron_values(
                 SourceRef(str(path)),
             )
         out["vpp"] = counted // (stages * per_chunk)
-    return out
+    return out | ({UNFILLED: unfilled} if unfilled else {})
+
+
+def _refuse_no_arguments(
+    path: str | Path, words: Sequence[Seg], mapping: LoadedMapping, read: Mapping[str, Any]
+) -> None:
+    """An InputError where no word of the script's commands is an argument the mapping writes
+    (its layout's or its model's shape) or the reader takes (`read`, older spellings included):
+    its Megatron-LM command is not among the commands read,
+    as where the arguments reach it through a string that `bash -c`, `eval` or a heredoc runs,
+    which are not expanded (inputs/shell_script.py). Pricing Megatron-LM's defaults for it would
+    be a layout the script does not run."""
+    written = set(read) | {
+        arg.flag
+        for version in mapping.data.megatron.values()
+        for group in version.groups
+        for arg in group.args
+    }
+    if not any(word.partition("=")[0] in written for word, _ in words):
+        raise InputError(
+            "no Megatron-LM argument is read from its commands (arguments that reach the "
+            "command through a string run by bash -c or eval, or through a heredoc, are not "
+            "expanded): give the argument list itself",
+            SourceRef(str(path)),
+        )
+
+
+def _refuse_param_gather_alone(path: str | Path, words: Sequence[Seg], out: dict[str, Any]) -> None:
+    """An InputError for --overlap-param-gather without --overlap-grad-reduce (outside
+    Megatron-FSDP, which overlaps both whatever it is told): Megatron-LM refuses the pair
+    (core_v0.16.1 arguments.py validate_args, 'Must use --overlap-param-gather with
+    --overlap-grad-reduce'), so no run has it."""
+    if out.get(OVERLAP, True):
+        return
+    for word, line in words:
+        if word.partition("=")[0] == PARAM_GATHER_FLAG:
+            raise InputError(
+                "Megatron-LM refuses it without --overlap-grad-reduce (arguments.py "
+                "validate_args: 'Must use --overlap-param-gather with --overlap-grad-reduce')",
+                SourceRef(str(path), line, path=PARAM_GATHER_FLAG),
+            )
+
+
+def _refuse_multimodal(path: str | Path, words: Sequence[Seg]) -> None:
+    """An InputError for a run of Megatron-LM's multimodal (LLaVA) trainer, which its required
+    MULTIMODAL_FLAG names: the vision encoder, the towers it freezes (--freeze-LM, --freeze-ViT:
+    no gradients or optimizer states, megatron/core/models/multimodal/llava_model.py) and its
+    language model's sequence, --decoder-seq-length (--seq-length is the image tokens there,
+    examples/multimodal/model.py), are not what a transformer plan prices."""
+    for word, line in words:
+        if word.partition("=")[0] == MULTIMODAL_FLAG:
+            raise InputError(
+                "a run of Megatron-LM's multimodal trainer (examples/multimodal), whose "
+                "vision encoder, frozen towers and "
+                "--decoder-seq-length parplan does not price",
+                SourceRef(str(path), line, path=MULTIMODAL_FLAG),
+            )
 
 
 def _megatron_value(
@@ -205,11 +283,9 @@ def _megatron_value(
     try:  # layers per virtual stage: at most a model's layers
         return {field: whole_number(raw, SIZE_LIMITS.get(field, MAX_LAYERS))}
     except ValueError as exc:
-        hint = (
-            " (a variable the script does not set; the environment is not read)"
-            if "$" in raw
-            else ""
-        )
+        hint = unexpanded_hint(raw)
+        if hint and field in SIZE_LIMITS:  # the check's flag of the field (cli/common.py)
+            hint += f": give --{field.replace('_', '-')}"
         raise InputError(f"{flag}: {exc}{hint}", where) from None
 
 
