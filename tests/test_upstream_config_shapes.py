@@ -148,3 +148,39 @@ def test_a_size_computed_by_shell_arithmetic_is_left_to_the_flag(cli: Any, tmp_p
     run = cli("check", "llama-3-8b", *H100_8, "--pp", "4", "--from-megatron", script)
     assert run.code == 0, run.err
     assert "dp=2 tp=1 pp=4 mbs=1 grad_accum=32" in _layout(run.out)
+
+
+def test_a_batch_below_the_data_parallel_ranks_is_refused(cli: Any, tmp_path: Path) -> None:
+    path = _ds(tmp_path, train_batch_size=4)
+    run = cli("check", SMALL, *H100_8, "--seq-len", "512", "--from-deepspeed", path)
+    assert run.code == 1
+    assert "train_batch_size: 4 gives no sequence to each of 8 data-parallel ranks" in run.err
+
+
+def test_sequence_parallelism_goes_with_a_tp_of_1_given_by_flag(cli: Any, tmp_path: Path):
+    """Megatron-LM drops --sequence-parallel where tp is 1 (validate_args), also where the
+    script leaves tp to the environment and the check's flag gives 1."""
+    script = _script(
+        tmp_path,
+        "train.sh",
+        "torchrun pretrain_gpt.py --tensor-model-parallel-size $TP --sequence-parallel "
+        "--micro-batch-size 1 --global-batch-size 64 --seq-length 512 --bf16\n",
+    )
+    one = cli("check", SMALL, *H100_8, "--tp", "1", "--from-megatron", script)
+    assert one.code == 0, one.err
+    assert "sequence_parallel" not in _layout(one.out)
+    two = cli("check", SMALL, *H100_8, "--tp", "2", "--from-megatron", script)
+    assert "dp=4 tp=2" in _layout(two.out) and "sequence_parallel" in _layout(two.out)
+
+
+def test_virtual_stages_need_the_pipeline_size_in_the_script(cli: Any, tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        "train.sh",
+        "torchrun pretrain_gpt.py --pipeline-model-parallel-size $((G/4)) "
+        "--num-layers-per-virtual-pipeline-stage 3 --micro-batch-size 1 "
+        "--global-batch-size 64 --seq-length 512\n",
+    )
+    run = cli("check", SMALL, *H100_8, "--pp", "2", "--from-megatron", script)
+    assert run.code == 1
+    assert "write --pipeline-model-parallel-size as one" in run.err

@@ -274,7 +274,7 @@ def layout_values(
     """Layout fields on `num_gpus` GPUs: the defaults, then the --from-* files (read under the
     check's `rules`), then the explicit flags (which must give what a file leaves to them)."""
     from parplan_gen.inputs.errors import UsageError
-    from parplan_gen.render.readers import deepspeed_batch, layout_from_files, require_given
+    from parplan_gen.render.readers import layout_from_files, merge_given
 
     values: dict[str, Any] = {"tp": 1, "pp": 1}
     values.update(
@@ -305,10 +305,11 @@ def layout_values(
         flags.update(zero_stage=args.zero, distributed_optimizer=False)
     if args.distributed_optimizer:
         flags.update(distributed_optimizer=True, zero_stage=0)
-    require_given(values, flags)
-    values.update(flags)
-    if args.from_deepspeed:
-        deepspeed_batch(values, values.get("grad_accum"), num_gpus)
+    accum = merge_given(
+        values, flags, num_gpus, deepspeed=args.from_deepspeed, megatron=args.from_megatron
+    )
+    if accum is not None:  # _cmd_check checks it against the layout
+        values["grad_accum"] = accum
     if "global_batch" not in values:
         raise UsageError("give --global-batch (or a file that sets it)")
     values["seq_len"] = spec.sequence_length(values.get("seq_len"))

@@ -20,7 +20,7 @@ from parplan_gen.backends.deepspeed.reader import deepspeed_values
 from parplan_gen.backends.megatron.reader import megatron_shape, megatron_values
 from parplan_gen.backends.torchtitan.reader import torchtitan_values
 from parplan_gen.cost.layout import Layout, build_layout
-from parplan_gen.inputs.errors import InputError
+from parplan_gen.inputs.errors import InputError, SourceRef
 from parplan_gen.render.mapping_inverse import UNFILLED
 from parplan_gen.render.template_env import Templates
 
@@ -126,11 +126,7 @@ def layout_read(
         rules=rules,
         num_gpus=num_gpus,
     )
-    require_given(values, given)
-    accum = values.pop("grad_accum", None)
-    values |= given
-    if deepspeed:
-        deepspeed_batch(values, accum, num_gpus)
+    accum = merge_given(values, given, num_gpus, deepspeed=deepspeed, megatron=megatron)
     if "global_batch" not in values:
         raise InputError("give --global-batch (or a file that sets it)")
     values["seq_len"] = model.sequence_length(values.get("seq_len"))
@@ -139,23 +135,58 @@ def layout_read(
     return layout
 
 
-def deepspeed_batch(values: dict[str, Any], accum: int | None, num_gpus: int) -> None:
+def merge_given(
+    values: dict[str, Any],
+    given: Mapping[str, Any],
+    num_gpus: int,
+    *,
+    deepspeed: str | Path | None = None,
+    megatron: str | Path | None = None,
+) -> int | None:
+    """The fields `given` (the flags, the API's layout fields) over the `values` the files say
+    (`layout_from_files`), in place, with what the frameworks derive from the result: a
+    ds_config.json's missing batch values (`deepspeed_batch`), and a Megatron-LM script's
+    sequence parallelism dropped where the tp it ends with is 1 (validate_args: "Disabling
+    sequence parallelism because tensor model parallelism is disabled"; the reader drops it
+    itself unless tp is left to a flag). Returns the file's gradient_accumulation_steps (None:
+    it gives none), taken out of `values` for `check_accumulation`."""
+    require_given(values, given)
+    accum = values.pop("grad_accum", None)
+    values |= given
+    if deepspeed:
+        deepspeed_batch(values, accum, num_gpus, deepspeed)
+    if megatron and values.get("tp", 1) == 1 and "sequence_parallel" not in given:
+        values.pop("sequence_parallel", None)
+    return accum
+
+
+def deepspeed_batch(
+    values: dict[str, Any], accum: int | None, num_gpus: int, path: str | Path
+) -> None:
     """Fill the micro-batch or the global batch of `values` (the files' and the flags') that a
     ds_config.json leaves out, as DeepSpeed derives them from the others over its data-parallel
     ranks, dp = GPUs / (tp x pp x cp) (runtime/config.py _set_batch_related_parameters):
     train_batch_size and gradient_accumulation_steps give the micro-batch, the micro-batch and
     the accumulation the batch, train_batch_size alone one accumulation step of
     train_batch_size / dp, the micro-batch alone a batch of one step. `accum`: the file's
-    gradient_accumulation_steps, or None. A micro-batch left at none would otherwise be
-    build_layout's 1, which is not what DeepSpeed runs."""
+    gradient_accumulation_steps, or None; `path` the file. A micro-batch left at none would
+    otherwise be build_layout's 1, which is not what DeepSpeed runs."""
     model_parallel = values.get("tp", 1) * values.get("pp", 1) * values.get("cp", 1)
     if num_gpus % model_parallel:
         return  # build_layout names the sizes that do not divide the GPUs
     dp = num_gpus // model_parallel
     batch, mbs = values.get("global_batch"), values.get("mbs")
     if batch is not None and mbs is None:
-        # at least 1: a batch below dp then fails build_layout's divisibility, as DeepSpeed asserts
-        values["mbs"] = max(1, batch // (dp * (accum or 1)))
+        steps = dp * (accum or 1)
+        if (
+            batch < steps
+        ):  # DeepSpeed's _batch_assertion: "Micro batch size per gpu: 0 has to be > 0"
+            raise InputError(
+                f"{batch} gives no sequence to each of {dp} data-parallel "
+                f"ranks x {accum or 1} accumulation steps (DeepSpeed asserts a micro-batch > 0)",
+                SourceRef(str(path), None, path="train_batch_size"),
+            )
+        values["mbs"] = batch // steps
     elif batch is None and mbs is not None:
         values["global_batch"] = mbs * (accum or 1) * dp
 

@@ -197,8 +197,13 @@ def megatron_values(
     per_chunk = out.pop(LAYERS_PER_VIRTUAL_STAGE, None)
     counted = num_layers + sum(bool(out.pop(name, False)) for name in ACCOUNTED_LAYERS)
     if per_chunk is not None:
-        if "pp" in unfilled:  # the virtual stages are the layers over pp's
-            raise InputError(*unfilled["pp"])
+        if "pp" in unfilled:  # the virtual stages are the layers over pp's: a flag comes too late
+            raise InputError(
+                "--num-layers-per-virtual-pipeline-stage divides the layers by the pipeline "
+                "size, which the script does not give as a number: write "
+                "--pipeline-model-parallel-size as one",
+                unfilled["pp"][1],
+            )
         stages = out.get("pp", 1)
         if counted % (stages * per_chunk):
             raise InputError(
