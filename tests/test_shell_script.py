@@ -208,3 +208,64 @@ def test_large_scripts_are_read_whole(text: str, words: int) -> None:
         found = script_words(text)
     assert len(found) == words
     assert found[0][0] == "cmd"
+
+
+# ---- case: the branch the script's own value selects ---------------------------------------------
+
+
+def test_a_case_on_the_scripts_own_value_reads_only_its_branch() -> None:
+    """Megatron-LM's examples/mamba/train.sh picks its model with `case "${MODEL_SCALE}"` after
+    MODEL_SCALE="800M": bash runs that branch alone, and so does the reader (its assignments
+    included; a `*)` after the match is not taken)."""
+    text = (
+        'MODEL_SCALE="800M"\n'
+        'case "${MODEL_SCALE}" in\n'
+        '    "800M")\n        TP=1\n        GBS=32\n        ;;\n'
+        '    8B|"8*")\n        TP=4\n        GBS=8\n        ;;\n'
+        '    *)\n        echo "Invalid version specified"\n        exit 1\n        ;;\n'
+        "esac\n"
+        "torchrun pretrain_mamba.py --tensor-model-parallel-size $TP --global-batch-size $GBS\n"
+    )
+    assert [w for w, _ in script_words(text)] == [
+        "torchrun", "pretrain_mamba.py", "--tensor-model-parallel-size", "1",
+        "--global-batch-size", "32",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("subject", "value"),
+    [
+        ("S=70b", "glob"),  # a glob pattern matches
+        ("S='8*'", "quoted"),  # a quoted pattern is itself: "8*" matches only 8*
+        ("S=8b", "other"),  # neither: the `*)` branch
+        # from the environment's default, or a name the script does not set: every branch is
+        # read, the last assignment standing (as before case was read)
+        ("S=${S:-8b}", "other"),
+        ("", "other"),
+    ],
+)
+def test_case_patterns_and_values_from_the_environment(subject: str, value: str) -> None:
+    text = (
+        f"{subject}\ncase $S in\n"
+        ' "8*") A=quoted ;;\n'
+        " *0b|*0B) A=glob ;;\n"
+        " *) A=other ;;\n"
+        "esac\ncmd --x $A\n"
+    )
+    assert [w for w, _ in script_words(text)] == ["cmd", "--x", value]
+
+
+def test_an_undecided_case_reads_every_branch() -> None:
+    text = "case $FROM_ENV in\n a) cmd --a ;;\n b) cmd --b ;;\nesac\n"
+    assert [w for w, _ in script_words(text)] == ["cmd", "--a", "cmd", "--b"]
+
+
+def test_nested_cases_and_an_if_inside_a_branch_not_taken() -> None:
+    text = (
+        "A=x\nB=y\n"
+        "case $A in\n"
+        "  x) case $B in\n      y) cmd --inner ;;\n      *) cmd --not ;;\n    esac ;;\n"
+        "  *) if true; then cmd --skipped; fi\n     X=1 ;;\n"
+        "esac\ncmd --x ${X:-unset}\n"
+    )
+    assert [w for w, _ in script_words(text)] == ["cmd", "--inner", "cmd", "--x", "unset"]

@@ -3,6 +3,9 @@ the script itself sets expanded (the Megatron-LM and torchtitan readers,
 parplan_gen/backends/<name>/reader.py, read their arguments from them).
 
 Understood, as bash does it, in the script's order (every branch of an `if` is taken):
+- `case WORD in PATTERN) ... ;; esac`: where WORD's value is the script's own (no variable it
+  does not set, none whose value came from the environment's default, `${X:-d}` of an unset X),
+  only the branch bash takes is read, its assignments included; otherwise every branch is;
 - assignments `NAME=value`, `NAME+=value`, arrays `NAME=(...)` and `NAME+=(...)`, also after
   `export`, `declare`, `local`, `readonly`, `typeset` and before a command;
 - expansions `$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME[*]}` and `${NAME:-word}` (`-`, `:=`,
@@ -22,6 +25,7 @@ Errors are ValueError(message, offset in the text).
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass, field
 
@@ -60,6 +64,26 @@ def unexpanded_hint(raw: str) -> str:
 @dataclass
 class _Var:
     elements: list[list[Seg]] = field(default_factory=list)  # a scalar is one element
+    unknown: bool = False  # its value came from the environment (a default of an unset name)
+
+
+# A case pattern longer than this is not matched (its branch is read as undecided).
+MAX_CASE_PATTERN_CHARS = 1024
+
+
+@dataclass
+class _Case:
+    """One `case ... esac` being read: whether the script around it is read (`outer`), the
+    value of its word where the script's own values give it (None: every branch is read), where
+    the reading is (`state`: subject, in, pattern, body), the patterns of the branch being
+    read, whether a branch was taken and whether the branch now is read (`active`)."""
+
+    outer: bool
+    subject: str | None = None
+    state: str = "subject"
+    matched: bool = False
+    taken: bool = False
+    active: bool = False
 
 
 class _Fields:
@@ -137,6 +161,16 @@ class _Script:
         self.vars: dict[str, _Var] = {}
         self.expanded = 0  # characters produced by expanding variables so far
         self.words: list[Seg] = []
+        self.cases: list[_Case] = []  # the `case`s being read, innermost last
+        self.unknown_reads = 0  # expansions of a name the script did not set itself
+
+    @property
+    def active(self) -> bool:
+        """Whether the commands now read are in a branch bash would (or might) take."""
+        if not self.cases:
+            return True
+        case = self.cases[-1]
+        return case.active if case.state == "body" else case.outer
 
     def run(self) -> list[Seg]:
         tokens = self.parser.tokens()
@@ -144,13 +178,57 @@ class _Script:
         while i < len(tokens):
             token = tokens[i]
             i += 1
+            case = self.cases[-1] if self.cases else None
             if isinstance(token, Word):
-                statement.word(token, tokens, i)
-                i = statement.resume_at or i
-                statement.resume_at = None
-            else:
-                statement = _Statement(self)  # an operator ends the command
+                at_start = not statement.command and not statement.declaring
+                keyword = _keyword(token) if at_start else ""
+                if case is not None and case.state != "body" and keyword != "esac":
+                    self._case_word(case, token)
+                elif keyword == "case":
+                    self.cases.append(_Case(outer=self.active))
+                elif keyword == "esac" and case is not None:
+                    self.cases.pop()
+                else:
+                    statement.word(token, tokens, i)
+                    i = statement.resume_at or i
+                    statement.resume_at = None
+                continue
+            if case is not None and case.state == "pattern" and token[0] == ")":
+                case.state, case.active = (
+                    "body",
+                    case.outer and (case.subject is None or (case.matched and not case.taken)),
+                )
+                case.taken = case.taken or case.matched
+            elif case is not None and case.state == "body" and _ends_branch(tokens, i, token):
+                case.state, case.matched, case.active = "pattern", False, False
+                i += 1
+            statement = _Statement(self)  # an operator ends the command
         return self.words
+
+    def _case_word(self, case: _Case, word: Word) -> None:
+        """A word of a `case` that is not a command: its subject, `in`, or a pattern."""
+        if case.state == "subject":
+            before = self.unknown_reads
+            value = _Fields(split=False)
+            self.expand(word.parts, value)
+            text = "".join(t for field_ in value.done() for t, _ in field_)
+            known = self.unknown_reads == before and "$" not in text and "`" not in text
+            case.subject, case.state = (text if known else None), "in"
+        elif case.state == "in":
+            case.state = "pattern"
+        elif case.subject is not None and not case.matched:
+            case.matched = self._matches(case.subject, word)
+
+    def _matches(self, subject: str, word: Word) -> bool:
+        """Whether `subject` matches the pattern `word` (quoted text matches itself)."""
+        pattern = "".join(
+            re.sub(r"([*?\[])", r"[\1]", p.text) if p.quoted else p.text
+            for p in word.parts
+            if isinstance(p, Lit)
+        )
+        if any(isinstance(p, Exp) for p in word.parts) or len(pattern) > MAX_CASE_PATTERN_CHARS:
+            return True  # not known here: the branch is read, as if it matched
+        return fnmatch.fnmatchcase(subject, pattern)
 
     # ---- expansion -----------------------------------------------------------------------------
 
@@ -165,6 +243,8 @@ class _Script:
         if exp.name == "@":
             return
         var = self.vars.get(exp.name)
+        if var is None or var.unknown:
+            self.unknown_reads += 1
         elements = [] if var is None else var.elements if exp.index else var.elements[:1]
         if var is not None:
             self.expanded += sum(len(text) + 1 for element in elements for text, _ in element)
@@ -199,10 +279,23 @@ class _Script:
             for text, line in element:
                 out.add(text, line, exp.quoted)
 
-    def assign(self, name: str, append: bool, elements: list[list[Seg]], array: bool) -> None:
+    def assign(
+        self,
+        name: str,
+        append: bool,
+        elements: list[list[Seg]],
+        array: bool,
+        unknown: bool = False,
+    ) -> None:
+        """Set (or with `append`, extend) `name`; `unknown`: its value came from the
+        environment (an expansion of a name the script did not set)."""
+        if not self.active:
+            return  # a branch bash does not take
         var = self.vars.get(name)
+        if var is not None and unknown:
+            var.unknown = True
         if var is None or not append:
-            self.vars[name] = _Var(elements)
+            self.vars[name] = _Var(elements, unknown)
         elif array or not var.elements:
             var.elements.extend(elements)
         else:
@@ -233,6 +326,8 @@ class _Statement:
                 self.declaring = True
                 return
             self.command = True
+        if not script.active:
+            return  # a branch of a `case` bash does not take
         if len(word.parts) == 1 and isinstance(first, Lit) and not first.quoted:
             script.words.append((first.text, first.line))  # plain text: no blank in it
             return
@@ -263,9 +358,24 @@ class _Statement:
             script.assign(m.group(1), bool(m.group(2)), elements, array=True)
             self.resume_at = i + 1
             return
+        before = script.unknown_reads
         value = _Fields(split=False)
         script.expand(parts, value)
-        script.assign(m.group(1), bool(m.group(2)), value.done() or [[]], array=False)
+        unknown = script.unknown_reads != before
+        script.assign(m.group(1), bool(m.group(2)), value.done() or [[]], False, unknown)
+
+
+def _keyword(word: Word) -> str:
+    """The word's text where it is one unquoted literal (a reserved word can only be that)."""
+    first = word.parts[0] if len(word.parts) == 1 else None
+    return first.text if isinstance(first, Lit) and not first.quoted else ""
+
+
+def _ends_branch(tokens: list[Word | tuple[str, int]], at: int, op: tuple[str, int]) -> bool:
+    """Whether the operator `op` (tokens[at - 1]) and the next are `;;`, the end of a case
+    branch."""
+    nxt = tokens[at] if at < len(tokens) else None
+    return op[0] == ";" and isinstance(nxt, tuple) and nxt == (";", op[1] + 1)
 
 
 def _is_op(token: Word | tuple[str, int], op: str) -> bool:
