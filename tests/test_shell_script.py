@@ -269,3 +269,39 @@ def test_nested_cases_and_an_if_inside_a_branch_not_taken() -> None:
         "esac\ncmd --x ${X:-unset}\n"
     )
     assert [w for w, _ in script_words(text)] == ["cmd", "--inner", "cmd", "--x", "unset"]
+
+
+@pytest.mark.parametrize(
+    ("text", "read"),
+    [
+        # ;& runs on into the next branch, ;;& tests the next patterns too: every branch from there
+        ("case b in a) X=1 ;& b) Y=2 ;; esac\ncmd ${Y:-u}\n", "2"),
+        ("case ab in a*) X=1 ;;& *b) Y=2 ;; esac\ncmd $Y\n", "2"),
+        # a pattern with an expansion, a bracket expression or an escape is not matched here:
+        # that branch and the later ones are read (the last assignment stands)
+        ("S=a\nP=b\ncase $S in $P) X=1 ;; *) X=2 ;; esac\ncmd $X\n", "2"),
+        ("case b in [^a]) X=neg ;; *) X=other ;; esac\ncmd $X\n", "other"),
+        ("case x in \\*) X=star ;; *) X=other ;; esac\ncmd $X\n", "other"),
+        # a value from the environment's default, also by := or through another name, or one
+        # assigned inside an `if` (read both ways): every branch, the last assignment standing
+        (": ${S:=8b}\ncase $S in 8b) X=1 ;; *) X=2 ;; esac\ncmd $X\n", "2"),
+        ("E2=${E:-8b}\nS=$E2\ncase $S in 8b) X=1 ;; *) X=2 ;; esac\ncmd $X\n", "2"),
+        ("A=(${E:-8b})\ncase $A in 8b) X=1 ;; *) X=2 ;; esac\ncmd $X\n", "2"),
+        ('if [ -n "$E" ]; then S=70b; else S=8b; fi\ncase $S in 70b) X=1 ;; *) X=2 ;; esac\n'
+         "cmd $X\n", "2"),
+        ("case $E in a) S=70b ;; esac\ncase $S in 70b) X=1 ;; *) X=2 ;; esac\ncmd $X\n", "2"),
+        # a default assigned in a branch bash does not take is not assigned
+        ("case a in b) Y=${Z:=5} ;; esac\ncmd ${Z:-unset}\n", "unset"),
+    ],
+)  # fmt: skip
+def test_what_a_case_cannot_decide_here_reads_every_branch(text: str, read: str) -> None:
+    assert [w for w, _ in script_words(text)][-1] == read
+
+
+def test_many_case_patterns_are_matched_in_linear_time() -> None:
+    """Plain-text patterns are compared, not compiled; the subject and each pattern are
+    bounded (MAX_CASE_SUBJECT_CHARS, MAX_CASE_PATTERN_CHARS)."""
+    patterns = "|".join(f"p{i}" for i in range(30000))
+    text = f"S=p29999\ncase $S in {patterns}) cmd --found ;; esac\n"
+    with hang_guard():
+        assert [w for w, _ in script_words(text)] == ["cmd", "--found"]

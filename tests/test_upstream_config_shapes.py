@@ -184,3 +184,19 @@ def test_virtual_stages_need_the_pipeline_size_in_the_script(cli: Any, tmp_path:
     run = cli("check", SMALL, *H100_8, "--pp", "2", "--from-megatron", script)
     assert run.code == 1
     assert "write --pipeline-model-parallel-size as one" in run.err
+
+
+def test_a_hybrid_mamba_script_is_refused_without_a_model(cli: Any, tmp_path: Path) -> None:
+    """Megatron-LM's examples/mamba/train.sh: the layers come from --hybrid-layer-pattern
+    (arguments.py validate_args), and no MODEL prices Mamba layers."""
+    script = _script(
+        tmp_path,
+        "train.sh",
+        'MODEL_SCALE="800M"\ncase "${MODEL_SCALE}" in\n  "800M") TP=1 ;;\n  "8B") TP=4 ;;\nesac\n'
+        "torchrun pretrain_mamba.py --tensor-model-parallel-size $TP "
+        "--hybrid-layer-pattern M-M-M--M-*M --hidden-size 1024 --num-attention-heads 16 "
+        "--micro-batch-size 1 --global-batch-size 32 --seq-length 4096 --bf16\n",
+    )
+    run = cli("check", *H100_8, "--from-megatron", script)
+    assert run.code == 1
+    assert "--hybrid-layer-pattern: a hybrid Mamba model" in run.err

@@ -4,8 +4,12 @@ parplan_gen/backends/<name>/reader.py, read their arguments from them).
 
 Understood, as bash does it, in the script's order (every branch of an `if` is taken):
 - `case WORD in PATTERN) ... ;; esac`: where WORD's value is the script's own (no variable it
-  does not set, none whose value came from the environment's default, `${X:-d}` of an unset X),
-  only the branch bash takes is read, its assignments included; otherwise every branch is;
+  does not set, none whose value came from the environment's default, `${X:-d}` or `${X:=d}` of
+  an unset X, none assigned inside an `if` or an undecided case) and its patterns are plain text
+  with `*` and `?` (quoted text matching itself), only the branch bash takes is read, its
+  assignments included. Every branch is read from the first pattern that is not so (a bracket
+  expression, an escape, an expansion) and after a `;&` or `;;&`, and in a case whose word is
+  not the script's own;
 - assignments `NAME=value`, `NAME+=value`, arrays `NAME=(...)` and `NAME+=(...)`, also after
   `export`, `declare`, `local`, `readonly`, `typeset` and before a command;
 - expansions `$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME[*]}` and `${NAME:-word}` (`-`, `:=`,
@@ -67,16 +71,22 @@ class _Var:
     unknown: bool = False  # its value came from the environment (a default of an unset name)
 
 
-# A case pattern longer than this is not matched (its branch is read as undecided).
-MAX_CASE_PATTERN_CHARS = 1024
+# A case is decided only on a subject and patterns this short (longer ones read every branch):
+# each pattern is matched against the subject once, so the work stays within their product.
+MAX_CASE_SUBJECT_CHARS = 4096
+MAX_CASE_PATTERN_CHARS = 256
+# Pattern text decided here: literal characters with `*` and `?` (bash's and fnmatch's agree on
+# them); a bracket expression, an escape or an expansion in a pattern leaves the case undecided.
+_SIMPLE_PATTERN = re.compile(r"[^\[\]\\$`]*")
 
 
 @dataclass
 class _Case:
     """One `case ... esac` being read: whether the script around it is read (`outer`), the
-    value of its word where the script's own values give it (None: every branch is read), where
-    the reading is (`state`: subject, in, pattern, body), the patterns of the branch being
-    read, whether a branch was taken and whether the branch now is read (`active`)."""
+    value of its word where the script's own values give it and its patterns can be matched
+    here (None: every branch from here is read), where the reading is (`state`: subject, in,
+    pattern, body), whether a pattern of the branch being read matched, whether a branch was
+    taken, and whether the branch now is read (`active`)."""
 
     outer: bool
     subject: str | None = None
@@ -163,6 +173,8 @@ class _Script:
         self.words: list[Seg] = []
         self.cases: list[_Case] = []  # the `case`s being read, innermost last
         self.unknown_reads = 0  # expansions of a name the script did not set itself
+        self.if_depth = 0  # `if`s open (each read in every branch)
+        self.undecided_cases = 0  # cases open that are read in every branch
 
     @property
     def active(self) -> bool:
@@ -171,6 +183,12 @@ class _Script:
             return True
         case = self.cases[-1]
         return case.active if case.state == "body" else case.outer
+
+    @property
+    def unsure(self) -> bool:
+        """Whether an assignment now might not be bash's: inside an `if` (every branch is read)
+        or a case read in every branch."""
+        return self.if_depth > 0 or self.undecided_cases > 0
 
     def run(self) -> list[Seg]:
         tokens = self.parser.tokens()
@@ -182,12 +200,14 @@ class _Script:
             if isinstance(token, Word):
                 at_start = not statement.command and not statement.declaring
                 keyword = _keyword(token) if at_start else ""
-                if case is not None and case.state != "body" and keyword != "esac":
+                if case is not None and case.state in ("subject", "in"):
+                    self._case_word(case, token)
+                elif keyword == "esac" and case is not None:
+                    self._end_case(self.cases.pop())
+                elif case is not None and case.state == "pattern":
                     self._case_word(case, token)
                 elif keyword == "case":
                     self.cases.append(_Case(outer=self.active))
-                elif keyword == "esac" and case is not None:
-                    self.cases.pop()
                 else:
                     statement.word(token, tokens, i)
                     i = statement.resume_at or i
@@ -199,11 +219,25 @@ class _Script:
                     case.outer and (case.subject is None or (case.matched and not case.taken)),
                 )
                 case.taken = case.taken or case.matched
-            elif case is not None and case.state == "body" and _ends_branch(tokens, i, token):
-                case.state, case.matched, case.active = "pattern", False, False
-                i += 1
+            elif case is not None and case.state == "body":
+                ends = _branch_end(tokens, i, token)
+                if ends:
+                    if ends != ";;":  # ;& and ;;& run on into what follows: every branch
+                        self._undecide(case)
+                    case.state, case.matched, case.active = "pattern", False, False
+                    i += len(ends) - 1
             statement = _Statement(self)  # an operator ends the command
         return self.words
+
+    def _undecide(self, case: _Case) -> None:
+        """Read every branch of `case` from here on."""
+        if case.subject is not None:
+            case.subject = None
+            self.undecided_cases += 1
+
+    def _end_case(self, case: _Case) -> None:
+        if case.subject is None and case.state != "subject":
+            self.undecided_cases -= 1
 
     def _case_word(self, case: _Case, word: Word) -> None:
         """A word of a `case` that is not a command: its subject, `in`, or a pattern."""
@@ -212,23 +246,30 @@ class _Script:
             value = _Fields(split=False)
             self.expand(word.parts, value)
             text = "".join(t for field_ in value.done() for t, _ in field_)
-            known = self.unknown_reads == before and "$" not in text and "`" not in text
+            known = (
+                self.unknown_reads == before
+                and not self.unsure
+                and _SIMPLE_PATTERN.fullmatch(text) is not None
+                and len(text) <= MAX_CASE_SUBJECT_CHARS
+            )
             case.subject, case.state = (text if known else None), "in"
+            if not known:
+                self.undecided_cases += 1
         elif case.state == "in":
             case.state = "pattern"
-        elif case.subject is not None and not case.matched:
-            case.matched = self._matches(case.subject, word)
-
-    def _matches(self, subject: str, word: Word) -> bool:
-        """Whether `subject` matches the pattern `word` (quoted text matches itself)."""
-        pattern = "".join(
-            re.sub(r"([*?\[])", r"[\1]", p.text) if p.quoted else p.text
-            for p in word.parts
-            if isinstance(p, Lit)
-        )
-        if any(isinstance(p, Exp) for p in word.parts) or len(pattern) > MAX_CASE_PATTERN_CHARS:
-            return True  # not known here: the branch is read, as if it matched
-        return fnmatch.fnmatchcase(subject, pattern)
+        elif case.subject is not None and not case.taken:
+            raw = self.parser.text[word.start : word.end]
+            if len(raw) > MAX_CASE_PATTERN_CHARS or _SIMPLE_PATTERN.fullmatch(raw) is None:
+                self._undecide(case)  # not matched here: this branch and the later ones read
+                return
+            pattern = "".join(
+                re.sub(r"([*?])", r"[\1]", p.text) if p.quoted else p.text
+                for p in word.parts
+                if isinstance(p, Lit)
+            )
+            glob = "*" in pattern or "?" in pattern  # else plain text: equal or not
+            found = fnmatch.fnmatchcase(case.subject, pattern) if glob else case.subject == pattern
+            case.matched = case.matched or found
 
     # ---- expansion -----------------------------------------------------------------------------
 
@@ -260,10 +301,10 @@ class _Script:
                 self.expand(exp.word, out)
             return
         if exp.op is not None and unset:
-            if exp.op.endswith("="):
+            if exp.op.endswith("=") and self.active:  # a default bash assigns, from here on
                 value = _Fields(split=False)
                 self.expand(exp.word, value)
-                self.vars[exp.name] = _Var(value.done() or [[]])
+                self.vars[exp.name] = _Var(value.done() or [[]], unknown=True)
             self.expand(exp.word, out)
             return
         if var is None:
@@ -291,6 +332,7 @@ class _Script:
         environment (an expansion of a name the script did not set)."""
         if not self.active:
             return  # a branch bash does not take
+        unknown = unknown or self.unsure
         var = self.vars.get(name)
         if var is not None and unknown:
             var.unknown = True
@@ -321,6 +363,8 @@ class _Statement:
                 self._assignment(word, m, tokens, after)
                 return
             if self.declaring or (len(word.parts) == 1 and head in _SKIPPED):
+                if not self.declaring and head in ("if", "fi"):  # `if`s open: read both ways
+                    script.if_depth = max(0, script.if_depth + (1 if head == "if" else -1))
                 return
             if len(word.parts) == 1 and head in _DECLARATIONS:
                 self.declaring = True
@@ -345,6 +389,7 @@ class _Statement:
         nxt = tokens[after] if after < len(tokens) else None
         if not parts and isinstance(nxt, tuple) and nxt == ("(", word.end):  # NAME=( ... )
             elements: list[list[Seg]] = []
+            before = script.unknown_reads
             i = after + 1
             while i < len(tokens) and not _is_op(tokens[i], ")"):
                 token = tokens[i]
@@ -355,7 +400,8 @@ class _Statement:
                 i += 1
             if i == len(tokens):
                 raise ValueError(f"No closing parenthesis for {m.group()}(", word.start)
-            script.assign(m.group(1), bool(m.group(2)), elements, array=True)
+            unknown = script.unknown_reads != before
+            script.assign(m.group(1), bool(m.group(2)), elements, True, unknown)
             self.resume_at = i + 1
             return
         before = script.unknown_reads
@@ -371,11 +417,21 @@ def _keyword(word: Word) -> str:
     return first.text if isinstance(first, Lit) and not first.quoted else ""
 
 
-def _ends_branch(tokens: list[Word | tuple[str, int]], at: int, op: tuple[str, int]) -> bool:
-    """Whether the operator `op` (tokens[at - 1]) and the next are `;;`, the end of a case
-    branch."""
-    nxt = tokens[at] if at < len(tokens) else None
-    return op[0] == ";" and isinstance(nxt, tuple) and nxt == (";", op[1] + 1)
+def _branch_end(tokens: list[Word | tuple[str, int]], at: int, op: tuple[str, int]) -> str:
+    """The terminator of a case branch that the operator `op` (tokens[at - 1]) starts: `;;`,
+    `;&` or `;;&`, its operators adjacent in the text; "" where it starts none."""
+    if op[0] != ";":
+        return ""
+    ops = ";"
+    while len(ops) < 3 and at < len(tokens):
+        nxt = tokens[at]
+        if not isinstance(nxt, tuple) or nxt[1] != op[1] + len(ops) or nxt[0] not in ";&":
+            break
+        ops += nxt[0]
+        at += 1
+        if nxt[0] == "&":
+            break
+    return ops if ops in (";;", ";&", ";;&") else ""
 
 
 def _is_op(token: Word | tuple[str, int], op: str) -> bool:

@@ -57,6 +57,9 @@ REFUSED = {
     "--heterogeneous-layers-config-path": "the layers come from a per-layer config file, which "
     "parplan does not read",
 }
+# A hybrid (Mamba) model's layers come from its pattern (arguments.py validate_args): no MODEL
+# parplan has prices its Mamba layers.
+HYBRID = ("--hybrid-layer-pattern", "--hybrid-override-pattern")
 # validate_args, ffn_hidden_size left None: 4 x hidden; with --swiglu
 # `int((4 * hidden_size * 2 / 3) / 64) * 64` (two thirds, kept a multiple of 64).
 FFN_EXPANSION = 4
@@ -179,6 +182,9 @@ class _Arguments:
 def megatron_model(path: str | Path) -> ModelSpec:
     """The transformer the Megatron-LM script at `path` trains (the module's docstring)."""
     args = _Arguments(str(path))
+    for flag in HYBRID:
+        if args.said(flag):
+            raise args.fail(flag, "a hybrid Mamba model, whose Mamba layers parplan does not price")
     for flag, what in REFUSED.items():
         if args.said(flag):
             raise args.fail(flag, f"{what}: {GIVE_MODEL}")
