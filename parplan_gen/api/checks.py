@@ -115,7 +115,16 @@ def check(
 
         if isinstance(layout, Layout):
             raise InputError("layout: with a file to read, give the fields it changes as a dict")
-        layout = layout_read(spec, machines.num_gpus, layout or {}, ruleset, **files)
+        layout = layout_read(
+            spec,
+            machines.num_gpus,
+            layout or {},
+            ruleset,
+            deepspeed=from_deepspeed,
+            megatron=from_megatron,
+            torchtitan=from_torchtitan,
+            accelerate=from_accelerate,
+        )
         backend = backend or next(name for name, path in files.items() if path)
     elif layout is None:
         raise InputError("give a layout, or a file to read it from (from_megatron, ...)")

@@ -1,7 +1,7 @@
 """`parplan check`: a pre-flight check of a layout a user already has, given as flags or read
 from a DeepSpeed ds_config.json, Megatron-LM arguments, a torchtitan launch line or an
 Accelerate config (the
-`--from-*` readers, `layout_values`). A thin shell over `api.check`; exit 1 after the report
+`--from-*` readers, `layout_of_args`). A thin shell over `api.check`; exit 1 after the report
 when the layout does not run as given."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from parplan_gen.inputs.defaults import DS_SETTINGS
 
 if TYPE_CHECKING:
     from parplan_gen.api import CheckReport
+    from parplan_gen.cost.layout import Layout
     from parplan_gen.models.kind import TrainedModel
     from parplan_gen.rules.ruleset import RuleSet
 
@@ -88,19 +89,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from parplan_gen.api.checks import check_model
     from parplan_gen.cli.exits import PROG
     from parplan_gen.cli.textview import write_view
-    from parplan_gen.cost.layout import build_layout
     from parplan_gen.inputs.errors import UsageError
-    from parplan_gen.render.readers import check_accumulation
     from parplan_gen.rules.ruleset import load_rules
 
     if args.model is None and not args.from_megatron:  # argparse's own error, MODEL optional
         raise UsageError(f"the following arguments are required: MODEL (see '{PROG} check --help')")
     rules = load_rules(args.rules)
     spec, cluster = check_model(args.model, args.from_megatron), cluster_from_args(args)
-    values = layout_values(args, spec, rules, cluster.num_gpus)
-    accum = values.pop("grad_accum", None)
-    layout = build_layout(cluster.num_gpus, **values)
-    check_accumulation(args.from_deepspeed, accum, layout)
+    layout = layout_of_args(args, spec, rules, cluster.num_gpus)
     read_from = next((name for name in READ_FROM if getattr(args, f"from_{name}")), None)
     report = check(
         spec,
@@ -268,26 +264,15 @@ LAYOUT_FLAGS = (*(dest for dest, _, _ in LAYOUT_SIZES), "global_batch", "seq_len
 READ_FROM = ("deepspeed", "megatron", "torchtitan", "accelerate")
 
 
-def layout_values(
+def layout_of_args(
     args: argparse.Namespace, spec: TrainedModel, rules: RuleSet, num_gpus: int
-) -> dict[str, Any]:
-    """Layout fields on `num_gpus` GPUs: the defaults, then the --from-* files (read under the
-    check's `rules`), then the explicit flags (which must give what a file leaves to them)."""
+) -> Layout:
+    """The layout on `num_gpus` GPUs (render/readers.py layout_read): the defaults, then the
+    --from-* files (read under the check's `rules`), then the explicit flags (which must give
+    what a file leaves to them); a usage error where none gives the global batch."""
     from parplan_gen.inputs.errors import UsageError
-    from parplan_gen.render.readers import layout_from_files, merge_given
+    from parplan_gen.render.readers import layout_read
 
-    values: dict[str, Any] = {"tp": 1, "pp": 1}
-    values.update(
-        layout_from_files(
-            spec,
-            deepspeed=args.from_deepspeed,
-            megatron=args.from_megatron,
-            torchtitan=args.from_torchtitan,
-            accelerate=args.from_accelerate,
-            rules=rules,
-            num_gpus=num_gpus,
-        )
-    )
     flags = {k: getattr(args, k) for k in LAYOUT_FLAGS if getattr(args, k) is not None}
     options = (
         "recompute",
@@ -305,12 +290,14 @@ def layout_values(
         flags.update(zero_stage=args.zero, distributed_optimizer=False)
     if args.distributed_optimizer:
         flags.update(distributed_optimizer=True, zero_stage=0)
-    accum = merge_given(
-        values, flags, num_gpus, deepspeed=args.from_deepspeed, megatron=args.from_megatron
+    return layout_read(
+        spec,
+        num_gpus,
+        flags,
+        rules,
+        deepspeed=args.from_deepspeed,
+        megatron=args.from_megatron,
+        torchtitan=args.from_torchtitan,
+        accelerate=args.from_accelerate,
+        no_batch=UsageError,
     )
-    if accum is not None:  # _cmd_check checks it against the layout
-        values["grad_accum"] = accum
-    if "global_batch" not in values:
-        raise UsageError("give --global-batch (or a file that sets it)")
-    values["seq_len"] = spec.sequence_length(values.get("seq_len"))
-    return values

@@ -131,13 +131,16 @@ def fp8_recipe(architecture: str, backend: str | None) -> str:
     return FP8_RECIPES.get(architecture, default)
 
 
-# The least ZeRO stage that reads each of DeepSpeed's buffer sizes (inputs/defaults.py
-# DS_SETTINGS): the reduce bucket the ZeRO optimizers (runtime/zero/stage_1_and_2.py,
-# stage3.py), the others ZeRO-3's parameter coordinator only.
+# The least ZeRO stage that reads each ds_config.json setting a Layout field takes: DeepSpeed's
+# buffer sizes (inputs/defaults.py DS_SETTINGS), the reduce bucket the ZeRO optimizers'
+# (runtime/zero/stage_1_and_2.py, stage3.py), the others ZeRO-3's parameter coordinator's only;
+# and overlap_comm (overlap_grad_reduce), which ZeRO-0 does not read either (engine.py
+# allreduce_gradients reduces after the backward).
 DS_LEAST_STAGE = {
     "ds_prefetch_bucket_size": ZERO_FULL,
     "ds_max_live_parameters": ZERO_FULL,
     "ds_reduce_bucket_size": 1,
+    "overlap_grad_reduce": 1,
 }
 
 
@@ -171,6 +174,12 @@ def size_problem(field: str, value: object) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= maximum:
         return None
     return f"expected a whole number from 1 to {maximum}, got {shown_value(value)}"
+
+
+def _ds_field(name: str, description: str) -> Any:
+    """A Layout field of DeepSpeed's buffer `name` (inputs/defaults.py DS_DEFAULTS): its default,
+    at least 1, at most DS_MAX_ELEMENTS elements."""
+    return Field(DS_DEFAULTS[name], ge=1, le=DS_MAX_ELEMENTS, description=description)
 
 
 class LayoutError(InputError):
@@ -284,31 +293,26 @@ class Layout(BaseModel):
         "backends' schedules always overlap it, and DeepSpeed ZeRO-0 always reduces after the "
         "backward (rules/cost/sharding.yaml).",
     )
-    ds_prefetch_bucket_size: int = Field(
-        DS_DEFAULTS["ds_prefetch_bucket_size"],
-        ge=1,
-        le=DS_MAX_ELEMENTS,
-        description="DeepSpeed ZeRO-3's prefetch bucket, elements (ds_config.json "
+    ds_prefetch_bucket_size: int = _ds_field(
+        "ds_prefetch_bucket_size",
+        "DeepSpeed ZeRO-3's prefetch bucket, elements (ds_config.json "
         "zero_optimization.stage3_prefetch_bucket_size; DeepSpeed's default 5e7): how much each "
         "fetch gathers ahead, so a layer of P parameters takes P / it all-gathers a pass "
         "(rules/cost/sharding.yaml zero3_gathers_per_layer). DeepSpeed only, with zero 3.",
     )
-    ds_max_live_parameters: int = Field(
-        DS_DEFAULTS["ds_max_live_parameters"],
-        ge=1,
-        le=DS_MAX_ELEMENTS,
-        description="DeepSpeed ZeRO-3's most parameters gathered at once, elements "
+    ds_max_live_parameters: int = _ds_field(
+        "ds_max_live_parameters",
+        "DeepSpeed ZeRO-3's most parameters gathered at once, elements "
         "(zero_optimization.stage3_max_live_parameters; default 1e9; rules/cost/memory.yaml "
         "zero3_live_params). DeepSpeed only, with zero 3.",
     )
-    ds_reduce_bucket_size: int = Field(
-        DS_DEFAULTS["ds_reduce_bucket_size"],
-        ge=1,
-        le=DS_MAX_ELEMENTS,
-        description="DeepSpeed ZeRO-3's gradient bucket, elements (zero_optimization."
-        "reduce_bucket_size; default 5e8): reduce-scattered when full (rules/cost/sharding.yaml "
-        "zero3_scatters_per_layer, memory.yaml zero3_live_grad_bytes). DeepSpeed only, with "
-        "zero 3 (below it the bucket is not priced, so only the default is planned).",
+    ds_reduce_bucket_size: int = _ds_field(
+        "ds_reduce_bucket_size",
+        "DeepSpeed ZeRO's gradient bucket, elements (zero_optimization.reduce_bucket_size; "
+        "default 5e8): ZeRO-3 reduce-scatters it when full (rules/cost/sharding.yaml "
+        "zero3_scatters_per_layer, memory.yaml zero3_live_grad_bytes), ZeRO-1/2 stage their "
+        "gradients in buffers of it (memory.yaml deepspeed_reduce_buffer_bytes). DeepSpeed "
+        "only, with zero 1 and up.",
     )
     loss_compiled: bool | None = Field(
         None,

@@ -242,12 +242,10 @@ class _Script:
     def _case_word(self, case: _Case, word: Word) -> None:
         """A word of a `case` that is not a command: its subject, `in`, or a pattern."""
         if case.state == "subject":
-            before = self.unknown_reads
-            value = _Fields(split=False)
-            self.expand(word.parts, value)
-            text = "".join(t for field_ in value.done() for t, _ in field_)
+            fields, unknown = self.expand_known(word.parts, split=False)
+            text = "".join(t for field_ in fields for t, _ in field_)
             known = (
-                self.unknown_reads == before
+                not unknown
                 and not self.unsure
                 and _SIMPLE_PATTERN.fullmatch(text) is not None
                 and len(text) <= MAX_CASE_SUBJECT_CHARS
@@ -272,6 +270,16 @@ class _Script:
             case.matched = case.matched or found
 
     # ---- expansion -----------------------------------------------------------------------------
+
+    def expand_known(
+        self, parts: list[Lit | Exp] | tuple[Lit | Exp, ...], *, split: bool
+    ) -> tuple[list[list[Seg]], bool]:
+        """The fields `parts` expand to, and whether that read a name the script did not set
+        itself (one from the environment)."""
+        before = self.unknown_reads
+        out = _Fields(split)
+        self.expand(parts, out)
+        return out.done(), self.unknown_reads != before
 
     def expand(self, parts: list[Lit | Exp] | tuple[Lit | Exp, ...], out: _Fields) -> None:
         for part in parts:
@@ -389,26 +397,21 @@ class _Statement:
         nxt = tokens[after] if after < len(tokens) else None
         if not parts and isinstance(nxt, tuple) and nxt == ("(", word.end):  # NAME=( ... )
             elements: list[list[Seg]] = []
-            before = script.unknown_reads
-            i = after + 1
+            unknown, i = False, after + 1
             while i < len(tokens) and not _is_op(tokens[i], ")"):
                 token = tokens[i]
                 if isinstance(token, Word):
-                    fields = _Fields(split=True)
-                    script.expand(token.parts, fields)
-                    elements.extend(fields.done())
+                    fields, from_env = script.expand_known(token.parts, split=True)
+                    elements.extend(fields)
+                    unknown = unknown or from_env
                 i += 1
             if i == len(tokens):
                 raise ValueError(f"No closing parenthesis for {m.group()}(", word.start)
-            unknown = script.unknown_reads != before
             script.assign(m.group(1), bool(m.group(2)), elements, True, unknown)
             self.resume_at = i + 1
             return
-        before = script.unknown_reads
-        value = _Fields(split=False)
-        script.expand(parts, value)
-        unknown = script.unknown_reads != before
-        script.assign(m.group(1), bool(m.group(2)), value.done() or [[]], False, unknown)
+        fields, unknown = script.expand_known(parts, split=False)
+        script.assign(m.group(1), bool(m.group(2)), fields or [[]], False, unknown)
 
 
 def _keyword(word: Word) -> str:

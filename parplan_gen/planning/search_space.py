@@ -230,23 +230,16 @@ def _check_overlap_off(backends: tuple[BackendName, ...], limits: SearchLimits) 
     `backends` the pins allow has the switch (Capabilities.overlap_switch): the search would
     have nothing to try, and its refusals would not say why."""
     pins = limits.pins
-    switched = [
-        (backend, sharding)
+    if any(
+        pins.zero_stage in (None, zero) and pins.distributed_optimizer in (None, distributed)
         for backend in backends
-        for sharding in BACKENDS[backend].overlap_switch
-        if pins.zero_stage in (None, sharding[0])
-        and pins.distributed_optimizer in (None, sharding[1])
-    ]
-    if switched:
+        for zero, distributed in BACKENDS[backend].overlap_switch
+    ):
         return
     flag = f"{FLAGS['overlap_grad_reduce']} off"
-    if any(BACKENDS[b].overlap_switch for b in backends):
+    if any(BACKENDS[b].overlap_switch for b in backends):  # a pin leaves out those with it
         pinned = (
-            "the distributed optimizer"
-            if pins.distributed_optimizer
-            else (
-                f"ZeRO-{pins.zero_stage}" if pins.zero_stage is not None else "the sharding pinned"
-            )
+            "the distributed optimizer" if pins.distributed_optimizer else f"ZeRO-{pins.zero_stage}"
         )
         raise InputError(
             f"{flag}: {pinned} on {', '.join(backends)} has no switch for the gradient "

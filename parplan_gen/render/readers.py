@@ -11,7 +11,7 @@ check does: tp 1 and pp 1, then what the files say, then the fields given.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ from parplan_gen.backends.deepspeed.reader import deepspeed_values
 from parplan_gen.backends.megatron.reader import megatron_shape, megatron_values
 from parplan_gen.backends.torchtitan.reader import torchtitan_values
 from parplan_gen.cost.layout import Layout, build_layout
-from parplan_gen.inputs.errors import InputError, SourceRef
+from parplan_gen.inputs.errors import InputError, ParplanError, SourceRef
 from parplan_gen.render.mapping_inverse import UNFILLED
 from parplan_gen.render.template_env import Templates
 
@@ -112,10 +112,13 @@ def layout_read(
     megatron: str | Path | None = None,
     torchtitan: str | Path | None = None,
     accelerate: str | Path | None = None,
+    no_batch: Callable[[str], ParplanError] = InputError,
 ) -> Layout:
     """The layout a check of these files judges, as `parplan check --from-*` reads it: tp 1 and
     pp 1, then what the files say, then the fields `given`; the sequence length defaults to the
-    model's. A ds_config.json's gradient_accumulation_steps must be the layout's."""
+    model's. A ds_config.json's gradient_accumulation_steps must be the layout's. `no_batch`:
+    the error where neither a file nor `given` has the global batch (the CLI's is a usage
+    error)."""
     values: dict[str, Any] = dict(UNREAD)
     values |= layout_from_files(
         model,
@@ -126,16 +129,16 @@ def layout_read(
         rules=rules,
         num_gpus=num_gpus,
     )
-    accum = merge_given(values, given, num_gpus, deepspeed=deepspeed, megatron=megatron)
+    accum = _merge_given(values, given, num_gpus, deepspeed=deepspeed, megatron=megatron)
     if "global_batch" not in values:
-        raise InputError("give --global-batch (or a file that sets it)")
+        raise no_batch("give --global-batch (or a file that sets it)")
     values["seq_len"] = model.sequence_length(values.get("seq_len"))
     layout = build_layout(num_gpus, **values)
     check_accumulation(deepspeed, accum, layout)
     return layout
 
 
-def merge_given(
+def _merge_given(
     values: dict[str, Any],
     given: Mapping[str, Any],
     num_gpus: int,
@@ -178,9 +181,8 @@ def deepspeed_batch(
     batch, mbs = values.get("global_batch"), values.get("mbs")
     if batch is not None and mbs is None:
         steps = dp * (accum or 1)
-        if (
-            batch < steps
-        ):  # DeepSpeed's _batch_assertion: "Micro batch size per gpu: 0 has to be > 0"
+        # DeepSpeed's _batch_assertion: "Micro batch size per gpu: 0 has to be > 0"
+        if batch < steps:
             raise InputError(
                 f"{batch} gives no sequence to each of {dp} data-parallel "
                 f"ranks x {accum or 1} accumulation steps (DeepSpeed asserts a micro-batch > 0)",

@@ -127,13 +127,9 @@ def deepspeed_reading(
     stage = out.get("zero_stage", 0)
     _overlap_default(out, stage)
     for key in keys:
-        # ZeRO's buffers of a stage the file does not run: DeepSpeed reads them not (keys.py
-        # counts them with no effect), so the layout keeps its defaults
-        # nor overlap_comm at ZeRO-0 (_overlap_default)
-        below = key.field == OVERLAP and stage == 0
-        if key.field is not None and (
-            below or (key.field in DS_LEAST_STAGE and stage < DS_LEAST_STAGE[key.field])
-        ):
+        # ZeRO's buffers and overlap_comm below the stage that reads them: DeepSpeed reads them
+        # not (keys.py counts them with no effect), so the layout keeps its defaults
+        if key.field in DS_LEAST_STAGE and stage < DS_LEAST_STAGE[key.field]:
             out.pop(key.field, None)
             unfilled.pop(key.field, None)
             read.discard(".".join(key.path))
@@ -146,11 +142,8 @@ def deepspeed_reading(
 def _overlap_default(out: dict[str, Any], stage: int) -> None:
     """The layout's overlap_grad_reduce at ZeRO `stage` (`out`: what the file says): DeepSpeed's
     default where it says nothing (runtime/zero/config.py overlap_comm_valid: true at stage 3,
-    false below), and none at ZeRO-0, which reduces after the backward whatever it says
-    (engine.py allreduce_gradients; capabilities.py beside this file)."""
-    if stage == 0:
-        out.pop(OVERLAP, None)
-    else:
+    false below); ZeRO-0 reads none (DS_LEAST_STAGE)."""
+    if stage >= DS_LEAST_STAGE[OVERLAP]:
         out.setdefault(OVERLAP, stage == ZERO_FULL)
 
 

@@ -244,15 +244,13 @@ def _refuse_param_gather_alone(path: str | Path, words: Sequence[Seg], out: dict
     Megatron-FSDP, which overlaps both whatever it is told): Megatron-LM refuses the pair
     (core_v0.16.1 arguments.py validate_args, 'Must use --overlap-param-gather with
     --overlap-grad-reduce'), so no run has it."""
-    if out.get(OVERLAP, True):
-        return
-    for word, line in words:
-        if word.partition("=")[0] == PARAM_GATHER_FLAG:
-            raise InputError(
-                "Megatron-LM refuses it without --overlap-grad-reduce (arguments.py "
-                "validate_args: 'Must use --overlap-param-gather with --overlap-grad-reduce')",
-                SourceRef(str(path), line, path=PARAM_GATHER_FLAG),
-            )
+    line = None if out.get(OVERLAP, True) else _flag_line(words, PARAM_GATHER_FLAG)
+    if line is not None:
+        raise InputError(
+            "Megatron-LM refuses it without --overlap-grad-reduce (arguments.py "
+            "validate_args: 'Must use --overlap-param-gather with --overlap-grad-reduce')",
+            SourceRef(str(path), line, path=PARAM_GATHER_FLAG),
+        )
 
 
 def _refuse_multimodal(path: str | Path, words: Sequence[Seg]) -> None:
@@ -261,14 +259,18 @@ def _refuse_multimodal(path: str | Path, words: Sequence[Seg]) -> None:
     no gradients or optimizer states, megatron/core/models/multimodal/llava_model.py) and its
     language model's sequence, --decoder-seq-length (--seq-length is the image tokens there,
     examples/multimodal/model.py), are not what a transformer plan prices."""
-    for word, line in words:
-        if word.partition("=")[0] == MULTIMODAL_FLAG:
-            raise InputError(
-                "a run of Megatron-LM's multimodal trainer (examples/multimodal), whose "
-                "vision encoder, frozen towers and "
-                "--decoder-seq-length parplan does not price",
-                SourceRef(str(path), line, path=MULTIMODAL_FLAG),
-            )
+    line = _flag_line(words, MULTIMODAL_FLAG)
+    if line is not None:
+        raise InputError(
+            "a run of Megatron-LM's multimodal trainer (examples/multimodal), whose vision "
+            "encoder, frozen towers and --decoder-seq-length parplan does not price",
+            SourceRef(str(path), line, path=MULTIMODAL_FLAG),
+        )
+
+
+def _flag_line(words: Sequence[Seg], flag: str) -> int | None:
+    """The line of the script's first `flag` argument (`--flag` or `--flag=value`), or None."""
+    return next((line for word, line in words if word.partition("=")[0] == flag), None)
 
 
 def _megatron_value(
