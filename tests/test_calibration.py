@@ -491,7 +491,7 @@ def test_assumption_defaults(calibration: ModuleType) -> None:
 def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleType) -> None:
     table = calibration.row_table()
     names = [e["name"] for e in run_entries(*FIT_RUNS)]
-    assert len(names) == len(set(names)) == 73
+    assert len(names) == len(set(names)) == 75
     validation = {e["name"] for e in _validation_rows(load_benchmark("calibration_validate"))}
     assert set(names) | validation == set(table["rows"]) and not validation & set(names)
     families = set(calibration.FAMILIES)
@@ -504,7 +504,7 @@ def test_every_row_of_both_files_has_a_source_and_a_family(calibration: ModuleTy
 
 def test_every_row_is_read_or_skipped_with_its_reason(calibration: ModuleType) -> None:
     cases, skipped = calibration.load_cases(*FIT_RUNS)
-    assert len(cases) + len(skipped) == 73
+    assert len(cases) + len(skipped) == 75
     assert [s.name for s in skipped] == ["nemo2407_h100_fp8_nemotron-8b_64gpus"]
     assert "leaves the vocabulary to the tokenizer" in skipped[0].reason
 

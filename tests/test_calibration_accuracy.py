@@ -83,19 +83,20 @@ BOUNDS = {
     # NeMo 24.07 FP8 (5), NeMo 25.11 H100 (Llama 3 8B, Qwen3-30B-A3B), Megatron's FP8 Llama
     # example, torchtitan's three Float8 rows: hopper_gemm_scale (fp8_gemm_scale is Transformer
     # Engine's kernel benchmark, not fitted); the two Llama 3 8B rows at cp 2 with Transformer
-    # Engine's merge of the ring's partial results (context.yaml cp_merge_s). 22.27 %
+    # Engine's merge of the ring's partial results (context.yaml cp_merge_s); torchtitan's
+    # 2024 docs' two 405B Float8 rows (FSDP2 above). 19.42 %
     # (Qwen3-30B-A3B reads +180.5 %: moe.yaml prices no per-layer host or launch time, and its
     # interleaved schedule's pipeline transfers hide behind compute, time.yaml
     # pp_p2p_overlapped; torchtitan's compiled Float8 row reads -7.0 % since per-op SAC's
-    # recomputed memory-bound kernels are priced, which torch.compile may fuse), +15.05.
-    "H100 FP8": Bound(11, 22.3, (14.8, 15.3)),
+    # recomputed memory-bound kernels are priced, which torch.compile may fuse), +12.32.
+    "H100 FP8": Bound(13, 19.5, (12.1, 12.6)),
     # NeMo 25.11's Llama 3 8B on B200, the one row blackwell_gemm_scale is fitted to. 0.00 %.
     "B200": Bound(1, 0.1, (-0.1, 0.1)),
     # NeMo 25.11's Qwen3-30B-A3B (+180.5 %, interleaved: its pipeline transfers hidden) and
     # gpt-oss-120b (+34.2 %) on H100: the grouped GEMMs at each expert's tokens (moe.yaml) and
     # the experts' narrow widths (efficiency.yaml linear_gemm_width), nothing fitted to them.
-    # 107.35 %, +107.35.
-    "MoE": Bound(2, 107.4, (107.2, 107.6)),
+    # 107.61 %, +107.61.
+    "MoE": Bound(2, 107.7, (107.4, 107.9)),
     # torchtitan 2024's four rows (Llama 3.1 8B eager and compile + Float8, 70B AsyncTP, 405B
     # 3D) and Trainy's two H200 rows (FSDP2's second publication): hopper_gemm_scale,
     # FlashAttention-2's published rate for SDPA (context.yaml sdpa_attention_efficiency); the
@@ -104,14 +105,15 @@ BOUNDS = {
     # stage's last backward); torchtitan's first published runs (FSDP2's third publication: six
     # rows of Llama 2 13B / 70B and Llama 3 8B / 70B on 64 A100, eager, +4.2 to +12.8 %:
     # docs/benchmarks.md); per-op SAC re-running the forward's memory-bound kernels
-    # (time.yaml recomputed_per_token_layer). 7.53 %, +6.36.
-    "FSDP2": Bound(12, 7.6, (6.1, 6.6)),
+    # (time.yaml recomputed_per_token_layer); the same file's two Llama 3.1 405B Float8 rows
+    # (FSDP2 16 x TP 8 on 128 H100, without and with async TP: -6.0 / -1.6 %). 7.03 %, +5.00.
+    "FSDP2": Bound(14, 7.1, (4.8, 5.3)),
     # Trainy's Llama 3.1 8B Float8 runs on 32 and 64 H200 (700 W), their loss compiled:
     # hopper_gemm_scale, the H200's catalog figures; per-op SAC's recomputed memory-bound
-    # kernels. 1.72 %, +1.72.
-    "H200 FP8": Bound(2, 1.8, (1.5, 2.0)),
-    # All 69 measured rows. 7.92 %, +3.68.
-    ALL: Bound(69, 8.0, (3.4, 3.9)),
+    # kernels. 1.86 %, +1.86.
+    "H200 FP8": Bound(2, 1.9, (1.6, 2.1)),
+    # All 71 measured rows. 7.81 %, +3.53.
+    ALL: Bound(71, 7.9, (3.3, 3.8)),
 }
 # torchtitan 2024's four rows and Trainy's two publish their peak memory (the allocator's
 # reserved peak, to which the comparison adds the plan's default headroom, a share of the
