@@ -211,6 +211,10 @@ def ran_values(facts: RowFacts, fp8_recipe: str | None) -> dict[str, object]:
         # root module (embedding, final norm, output) kept gathered, the last block too
         "train.tt_fsdp_units_03": False,
         "train.kv_heads_repeated": facts.backend == "torchtitan",
+        # ... and projected Q, K and V with three matmuls: the fused projection came with
+        # ad7a86533 (2026-04-16), after every torchtitan source (rules/cost/compute.yaml
+        # tt_sac_recomputed_linear_share)
+        "train.tt_fused_qkv": False,
         # every source predates torch's preference for cuDNN's attention in SDPA on Hopper and
         # Blackwell (sdp_utils.cpp check_prefer_cudnn_attention, cuDNN > 9.15, 2026): their
         # SDPA ran FlashAttention-2 (rules/cost/context.yaml sdpa_attention_efficiency)

@@ -53,11 +53,16 @@ def _value(
     *,
     chunked_loss: bool = False,
     loss_compiled: bool = False,
+    fused_qkv: bool = False,
     **layout: Any,
 ) -> float:
     options = {"zero_stage": 3} | layout
     env = formula_env("llama-3-8b", {"gpus": gpus, "gpu": "h100"}, backend, **options)
-    facts = {"train.chunked_loss": chunked_loss, "train.loss_compiled": loss_compiled}
+    facts = {
+        "train.chunked_loss": chunked_loss,
+        "train.loss_compiled": loss_compiled,
+        "train.tt_fused_qkv": fused_qkv,
+    }
     return formula_value(name, env | facts)
 
 
@@ -67,6 +72,26 @@ def _act_per_token_layer(backend: str, **layout: Any) -> float:
 
 def test_torchtitan_selective_keeps_half_the_matmul_outputs() -> None:
     assert _act_per_token_layer("torchtitan", recompute="selective") == OP_SAC_BYTES
+
+
+def test_torchtitan_03_keeps_the_fused_qkv_projection_whole() -> None:
+    """0.3's block runs one fused QKV mm first (models/llama3/__init__.py fuse_qkv=True): its
+    output, 4096 + 2 x 1024 elements, is kept where 9dec370 kept wq's and wv's, 4096 + 1024: one
+    more KV width, 2 x 1024 bytes a token and layer. The matmuls it recomputes are wo and w3,
+    (4096 + 14336) / (2 x 4096 + 2 x 1024 + 3 x 14336) = 18,432 / 53,248 of the block's linear
+    FLOPs; 9dec370 recomputed wk too: 19,456 / 53,248."""
+    fused = _value("act_per_token_layer", "torchtitan", recompute="selective", fused_qkv=True)
+    assert fused == OP_SAC_BYTES + 2 * 1024
+    plan_env = formula_env("llama-3-8b", {"gpus": 8, "gpu": "h100"}, "torchtitan", zero_stage=3)
+    assert plan_env["train.tt_fused_qkv"] is True  # a plan's files run 0.3
+    share = {
+        q: _value("linear_recompute_passes", "torchtitan", recompute="selective", fused_qkv=q)
+        for q in (True, False)
+    }
+    assert share[True] == 18_432 / 53_248
+    assert share[False] == 19_456 / 53_248
+    full = _value("linear_recompute_passes", "torchtitan", recompute="full", fused_qkv=True)
+    assert full == 1
 
 
 def test_its_tensor_parallel_ranks_split_it() -> None:

@@ -227,6 +227,7 @@ FRAMEWORK_FEATURES: dict[str, Any] = {
     "train.tt_fsdp_units_03": True,
     "train.torchao_float8_tp": False,
     "train.kv_heads_repeated": False,
+    "train.tt_fused_qkv": True,
     "train.sdpa_cudnn": True,
     "train.p2p_overlap": True,
     "train.zero3_overlap": True,

@@ -353,6 +353,15 @@ _RUN_NAMES: tuple[Name, ...] = (
         "plan; true for calibration runs on torchtitan, which all predate it.",
     ),
     Name(
+        "train.tt_fused_qkv",
+        "bool",
+        "-",
+        "torchtitan projects the queries, keys and values with one fused matmul (torchtitan "
+        "ad7a86533 of April 2026, 0.3's llama3 fuse_qkv), so per-op selective checkpointing "
+        "recomputes wo and w3 where it recomputed wk, wo and w3: true for every plan; false "
+        "for calibration runs on torchtitan, which all predate it.",
+    ),
+    Name(
         "train.p2p_overlap",
         "bool",
         "-",
