@@ -98,13 +98,14 @@ if rank == 0:
 
 def _plan(folder):
     cluster = {"gpus": 8, "gpu": "h100"}
-    # dp pinned to 8: FSDP2 over all 8 is the layout under test. Unpinned, dp 4 x cp 2 wins
-    # by 1 %, since dp 8 at mbs 1 without recomputation holds torchtitan's fp32 loss backward
-    # (12 bytes per token and vocabulary entry, memory.yaml logits_bytes) beyond 80 GiB less
-    # the headroom.
+    # dp pinned to 8 and FSDP2's own reshard policy: FSDP2 over all 8, each block resharded
+    # after its forward, is the layout under test. Unpinned, dp 4 x cp 2 wins by 1 %, since dp
+    # 8 at mbs 1 without recomputation holds torchtitan's fp32 loss backward (12 bytes per
+    # token and vocabulary entry, memory.yaml logits_bytes) beyond 80 GiB less the headroom;
+    # with dp 8, keeping the blocks gathered (fsdp_reshard never) fits and is faster.
     plan = parplan_gen.plan(
         "llama-3-8b", cluster, global_batch=64, seq_len=8192, backend="torchtitan",
-        pins={"dp": 8},
+        pins={"dp": 8}, search={"fsdp_reshard": "default"},
     )  # fmt: skip
     plan.write(folder)
     return plan

@@ -68,7 +68,7 @@ def test_deepspeeds_scheduler_warms_up_and_decays_to_the_minimum(name: str, plan
 
 
 def test_torchtitan_reads_the_optimizer_and_lr_schedule(planned) -> None:
-    folder = planned("llama-3-8b-8xh100")
+    folder = planned("llama-3-8b-8xh100-torchtitan")
     _, gpus = plan_of(folder)
     path = folder / "torchtitan_run.sh"
     assert path.is_file(), "torchtitan runs the llama-3-8b plan, its script is written"
@@ -89,7 +89,7 @@ def test_torchtitan_reads_the_optimizer_and_lr_schedule(planned) -> None:
 
 
 def test_torchtitans_own_schedule_warms_up_and_decays_to_the_minimum(planned) -> None:
-    folder = planned("llama-3-8b-8xh100")
+    folder = planned("llama-3-8b-8xh100-torchtitan")
     reading = consumer_torchtitan.torchtitan_reading(
         folder / "torchtitan_run.sh", plan_of(folder)[1]
     )

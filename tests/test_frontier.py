@@ -108,7 +108,7 @@ def test_infeasible_points_say_why_in_one_line() -> None:
         "llama-3-8b", "a100-40gb", [1, 12], global_batch=64, seq_len=8192, tokens="10B"
     )
     assert [p.reason for p in found.points] == [
-        "nothing fits in GPU memory (the closest layout needs 142.4 GiB per GPU, the GPU has 40.0 GiB)",
+        "nothing fits in GPU memory (the closest layout needs 139.7 GiB per GPU, the GPU has 40.0 GiB)",
         "gpus/gpus_per_node: num_gpus(12) is not a multiple of gpus_per_node(8)",
     ]
     assert not any(p.on_front or p.feasible for p in found.points)

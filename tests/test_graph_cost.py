@@ -59,8 +59,11 @@ E_MATMUL = 0.7167  # graph_matmul_efficiency (graph.yaml; benchmarks/calibration
 LINK = 0.8413  # link_efficiency (efficiency.yaml, fitted on the transformer runs)
 HBM = 0.7099  # hbm_efficiency (efficiency.yaml)
 HOST = 73.4e-6  # host_s_per_node: 12.78 ms / 174 nodes (DLE README, V100 AMP inference, batch 1)
-RESERVE = 2 * GIB  # framework_reserve_fixed (memory.yaml)
-RESERVE_FRACTION = 0.05  # framework_reserve_fraction
+CONTEXT = 287_047_680  # cuda_context_default_bytes (outside_allocator.yaml: PyTorch PR #86509)
+# One 8-GPU node's world communicator (outside_allocator.yaml, NCCL 2.23): 32 channels x 3
+# allocations of the 2 MiB granule at init, 24 ring channels of a 10 MiB receive and a 2 MiB
+# send connection; no NVLS on Ampere or Volta: 192 + 288 MiB.
+NODE_RING = 32 * 3 * 2 * 2**20 + 24 * (10 + 2) * 2**20
 ADAM_TOUCHED = 30  # adam_bytes_touched (time.yaml): bytes per parameter per Adam step
 TOUCHES = 5  # elementwise_passes (time.yaml): write + read forward, 3 in the backward
 RECOMPUTE_TOUCHES = 2  # recompute_passes
@@ -118,8 +121,7 @@ def test_the_constants_worked_with_are_the_rules(rules: RuleSet) -> None:
         ("link_efficiency", LINK),
         ("hbm_efficiency", HBM),
         ("host_s_per_node", HOST),
-        ("framework_reserve_fixed", RESERVE),
-        ("framework_reserve_fraction", RESERVE_FRACTION),
+        ("cuda_context_default_bytes", CONTEXT),
         ("adam_bytes_touched", ADAM_TOUCHED),
         ("elementwise_passes", TOUCHES),
         ("recompute_passes", RECOMPUTE_TOUCHES),
@@ -295,7 +297,7 @@ def test_memory_parts_dp8_mbs64_zero0_and_zero2(cost: Evaluator, resnet: GraphMo
     # 12 B of Adam state per parameter; ZeRO-2 shards grads and states over dp = 8.
     # Activations: what the backward keeps (S elements per image), 16-bit, x mbs / tp.
     acts = S * 2 * 64  # 2,678,456,320 B
-    other = RESERVE + RESERVE_FRACTION * (2 * P + acts)  # 2,283,962,167.2 B
+    other = CONTEXT + NODE_RING  # 790,364,160 B: DDP's and DeepSpeed's group is the world's
     for zero, grads, optimizer in ((0, 4 * P, 12 * P), (2, 2 * P / 8, 12 * P / 8)):
         memory = estimate(cost, resnet, 8, mbs=64, batch=512, zero=zero).memory
         assert memory.params == pytest.approx(2 * P)  # 51,114,064 B
@@ -303,7 +305,7 @@ def test_memory_parts_dp8_mbs64_zero0_and_zero2(cost: Evaluator, resnet: GraphMo
         assert memory.optimizer == pytest.approx(optimizer)  # 306,684,384 B / 38,342,548 B
         assert memory.activations == pytest.approx(acts)
         assert memory.other == pytest.approx(other)
-        assert memory.fits  # ZeRO 0: 18 P + acts + other = 5,422,445,063 B = 5.05 GiB of 80
+        assert memory.fits  # ZeRO 0: 18 P + acts + other = 3,928,847,056 B = 3.66 GiB of 80
 
 
 # ---- data parallelism -----------------------------------------------------------------------
@@ -555,13 +557,13 @@ def test_single_gpu_dle_rows_within_10_percent(
     )
     # The DGX-1 16GB rows are the 32 GB V100 with a cluster-file override of its memory, and
     # batch 256 fits it, as NVIDIA ran it: 18 B x P (weights, fp32 grads, Adam) 460,026,576 B
-    # + activations S x 2 B x 256 = 10,713,825,280 B + 2 GiB + 5 % of (2 P + activations)
-    # 538,246,967.2 B = 13,859,582,471 B = 12.91 GiB of 16.
+    # + activations S x 2 B x 256 = 10,713,825,280 B + the CUDA context 287,047,680 B (one
+    # GPU: no communicator) = 11,460,899,536 B = 10.67 GiB of 16.
     sixteen = rows["dgx1_v100_16gb_1gpu_amp"].case
     assert sixteen.cluster.gpu.memory_bytes == 16 * GIB
     memory = cost.evaluate(sixteen.spec, sixteen.cluster, sixteen.layout).estimate.memory
     acts = S * 2 * 256
-    total = 18 * P + acts + RESERVE + RESERVE_FRACTION * (2 * P + acts)
+    total = 18 * P + acts + CONTEXT
     assert memory.total == pytest.approx(total, abs=2)  # each part is rounded to a byte
     assert memory.fits
     assert all(row.fits for row in rows.values())

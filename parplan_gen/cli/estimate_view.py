@@ -37,13 +37,15 @@ TIME_LABELS = {
 
 
 def measured_lines(cluster: Cluster) -> list[str]:
-    """The line that says a profiled cluster's GEMMs (and SDPA attention and collectives, where
-    measured) are priced from its own measurement (none for a catalog cluster)."""
+    """The line that says a profiled cluster's GEMMs (and SDPA attention, collectives and the
+    CUDA context's memory, where measured) are priced from its own measurement (none for a
+    catalog cluster)."""
     m = cluster.measured
     if m is None:
         return []
     parts = ["GEMMs"] + ["SDPA attention"] * bool(m.attention_max_fraction)
     parts += ["collectives"] * bool(m.intra_bus_bytes_per_s or m.inter_bus_bytes_per_s)
+    parts += ["the CUDA context's memory"] * bool(m.context_bytes)
     what = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     return [
         f"priced from measured curves ({what}): parplan profile of {printable(m.gpu_name)} on "

@@ -270,6 +270,7 @@ MEASURED_NAMES = {
     "cluster.measured_attention_half_seq": "attention_half_seq",
     "cluster.measured_intra_bus_bandwidth": "intra_bus_bytes_per_s",
     "cluster.measured_inter_bus_bandwidth": "inter_bus_bytes_per_s",
+    "cluster.measured_context_bytes": "context_bytes",
 }
 
 

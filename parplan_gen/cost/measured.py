@@ -192,6 +192,15 @@ class Collectives(RawData):
         return self
 
 
+class OutsideAllocator(RawData):
+    """Device memory in use that PyTorch's caching allocator does not hold, before any process
+    group: the CUDA context with the kernels the sweeps loaded (cuBLAS, attention)."""
+
+    context_bytes: PositiveInt = Field(
+        description="Device memory in use (torch.cuda.mem_get_info) less memory_reserved, bytes."
+    )
+
+
 class Skipped(RawData):
     """A sweep, or part of one, that was not measured, and why."""
 
@@ -206,6 +215,7 @@ class Measured(RawData):
     gemm: GemmCurves | None = None
     attention: list[AttentionPoint] = Field(default_factory=list)
     memory_bandwidth: MemoryBandwidth | None = None
+    outside_allocator: OutsideAllocator | None = None
     collectives: Collectives | None = None
     skipped: list[Skipped] = Field(default_factory=list)
 
@@ -270,6 +280,11 @@ class MeasuredFigures(BaseModel):
         "that share it, B/s per GPU (nccl-tests' ring: min(NVLink, GPUs x network)); None: not "
         "measured.",
     )
+    context_bytes: PositiveInt | None = Field(
+        None,
+        description="The CUDA context with the kernels the sweeps loaded: device memory in use "
+        "outside the caching allocator before any process group, bytes; None: not measured.",
+    )
 
 
 def measured_figures(
@@ -306,7 +321,12 @@ def measured_figures(
         attention_half_seq=None if attention is None else attention[1],
         intra_bus_bytes_per_s=_bus(measured.collectives, "node", 1),
         inter_bus_bytes_per_s=_bus(measured.collectives, "cross-node", gpus_per_node),
+        context_bytes=_context_bytes(measured.outside_allocator),
     )
+
+
+def _context_bytes(outside: OutsideAllocator | None) -> int | None:
+    return None if outside is None else outside.context_bytes
 
 
 # The ring collectives whose bus bandwidth is the link's (nccl-tests doc/PERFORMANCE.md); an

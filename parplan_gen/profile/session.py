@@ -21,6 +21,7 @@ from parplan_gen.profile.attention import attention_points
 from parplan_gen.profile.bandwidth import bandwidth_points
 from parplan_gen.profile.budget import Budget, Progress
 from parplan_gen.profile.collectives import collective_points
+from parplan_gen.profile.context_memory import outside_allocator
 from parplan_gen.profile.gemm import gemm_points
 from parplan_gen.profile.gpu_name import catalog_gpu
 from parplan_gen.profile.launch import torchrun_commands
@@ -131,6 +132,7 @@ def _sweep(
         rank = 0 if launch is None else launch.rank
         progress = Progress(len(points), budget, shown=None if rank == 0 else False)
         measure_points(points, device, budget, progress, results)
+        _context(device, results)
         among = launch if spawned is None else spawned.launch
         if among is None or among.world < 2:
             results.skip("collectives", _why_no_collectives(device, launch))
@@ -147,6 +149,15 @@ def _sweep(
         finally:
             progress.close()
     return results, True
+
+
+def _context(device: Device, results: Results) -> None:
+    """The memory outside the allocator, before any process group (context_memory.py)."""
+    found = outside_allocator(device)
+    if isinstance(found, str):
+        results.skip("outside_allocator", found)
+    elif found is not None:
+        results.curves["outside_allocator"] = [found]
 
 
 @contextmanager
@@ -180,6 +191,7 @@ def _sizes(device: Device, launch: Launch | None, spawned: int | None) -> tuple[
 def _measured(provenance: Provenance, results: Results, backend: str | None) -> Measured:
     curves = results.curves
     memory = curves.get("memory")
+    outside = curves.get("outside_allocator")
     gemm = {p: curves.get(f"gemm.{p}", []) for p in ("bf16", "fp8")}
     collectives = None
     if backend is not None:
@@ -191,6 +203,7 @@ def _measured(provenance: Provenance, results: Results, backend: str | None) -> 
             "gemm": GemmCurves.model_validate(gemm),
             "attention": curves.get("attention", []),
             "memory_bandwidth": memory[0] if memory else None,
+            "outside_allocator": outside[0] if outside else None,
             "collectives": collectives,
             "skipped": results.skipped,
         }

@@ -76,6 +76,14 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "The largest ring-collective bus bandwidth it records across nodes, over the GPUs of a "
         "node; 0 when not profiled.",
     ),
+    (
+        "cluster.measured_context_bytes",
+        "number",
+        "bytes",
+        "The device memory a cluster file's `measured:` section records in use outside "
+        "PyTorch's caching allocator before any process group (the CUDA context with the "
+        "kernels its sweeps loaded); 0 when not profiled on a GPU.",
+    ),
     ("cluster.hbm_bandwidth", "number", "bytes/s", "Memory bandwidth of one GPU."),
     (
         "cluster.intra_bandwidth",
