@@ -205,8 +205,12 @@ def test_hf_trainer_refuses_a_layout_the_trainer_cannot_run() -> None:
     result = planned("llama-3-70b", 64, 512, 4096, "megatron")  # Megatron with tp > 1
     with pytest.raises(RenderError, match=r"--hf-trainer: .* this plan has tp \d+"):
         render_plan(result.document, hf_trainer=True)
-    zero = planned("llama-3-70b", 64, 512, 4096, "deepspeed")  # dp 64 ZeRO-3
-    assert (zero.chosen.plan.tp, zero.chosen.plan.pp) == (1, 1)
+    # dp 64 ZeRO-3 (pinned: unpinned, DeepSpeed's AutoTP at tp 2 fits the whole GPU, 79.8 GiB)
+    zero = plan(
+        "llama-3-70b", {"gpus": 64, **H100}, global_batch=512, seq_len=4096, backend="deepspeed",
+        headroom=0, pins={"tp": 1, "pp": 1},
+    )  # fmt: skip
+    assert (zero.chosen.plan.tp, zero.chosen.plan.pp, zero.chosen.plan.zero_stage) == (1, 1, 3)
     config = render_plan(zero.document, hf_trainer=True)["ds_config.json"]
     assert '"train_batch_size": "auto"' in config
 

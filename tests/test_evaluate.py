@@ -105,7 +105,7 @@ def test_the_text_view_says_which_verdict_it_is(cli, overlay):
     total = next(line for line in result.out.splitlines() if line.startswith("  total"))
     assert (
         total
-        == "  total           47.75 GiB of 80.00: DOES NOT FIT the memory rules, 32.25 GiB free"
+        == "  total           47.89 GiB of 80.00: DOES NOT FIT the memory rules, 32.11 GiB free"
     )
 
 

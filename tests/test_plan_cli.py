@@ -82,7 +82,7 @@ def test_an_infeasible_plan_json_says_so_and_why(cli: Callable[..., Run], tmp_pa
     assert run.err == (
         "parplan: error: --out " + str(out) + ": nothing fits on 1 x a100-40gb (the closest "
         "layout needs 6813.3 GiB per GPU, the GPU has 40.0 GiB); 256 GPUs: dp=1 tp=8 pp=32 fits "
-        "with 32.6 GiB per GPU; no files written\n"
+        "with 32.4 GiB per GPU; no files written\n"
     )
     assert not out.exists()
     fits = cli("plan", "llama-2-7b", *H100_8, "--global-batch", "64", "--json")

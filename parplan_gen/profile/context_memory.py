@@ -8,7 +8,7 @@ one process per GPU."""
 from __future__ import annotations
 
 from parplan_gen.cost.measured import OutsideAllocator
-from parplan_gen.profile.runtime import Device
+from parplan_gen.profile.runtime import Device, reason_of
 
 SWEEP = "outside_allocator"
 
@@ -20,8 +20,12 @@ def outside_allocator(device: Device) -> OutsideAllocator | str | None:
         return None
     torch = device.torch
     device.synchronize()
-    free, total = torch.cuda.mem_get_info(device.index)
-    outside = int(total) - int(free) - int(torch.cuda.memory_reserved(device.index))
+    try:  # a virtual GPU or an old ROCm may not report its free memory
+        free, total = torch.cuda.mem_get_info(device.index)
+        reserved = torch.cuda.memory_reserved(device.index)
+    except (RuntimeError, AttributeError) as exc:
+        return f"the device's memory in use cannot be read ({reason_of(exc)})"
+    outside = int(total) - int(free) - int(reserved)
     if outside <= 0:
         return f"the device reports {outside} B in use outside the caching allocator"
     return OutsideAllocator(context_bytes=outside)
