@@ -185,3 +185,20 @@ measured:
   outside_allocator:
     context_bytes: {context_bytes}
 """
+
+
+def test_transformer_engines_userbuffers_hold_14_gathered_activations() -> None:
+    """Megatron-LM's --tp-comm-overlap: initialize_ub (TE v2.9 pytorch/module/base.py) registers
+    14 buffers of the gathered activation, [seq x mbs / cp, hidden], in bf16; under FP8 its 8
+    all-gather buffers hold 1 byte a value. Llama 3 70B at 8,192 tokens, tp 8 with sequence
+    parallelism: 28 x 8192 x 8192 B = 1.75 GiB, 20 x in FP8; none without the overlap."""
+    cluster = {"gpus": 64, "gpu": "h100"}
+    layout = {"tp": 8, "pp": 2, "dp": 4, "sequence_parallel": True}
+    env = formula_env("llama-3-70b", cluster, "megatron", **layout)
+    assert formula_value("te_userbuffer_bytes", env) == 28 * 8192 * 8192
+    fp8 = formula_env("llama-3-70b", cluster, "megatron", precision="fp8", **layout)
+    assert formula_value("te_userbuffer_bytes", fp8) == 20 * 8192 * 8192
+    torchtitan = formula_env("llama-3-70b", cluster, "torchtitan", **layout)
+    assert formula_value("te_userbuffer_bytes", torchtitan) == 0
+    no_sp = formula_env("llama-3-70b", cluster, "megatron", tp=8, pp=2, dp=4)
+    assert formula_value("te_userbuffer_bytes", no_sp) == 0
