@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from formula_env import formula_value
 
+import parplan_gen
 from parplan_gen.api import load_cluster_spec, load_model
 from parplan_gen.cost.layout import build_layout
 from parplan_gen.planning.document import PlanDocument
@@ -104,6 +105,27 @@ def test_megatron_tp_overlap_needs_the_tp_group_inside_one_nvlink_domain() -> No
     assert _value("tp_exposed_s", across) == _value("tp_comm_s", across)
     inside, _ = _env(16, "h100", "megatron", tp=8, sequence_parallel=True)
     assert _value("1 if tp_comm_overlapped else 0", inside) == 1
+
+
+@pytest.mark.parametrize("backend", ["megatron", "torchtitan"])
+def test_tp_overlap_needs_peer_access_which_a_pcie_node_does_not_promise(backend: str) -> None:
+    """Transformer Engine's userbuffers stop with "No peer-to-peer access available between
+    GPUs" (userbuffers-host.cpp, v2.9) and torch's symmetric memory maps peers' buffers too: on
+    8 L40S (PCIe, no NVLink) the traffic stays between the GEMMs, and Megatron-LM's files go
+    without --tp-comm-overlap (and its userbuffers' memory)."""
+    pcie, _ = _env(8, "l40s", backend, tp=8, sequence_parallel=True)
+    assert _value("1 if tp_comm_overlapped else 0", pcie) == 0
+    assert _value("tp_exposed_s", pcie) == _value("tp_comm_s", pcie) > 0
+    assert _value("te_userbuffer_bytes", pcie) == 0
+    nvlink, _ = _env(8, "h100", backend, tp=8, sequence_parallel=True)
+    assert _value("1 if tp_comm_overlapped else 0", nvlink) == 1
+    if backend == "megatron":
+        plan = parplan_gen.plan(
+            "llama-3-8b", {"gpus": 8, "gpu": "l40s"}, global_batch=64, seq_len=4096,
+            backend="megatron", pins={"tp": 2},
+        )  # fmt: skip
+        assert plan.chosen.plan.sequence_parallel
+        assert "--tp-comm-overlap" not in plan.megatron_args()
 
 
 def test_a_framework_without_tp_overlap_exposes_the_traffic() -> None:

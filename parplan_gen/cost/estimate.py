@@ -256,6 +256,7 @@ def cluster_env(cluster: Cluster, precision: Precision) -> dict[str, Any]:
         "cluster.host_bandwidth": host_bytes_per_s(cluster.gpu.name),
         "cluster.host_memory": cluster.host_memory_per_gpu,
         "cluster.nvswitch": cluster.nvswitch,
+        "cluster.intra_node_link": cluster.gpu.intra_node_link,
         "cluster.architecture": cluster.gpu.architecture,
         **_measured_env(cluster, precision),
     }

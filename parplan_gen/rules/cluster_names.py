@@ -112,6 +112,13 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
     ),
     ("cluster.nvswitch", "bool", "-", "The node has an NVSwitch (all-to-all NVLink)."),
     (
+        "cluster.intra_node_link",
+        "str",
+        "-",
+        "How the GPUs of a node talk: 'nvlink', 'xgmi' or 'pcie' (the catalog's "
+        "intra_node_link, or a cluster file's override).",
+    ),
+    (
         "cluster.architecture",
         "str",
         "-",
