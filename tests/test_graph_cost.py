@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from nccl_figures import CONTEXT, NODE_RING  # the world group of one 8-GPU node
 
 from parplan_gen.cost.estimate import Estimate
 from parplan_gen.cost.hardware import cluster_from_flags
@@ -59,13 +60,6 @@ E_MATMUL = 0.7167  # graph_matmul_efficiency (graph.yaml; benchmarks/calibration
 LINK = 0.8413  # link_efficiency (efficiency.yaml, fitted on the transformer runs)
 HBM = 0.7099  # hbm_efficiency (efficiency.yaml)
 HOST = 73.4e-6  # host_s_per_node: 12.78 ms / 174 nodes (DLE README, V100 AMP inference, batch 1)
-# cuda_context_default_bytes (outside_allocator.yaml): PyTorch PR #86509's 287,047,680 B in use,
-# less its tensor's 20 MiB allocator segment
-CONTEXT = 287_047_680 - 20 * 2**20
-# One 8-GPU node's world communicator (outside_allocator.yaml, NCCL 2.23): 32 channels x 3
-# allocations of the 2 MiB granule at init, 24 ring channels of a 10 MiB receive and a 2 MiB
-# send connection; no NVLS on Ampere or Volta: 192 + 288 MiB.
-NODE_RING = 32 * 3 * 2 * 2**20 + 24 * (10 + 2) * 2**20
 ADAM_TOUCHED = 30  # adam_bytes_touched (time.yaml): bytes per parameter per Adam step
 TOUCHES = 5  # elementwise_passes (time.yaml): write + read forward, 3 in the backward
 RECOMPUTE_TOUCHES = 2  # recompute_passes

@@ -1,40 +1,34 @@
 """memory.yaml `other`: the GPU memory outside PyTorch's caching allocator (rules/cost/
-outside_allocator.yaml), worked by hand from NCCL's code (v2.23.4-1) and its issues:
-
-  protocol buffers LL 8 x 512 x 8 x 16 = 524,288 B, LL128 120 x 640 x 8 x 8 = 4,915,200 B,
-  SIMPLE 4 MiB (src/init.cc); cuMem rounds each allocation up to the 2 MiB granule
-  (NVIDIA/nccl#1685's ALLOC log: 10,485,760 and 2,097,152 B), so a receive connection is
-  ceil(9,633,792 / 2 MiB) = 5 granules = 10 MiB, an NVLink send connection one granule, a
-  network send connection (LL128 + SIMPLE, 9,109,504 B) 10 MiB. A communicator inside a node
-  opens 24 ring channels and pow2Up(24) = 32 p2p channels, 32 per NVLink peer; across nodes 16
-  and 16, 2 per peer (paths.cc ncclTopoComputeP2pChannels). Each of its p2p channels takes 3
-  granules at init: 192 MiB in a node, 96 MiB across. NVLS: 16 channels x 2 x (128 KiB x 8) =
-  32 MiB per head, one head per GPU of the communicator in a Hopper-or-later NVSwitch node, when
-  more than 2 (nvls.cc ncclNvlsInit) and only for groups that run bulk collectives. The CUDA
-  context: 287,047,680 B in use in PyTorch PR #86509's test, less its tensor's 20 MiB segment.
+outside_allocator.yaml), against the figures worked by hand from NCCL's code and PyTorch PR
+#86509 in nccl_figures.py. NVLS counts one head per GPU of the communicator in a
+Hopper-or-later NVSwitch node, when more than 2 (nvls.cc ncclNvlsInit), and only for groups that
+run bulk collectives.
 """
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import pytest
 from formula_env import formula_env, formula_value
+from nccl_figures import (
+    CONTEXT,
+    MIB,
+    NETWORK_BASE,
+    NETWORK_RING,
+    NODE_BASE,
+    NODE_RING,
+    NVLS_HEAD,
+    PEER,
+    POOL,
+    RECV,
+)
 
 import parplan_gen
 from parplan_gen.cost.measured import OutsideAllocator
 from parplan_gen.profile.context_memory import outside_allocator
 from parplan_gen.profile.runtime import Device
 
-MIB = 2**20
-CONTEXT = 287_047_680 - 20 * MIB  # 266,076,160 B
-RECV = math.ceil((524_288 + 4_915_200 + 4 * MIB) / (2 * MIB)) * 2 * MIB
-NODE_RING = 32 * 3 * 2 * MIB + 24 * (RECV + 2 * MIB)  # 192 + 288 MiB
-NETWORK_RING = 16 * 3 * 2 * MIB + 16 * (RECV + 10 * MIB)  # 96 + 320 MiB
-NVLS_HEAD = 16 * 2 * 128 * 1024 * 8  # 32 MiB
-PEER = 32 * (RECV + 2 * MIB)  # one NVLink peer on 32 p2p channels: 384 MiB
-POOL = 2 * 16 * 16 * 128 * 1024  # the network's send/recv pools: 64 MiB
 H100_8 = {"gpus": 8, "gpu": "h100"}
 
 
@@ -84,11 +78,11 @@ def test_pipeline_neighbours_inside_a_node_and_across_nodes() -> None:
     the one pipeline neighbour over NVLink on 32 channels; pp 2 across two nodes (tp 8): a
     network communicator's channels and the network's shared pools instead."""
     inside = _other("llama-3-8b", H100_8, "megatron", tp=4, pp=2, dp=1)
-    assert inside == CONTEXT + NODE_RING + (NODE_RING + 4 * NVLS_HEAD) + (192 * MIB + PEER)
+    assert inside == CONTEXT + NODE_RING + (NODE_RING + 4 * NVLS_HEAD) + (NODE_BASE + PEER)
     two_nodes = {"gpus": 16, "gpu": "h100"}
     across = _other("llama-3-8b", two_nodes, "megatron", tp=8, pp=2, dp=1)
     tp8 = NODE_RING + 8 * NVLS_HEAD
-    assert across == CONTEXT + NETWORK_RING + tp8 + (96 * MIB + POOL)
+    assert across == CONTEXT + NETWORK_RING + tp8 + (NETWORK_BASE + POOL)
 
 
 def test_an_all_to_all_connects_every_peer() -> None:
@@ -97,12 +91,14 @@ def test_an_all_to_all_connects_every_peer() -> None:
     all_to_all_single. ep 16 over two nodes: every peer gets 2 channels (a remote rank's), the
     7 in the node over NVLink, the others through the pools."""
     env = formula_env("mixtral-8x7b", H100_8, "megatron", dp=8, ep=8)
-    connections = formula_value("nccl_ep_bytes", env) - 192 * MIB
+    connections = formula_value("nccl_ep_bytes", env) - NODE_BASE
     assert connections == 7 * PEER
     assert connections / 1e9 == pytest.approx(2.818, abs=1e-3)
     assert connections < 3.28e9  # the measurement holds more than the connections priced
     spanning = formula_env("mixtral-8x7b", {"gpus": 16, "gpu": "h100"}, "megatron", dp=16, ep=16)
-    assert formula_value("nccl_ep_bytes", spanning) == 96 * MIB + 7 * 2 * (RECV + 2 * MIB) + POOL
+    assert (
+        formula_value("nccl_ep_bytes", spanning) == NETWORK_BASE + 7 * 2 * (RECV + 2 * MIB) + POOL
+    )
 
 
 def test_other_no_longer_grows_with_the_weights() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from formula_env import formula_value
+from nccl_figures import CONTEXT, NETWORK_RING
 
 from parplan_gen.cost.hardware import cluster_from_flags
 from parplan_gen.cost.layout import build_layout
@@ -65,8 +66,6 @@ def test_zero3_other_is_the_context_and_two_network_rings() -> None:
     allocations of the 2 MiB granule at init and 16 ring channels of a 10 MiB receive and a
     10 MiB network send connection; no NVLS on Ampere."""
     estimate, _ = _evaluate(384, zero3=True)
-    mib = 2**20
-    ring = 16 * 3 * 2 * mib + 16 * (10 + 10) * mib
-    expected = 287_047_680 - 20 * mib + 2 * ring
+    expected = CONTEXT + 2 * NETWORK_RING
     assert estimate.memory.other == expected
     assert _evaluate(1536, zero3=True)[0].memory.other == expected  # as many connections
