@@ -21,6 +21,7 @@ from parplan_gen.profile.attention import attention_points
 from parplan_gen.profile.bandwidth import bandwidth_points
 from parplan_gen.profile.budget import Budget, Progress
 from parplan_gen.profile.collectives import collective_points
+from parplan_gen.profile.context_memory import SWEEP as OUTSIDE_ALLOCATOR
 from parplan_gen.profile.context_memory import outside_allocator
 from parplan_gen.profile.gemm import gemm_points
 from parplan_gen.profile.gpu_name import catalog_gpu
@@ -155,9 +156,9 @@ def _context(device: Device, results: Results) -> None:
     """The memory outside the allocator, before any process group (context_memory.py)."""
     found = outside_allocator(device)
     if isinstance(found, str):
-        results.skip("outside_allocator", found)
+        results.skip(OUTSIDE_ALLOCATOR, found)
     elif found is not None:
-        results.curves["outside_allocator"] = [found]
+        results.curves[OUTSIDE_ALLOCATOR] = [found]
 
 
 @contextmanager
@@ -191,7 +192,7 @@ def _sizes(device: Device, launch: Launch | None, spawned: int | None) -> tuple[
 def _measured(provenance: Provenance, results: Results, backend: str | None) -> Measured:
     curves = results.curves
     memory = curves.get("memory")
-    outside = curves.get("outside_allocator")
+    outside = curves.get(OUTSIDE_ALLOCATOR)
     gemm = {p: curves.get(f"gemm.{p}", []) for p in ("bf16", "fp8")}
     collectives = None
     if backend is not None:
