@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from formula_env import formula_env, formula_value
+from measured_cluster import measured_cluster
 from nccl_figures import (
     CONTEXT,
     MIB,
@@ -161,26 +162,7 @@ def test_a_measured_context_replaces_the_default(tmp_path) -> None:
 
 
 def _cluster_file(context_bytes: int) -> str:
-    return f"""\
-gpu: h100
-num_gpus: 8
-gpus_per_node: 8
-measured:
-  provenance:
-    gpu_name: NVIDIA H100 80GB HBM3
-    driver: null
-    cuda: "12.8"
-    hip: null
-    torch: 2.13.0
-    nccl: 2.27.3
-    date: "2026-12-07T22:00:00Z"
-    device: cuda
-    quick: true
-    budget_s: 60
-    stopped_early: false
-  outside_allocator:
-    context_bytes: {context_bytes}
-"""
+    return measured_cluster(8, f"  outside_allocator:\n    context_bytes: {context_bytes}\n")
 
 
 def test_transformer_engines_userbuffers_hold_14_gathered_activations() -> None:
