@@ -378,7 +378,7 @@ def fit(
     for _ in range(FIT_SWEEPS):
         for name, (lo, hi) in ranges.items():
             for value in _grid(lo, hi):
-                trial = best | {name: round(value, 4)}
+                trial = best | {name: float(f"{value:.4g}")}  # 4 significant figures
                 trial_mape = score(trial)
                 if trial_mape < best_mape:
                     best, best_mape = trial, trial_mape

@@ -116,9 +116,11 @@ def _contradicted_micro_batch(
     entry: Mapping[str, Any], ran: int, facts: RowFacts, dp: int, notes: list[str]
 ) -> int:
     """`ran`, the micro-batch calibration_rows.yaml says a row ran (a whole number >= 1,
-    calibration_read.row_facts), accepted only where the row's own figures contradict each other
-    (printed MBS x printed GA x dp is not its GBS) and it divides GBS / dp: a consistent
-    published figure is never replaced."""
+    calibration_read.row_facts), accepted only where something contradicts the printed one and
+    it divides GBS / dp: the row's own figures (printed MBS x printed GA x dp is not its GBS),
+    or, where they agree, the preset the row's container ran (`micro_batch_contradicted_by`,
+    named in the row's assumptions). A consistent figure nothing contradicts is never
+    replaced."""
     printed, gbs = entry.get("micro_batch_size"), entry["global_batch_size"]
     accum = (entry.get("measured") or {}).get("grad_accum_printed")
     where = f"{ROWS_FILE.name} rows: {entry['name']}: micro_batch_size {ran}"
@@ -128,16 +130,21 @@ def _contradicted_micro_batch(
             + ("micro_batch_size" if printed is None else "measured.grad_accum_printed")
             + " to show a contradiction; remove it"
         )
-    if printed * accum * dp == gbs:
+    agree = printed * accum * dp == gbs
+    if agree and not facts.micro_batch_contradicted_by:
         raise RowsFileError(
             f"{where} replaces a row whose figures agree (MBS {printed} x GA {accum} x dp "
             f"{dp} = GBS {gbs}); remove it"
         )
     if gbs % (ran * dp):
         raise RowsFileError(f"{where}: {ran} x dp {dp} = {ran * dp} does not divide GBS {gbs}")
+    why = (
+        f"MBS {printed} x GA {accum} x dp {dp} = GBS {gbs}, but {facts.micro_batch_contradicted_by}"
+        if agree
+        else f"MBS {printed} x GA {accum} x dp {dp} = {printed * accum * dp}, not GBS {gbs}"
+    )
     notes.append(
-        f"micro_batch_size {ran} (GA {gbs // (ran * dp)}), not the printed {printed}: MBS "
-        f"{printed} x GA {accum} x dp {dp} = {printed * accum * dp}, not GBS {gbs}; "
+        f"micro_batch_size {ran} (GA {gbs // (ran * dp)}), not the printed {printed}: {why}; "
         f"{facts.micro_batch_ran_reason}"
     )
     return ran

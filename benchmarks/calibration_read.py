@@ -188,6 +188,10 @@ class RowFacts:
     # (calibration_rows.yaml `rows: NAME: micro_batch_size` with `micro_batch_reason`), or None
     micro_batch_ran: int | None = None
     micro_batch_ran_reason: str = ""
+    # what outside the table contradicts a row whose printed figures agree with each other
+    # (`micro_batch_contradicted_by`: the preset its container ran), or "": only then may
+    # micro_batch_ran replace a consistent printed MBS
+    micro_batch_contradicted_by: str = ""
 
 
 def ran_values(facts: RowFacts, fp8_recipe: str | None) -> dict[str, object]:
@@ -284,6 +288,9 @@ def row_facts(name: str) -> RowFacts:
         validation=bool(source.get("validation", False)),
         micro_batch_ran=_micro_batch_ran(name, row),
         micro_batch_ran_reason=" ".join(str(row.get("micro_batch_reason", "")).split()),
+        micro_batch_contradicted_by=" ".join(
+            str(row.get("micro_batch_contradicted_by", "")).split()
+        ),
     )
 
 
@@ -291,6 +298,7 @@ def row_facts(name: str) -> RowFacts:
 # dropped and the row read as if the file were silent.
 ROW_KEYS = frozenset(
     {"source", "families", "why_missing", "micro_batch_size", "micro_batch_reason"}
+    | {"micro_batch_contradicted_by"}
     | {"moe_a2a_overlap", "moe_a2a_overlap_reason"}
 )
 
@@ -305,6 +313,11 @@ def _check_row_keys(name: str, row: Mapping[str, Any]) -> None:
     if ("micro_batch_size" in row) != ("micro_batch_reason" in row):
         raise RowsFileError(
             f"{ROWS_FILE.name} rows: {name}: micro_batch_size and micro_batch_reason go together"
+        )
+    if "micro_batch_contradicted_by" in row and "micro_batch_size" not in row:
+        raise RowsFileError(
+            f"{ROWS_FILE.name} rows: {name}: micro_batch_contradicted_by needs the "
+            "micro_batch_size it contradicts the table with"
         )
 
 

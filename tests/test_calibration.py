@@ -66,7 +66,7 @@ FP8_MOE = _entry(
     micro_batch_size=2,
     global_batch_size=512,
     precision="FP8-CS",
-    measured={"tflops_per_gpu": 121, "tokens_per_sec_per_gpu": 5275},
+    measured={"tflops_per_gpu": 121, "tokens_per_sec_per_gpu": 5275, "grad_accum_printed": 32},
 )
 TITAN_FLOAT8 = _entry(
     name="torchtitan_h100_t1_8b_fsdp_compile_float8",
@@ -222,6 +222,14 @@ def test_fp8_moe_row(calibration: ModuleType) -> None:
     assert (case.spec.num_experts, case.spec.experts_per_token) == (128, 8)
     assert case.spec.moe_ffn_hidden_size == 768
     assert (case.layout.ep, case.layout.pp, case.layout.vpp, case.layout.dp) == (8, 2, 24, 8)
+    # The table's MBS 2 x GA 32 x dp 8 agree with its GBS 512, but its container's preset ran
+    # MBS 1 (calibration_rows.yaml micro_batch_contradicted_by), and the row says so.
+    assert (case.layout.mbs, case.layout.global_batch) == (1, 512)
+    assert any(
+        "micro_batch_size 1 (GA 64), not the printed 2: MBS 2 x GA 32 x dp 8 = GBS 512, but "
+        "the container's preset runs MBS 1" in n
+        for n in case.assumptions
+    )
     assert case.spec.mlp_kind == "swiglu"  # Qwen3's gated SiLU, from the model's name
     # Qwen3MoEModelProvider (Megatron-Bridge v0.2.0): 128-wide heads on the 2048-wide model
     assert case.spec.head_dim == 128 and case.spec.qk_norm
@@ -319,6 +327,10 @@ def test_a_micro_batch_the_row_does_not_contradict_stops_the_run(
         ({"micro_batch_size": 0, "micro_batch_reason": "r"}, "0 is not a whole number >= 1"),
         ({"micro_batch_size": 1}, "micro_batch_size and micro_batch_reason go together"),
         ({"micro_batch_sizes": 1}, r"unknown key\(s\) micro_batch_sizes"),
+        (
+            {"micro_batch_contradicted_by": "the preset"},
+            "micro_batch_contradicted_by needs the micro_batch_size",
+        ),
     ],
 )
 def test_a_malformed_rows_entry_stops_the_run_instead_of_skipping_the_row(

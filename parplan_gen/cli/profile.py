@@ -10,11 +10,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from parplan_gen.cli.arg_types import positive_float
+from parplan_gen.inputs.defaults import MIB
 from parplan_gen.inputs.safe_text import printable_lines
 
 if TYPE_CHECKING:
     from parplan_gen.profile.session import ProfileRun
 
+US_PER_S = 1_000_000  # the summary shows a launch in microseconds
 EPILOG = """examples:
   parplan profile --out cluster.yaml
   parplan profile --quick --gpu h100 --out cluster.yaml
@@ -125,6 +127,16 @@ def _summary(run: ProfileRun, out: str | None) -> str:
         )
     if measured.memory_bandwidth is not None:
         lines.append(f"  memory copy: {measured.memory_bandwidth.gb_per_s:.4g} GB/s")
+    if measured.outside_allocator is not None:
+        context_mib = measured.outside_allocator.context_bytes / MIB
+        lines.append(f"  outside the allocator: {context_mib:.4g} MiB (CUDA context)")
+    if measured.moe_host is not None:
+        host = measured.moe_host
+        lines.append(
+            f"  host per launch: {host.launch_s * US_PER_S:.3g} us (Transformer Engine "
+            f"{host.transformer_engine} GroupedLinear, {host.experts[0]} vs {host.experts[1]} "
+            "experts)"
+        )
     if measured.collectives is not None:
         coll = measured.collectives
         for op in COLLECTIVES:

@@ -272,6 +272,7 @@ MEASURED_NAMES = {
     "cluster.measured_intra_bus_bandwidth": "intra_bus_bytes_per_s",
     "cluster.measured_inter_bus_bandwidth": "inter_bus_bytes_per_s",
     "cluster.measured_context_bytes": "context_bytes",
+    "cluster.measured_host_launch_s": "host_launch_s",
 }
 
 

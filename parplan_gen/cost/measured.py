@@ -201,6 +201,27 @@ class OutsideAllocator(RawData):
     )
 
 
+class MoeHost(RawData):
+    """The host's time per kernel launch of Transformer Engine's grouped expert layer (the one
+    Megatron-Core's TEGroupedMLP runs), from passes over two expert counts."""
+
+    launch_s: PositiveFloat = Field(
+        description="Host time per launch: the passes' difference over the launches the extra "
+        "experts add (rules/cost/moe.yaml's count), seconds."
+    )
+    experts: list[PositiveInt] = Field(
+        min_length=2, max_length=2, description="The two expert counts timed."
+    )
+    pass_s: list[PositiveFloat] = Field(
+        min_length=2,
+        max_length=2,
+        description="Host wall time of one forward and backward pass at each, seconds.",
+    )
+    transformer_engine: str = Field(
+        min_length=1, max_length=100, description="Transformer Engine's version."
+    )
+
+
 class Skipped(RawData):
     """A sweep, or part of one, that was not measured, and why."""
 
@@ -216,6 +237,7 @@ class Measured(RawData):
     attention: list[AttentionPoint] = Field(default_factory=list)
     memory_bandwidth: MemoryBandwidth | None = None
     outside_allocator: OutsideAllocator | None = None
+    moe_host: MoeHost | None = None
     collectives: Collectives | None = None
     skipped: list[Skipped] = Field(default_factory=list)
 
@@ -285,6 +307,11 @@ class MeasuredFigures(BaseModel):
         description="The CUDA context with the kernels the sweeps loaded: device memory in use "
         "outside the caching allocator before any process group, bytes; None: not measured.",
     )
+    host_launch_s: PositiveFloat | None = Field(
+        None,
+        description="Host time per kernel launch of Transformer Engine's grouped expert layer, "
+        "seconds; None: not measured.",
+    )
 
 
 def measured_figures(
@@ -322,6 +349,7 @@ def measured_figures(
         intra_bus_bytes_per_s=_bus(measured.collectives, "node", 1),
         inter_bus_bytes_per_s=_bus(measured.collectives, "cross-node", gpus_per_node),
         context_bytes=_context_bytes(measured.outside_allocator),
+        host_launch_s=None if measured.moe_host is None else measured.moe_host.launch_s,
     )
 
 

@@ -26,6 +26,8 @@ from parplan_gen.profile.context_memory import outside_allocator
 from parplan_gen.profile.gemm import gemm_points
 from parplan_gen.profile.gpu_name import catalog_gpu
 from parplan_gen.profile.launch import torchrun_commands
+from parplan_gen.profile.moe_host import SWEEP as MOE_HOST
+from parplan_gen.profile.moe_host import moe_host
 from parplan_gen.profile.options import ProfileOptions
 from parplan_gen.profile.points import Results, measure_points
 from parplan_gen.profile.provenance import started_at, versions
@@ -39,7 +41,7 @@ from parplan_gen.profile.runtime import (
     require_device,
 )
 from parplan_gen.profile.spawned import local_ranks
-from parplan_gen.profile.sweeps import sweeps
+from parplan_gen.profile.sweeps import SweepFile, sweeps
 from parplan_gen.profile.writer import cluster_document, cluster_yaml, header
 
 
@@ -134,6 +136,7 @@ def _sweep(
         progress = Progress(len(points), budget, shown=None if rank == 0 else False)
         measure_points(points, device, budget, progress, results)
         _context(device, results)
+        _moe_host(device, data, results)
         among = launch if spawned is None else spawned.launch
         if among is None or among.world < 2:
             results.skip("collectives", _why_no_collectives(device, launch))
@@ -159,6 +162,15 @@ def _context(device: Device, results: Results) -> None:
         results.skip(OUTSIDE_ALLOCATOR, found)
     elif found is not None:
         results.curves[OUTSIDE_ALLOCATOR] = [found]
+
+
+def _moe_host(device: Device, data: SweepFile, results: Results) -> None:
+    """The host's time per launch of a grouped expert layer (moe_host.py)."""
+    found = moe_host(device, data.moe_host)
+    if isinstance(found, str):
+        results.skip(MOE_HOST, found)
+    elif found is not None:
+        results.curves[MOE_HOST] = [found]
 
 
 @contextmanager
@@ -193,6 +205,7 @@ def _measured(provenance: Provenance, results: Results, backend: str | None) -> 
     curves = results.curves
     memory = curves.get("memory")
     outside = curves.get(OUTSIDE_ALLOCATOR)
+    host = curves.get(MOE_HOST)
     gemm = {p: curves.get(f"gemm.{p}", []) for p in ("bf16", "fp8")}
     collectives = None
     if backend is not None:
@@ -205,6 +218,7 @@ def _measured(provenance: Provenance, results: Results, backend: str | None) -> 
             "attention": curves.get("attention", []),
             "memory_bandwidth": memory[0] if memory else None,
             "outside_allocator": outside[0] if outside else None,
+            "moe_host": host[0] if host else None,
             "collectives": collectives,
             "skipped": results.skipped,
         }

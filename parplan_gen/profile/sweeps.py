@@ -108,6 +108,23 @@ class Conventions(RawData):
     sources: dict[str, str] = Field(min_length=1)
 
 
+class MoeHostPasses(RawData):
+    """The grouped expert layer's passes (moe_host.py): two expert counts, their sizes."""
+
+    experts: list[PositiveInt] = Field(min_length=2, max_length=2)
+    tokens_per_expert: PositiveInt
+    width: PositiveInt
+    warmup: int = Field(ge=0)
+    passes: PositiveInt
+    launches_per_expert: PositiveInt
+
+    @model_validator(mode="after")
+    def _two_counts(self) -> MoeHostPasses:
+        if self.experts[0] >= self.experts[1]:
+            raise ValueError(f"experts: {self.experts[0]} is not below {self.experts[1]}")
+        return self
+
+
 class BusFactor(RawData):
     scale: PositiveFloat
     n_minus_1_over_n: bool
@@ -147,6 +164,7 @@ class SweepFile(RawData):
     bus_bandwidth: BusBandwidth
     dtypes: Dtypes
     budget_shares: dict[str, PositiveFloat]
+    moe_host: MoeHostPasses
     device_names: DeviceNames
     cpu_placeholder_gpu: str
     levels: dict[LevelName, Level]

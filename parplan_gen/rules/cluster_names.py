@@ -84,6 +84,14 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "PyTorch's caching allocator before any process group (the CUDA context with the "
         "kernels its sweeps loaded); 0 when not profiled on a GPU.",
     ),
+    (
+        "cluster.measured_host_launch_s",
+        "number",
+        "s",
+        "The host time per kernel launch of Transformer Engine's grouped expert layer that a "
+        "cluster file's `measured:` section records (Python, PyTorch and TE work included); 0 "
+        "when not profiled on a GPU with Transformer Engine installed.",
+    ),
     ("cluster.hbm_bandwidth", "number", "bytes/s", "Memory bandwidth of one GPU."),
     (
         "cluster.intra_bandwidth",
