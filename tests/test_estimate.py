@@ -318,6 +318,7 @@ CONTRACT: dict[str, dict[str, type]] = {
             "optimizer_s",
             "tp_exposed_s",  # the parts of tp_comm_s / dp_comm_s not hidden behind compute
             "dp_exposed_s",
+            "host_wait_s",  # the part of compute_s the GPU waits for the host's launches
         ),
         float,
     ),

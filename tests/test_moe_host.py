@@ -223,3 +223,29 @@ def test_the_profile_summary_names_the_hosts_launch_time_and_the_context() -> No
         "  host per launch: 31 us (Transformer Engine 2.10.0 GroupedLinear, 4 vs 16 experts)\n"
         in text
     )
+
+
+def test_the_estimate_shows_the_hosts_share_of_compute() -> None:
+    """time.host_wait_s is moe_host_exposed_s, the part of compute the GPU waits for the
+    host's launches: in plan.json and under `compute` in the text view; 0 for a dense model."""
+    import parplan_gen
+    from parplan_gen.api import load_model
+    from parplan_gen.cli.estimate_view import time_lines
+
+    layout = {"pp": 2, "ep": 8, "vpp": 12, "global_batch": 512, "seq_len": 4096}
+    layout |= {"precision": "fp8"}
+    found = parplan_gen.estimate("qwen3-30b-a3b", H100_16, layout, backend="megatron")
+    env = formula_env("qwen3-30b-a3b", H100_16, "megatron", vpp=12, precision="fp8", **QWEN3)
+    wait = found.estimate.time.host_wait_s
+    assert wait == pytest.approx(formula_value("moe_host_exposed_s", env))
+    assert 0 < wait < found.estimate.time.compute_s
+    lines = time_lines(found.estimate, load_model("qwen3-30b-a3b"))
+    compute = next(i for i, line in enumerate(lines) if line.split()[0] == "compute")
+    assert lines[compute + 1].split()[:5] == ["of", "it,", "waiting", "for", "host"]
+    assert float(lines[compute + 1].split()[-3]) == pytest.approx(wait, abs=1e-4)
+    dense = parplan_gen.estimate(
+        "llama-3-8b", {"gpus": 8, "gpu": "h100"}, {"global_batch": 64}, backend="megatron"
+    )
+    assert dense.estimate.time.host_wait_s == 0
+    dense_lines = time_lines(dense.estimate, load_model("llama-3-8b"))
+    assert not any("host launches" in line for line in dense_lines)

@@ -21,6 +21,7 @@ from parplan_gen.planning.sanity import sanity_warnings
 
 BAR = 40  # characters for the whole capacity
 MAX_BAR = 3 * BAR  # a longer bar is cut and ends with ">" (a tiny GPU must not print megabytes)
+HOST_WAIT_LABEL = "  of it, waiting for host launches"  # time.host_wait_s, within compute
 TIME_LABELS = {
     "compute_s": "compute",
     "overlap_cost_s": "compute slowed by hidden comm",
@@ -150,6 +151,9 @@ def time_lines(estimate: Estimate, spec: TrainedModel) -> list[str]:
         label, value = TIME_LABELS[key], getattr(t, key)
         share = value / t.step_s if t.step_s else 0.0
         lines.append(f"  {label:<36} {value:10.4f} s  {share:6.1%}")
+        if key == "compute_s" and t.host_wait_s:
+            wait = t.host_wait_s / t.step_s if t.step_s else 0.0
+            lines.append(f"  {HOST_WAIT_LABEL:<36} {t.host_wait_s:10.4f} s  {wait:6.1%}")
     lines.append(f"  {'step':<36} {t.step_s:10.4f} s")
     return lines
 

@@ -58,6 +58,9 @@ TIME_PARTS = (
 # optional figures, absent from a plan.json written before plans carried them.
 EXPOSED_PARTS = {"tp_comm_s": "tp_exposed_s", "dp_comm_s": "dp_exposed_s"}
 EXPOSED_NAMES = frozenset(EXPOSED_PARTS.values())
+# Of compute_s, the time the GPU waits for the host's kernel launches (rules/cost/moe.yaml
+# moe_host_exposed_s): an optional figure, absent from a plan.json written before plans carried it.
+HOST_WAIT = "host_wait_s"
 THROUGHPUT_PARTS = ("tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu")
 # The model FLOPs with the causal half of the attention scores (rules/cost/throughput.yaml):
 # optional figures, absent from a plan.json written before plans carried them.
@@ -142,7 +145,7 @@ NO_HEADROOM = MemoryHeadroom()  # estimate and check: the whole GPU
 class TimeBreakdown(_Figures):
     """Seconds per optimizer step; step_s is what the parts add up to once overlap is applied."""
 
-    OPTIONAL = EXPOSED_NAMES
+    OPTIONAL = EXPOSED_NAMES | {HOST_WAIT}
     step_s: float
     compute_s: float
     tp_comm_s: float
@@ -161,6 +164,9 @@ class TimeBreakdown(_Figures):
     # written before estimates carried it.
     tp_exposed_s: float | None = None
     dp_exposed_s: float | None = None
+    # Of compute_s, the GPU's wait for the host's kernel launches (Megatron MoE layers); None: a
+    # plan.json written before estimates carried it.
+    host_wait_s: float | None = None
 
     @property
     def sync_batchnorm(self) -> bool:
@@ -442,7 +448,7 @@ def estimate_from_figures(
             **{p: float(figures[f"time_{p}"]) for p in TIME_PARTS},
             **{
                 p: float(figures[f"time_{p}"])
-                for p in EXPOSED_PARTS.values()
+                for p in (*EXPOSED_PARTS.values(), HOST_WAIT)
                 if f"time_{p}" in figures
             },
         ),

@@ -165,7 +165,8 @@ class EstimateSection(_Strict):
         default_factory=dict,
         description="Seconds per step: compute_s, tp_comm_s, cp_comm_s, pp_comm_s, dp_comm_s, "
         "ep_comm_s, bn_comm_s, overlap_cost_s, optimizer_s, bubble_s, step_s; optional tp_exposed_s, "
-        "dp_exposed_s (the parts of tp_comm_s, dp_comm_s not hidden behind compute) and floor_s "
+        "dp_exposed_s (the parts of tp_comm_s, dp_comm_s not hidden behind compute), host_wait_s "
+        "(the part of compute_s the GPU waits for the host's launches) and floor_s "
         "(a time step_s never goes below, which lets `plan` skip slow candidates).",
     )
     throughput: dict[str, NumberOrFormula] = Field(
