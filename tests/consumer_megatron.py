@@ -21,6 +21,8 @@ import ast
 import dataclasses
 import types
 import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -204,6 +206,45 @@ _SWITCHES = frozenset(
 )
 
 
+# The Transformer Engine functions TransformerConfig.__post_init__ requires for
+# --moe-permute-fusion (megatron/core/transformer/moe/moe_utils.py imports them from TE >= 2.1;
+# without it they are None or not defined).
+TE_PERMUTATION = (
+    "fused_permute",
+    "fused_permute_with_probs",
+    "fused_sort_chunks_by_index",
+    "fused_sort_chunks_by_index_with_probs",
+    "fused_unpermute",
+)
+
+
+@contextmanager
+def _transformer_engine_permutation() -> Iterator[None]:
+    """Megatron-Core's MoE utilities as they are with Transformer Engine installed, which a
+    Megatron-LM run has (--transformer-impl transformer_engine) and this CPU-only environment
+    has not: TransformerConfig's check that TE's fused permutation exists then passes for the
+    fields it is given, and every other check runs as it does on a GPU. The stand-ins refuse to
+    be called."""
+    utils = consumer("megatron.core.transformer.moe.moe_utils")
+
+    def absent(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("Transformer Engine's fused permutation is not installed here")
+
+    missing = object()
+    saved = {name: getattr(utils, name, missing) for name in TE_PERMUTATION}
+    for name, value in saved.items():
+        if value is None or value is missing:  # None, or never defined, without TE
+            setattr(utils, name, absent)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                delattr(utils, name)
+            else:
+                setattr(utils, name, value)
+
+
 def megatron_reading(path: Path) -> MegatronReading:
     """Megatron-Core's configs, data-parallel size and micro-batches per step for the script at
     `path`; raises what Megatron-Core raises for arguments it refuses."""
@@ -222,7 +263,8 @@ def megatron_reading(path: Path) -> MegatronReading:
         core.MLATransformerConfig if args.get("multi_latent_attention") else core.TransformerConfig
     )
     used: set[str] = set()
-    config = cls(**(_fill(cls, named, used) | _derived(args, torch)))
+    with _transformer_engine_permutation():
+        config = cls(**(_fill(cls, named, used) | _derived(args, torch)))
     ddp = ddp_class(**_fill(ddp_class, named, used))
     optimizer = optimizer_class(**(_fill(optimizer_class, named, used) | _dtypes(args, torch)))
     world = int(args["nnodes"]) * int(args["nproc_per_node"])

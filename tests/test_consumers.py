@@ -340,6 +340,9 @@ def test_megatron_core_routes_as_the_hf_model(name, plan_folder):
     router, fields = ROUTERS[name]
     config = reading.config
     assert {field: getattr(config, field) for field in fields} == fields
+    # The router and the permutations run as Transformer Engine's fused kernels, the launches
+    # rules/cost/moe.yaml counts (core 0.16.1 moe_router_fusion, moe_permute_fusion).
+    assert config.moe_router_fusion and config.moe_permute_fusion
     torch = consumer("torch")
     moe_utils = consumer("megatron.core.transformer.moe.moe_utils")
     generator = torch.Generator().manual_seed(0)
