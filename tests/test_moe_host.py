@@ -78,9 +78,27 @@ def test_the_host_adds_what_it_takes_beyond_the_gpus_time_each_direction() -> No
     )
 
 
-def test_no_host_term_without_megatrons_per_expert_launches_or_experts() -> None:
+@pytest.mark.parametrize(
+    ("precision", "quantize"),
+    [("bf16", 0), ("fp8", 1)],  # DeepSpeed's FP8 is TE's default recipe on Hopper: delayed
+)
+def test_deepspeed_calls_each_local_experts_mlp_in_turn(precision: str, quantize: int) -> None:
+    """DeepSpeed-MoE's Experts.forward loops over the local experts; Qwen3's gated MLP is 3
+    linears, SiLU and the gate's product forward (5), each linear's dgrad and wgrad and 3
+    elementwise backward kernels (9); under FP8 each te.Linear casts its input and its output
+    gradient."""
+    env = formula_env("qwen3-30b-a3b", H100_16, "deepspeed", precision=precision, **QWEN3)
+    fwd, bwd, t = _host(env)
+    assert fwd == pytest.approx((FIXED_FWD + (3 * (1 + quantize) + 2) * LOCAL_EXPERTS) * t)
+    assert bwd == pytest.approx((FIXED_BWD + (3 * (2 + quantize) + 3) * LOCAL_EXPERTS) * t)
+    assert formula_value("moe_host_exposed_s", env) > 0
+
+
+def test_no_host_term_without_per_expert_launches_or_experts() -> None:
     titan = formula_env("qwen3-30b-a3b", H100_16, "torchtitan", **QWEN3)
     assert formula_value("moe_host_exposed_s", titan) == 0  # one torch._grouped_mm
+    accelerate = formula_env("qwen3-30b-a3b", H100_16, "accelerate", global_batch=512, seq_len=4096)
+    assert formula_value("moe_host_exposed_s", accelerate) == 0  # transformers' grouped_mm
     dense = formula_env("llama-3-8b", {"gpus": 8, "gpu": "h100"}, "megatron")
     assert formula_value("moe_host_exposed_s", dense) == 0
 

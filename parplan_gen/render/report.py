@@ -58,7 +58,7 @@ def report_context(
         "host_memory": gib(doc.cluster.host_memory_per_gpu)
         if doc.cluster.host_memory_per_gpu
         else "",
-        "time": _part_rows(chosen.time.model_dump(), time_parts, seconds),
+        "time": _part_rows(chosen.time.model_dump(), time_parts, seconds) + _host_wait(chosen),
         "step": seconds(chosen.time.step_s),
         # the candidates' MFU in the chosen plan's count, so that the rows compare
         "mfu_header": convention_of(chosen).header,
@@ -128,6 +128,19 @@ def _part_rows(values: Mapping[str, float], parts: Iterable[str], fmt: Any) -> l
     parts = list(parts)
     total = sum(values[p] for p in parts) or 1
     return [[PART_LABELS[p], fmt(values[p]), f"{values[p] / total:.0%}"] for p in parts]
+
+
+HOST_WAIT_ROW = "of compute, waiting for host launches"  # time.host_wait_s, part of compute
+
+
+def _host_wait(e: Estimate) -> list[list[str]]:
+    """The row under the time parts that says how much of compute the GPU waits for the host's
+    kernel launches (Megatron MoE layers; time.host_wait_s), where it does."""
+    t = e.time
+    if not t.host_wait_s:
+        return []
+    share = t.host_wait_s / t.compute_s if t.compute_s else 0.0
+    return [[HOST_WAIT_ROW, seconds(t.host_wait_s), f"{share:.0%} of compute"]]
 
 
 def _candidate_row(index: int, e: Estimate, chosen: bool, count: MfuConvention) -> list[str]:
