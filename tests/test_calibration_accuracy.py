@@ -85,7 +85,7 @@ BOUNDS = {
     # Engine's kernel benchmark, not fitted); the two Llama 3 8B rows at cp 2 with Transformer
     # Engine's merge of the ring's partial results (context.yaml cp_merge_s); torchtitan's
     # 2024 docs' two 405B Float8 rows (FSDP2 above); Qwen3-30B-A3B's MoE layers paced by the
-    # host's launches (moe.yaml moe_host_exposed_s), the one row host_launch_fit_s is set on
+    # host's launches (moe.yaml moe_host_exposed_s), the one row host_launch_s is set on
     # (-0.0 %; +180.5 % before the term), at the MBS 1 its container's preset ran. 5.40 %
     # (torchtitan's compiled Float8 row reads -5.4 %: per-op SAC's recomputed memory-bound
     # kernels are priced, which torch.compile may fuse), -1.46.

@@ -66,10 +66,15 @@ def test_the_host_adds_what_it_takes_beyond_the_gpus_time_each_direction() -> No
     every MoE layer of every micro-batch."""
     env = formula_env("qwen3-30b-a3b", H100_16, "megatron", precision="fp8", **QWEN3)
     fwd, bwd, _ = _host(env)
-    gpu = formula_value("gpu_layer_microbatch_s", env)
     layers = 48 / 2  # every Qwen3-30B-A3B layer is an MoE layer; pp 2
     micro_batches = 512 / (1 * 8)  # global batch / (mbs 1 x dp 8): 16 GPUs over pp 2
     assert formula_value("plan.grad_accum", env) == micro_batches
+    # The GPU's work between two syncs: the stage's layers without the LM head's average share,
+    # and the traffic the step waits for (no TP or CP here: the expert all-to-alls), a layer and
+    # micro-batch.
+    stage = formula_value("layers_gpu_s", env) - formula_value("head_matmul_s", env) / 2
+    gpu = (stage + formula_value("ep_exposed_s", env)) / (layers * micro_batches)
+    assert formula_value("gpu_between_syncs_s", env) == pytest.approx(gpu)
     expected = layers * micro_batches * (max(0, fwd - gpu / 3) + max(0, bwd - 2 * gpu / 3))
     assert formula_value("moe_host_exposed_s", env) == pytest.approx(expected)
     assert fwd > gpu / 3  # the case the test is about: the host paces the forward
@@ -103,19 +108,18 @@ def test_no_host_term_without_per_expert_launches_or_experts() -> None:
     assert formula_value("moe_host_exposed_s", dense) == 0
 
 
-def test_a_measured_launch_time_replaces_the_fitted_one(tmp_path) -> None:
-    """A cluster file's `measured.moe_host.launch_s` is the time every counted launch costs:
-    doubling it doubles the host's time of a layer."""
+def test_a_measured_launch_time_is_recorded_for_rules_not_priced(tmp_path) -> None:
+    """A cluster file's `measured.moe_host.launch_s` reaches the rules as
+    cluster.measured_host_launch_s (0 without a profile), but the built-in price stays the fitted
+    average: a BF16 grouped-GEMM launch is not what the average over a layer's counted launches
+    carries (efficiency.yaml)."""
     fitted = formula_env("qwen3-30b-a3b", H100_16, "megatron", **QWEN3)
-    assert formula_value("host_launch_s", fitted) == formula_value("host_launch_fit_s", fitted)
-    hosts = []
-    for launch_us in (20, 40):
-        path = tmp_path / f"c{launch_us}.yaml"
-        path.write_text(_cluster_file(launch_us * 1e-6), encoding="utf-8")
-        env = formula_env("qwen3-30b-a3b", path, "megatron", **QWEN3)
-        assert formula_value("host_launch_s", env) == pytest.approx(launch_us * 1e-6)
-        hosts.append(formula_value("moe_host_fwd_s", env))
-    assert hosts[1] == pytest.approx(2 * hosts[0])
+    assert formula_value("cluster.measured_host_launch_s", fitted) == 0
+    path = tmp_path / "c.yaml"
+    path.write_text(_cluster_file(20e-6), encoding="utf-8")
+    env = formula_env("qwen3-30b-a3b", path, "megatron", **QWEN3)
+    assert formula_value("cluster.measured_host_launch_s", env) == pytest.approx(20e-6)
+    assert formula_value("host_launch_s", env) == formula_value("host_launch_s", fitted)
 
 
 def _cluster_file(launch_s: float) -> str:
@@ -143,49 +147,66 @@ FIXED_S, PER_LAUNCH_S = 200e-6, 30e-6  # a pass's fixed host time; each launch's
 
 
 def _fake_te(clock: _Clock, launches_per_expert: int) -> ModuleType:
-    """transformer_engine.pytorch whose GroupedLinear's pass costs the host FIXED_S plus
-    PER_LAUNCH_S for each of its experts' launches."""
+    """transformer_engine.pytorch whose GroupedLinear's pass (its output's sum, then
+    torch.autograd.grad of it) costs the host FIXED_S plus PER_LAUNCH_S for each of its experts'
+    launches."""
 
     class GroupedLinear:
         def __init__(self, num_gemms: int, *shape: int, **options: Any) -> None:
             self.experts = num_gemms
             assert options["bias"] is False
 
+        def parameters(self) -> list[str]:
+            return [f"weight{i}" for i in range(self.experts)]
+
         def __call__(self, tokens: Any, splits: list[int]) -> Any:
             assert len(splits) == self.experts
             cost = FIXED_S + PER_LAUNCH_S * launches_per_expert * self.experts
-
-            def backward() -> None:
-                clock.now += cost
-
-            return SimpleNamespace(sum=lambda: SimpleNamespace(backward=backward))
+            return SimpleNamespace(sum=lambda: cost)
 
     te = ModuleType("transformer_engine.pytorch")
     te.GroupedLinear = GroupedLinear  # type: ignore[attr-defined]
     return te
 
 
-def _fake_torch() -> Any:
-    cuda = SimpleNamespace(synchronize=lambda index: None, empty_cache=lambda: None)
+def _fake_torch(clock: _Clock, gpu_s: float = 0.0) -> Any:
+    """torch whose autograd.grad spends the pass's host cost on the clock, and whose
+    synchronize waits `gpu_s` for each pass the GPU is behind (0: the host paced)."""
+    passes = []
+
+    def grad(cost: float, wrt: list[Any]) -> None:
+        assert len(wrt) > 1  # the input and the weights
+        clock.now += cost
+        passes.append(cost)
+
+    def synchronize(index: int) -> None:
+        clock.now += gpu_s * len(passes)
+        passes.clear()
+
+    cuda = SimpleNamespace(synchronize=synchronize, empty_cache=lambda: None)
     return SimpleNamespace(
         cuda=cuda,
+        autograd=SimpleNamespace(grad=grad),
         device=lambda kind, index=0: (kind, index),
         bfloat16="bf16",
         randn=lambda *shape, **options: shape,
     )
 
 
-def test_the_profile_times_the_host_per_launch_free_of_a_passs_fixed_cost(monkeypatch) -> None:
-    passes = sweeps().moe_host
-    clock = _Clock()
+def _with_fake_te(monkeypatch: pytest.MonkeyPatch, clock: _Clock) -> None:
     top = ModuleType("transformer_engine")
     top.__version__ = "2.10.0"  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "transformer_engine", top)
-    monkeypatch.setitem(
-        sys.modules, "transformer_engine.pytorch", _fake_te(clock, passes.launches_per_expert)
-    )
+    te = _fake_te(clock, sweeps().moe_host.launches_per_expert)
+    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", te)
     monkeypatch.setattr(moe_host_module.time, "perf_counter", clock)
-    found = moe_host(Device(_fake_torch(), "cuda", 0), passes)
+
+
+def test_the_profile_times_the_host_per_launch_free_of_a_passs_fixed_cost(monkeypatch) -> None:
+    passes = sweeps().moe_host
+    clock = _Clock()
+    _with_fake_te(monkeypatch, clock)
+    found = moe_host(Device(_fake_torch(clock), "cuda", 0), passes)
     assert isinstance(found, MoeHost)
     assert found.launch_s == pytest.approx(PER_LAUNCH_S)
     low, high = passes.experts
@@ -195,11 +216,30 @@ def test_the_profile_times_the_host_per_launch_free_of_a_passs_fixed_cost(monkey
     assert found.transformer_engine == "2.10.0"
 
 
-def test_without_transformer_engine_the_measurement_is_skipped(monkeypatch) -> None:
+def test_passes_the_gpu_paced_are_skipped_not_recorded(monkeypatch) -> None:
+    clock = _Clock()
+    _with_fake_te(monkeypatch, clock)
+    slow_gpu = _fake_torch(clock, gpu_s=1.0)  # a second a pass behind the host
+    found = moe_host(Device(slow_gpu, "cuda", 0), sweeps().moe_host)
+    assert isinstance(found, str) and found.startswith("the GPU, not the host, paced the passes")
+
+
+def test_without_a_loadable_transformer_engine_the_measurement_is_skipped(monkeypatch) -> None:
+    clock = _Clock()
     monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", None)  # ImportError
-    found = moe_host(Device(_fake_torch(), "cuda", 0), sweeps().moe_host)
-    assert isinstance(found, str) and found.startswith("Transformer Engine is not installed")
-    assert moe_host(Device(_fake_torch(), "cpu", 0), sweeps().moe_host) is None
+    found = moe_host(Device(_fake_torch(clock), "cuda", 0), sweeps().moe_host)
+    assert isinstance(found, str) and found.startswith("Transformer Engine cannot be loaded")
+    assert moe_host(Device(_fake_torch(clock), "cpu", 0), sweeps().moe_host) is None
+
+    def broken(name: str) -> Any:
+        raise OSError("libtransformer_engine.so: cannot open shared object file")
+
+    monkeypatch.setattr(moe_host_module.importlib, "import_module", broken)
+    found = moe_host(Device(_fake_torch(clock), "cuda", 0), sweeps().moe_host)
+    assert found == (
+        "Transformer Engine cannot be loaded (OSError: libtransformer_engine.so: cannot open "
+        "shared object file)"
+    )
 
 
 def test_the_profile_counts_the_launches_moe_yaml_counts_in_bf16() -> None:

@@ -38,8 +38,8 @@ TIME_LABELS = {
 
 
 def measured_lines(cluster: Cluster) -> list[str]:
-    """The line that says a profiled cluster's GEMMs (and SDPA attention, collectives, the
-    CUDA context's memory and the host's launch time, where measured) are priced from its own measurement (none for a
+    """The line that says a profiled cluster's GEMMs (and SDPA attention, collectives and the
+    CUDA context's memory, where measured) are priced from its own measurement (none for a
     catalog cluster)."""
     m = cluster.measured
     if m is None:
@@ -47,7 +47,6 @@ def measured_lines(cluster: Cluster) -> list[str]:
     parts = ["GEMMs"] + ["SDPA attention"] * bool(m.attention_max_fraction)
     parts += ["collectives"] * bool(m.intra_bus_bytes_per_s or m.inter_bus_bytes_per_s)
     parts += ["the CUDA context's memory"] * bool(m.context_bytes)
-    parts += ["the host's launches"] * bool(m.host_launch_s)
     what = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
     return [
         f"priced from measured curves ({what}): parplan profile of {printable(m.gpu_name)} on "

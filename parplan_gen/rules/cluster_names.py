@@ -88,9 +88,10 @@ CLUSTER_NAMES: tuple[tuple[str, str, str, str], ...] = (
         "cluster.measured_host_launch_s",
         "number",
         "s",
-        "The host time per kernel launch of Transformer Engine's grouped expert layer that a "
+        "The host time per BF16 grouped-GEMM launch of Transformer Engine's expert layer that a "
         "cluster file's `measured:` section records (Python, PyTorch and TE work included); 0 "
-        "when not profiled on a GPU with Transformer Engine installed.",
+        "when not profiled on a GPU with Transformer Engine installed. The built-in rules do "
+        "not price from it (rules/cost/efficiency.yaml `host_launch_s`).",
     ),
     ("cluster.hbm_bandwidth", "number", "bytes/s", "Memory bandwidth of one GPU."),
     (
