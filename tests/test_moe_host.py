@@ -307,3 +307,22 @@ def test_the_estimate_shows_the_hosts_share_of_compute() -> None:
     assert dense.estimate.time.host_wait_s == 0
     dense_lines = time_lines(dense.estimate, load_model("llama-3-8b"))
     assert not any("host launches" in line for line in dense_lines)
+
+
+def test_plan_md_says_how_much_of_compute_waits_for_the_host(cli, tmp_path) -> None:
+    """plan.md's time table has a row under the parts for time.host_wait_s, as a share of
+    compute, where the chosen plan has one."""
+    import json
+
+    out = tmp_path / "plan"
+    run = cli(
+        "plan", "qwen3-30b-a3b", "--gpus", "16", "--gpu", "h100", "--global-batch", "512",
+        "--seq-len", "4096", "--precision", "fp8", "--out", out,
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    time = json.loads((out / "plan.json").read_text(encoding="utf-8"))["chosen"]["time"]
+    assert time["host_wait_s"] > 0
+    share = f"{time['host_wait_s'] / time['compute_s']:.0%} of compute"
+    rows = (out / "plan.md").read_text(encoding="utf-8").splitlines()
+    row = next(line for line in rows if "waiting for host launches" in line)
+    assert row.split("|")[3].strip() == share

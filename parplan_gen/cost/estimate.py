@@ -164,7 +164,7 @@ class TimeBreakdown(_Figures):
     # written before estimates carried it.
     tp_exposed_s: float | None = None
     dp_exposed_s: float | None = None
-    # Of compute_s, the GPU's wait for the host's kernel launches (Megatron MoE layers); None: a
+    # Of compute_s, the GPU's wait for the host's kernel launches (MoE layers); None: a
     # plan.json written before estimates carried it.
     host_wait_s: float | None = None
 

@@ -135,7 +135,7 @@ HOST_WAIT_ROW = "of compute, waiting for host launches"  # time.host_wait_s, par
 
 def _host_wait(e: Estimate) -> list[list[str]]:
     """The row under the time parts that says how much of compute the GPU waits for the host's
-    kernel launches (Megatron MoE layers; time.host_wait_s), where it does."""
+    kernel launches (Megatron and DeepSpeed MoE layers; time.host_wait_s), where it does."""
     t = e.time
     if not t.host_wait_s:
         return []
