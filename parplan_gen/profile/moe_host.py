@@ -37,7 +37,10 @@ def moe_host(device: Device, passes: MoeHostPasses) -> MoeHost | str | None:
     except Exception as exc:  # noqa: BLE001 - any failure to load TE only skips this figure
         return f"Transformer Engine cannot be loaded ({reason_of(exc)})"
     failures: tuple[type[BaseException], ...] = (
-        *device.point_failures(), ValueError, TypeError, AssertionError
+        *device.point_failures(),
+        ValueError,
+        TypeError,
+        AssertionError,
     )
     try:
         timed = [_pass_s(device, te, experts, passes) for experts in passes.experts]
