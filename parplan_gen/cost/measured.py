@@ -327,6 +327,7 @@ def measured_figures(
         return max(p.tflops for p in points) * TERA / peak
 
     gemm = measured.gemm or GemmCurves()
+    outside, host = measured.outside_allocator, measured.moe_host
     source = measured.provenance
     attention = saturating_fit(
         [
@@ -348,13 +349,9 @@ def measured_figures(
         attention_half_seq=None if attention is None else attention[1],
         intra_bus_bytes_per_s=_bus(measured.collectives, "node", 1),
         inter_bus_bytes_per_s=_bus(measured.collectives, "cross-node", gpus_per_node),
-        context_bytes=_context_bytes(measured.outside_allocator),
-        host_launch_s=None if measured.moe_host is None else measured.moe_host.launch_s,
+        context_bytes=None if outside is None else outside.context_bytes,
+        host_launch_s=None if host is None else host.launch_s,
     )
-
-
-def _context_bytes(outside: OutsideAllocator | None) -> int | None:
-    return None if outside is None else outside.context_bytes
 
 
 # The ring collectives whose bus bandwidth is the link's (nccl-tests doc/PERFORMANCE.md); an

@@ -23,7 +23,6 @@ from parplan_gen.profile.sweeps import MoeHostPasses
 
 SWEEP = "moe_host"
 TE_MODULE = "transformer_engine.pytorch"
-GPU_PACED = 1.5  # a pass whose synchronized wall time exceeds its host time this much: GPU-paced
 
 
 def moe_host(device: Device, passes: MoeHostPasses) -> MoeHost | str | None:
@@ -47,7 +46,7 @@ def moe_host(device: Device, passes: MoeHostPasses) -> MoeHost | str | None:
     except failures as exc:
         return f"Transformer Engine's GroupedLinear did not run ({reason_of(exc)})"
     for experts, (host_s, wall_s) in zip(passes.experts, timed, strict=True):
-        if wall_s > GPU_PACED * host_s:
+        if wall_s > passes.gpu_paced_ratio * host_s:
             return (
                 f"the GPU, not the host, paced the passes at {experts} experts ({wall_s:.6f} s a "
                 f"pass with the synchronization, {host_s:.6f} s on the host)"

@@ -16,6 +16,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from parplan_gen.cost.measured import COLLECTIVES, Collectives, GemmCurves, Measured, Provenance
 from parplan_gen.profile.attention import attention_points
 from parplan_gen.profile.bandwidth import bandwidth_points
@@ -41,7 +43,7 @@ from parplan_gen.profile.runtime import (
     require_device,
 )
 from parplan_gen.profile.spawned import local_ranks
-from parplan_gen.profile.sweeps import SweepFile, sweeps
+from parplan_gen.profile.sweeps import sweeps
 from parplan_gen.profile.writer import cluster_document, cluster_yaml, header
 
 
@@ -135,8 +137,9 @@ def _sweep(
         rank = 0 if launch is None else launch.rank
         progress = Progress(len(points), budget, shown=None if rank == 0 else False)
         measure_points(points, device, budget, progress, results)
-        _context(device, results)
-        _moe_host(device, data, results)
+        # before any process group: no NCCL buffer in the device's memory yet
+        _record(results, OUTSIDE_ALLOCATOR, outside_allocator(device))
+        _record(results, MOE_HOST, moe_host(device, data.moe_host))
         among = launch if spawned is None else spawned.launch
         if among is None or among.world < 2:
             results.skip("collectives", _why_no_collectives(device, launch))
@@ -155,22 +158,13 @@ def _sweep(
     return results, True
 
 
-def _context(device: Device, results: Results) -> None:
-    """The memory outside the allocator, before any process group (context_memory.py)."""
-    found = outside_allocator(device)
+def _record(results: Results, sweep: str, found: BaseModel | str | None) -> None:
+    """A one-figure measurement (context_memory.py, moe_host.py): its figure, the reason it was
+    skipped (str), or nothing where the device has none to measure (None)."""
     if isinstance(found, str):
-        results.skip(OUTSIDE_ALLOCATOR, found)
+        results.skip(sweep, found)
     elif found is not None:
-        results.curves[OUTSIDE_ALLOCATOR] = [found]
-
-
-def _moe_host(device: Device, data: SweepFile, results: Results) -> None:
-    """The host's time per launch of a grouped expert layer (moe_host.py)."""
-    found = moe_host(device, data.moe_host)
-    if isinstance(found, str):
-        results.skip(MOE_HOST, found)
-    elif found is not None:
-        results.curves[MOE_HOST] = [found]
+        results.curves[sweep] = [found]
 
 
 @contextmanager

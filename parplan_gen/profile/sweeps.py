@@ -117,6 +117,11 @@ class MoeHostPasses(RawData):
     warmup: int = Field(ge=0)
     passes: PositiveInt
     launches_per_expert: PositiveInt
+    gpu_paced_ratio: float = Field(
+        gt=1,
+        description="A pass whose synchronized wall time is above its host time this many "
+        "times was paced by the GPU: skipped.",
+    )
 
     @model_validator(mode="after")
     def _two_counts(self) -> MoeHostPasses:
